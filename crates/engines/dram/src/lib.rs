@@ -1,0 +1,154 @@
+//! # The `dram` engine
+//!
+//! Everything in DRAM, nothing persistent. It is the **test oracle** of the model-based
+//! tests of every other engine and the **upper bound** ("everything fits in DRAM") in
+//! benchmarks. It takes the same index choice as HeterMM, so a HeterMM index can be compared
+//! with itself holding everything in DRAM:
+//!
+//! - `dram:btree` (default): ordered, scans supported;
+//! - `dram:hash`: dashmap, scans return [`Error::Unsupported`];
+//! - `dram:lockfree`: papaya's lock-free map, scans return [`Error::Unsupported`].
+//!
+//! **Volatile by definition**: a put is "acknowledged" when it is in the index, and nothing
+//! survives the process. The CLI and every report say so.
+//!
+//! Thread safety: every method takes `&self`; the index is concurrent and linearizable.
+
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+use tierkv_core::common::index::{ConcurrentIndex, INDEX_VARIANTS, new_index};
+use tierkv_core::{
+    EngineContext, EngineDescriptor, Error, KvPair, KvStore, Limits, OpCounters, Result, Stats,
+};
+
+/// The engine's descriptor, for the facade's registry.
+pub const DESCRIPTOR: EngineDescriptor = EngineDescriptor {
+    name: "dram",
+    variants: INDEX_VARIANTS,
+    summary: "everything in DRAM, volatile: the test oracle and the upper bound",
+    tiers: &[],
+    volatile: true,
+    min_pmem_size: 0,
+    max_value_len: None,
+    open: open,
+};
+
+/// Bytes of bookkeeping charged per entry on top of key and value (index node share,
+/// `Arc` header, allocation rounding): an estimate, documented as such in `stats`.
+const ENTRY_OVERHEAD: i64 = 64;
+
+fn open(ctx: EngineContext) -> Result<Arc<dyn KvStore>> {
+    let variant = DESCRIPTOR.variant(&ctx.spec)?;
+    ctx.spec.params().finish()?;
+    Ok(Arc::new(DramStore::new(variant, ctx.options.limits)?))
+}
+
+/// The in-DRAM store.
+pub struct DramStore {
+    index: Box<dyn ConcurrentIndex<Arc<[u8]>>>,
+    limits: Limits,
+    closed: AtomicBool,
+    ops: OpCounters,
+    dram_bytes: AtomicI64,
+}
+
+impl DramStore {
+    /// A store over the index `variant` names (`btree`, `hash`, `lockfree`).
+    pub fn new(variant: &str, limits: Limits) -> Result<Self> {
+        Ok(DramStore {
+            index: new_index(variant)?,
+            limits,
+            closed: AtomicBool::new(false),
+            ops: OpCounters::default(),
+            dram_bytes: AtomicI64::new(0),
+        })
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(Error::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn charge(&self, key: &[u8], old: Option<&Arc<[u8]>>, new: Option<&[u8]>) {
+        let size = |v: &[u8]| key.len() as i64 + v.len() as i64 + ENTRY_OVERHEAD;
+        let delta = new.map_or(0, size) - old.map_or(0, |v| size(v));
+        self.dram_bytes.fetch_add(delta, Ordering::Relaxed);
+    }
+}
+
+impl KvStore for DramStore {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.check_open()?;
+        self.limits.check_key(key)?;
+        let v = self.index.get(key).map(|v| v.to_vec());
+        if let Some(v) = &v {
+            self.ops.reads_from_dram.incr();
+            self.ops.user_bytes_read.add(v.len() as u64);
+        }
+        Ok(v)
+    }
+
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.check_open()?;
+        self.limits.check_key(key)?;
+        self.limits.check_value(value)?;
+        let old = self.index.insert(key, Arc::from(value));
+        self.charge(key, old.as_ref(), Some(value));
+        self.ops
+            .user_bytes_written
+            .add((key.len() + value.len()) as u64);
+        Ok(())
+    }
+
+    fn delete(&self, key: &[u8]) -> Result<()> {
+        self.check_open()?;
+        self.limits.check_key(key)?;
+        let old = self.index.remove(key);
+        self.charge(key, old.as_ref(), None);
+        Ok(())
+    }
+
+    fn scan(&self, start: &[u8], limit: usize) -> Result<Vec<KvPair>> {
+        self.check_open()?;
+        let rows = self.index.scan(start, limit)?;
+        let out: Vec<KvPair> = rows.into_iter().map(|(k, v)| (k, v.to_vec())).collect();
+        self.ops
+            .user_bytes_read
+            .add(out.iter().map(|(_, v)| v.len() as u64).sum());
+        Ok(out)
+    }
+
+    fn flush(&self) -> Result<()> {
+        self.check_open()
+    }
+
+    fn stats(&self) -> Stats {
+        let mut s = Stats::default();
+        self.ops.fill(&mut s);
+        s.dram_bytes = self.dram_bytes.load(Ordering::Relaxed).max(0) as u64;
+        s.counters.insert("keys".into(), self.index.len() as u64);
+        s
+    }
+
+    fn close(&self) -> Result<()> {
+        self.closed.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    fn check(&self) -> Result<Vec<String>> {
+        self.check_open()?;
+        Ok(vec![format!(
+            "dram: {} keys in memory (volatile: nothing is stored on disk)",
+            self.index.len()
+        )])
+    }
+}
+
+#[cfg(test)]
+mod tests;

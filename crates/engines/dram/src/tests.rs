@@ -1,0 +1,114 @@
+//! Unit and model-based tests of the dram engine.
+
+use std::sync::Arc;
+
+use tierkv_core::common::index::INDEX_VARIANTS;
+use tierkv_core::{Error, KvStore, Limits};
+use tierkv_testkit::{ModelConfig, run_model};
+
+use super::DramStore;
+
+fn store(variant: &str) -> Arc<dyn KvStore> {
+    Arc::new(DramStore::new(variant, Limits::default()).unwrap())
+}
+
+#[test]
+fn model_btree_from_four_threads() {
+    let r = run_model(store("btree"), &ModelConfig::default());
+    assert!(r.hits > 1_000 && r.scans > 500, "{r:?}");
+}
+
+#[test]
+fn model_hash_from_four_threads() {
+    let cfg = ModelConfig {
+        scan_pct: 0,
+        ..ModelConfig::default()
+    };
+    let r = run_model(store("hash"), &cfg);
+    assert!(r.hits > 1_000, "{r:?}");
+}
+
+#[test]
+fn model_lockfree_from_four_threads() {
+    let cfg = ModelConfig {
+        scan_pct: 0,
+        ..ModelConfig::default()
+    };
+    let r = run_model(store("lockfree"), &cfg);
+    assert!(r.hits > 1_000, "{r:?}");
+}
+
+#[test]
+fn model_many_seeds_small() {
+    for seed in 0..20 {
+        let cfg = ModelConfig {
+            threads: 3,
+            ops_per_thread: 400,
+            keys_per_thread: 20,
+            shared_ops_per_thread: 200,
+            seed,
+            ..ModelConfig::default()
+        };
+        run_model(store("btree"), &cfg);
+    }
+}
+
+#[test]
+fn hash_variants_refuse_scans() {
+    for v in ["hash", "lockfree"] {
+        let s = store(v);
+        s.put(b"a", b"1").unwrap();
+        assert!(matches!(s.scan(b"a", 10), Err(Error::Unsupported(_))));
+    }
+}
+
+#[test]
+fn limits_are_enforced() {
+    let s = DramStore::new(
+        "btree",
+        Limits {
+            max_key_len: 4,
+            max_value_len: 8,
+        },
+    )
+    .unwrap();
+    assert!(matches!(s.put(b"", b"v"), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        s.put(b"abcde", b"v"),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        s.put(b"k", &[0; 9]),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(s.get(b""), Err(Error::InvalidArgument(_))));
+    s.put(b"abcd", &[1; 8]).unwrap();
+}
+
+#[test]
+fn closed_store_refuses_everything() {
+    for v in INDEX_VARIANTS {
+        let s = store(v);
+        s.put(b"k", b"v").unwrap();
+        s.close().unwrap();
+        s.close().unwrap();
+        assert!(matches!(s.get(b"k"), Err(Error::Closed)));
+        assert!(matches!(s.put(b"k", b"v"), Err(Error::Closed)));
+        assert!(matches!(s.delete(b"k"), Err(Error::Closed)));
+        assert!(matches!(s.scan(b"k", 1), Err(Error::Closed)));
+    }
+}
+
+#[test]
+fn stats_count_bytes_and_dram() {
+    let s = store("btree");
+    s.put(b"key", b"value").unwrap();
+    s.get(b"key").unwrap();
+    let st = s.stats();
+    assert_eq!(st.user_bytes_written, 8);
+    assert_eq!(st.user_bytes_read, 5);
+    assert_eq!(st.reads_from_dram, 1);
+    assert!(st.dram_bytes >= 8);
+    s.delete(b"key").unwrap();
+    assert_eq!(s.stats().dram_bytes, 0);
+}

@@ -1,0 +1,9 @@
+//! The API every engine implements and every caller uses: [`KvStore`], [`Options`],
+//! [`Error`], engine specs and [`Stats`].
+
+pub mod error;
+pub mod options;
+pub mod size;
+pub mod spec;
+pub mod stats;
+pub mod store;

@@ -1,0 +1,124 @@
+//! The [`KvStore`] trait every engine implements, and how an engine is registered.
+//!
+//! # Contract (DESIGN §2)
+//! - All methods take `&self`; a store is `Send + Sync` and safe to call from many threads.
+//! - `put` and `delete` return only once the write is durable under the configured
+//!   durability mode: that is what *acknowledged* means everywhere in tierkv.
+//! - `scan` returns up to `limit` pairs with keys `>= start`, in key order. An engine whose
+//!   index cannot scan returns [`Error::Unsupported`], never a wrong answer.
+//! - Keys and values arrive already checked against the limits by the facade (`tierkv::Db`);
+//!   an engine used directly checks them with [`Limits`].
+//! - After `close` every call returns [`Error::Closed`]. Dropping a store closes it.
+//!
+//! [`Limits`]: crate::Limits
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::error::Result;
+use super::error::Tier;
+use super::options::Options;
+use super::spec::EngineSpec;
+use super::stats::Stats;
+use crate::format::manifest::Manifest;
+use crate::media::Media;
+
+/// A key-value pair returned by a scan.
+pub type KvPair = (Vec<u8>, Vec<u8>);
+
+/// The interface every engine implements.
+pub trait KvStore: Send + Sync {
+    /// The value stored under `key`, if any.
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Stores `value` under `key`; returns once durable.
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<()>;
+    /// Removes `key` (no error when it is absent); returns once durable.
+    fn delete(&self, key: &[u8]) -> Result<()>;
+    /// Up to `limit` pairs with keys `>= start`, ordered by key.
+    fn scan(&self, start: &[u8], limit: usize) -> Result<Vec<KvPair>>;
+    /// Makes buffered background work durable now (what "flush" means is engine-specific;
+    /// acknowledged writes are durable without it).
+    fn flush(&self) -> Result<()>;
+    /// The store's counters.
+    fn stats(&self) -> Stats;
+    /// Stops background threads, makes everything durable and releases the media. Later
+    /// calls return [`crate::Error::Closed`]. Calling it twice is harmless.
+    fn close(&self) -> Result<()>;
+    /// Verifies the engine's own invariants (what `tierkv check` runs after the manifest and
+    /// the media headers); returns one line per thing checked.
+    fn check(&self) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+}
+
+/// What an engine is told when it is opened.
+pub struct EngineContext {
+    /// The data directory.
+    pub dir: PathBuf,
+    /// The spec the store was opened with (parameters merged from the options).
+    pub spec: EngineSpec,
+    /// The options.
+    pub options: Options,
+    /// The manifest (as just written, for a new store).
+    pub manifest: Manifest,
+    /// The media of the tiers the engine declared.
+    pub media: Media,
+    /// True when the store was created by this open (format the media); false when it is
+    /// reopened (recover).
+    pub created: bool,
+}
+
+/// Static facts about an engine, and how to open it.
+#[derive(Clone, Copy)]
+pub struct EngineDescriptor {
+    /// The name in spec strings.
+    pub name: &'static str,
+    /// The variants accepted after `:`; the first is the default.
+    pub variants: &'static [&'static str],
+    /// One line for `--help` and reports.
+    pub summary: &'static str,
+    /// The tiers the engine stores data on (besides DRAM).
+    pub tiers: &'static [Tier],
+    /// True when nothing survives a restart (the `dram` engine).
+    pub volatile: bool,
+    /// The smallest pmem pool it can work in, if it uses pmem.
+    pub min_pmem_size: u64,
+    /// A lower value limit than the options', if the engine has one.
+    pub max_value_len: Option<usize>,
+    /// Opens (or creates) the store.
+    pub open: fn(EngineContext) -> Result<Arc<dyn KvStore>>,
+}
+
+impl EngineDescriptor {
+    /// The variant a spec selects (its own or the default), or an error naming the valid
+    /// ones.
+    pub fn variant<'a>(&self, spec: &'a EngineSpec) -> Result<&'a str>
+    where
+        'static: 'a,
+    {
+        match &spec.variant {
+            None => Ok(self.variants.first().copied().unwrap_or("")),
+            Some(v) if self.variants.contains(&v.as_str()) => Ok(v.as_str()),
+            Some(v) => Err(crate::Error::invalid(format!(
+                "engine {} has no variant {v:?} (variants: {})",
+                self.name,
+                self.variants.join(", ")
+            ))),
+        }
+    }
+
+    /// True when the engine stores data on `tier`.
+    pub fn uses(&self, tier: Tier) -> bool {
+        self.tiers.contains(&tier)
+    }
+}
+
+impl std::fmt::Debug for EngineDescriptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineDescriptor")
+            .field("name", &self.name)
+            .field("variants", &self.variants)
+            .field("tiers", &self.tiers)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,300 @@
+//! Concurrent in-DRAM indexes from maintained crates, behind one trait.
+//!
+//! The `dram` engine stores values in them; HeterMM (`engines::hetermm`) stores logical
+//! addresses in them. Both select one by the same variant name, so a HeterMM index can be
+//! measured against itself holding everything in DRAM:
+//!
+//! | variant    | structure                                  | ordered | crate       |
+//! |------------|--------------------------------------------|---------|-------------|
+//! | `btree`    | B-tree behind a reader-writer lock         | yes     | std + parking_lot |
+//! | `hash`     | sharded concurrent hash map                | no      | dashmap     |
+//! | `lockfree` | lock-free hash map (epoch reclamation)     | no      | papaya      |
+//!
+//! Every operation is linearizable: an update replaces the value in one step, so a
+//! concurrent reader sees the old or the new value, never an absent key.
+//! Thread safety: all methods take `&self` and may be called from any thread.
+
+use std::collections::BTreeMap;
+use std::hash::BuildHasherDefault;
+use std::ops::Bound;
+
+use parking_lot::RwLock;
+
+use crate::api::error::{Error, Result};
+
+/// The index variants, by name.
+pub const INDEX_VARIANTS: &[&str] = &["btree", "hash", "lockfree"];
+
+/// A concurrent map from byte keys to `V`.
+pub trait ConcurrentIndex<V>: Send + Sync {
+    /// The value under `key`.
+    fn get(&self, key: &[u8]) -> Option<V>;
+    /// Sets `key` to `value`; returns the previous value.
+    fn insert(&self, key: &[u8], value: V) -> Option<V>;
+    /// Removes `key`; returns the previous value.
+    fn remove(&self, key: &[u8]) -> Option<V>;
+    /// Atomically replaces the value under `key` with `f(current)` (`None` removes it);
+    /// returns the previous value. `f` may be called more than once on lock-free indexes.
+    fn compute(&self, key: &[u8], f: &mut dyn FnMut(Option<&V>) -> Option<V>) -> Option<V>;
+    /// Up to `limit` entries with keys `>= start`, in key order;
+    /// [`Error::Unsupported`] on an unordered index.
+    fn scan(&self, start: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, V)>>;
+    /// Number of keys.
+    fn len(&self) -> usize;
+    /// True when there are no keys.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// True when [`ConcurrentIndex::scan`] is supported.
+    fn is_ordered(&self) -> bool;
+}
+
+/// Builds the index a variant name selects.
+pub fn new_index<V>(variant: &str) -> Result<Box<dyn ConcurrentIndex<V>>>
+where
+    V: Clone + Send + Sync + 'static,
+{
+    match variant {
+        "btree" => Ok(Box::new(BTreeIndex::default())),
+        "hash" => Ok(Box::new(HashIndex::default())),
+        "lockfree" => Ok(Box::new(LockFreeIndex::default())),
+        other => Err(Error::invalid(format!(
+            "no index named {other:?} (indexes: {})",
+            INDEX_VARIANTS.join(", ")
+        ))),
+    }
+}
+
+/// An ordered index: a `BTreeMap` behind a reader-writer lock.
+pub struct BTreeIndex<V> {
+    map: RwLock<BTreeMap<Box<[u8]>, V>>,
+}
+
+impl<V> Default for BTreeIndex<V> {
+    fn default() -> Self {
+        BTreeIndex {
+            map: RwLock::new(BTreeMap::new()),
+        }
+    }
+}
+
+impl<V: Clone + Send + Sync> ConcurrentIndex<V> for BTreeIndex<V> {
+    fn get(&self, key: &[u8]) -> Option<V> {
+        self.map.read().get(key).cloned()
+    }
+    fn insert(&self, key: &[u8], value: V) -> Option<V> {
+        let mut m = self.map.write();
+        match m.get_mut(key) {
+            Some(slot) => Some(std::mem::replace(slot, value)),
+            None => m.insert(key.into(), value),
+        }
+    }
+    fn remove(&self, key: &[u8]) -> Option<V> {
+        self.map.write().remove(key)
+    }
+    fn compute(&self, key: &[u8], f: &mut dyn FnMut(Option<&V>) -> Option<V>) -> Option<V> {
+        let mut m = self.map.write();
+        let old = m.get(key).cloned();
+        match f(old.as_ref()) {
+            Some(v) => {
+                m.insert(key.into(), v);
+            }
+            None => {
+                m.remove(key);
+            }
+        }
+        old
+    }
+    fn scan(&self, start: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, V)>> {
+        let m = self.map.read();
+        Ok(
+            m.range::<[u8], _>((Bound::Included(start), Bound::Unbounded))
+                .take(limit)
+                .map(|(k, v)| (k.to_vec(), v.clone()))
+                .collect(),
+        )
+    }
+    fn len(&self) -> usize {
+        self.map.read().len()
+    }
+    fn is_ordered(&self) -> bool {
+        true
+    }
+}
+
+type FastHasher = BuildHasherDefault<std::hash::DefaultHasher>;
+
+/// An unordered index: dashmap's sharded hash map.
+pub struct HashIndex<V> {
+    map: dashmap::DashMap<Box<[u8]>, V>,
+}
+
+impl<V> Default for HashIndex<V> {
+    fn default() -> Self {
+        HashIndex {
+            map: dashmap::DashMap::new(),
+        }
+    }
+}
+
+impl<V: Clone + Send + Sync> ConcurrentIndex<V> for HashIndex<V> {
+    fn get(&self, key: &[u8]) -> Option<V> {
+        self.map.get(key).map(|r| r.value().clone())
+    }
+    fn insert(&self, key: &[u8], value: V) -> Option<V> {
+        if let Some(mut slot) = self.map.get_mut(key) {
+            return Some(std::mem::replace(slot.value_mut(), value));
+        }
+        self.map.insert(key.into(), value)
+    }
+    fn remove(&self, key: &[u8]) -> Option<V> {
+        self.map.remove(key).map(|(_, v)| v)
+    }
+    fn compute(&self, key: &[u8], f: &mut dyn FnMut(Option<&V>) -> Option<V>) -> Option<V> {
+        use dashmap::mapref::entry::Entry;
+        match self.map.entry(key.into()) {
+            Entry::Occupied(mut e) => {
+                let old = e.get().clone();
+                match f(Some(&old)) {
+                    Some(v) => {
+                        e.insert(v);
+                    }
+                    None => {
+                        e.remove();
+                    }
+                }
+                Some(old)
+            }
+            Entry::Vacant(e) => {
+                if let Some(v) = f(None) {
+                    e.insert(v);
+                }
+                None
+            }
+        }
+    }
+    fn scan(&self, _start: &[u8], _limit: usize) -> Result<Vec<(Vec<u8>, V)>> {
+        Err(Error::Unsupported(
+            "scan on a hash index (use the btree variant)".into(),
+        ))
+    }
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+    fn is_ordered(&self) -> bool {
+        false
+    }
+}
+
+/// An unordered lock-free index: papaya's hash map.
+pub struct LockFreeIndex<V> {
+    map: papaya::HashMap<Box<[u8]>, V, FastHasher>,
+}
+
+impl<V> Default for LockFreeIndex<V> {
+    fn default() -> Self {
+        LockFreeIndex {
+            map: papaya::HashMap::with_hasher(FastHasher::default()),
+        }
+    }
+}
+
+impl<V: Clone + Send + Sync> ConcurrentIndex<V> for LockFreeIndex<V> {
+    fn get(&self, key: &[u8]) -> Option<V> {
+        self.map.pin().get(key).cloned()
+    }
+    fn insert(&self, key: &[u8], value: V) -> Option<V> {
+        self.map.pin().insert(key.into(), value).cloned()
+    }
+    fn remove(&self, key: &[u8]) -> Option<V> {
+        self.map.pin().remove(key).cloned()
+    }
+    fn compute(&self, key: &[u8], f: &mut dyn FnMut(Option<&V>) -> Option<V>) -> Option<V> {
+        use papaya::{Compute, Operation};
+        let m = self.map.pin();
+        let r = m.compute(key.into(), |cur| {
+            match (cur.map(|(_, v)| v), f(cur.map(|(_, v)| v))) {
+                (_, Some(v)) => Operation::Insert::<V, ()>(v),
+                (Some(_), None) => Operation::Remove,
+                (None, None) => Operation::Abort(()),
+            }
+        });
+        match r {
+            Compute::Inserted(_, _) | Compute::Aborted(()) => None,
+            Compute::Updated { old: (_, v), .. } | Compute::Removed(_, v) => Some(v.clone()),
+        }
+    }
+    fn scan(&self, _start: &[u8], _limit: usize) -> Result<Vec<(Vec<u8>, V)>> {
+        Err(Error::Unsupported(
+            "scan on a hash index (use the btree variant)".into(),
+        ))
+    }
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+    fn is_ordered(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exercise(variant: &str) {
+        let idx = new_index::<u64>(variant).unwrap();
+        assert!(idx.is_empty());
+        assert_eq!(idx.insert(b"b", 2), None);
+        assert_eq!(idx.insert(b"a", 1), None);
+        assert_eq!(idx.insert(b"b", 3), Some(2));
+        assert_eq!(idx.get(b"b"), Some(3));
+        assert_eq!(idx.len(), 2);
+        assert_eq!(idx.compute(b"a", &mut |v| v.map(|x| x + 10)), Some(1));
+        assert_eq!(idx.get(b"a"), Some(11));
+        assert_eq!(idx.compute(b"c", &mut |_| Some(7)), None);
+        assert_eq!(idx.compute(b"c", &mut |_| None), Some(7));
+        assert_eq!(idx.compute(b"zz", &mut |_| None), None);
+        assert_eq!(idx.get(b"c"), None);
+        assert_eq!(idx.remove(b"a"), Some(11));
+        assert_eq!(idx.remove(b"a"), None);
+        if idx.is_ordered() {
+            idx.insert(b"c", 4);
+            let s = idx.scan(b"b", 10).unwrap();
+            assert_eq!(s, vec![(b"b".to_vec(), 3), (b"c".to_vec(), 4)]);
+            assert_eq!(idx.scan(b"bb", 1).unwrap(), vec![(b"c".to_vec(), 4)]);
+        } else {
+            assert!(matches!(idx.scan(b"", 1), Err(Error::Unsupported(_))));
+        }
+    }
+
+    #[test]
+    fn every_variant_behaves_as_a_map() {
+        for v in INDEX_VARIANTS {
+            exercise(v);
+        }
+        assert!(new_index::<u64>("nope").is_err());
+    }
+
+    #[test]
+    fn concurrent_updates_never_hide_a_key() {
+        for variant in INDEX_VARIANTS {
+            let idx: std::sync::Arc<dyn ConcurrentIndex<u64>> =
+                new_index::<u64>(variant).unwrap().into();
+            idx.insert(b"k", 0);
+            std::thread::scope(|s| {
+                let w = idx.clone();
+                s.spawn(move || {
+                    for i in 1..20_000 {
+                        w.insert(b"k", i);
+                    }
+                });
+                for _ in 0..20_000 {
+                    assert!(
+                        idx.get(b"k").is_some(),
+                        "{variant}: key vanished during update"
+                    );
+                }
+            });
+        }
+    }
+}

@@ -1,0 +1,4 @@
+//! Building blocks shared by engines: concurrent in-DRAM indexes (and, as engines land,
+//! bloom filters, caches, epochs, budgets).
+
+pub mod index;

@@ -1,0 +1,25 @@
+//! # tierkv-core
+//!
+//! Everything the tierkv engines share (DESIGN §1):
+//! - [`api`]: the [`KvStore`] trait, [`Options`], [`Error`], engine specs, [`Stats`];
+//! - [`media`]: the persistent-memory pool and the flash tier;
+//! - [`format`]: the manifest and checksums;
+//! - [`common`]: building blocks (in-DRAM indexes, caches, ...).
+//!
+//! Engines depend on this crate only, never on each other.
+
+pub mod api;
+pub mod common;
+pub mod format;
+pub mod media;
+
+pub use api::error::{Error, Result, Tier};
+pub use api::options::{
+    DurabilityMode, EmulatedLatency, FlashOptions, IoBackend, Limits, Options, PmemOptions,
+};
+pub use api::size::ByteSize;
+pub use api::spec::{EngineParams, EngineSpec};
+pub use api::stats::{Counter, MediaCounters, OpCounters, Stats};
+pub use api::store::{EngineContext, EngineDescriptor, KvPair, KvStore};
+pub use format::manifest::Manifest;
+pub use media::Media;

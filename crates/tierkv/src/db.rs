@@ -1,0 +1,465 @@
+//! [`Db`]: open a data directory, check its manifest against the options, open the media the
+//! engine needs and hand them to the engine; then check every call's arguments against the
+//! limits before the engine sees them.
+//!
+//! Creation is committed by the manifest: media are created and the engine formats them
+//! first, the manifest is written last (crash-safely). A directory without a manifest holds
+//! no store; media files left by an interrupted creation are reported, never reused or
+//! overwritten silently.
+
+use std::fs::{self, File, OpenOptions};
+use std::ops::{Bound, RangeBounds};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tierkv_core::format::manifest::{FlashLayout, Manifest, PmemLayout};
+use tierkv_core::media::Media;
+use tierkv_core::media::flash::FlashDevice;
+use tierkv_core::media::pmem::{PmemConfig, PmemPool};
+use tierkv_core::{
+    EngineContext, EngineDescriptor, EngineSpec, Error, KvPair, KvStore, Limits, Options, Result,
+    Stats, Tier,
+};
+
+use crate::registry::descriptor;
+
+/// The lock file that keeps two `Db`s off one directory.
+pub const LOCK_FILE: &str = "LOCK";
+/// The default pool file name (in the data directory or `pmem.dir`).
+pub const POOL_FILE: &str = "pmem.pool";
+/// The default flash directory inside the data directory.
+pub const FLASH_DIR: &str = "flash";
+
+/// An open store.
+pub struct Db {
+    store: Arc<dyn KvStore>,
+    dir: PathBuf,
+    spec: EngineSpec,
+    descriptor: &'static EngineDescriptor,
+    manifest: Manifest,
+    media: Media,
+    limits: Limits,
+    created: bool,
+    _lock: File,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db")
+            .field("dir", &self.dir)
+            .field("engine", &self.spec.to_string())
+            .finish()
+    }
+}
+
+fn lock_dir(dir: &Path) -> Result<File> {
+    let path = dir.join(LOCK_FILE);
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| Error::io("open", &path, e))?;
+    match f.try_lock() {
+        Ok(()) => Ok(f),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked(dir.to_owned())),
+        Err(std::fs::TryLockError::Error(e)) => Err(Error::io("lock", &path, e)),
+    }
+}
+
+fn canonical_base(d: &EngineDescriptor, spec: &EngineSpec) -> Result<String> {
+    let v = d.variant(spec)?;
+    Ok(if v.is_empty() {
+        d.name.to_owned()
+    } else {
+        format!("{}:{v}", d.name)
+    })
+}
+
+impl Db {
+    /// Opens the store in `dir`, creating it when it holds none and
+    /// `options.create_if_missing` is set.
+    pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Db> {
+        let dir = dir.as_ref().to_path_buf();
+        options.validate()?;
+        let spec = options.engine_spec()?;
+        let desc = descriptor(&spec.name)?;
+        let base = canonical_base(desc, &spec)?;
+        match fs::metadata(&dir) {
+            Ok(m) if !m.is_dir() => {
+                return Err(Error::invalid(format!(
+                    "{} is not a directory",
+                    dir.display()
+                )));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if !options.create_if_missing {
+                    return Err(Error::NoStore(dir));
+                }
+                fs::create_dir_all(&dir).map_err(|e| Error::io("create directory", &dir, e))?;
+            }
+            Err(e) => return Err(Error::io("stat", &dir, e)),
+        }
+        let lock = lock_dir(&dir)?;
+        let existing = Manifest::read_from(&dir)?;
+        let (manifest, created) = match existing {
+            Some(m) => {
+                if m.engine != base {
+                    return Err(Error::invalid(format!(
+                        "{} holds a {} store; it cannot be opened as {base}",
+                        dir.display(),
+                        m.engine
+                    )));
+                }
+                check_layout_matches(&m, &options, &dir)?;
+                (m, false)
+            }
+            None if !options.create_if_missing => return Err(Error::NoStore(dir)),
+            None => (new_manifest(desc, &base, &options, &dir), true),
+        };
+        let mut limits = options.limits;
+        if let Some(max) = desc.max_value_len {
+            if limits.max_value_len > max {
+                limits.max_value_len = max;
+            }
+        }
+        let mut manifest = manifest;
+        let media = open_media(desc, &mut manifest, &options, created)?;
+        let ctx = EngineContext {
+            dir: dir.clone(),
+            spec: spec.clone(),
+            options: Options { limits, ..options },
+            manifest: manifest.clone(),
+            media: media.clone(),
+            created,
+        };
+        let store = match (desc.open)(ctx) {
+            Ok(s) => s,
+            Err(e) => {
+                if created {
+                    remove_created_media(&manifest);
+                }
+                return Err(e);
+            }
+        };
+        if created {
+            // IMPORTANT: the manifest commits the creation; it is written only after the
+            // engine has formatted its media.
+            if let Err(e) = manifest.write_to(&dir) {
+                let _ = store.close();
+                remove_created_media(&manifest);
+                return Err(e);
+            }
+        }
+        Ok(Db {
+            store,
+            dir,
+            spec,
+            descriptor: desc,
+            manifest,
+            media,
+            limits,
+            created,
+            _lock: lock,
+        })
+    }
+
+    /// Opens an existing store; an error ([`Error::NoStore`]) when `dir` holds none.
+    pub fn open_existing(dir: impl AsRef<Path>, options: Options) -> Result<Db> {
+        Db::open(dir, options.create_if_missing(false))
+    }
+
+    /// The value under `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.limits.check_key(key)?;
+        self.store.get(key)
+    }
+
+    /// Stores `value` under `key`; returns once durable.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.limits.check_key(key)?;
+        self.limits.check_value(value)?;
+        self.store.put(key, value)
+    }
+
+    /// Removes `key`; returns once durable.
+    pub fn delete(&self, key: &[u8]) -> Result<()> {
+        self.limits.check_key(key)?;
+        self.store.delete(key)
+    }
+
+    /// Up to `limit` pairs whose keys fall in `range`, in key order.
+    pub fn scan<K, R>(&self, range: R, limit: usize) -> Result<Vec<KvPair>>
+    where
+        K: AsRef<[u8]>,
+        R: RangeBounds<K>,
+    {
+        let start: Vec<u8> = match range.start_bound() {
+            Bound::Unbounded => Vec::new(),
+            Bound::Included(k) => k.as_ref().to_vec(),
+            Bound::Excluded(k) => {
+                // The smallest key greater than k is k followed by a zero byte.
+                let mut s = k.as_ref().to_vec();
+                s.push(0);
+                s
+            }
+        };
+        let mut rows = self.store.scan(&start, limit)?;
+        let keep = |k: &[u8]| match range.end_bound() {
+            Bound::Unbounded => true,
+            Bound::Included(e) => k <= e.as_ref(),
+            Bound::Excluded(e) => k < e.as_ref(),
+        };
+        if let Some(cut) = rows.iter().position(|(k, _)| !keep(k)) {
+            rows.truncate(cut);
+        }
+        Ok(rows)
+    }
+
+    /// Makes buffered background work durable now.
+    pub fn flush(&self) -> Result<()> {
+        self.store.flush()
+    }
+
+    /// The store's counters: the engine's, plus the byte counters of its media (engines
+    /// leave the per-tier byte counters to the media layer, which sees every byte).
+    pub fn stats(&self) -> Stats {
+        let mut s = self.store.stats();
+        s.add_media(&self.media.counters());
+        s
+    }
+
+    /// Verifies the store offline-style: manifest, media headers, then the engine's own
+    /// invariants. One line per thing checked.
+    pub fn check(&self) -> Result<Vec<String>> {
+        let mut lines = vec![format!(
+            "manifest: format ok, engine {}, created by {}",
+            self.manifest.engine, self.manifest.created_by
+        )];
+        if let Some(p) = &self.manifest.pmem {
+            lines.push(format!(
+                "pmem pool {}: {} bytes, id {:#018x}, header ok",
+                p.path.display(),
+                p.size,
+                p.pool_id
+            ));
+        }
+        for f in &self.manifest.flash {
+            lines.push(format!(
+                "flash directory {}: capacity {} bytes",
+                f.path.display(),
+                f.size
+            ));
+        }
+        lines.extend(self.store.check()?);
+        Ok(lines)
+    }
+
+    /// Closes the store (joins the engine's threads, makes everything durable).
+    pub fn close(&self) -> Result<()> {
+        self.store.close()
+    }
+
+    /// The engine spec the store was opened with.
+    pub fn spec(&self) -> &EngineSpec {
+        &self.spec
+    }
+    /// The engine's descriptor.
+    pub fn descriptor(&self) -> &'static EngineDescriptor {
+        self.descriptor
+    }
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    /// The manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+    /// The media the engine was given.
+    pub fn media(&self) -> &Media {
+        &self.media
+    }
+    /// True when this open created the store.
+    pub fn created(&self) -> bool {
+        self.created
+    }
+    /// The limits every call is checked against.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+    /// The engine behind the facade, for harnesses that drive it directly.
+    pub fn store(&self) -> Arc<dyn KvStore> {
+        self.store.clone()
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        // Errors on close at drop have nowhere to go; callers who care call close().
+        let _ = self.store.close();
+    }
+}
+
+fn new_manifest(desc: &EngineDescriptor, base: &str, options: &Options, dir: &Path) -> Manifest {
+    let pmem = desc.uses(Tier::Pmem).then(|| PmemLayout {
+        path: options.pmem.dir.as_deref().unwrap_or(dir).join(POOL_FILE),
+        size: options.pmem.size.bytes(),
+        created_mode: options.pmem.mode,
+        pool_id: 0,
+    });
+    let flash = if desc.uses(Tier::Flash) {
+        let dirs = if options.flash.dirs.is_empty() {
+            vec![dir.join(FLASH_DIR)]
+        } else {
+            options.flash.dirs.clone()
+        };
+        dirs.into_iter()
+            .map(|path| FlashLayout {
+                path,
+                size: options.flash.size.bytes(),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Manifest {
+        engine: base.to_owned(),
+        created_by: format!("tierkv {}", env!("CARGO_PKG_VERSION")),
+        pmem,
+        flash,
+    }
+}
+
+/// On reopen the layout comes from the manifest; explicitly given locations must agree.
+fn check_layout_matches(m: &Manifest, o: &Options, dir: &Path) -> Result<()> {
+    if let (Some(p), Some(want)) = (&m.pmem, &o.pmem.dir) {
+        if p.path != want.join(POOL_FILE) {
+            return Err(Error::invalid(format!(
+                "the store in {} keeps its pmem pool at {}, not in {}",
+                dir.display(),
+                p.path.display(),
+                want.display()
+            )));
+        }
+    }
+    if !o.flash.dirs.is_empty() && !m.flash.is_empty() {
+        let have: Vec<&PathBuf> = m.flash.iter().map(|f| &f.path).collect();
+        let want: Vec<&PathBuf> = o.flash.dirs.iter().collect();
+        if have != want {
+            return Err(Error::invalid(format!(
+                "the store in {} uses flash directories {:?}, not {:?}",
+                dir.display(),
+                have,
+                want
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn open_media(
+    desc: &EngineDescriptor,
+    m: &mut Manifest,
+    o: &Options,
+    created: bool,
+) -> Result<Media> {
+    if let Some(injected) = &o.media {
+        if desc.uses(Tier::Pmem) && injected.pmem.is_none() {
+            return Err(Error::invalid(
+                "injected media lack the pmem pool this engine needs",
+            ));
+        }
+        if desc.uses(Tier::Flash) && injected.flash.is_empty() {
+            return Err(Error::invalid(
+                "injected media lack the flash devices this engine needs",
+            ));
+        }
+        if let (Some(layout), Some(pool)) = (m.pmem.as_mut(), &injected.pmem) {
+            layout.path = pool.path().to_owned();
+            layout.size = pool.len();
+            if created {
+                layout.pool_id = pool.pool_id();
+            }
+        }
+        return Ok(injected.clone());
+    }
+    let mut media = Media::default();
+    if let Some(layout) = m.pmem.as_mut() {
+        if created && layout.size < desc.min_pmem_size {
+            return Err(Error::invalid(format!(
+                "a pmem pool of {} bytes is smaller than the {} bytes the {} engine needs",
+                layout.size, desc.min_pmem_size, desc.name
+            )));
+        }
+        let cfg = PmemConfig {
+            path: layout.path.clone(),
+            size: layout.size,
+            mode: o.pmem.mode,
+            latency: o.pmem.latency,
+        };
+        let pool = if created {
+            if cfg.path.exists() {
+                return Err(Error::invalid(format!(
+                    "pmem pool file {} exists but no manifest refers to it (left by an \
+                     interrupted creation, or another store's pool): remove it to create a new store",
+                    cfg.path.display()
+                )));
+            }
+            let p = PmemPool::create(&cfg)?;
+            layout.pool_id = p.pool_id();
+            p
+        } else {
+            let p = PmemPool::open(&cfg)?;
+            if p.pool_id() != layout.pool_id {
+                return Err(Error::corruption(
+                    Tier::Pmem,
+                    0,
+                    format!(
+                        "pool {} has id {:#x} but the manifest expects {:#x} (a different pool file)",
+                        cfg.path.display(),
+                        p.pool_id(),
+                        layout.pool_id
+                    ),
+                ));
+            }
+            p
+        };
+        media.pmem = Some(pool);
+    }
+    for f in &m.flash {
+        if created && dir_has_entries(&f.path)? {
+            return Err(Error::invalid(format!(
+                "flash directory {} is not empty but no manifest refers to it: use an empty directory",
+                f.path.display()
+            )));
+        }
+        let mut fo = o.flash.clone();
+        fo.size = tierkv_core::ByteSize(f.size);
+        media.flash.push(FlashDevice::open(&f.path, &fo)?);
+    }
+    Ok(media)
+}
+
+fn dir_has_entries(p: &Path) -> Result<bool> {
+    match fs::read_dir(p) {
+        Ok(mut it) => Ok(it.next().is_some()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(Error::io("read directory", p, e)),
+    }
+}
+
+/// Best-effort removal of what a failed creation made, so that the next attempt starts clean.
+fn remove_created_media(m: &Manifest) {
+    if let Some(p) = &m.pmem {
+        let _ = fs::remove_file(&p.path);
+    }
+    for f in &m.flash {
+        let _ = fs::remove_dir_all(&f.path);
+    }
+}
+
+#[cfg(test)]
+mod tests;

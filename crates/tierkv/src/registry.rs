@@ -1,0 +1,17 @@
+//! The engines this build knows, by name.
+
+use tierkv_core::{EngineDescriptor, Error, Result};
+
+/// Every engine in this build, default first.
+pub static ENGINES: &[EngineDescriptor] = &[tierkv_dram::DESCRIPTOR];
+
+/// The engine called `name`, or an error listing the known ones.
+pub fn descriptor(name: &str) -> Result<&'static EngineDescriptor> {
+    ENGINES.iter().find(|d| d.name == name).ok_or_else(|| {
+        let names: Vec<_> = ENGINES.iter().map(|d| d.name).collect();
+        Error::invalid(format!(
+            "unknown engine {name:?} (engines: {})",
+            names.join(", ")
+        ))
+    })
+}
