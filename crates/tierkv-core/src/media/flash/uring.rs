@@ -1,0 +1,452 @@
+//! The io_uring back end, synchronous side: a [`RingPool`] of rings that threads check out
+//! for the duration of one batch ([`UringQueue`]) or one transfer ([`RingPool::run_one`]),
+//! submitting and reaping their own completions (DESIGN §4; issue 3 item 3, "completions
+//! reaped by the caller").
+//!
+//! Ring choice: a small pool behind locks rather than one ring per thread. A thread prefers
+//! "its" ring (chosen round-robin the first time it does I/O), takes any free ring if that
+//! one is busy, creates rings lazily up to the pool's size, and blocks only when every ring
+//! is in use. A ring serves any file of its device. Rings are set up with
+//! `IORING_SETUP_COOP_TASKRUN` where the kernel has it (5.19+): the thread that submits is
+//! the thread that waits, so completions need no inter-processor interrupt.
+//!
+//! Invariants of a [`Ring`]:
+//! 1. every request whose SQE was pushed is owned by a slot (`slots[user_data]`) until its
+//!    CQE is processed, so its buffer outlives the kernel's use of it; `in_flight` counts
+//!    those slots, and there are `cq_entries` slots, so the completion queue cannot overflow;
+//! 2. a ring goes back to the pool only with nothing in flight (a [`UringQueue`] drains on
+//!    drop); if draining fails, the ring is marked broken and its slots are leaked, never
+//!    freed, and the pool replaces the ring;
+//! 3. a one-shot transfer over a borrowed buffer ([`RingPool::run_one`]) returns only after
+//!    its CQE arrived. If the kernel refuses to report it (an `io_uring_enter` error other
+//!    than EINTR/EAGAIN/EBUSY, which a healthy ring never returns), the process aborts:
+//!    returning would let the kernel write into memory the caller may reuse.
+//!
+//! Thread safety: [`RingPool`] is `Send + Sync`; a checked-out ring ([`RingGuard`]) is
+//! `!Send` and used by one thread.
+
+use std::collections::VecDeque;
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use io_uring::{IoUring, opcode, squeue, types};
+use parking_lot::{MappedMutexGuard, Mutex, MutexGuard};
+
+use super::request::{IoCompletion, IoOp, IoRequest, RawOp, Step};
+use super::threads;
+use crate::api::error::{Error, Result};
+
+/// The user data of a one-shot transfer (slot indices are far smaller).
+const ONE_SHOT: u64 = u64::MAX;
+
+/// The SQE for (the remaining part of) `raw`.
+pub(crate) fn sqe(raw: &RawOp, user_data: u64) -> squeue::Entry {
+    // NOTE: requests are at most MAX_IO_LEN (1 GiB) long (checked at admission).
+    let len = u32::try_from(raw.remaining).unwrap_or(u32::MAX);
+    let fd = types::Fd(raw.fd);
+    let e = match raw.op {
+        IoOp::Read => opcode::Read::new(fd, raw.ptr, len)
+            .offset(raw.offset)
+            .build(),
+        IoOp::Write => opcode::Write::new(fd, raw.ptr.cast_const(), len)
+            .offset(raw.offset)
+            .build(),
+    };
+    e.user_data(user_data)
+}
+
+/// Sets up a ring of `entries` submission entries for one submitting-and-reaping thread.
+pub(crate) fn new_uring(entries: u32, coop: bool) -> io::Result<IoUring> {
+    if coop {
+        match IoUring::builder().setup_coop_taskrun().build(entries) {
+            Ok(r) => return Ok(r),
+            // Older kernels do not know the flag.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    IoUring::new(entries)
+}
+
+/// `io_uring_enter`: submits what is queued and waits for `want` completions, retrying
+/// the transient failures.
+pub(crate) fn enter(uring: &IoUring, want: usize) -> io::Result<()> {
+    loop {
+        match uring.submit_and_wait(want) {
+            Ok(_) => return Ok(()),
+            Err(e) => match e.raw_os_error() {
+                Some(libc::EINTR) => {}
+                Some(libc::EAGAIN | libc::EBUSY) => std::thread::yield_now(),
+                _ => return Err(e),
+            },
+        }
+    }
+}
+
+/// One request in flight on a ring.
+#[derive(Debug)]
+struct Slot {
+    req: IoRequest,
+    raw: RawOp,
+}
+
+/// One io_uring instance and the requests it has in flight (see the module invariants).
+pub(crate) struct Ring {
+    uring: IoUring,
+    slots: Vec<Option<Slot>>,
+    free: Vec<usize>,
+    in_flight: usize,
+    ready: VecDeque<IoCompletion>,
+    cqes: Vec<(u64, i32)>,
+    broken: bool,
+}
+
+impl std::fmt::Debug for Ring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ring")
+            .field("slots", &self.slots.len())
+            .field("in_flight", &self.in_flight)
+            .field("broken", &self.broken)
+            .finish()
+    }
+}
+
+impl Ring {
+    fn new(entries: u32) -> io::Result<Ring> {
+        let uring = new_uring(entries, true)?;
+        let n = uring.params().cq_entries() as usize;
+        Ok(Ring {
+            uring,
+            slots: (0..n).map(|_| None).collect(),
+            free: (0..n).rev().collect(),
+            in_flight: 0,
+            ready: VecDeque::new(),
+            cqes: Vec::with_capacity(n),
+            broken: false,
+        })
+    }
+
+    /// Queues an SQE, submitting what is queued first if the submission queue is full.
+    ///
+    /// # Safety
+    /// The memory the entry points to must stay valid (and, for a read, unaliased) until
+    /// its completion has been taken from the completion queue.
+    #[expect(unsafe_code, reason = "io_uring submission")]
+    unsafe fn push(&mut self, e: &squeue::Entry) -> io::Result<()> {
+        loop {
+            // SAFETY: forwarded to our caller (see `# Safety`).
+            if unsafe { self.uring.submission().push(e) }.is_ok() {
+                return Ok(());
+            }
+            enter(&self.uring, 0)?;
+        }
+    }
+
+    /// Moves every available completion into `self.cqes`.
+    fn drain_cq(&mut self) {
+        let cqes = &mut self.cqes;
+        cqes.extend(self.uring.completion().map(|c| (c.user_data(), c.result())));
+    }
+
+    /// Submits, waits for `want` completions and processes them.
+    fn reap(&mut self, want: usize) -> io::Result<()> {
+        enter(&self.uring, want)?;
+        self.drain_cq();
+        self.process();
+        Ok(())
+    }
+
+    /// Applies the collected completions to their slots.
+    fn process(&mut self) {
+        let mut cqes = std::mem::take(&mut self.cqes);
+        for &(user_data, res) in &cqes {
+            let idx = usize::try_from(user_data).unwrap_or(usize::MAX);
+            let Some(slot) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
+                continue;
+            };
+            match slot.raw.advance(i64::from(res)) {
+                Step::Done => self.finish(idx, Ok(())),
+                Step::Failed(e) => self.finish(idx, Err(e)),
+                Step::Again => {
+                    let e = sqe(&slot.raw, user_data);
+                    // SAFETY: the buffer is owned by slot `idx` until it finishes
+                    // (invariant 1).
+                    #[expect(unsafe_code, reason = "resubmitting the rest of a short transfer")]
+                    let pushed = unsafe { self.push(&e) };
+                    if let Err(err) = pushed {
+                        self.finish(idx, Err(err));
+                    }
+                }
+            }
+        }
+        cqes.clear();
+        self.cqes = cqes;
+    }
+
+    /// Ends the request in slot `idx`.
+    fn finish(&mut self, idx: usize, outcome: io::Result<()>) {
+        let Some(Slot { req, .. }) = self.slots.get_mut(idx).and_then(Option::take) else {
+            return;
+        };
+        self.free.push(idx);
+        self.in_flight -= 1;
+        let result = req.file.complete(req.op, req.buf.len(), outcome);
+        self.ready.push_back(IoCompletion {
+            request: req,
+            result,
+        });
+    }
+
+    /// Runs one transfer over a borrowed buffer to completion (module invariant 3).
+    fn run_one(&mut self, raw: &mut RawOp) -> io::Result<()> {
+        loop {
+            let e = sqe(raw, ONE_SHOT);
+            // SAFETY: the caller keeps the buffer alive until we return, and we return
+            // only after this entry's completion was taken (or it was never queued).
+            #[expect(unsafe_code, reason = "one-shot io_uring transfer")]
+            unsafe {
+                self.push(&e)?;
+            }
+            let res = self.wait_one_shot();
+            match raw.advance(res) {
+                Step::Done => return Ok(()),
+                Step::Again => {}
+                Step::Failed(e) => return Err(e),
+            }
+        }
+    }
+
+    fn wait_one_shot(&mut self) -> i64 {
+        loop {
+            if let Some(pos) = self.cqes.iter().position(|c| c.0 == ONE_SHOT) {
+                let (_, res) = self.cqes.swap_remove(pos);
+                return i64::from(res);
+            }
+            if let Err(e) = enter(&self.uring, 1) {
+                // IMPORTANT: the kernel may still own the caller's buffer (invariant 3).
+                eprintln!("tierkv: io_uring_enter failed with a transfer in flight: {e}");
+                std::process::abort();
+            }
+            self.drain_cq();
+        }
+    }
+
+    /// Waits until nothing is in flight; on failure marks the ring broken (invariant 2).
+    fn quiesce(&mut self) {
+        while self.in_flight > 0 {
+            if self.reap(self.in_flight).is_err() {
+                self.broken = true;
+                return;
+            }
+        }
+        self.ready.clear();
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        if self.in_flight > 0 {
+            // IMPORTANT: the kernel may still write into these buffers: leak them.
+            for s in self.slots.drain(..) {
+                std::mem::forget(s);
+            }
+        }
+    }
+}
+
+/// Process-unique token of the current thread (0 means "nobody").
+fn thread_token() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static TOKEN: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    TOKEN.with(|t| *t)
+}
+
+/// A bounded pool of rings (see the module doc).
+#[derive(Debug)]
+pub(crate) struct RingPool {
+    rings: Box<[Mutex<Option<Ring>>]>,
+    /// The token of the thread holding each ring, or 0.
+    holders: Box<[AtomicU64]>,
+    entries: u32,
+}
+
+/// A ring checked out of the pool by the current thread.
+pub(crate) struct RingGuard<'a> {
+    ring: MappedMutexGuard<'a, Ring>,
+    holder: &'a AtomicU64,
+}
+
+impl Drop for RingGuard<'_> {
+    fn drop(&mut self) {
+        self.holder.store(0, Ordering::Release);
+    }
+}
+
+impl RingPool {
+    /// A pool of up to `size` rings of `entries` entries; sets up the first ring now, so
+    /// that a kernel that refuses io_uring is found at open.
+    pub(crate) fn new(entries: u32, size: usize) -> io::Result<RingPool> {
+        let first = Ring::new(entries)?;
+        let size = size.max(1);
+        let mut first = Some(first);
+        Ok(RingPool {
+            rings: (0..size).map(|_| Mutex::new(first.take())).collect(),
+            holders: (0..size).map(|_| AtomicU64::new(0)).collect(),
+            entries,
+        })
+    }
+
+    /// The default pool size: two rings per CPU, at least 4, at most 64.
+    pub(crate) fn default_size() -> usize {
+        let cpus = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+        (2 * cpus).clamp(4, 64)
+    }
+
+    /// Checks a ring out for the current thread; `None` only when this thread already
+    /// holds every ring (blocking would deadlock) or no ring can be set up.
+    pub(crate) fn checkout(&self) -> Option<RingGuard<'_>> {
+        let me = thread_token();
+        let n = self.rings.len();
+        let start = usize::try_from(me).unwrap_or(0) % n;
+        let order = (0..n).map(|k| (start + k) % n);
+        for i in order.clone() {
+            if let Some(g) = self.rings[i].try_lock()
+                && let Some(r) = self.prepare(i, g, me)
+            {
+                return Some(r);
+            }
+        }
+        for i in order {
+            if self.holders[i].load(Ordering::Acquire) != me
+                && let Some(r) = self.prepare(i, self.rings[i].lock(), me)
+            {
+                return Some(r);
+            }
+        }
+        None
+    }
+
+    /// Makes sure slot `i` holds a usable ring and hands it out.
+    fn prepare<'a>(
+        &'a self,
+        i: usize,
+        mut g: MutexGuard<'a, Option<Ring>>,
+        me: u64,
+    ) -> Option<RingGuard<'a>> {
+        if g.as_ref().is_some_and(|r| r.broken) {
+            *g = None; // Ring::drop leaks what the broken ring had in flight
+        }
+        if g.is_none() {
+            *g = Ring::new(self.entries).ok();
+        }
+        let ring = MutexGuard::try_map(g, Option::as_mut).ok()?;
+        let holder = self.holders.get(i)?;
+        holder.store(me, Ordering::Release);
+        Some(RingGuard { ring, holder })
+    }
+
+    /// Runs one transfer over a borrowed buffer through a ring (or with pread/pwrite if this
+    /// thread already holds every ring).
+    pub(crate) fn run_one(&self, raw: &mut RawOp) -> io::Result<()> {
+        match self.checkout() {
+            Some(mut g) => g.ring.run_one(raw),
+            None => threads::execute(raw),
+        }
+    }
+}
+
+/// A caller-reaped queue over a checked-out ring: requests are pushed, submitted together,
+/// and their completions collected by the same thread.
+pub(crate) struct UringQueue<'a> {
+    ring: RingGuard<'a>,
+    dir: &'a Path,
+}
+
+impl<'a> UringQueue<'a> {
+    pub(crate) fn new(ring: RingGuard<'a>, dir: &'a Path) -> UringQueue<'a> {
+        UringQueue { ring, dir }
+    }
+
+    fn enter_error(&self, e: io::Error) -> Error {
+        Error::io("io_uring_enter", self.dir, e)
+    }
+
+    /// Admits and queues a request; a request that cannot be queued completes with its
+    /// error (every request gets exactly one completion).
+    pub(crate) fn push(&mut self, mut req: IoRequest) {
+        let r = &mut *self.ring.ring;
+        if let Err(e) = req.file.admit(req.op, req.offset, req.buf.len()) {
+            r.ready.push_back(IoCompletion {
+                request: req,
+                result: Err(e),
+            });
+            return;
+        }
+        let idx = loop {
+            if let Some(i) = r.free.pop() {
+                break i;
+            }
+            if let Err(e) = r.reap(1) {
+                let result = req.file.complete(req.op, req.buf.len(), Err(e));
+                r.ready.push_back(IoCompletion {
+                    request: req,
+                    result,
+                });
+                return;
+            }
+        };
+        let raw = req.raw();
+        let e = sqe(&raw, idx as u64);
+        r.slots[idx] = Some(Slot { req, raw });
+        r.in_flight += 1;
+        // SAFETY: the buffer is owned by slot `idx` until its completion is processed
+        // (invariant 1).
+        #[expect(unsafe_code, reason = "io_uring submission of an owned request")]
+        let pushed = unsafe { r.push(&e) };
+        if let Err(err) = pushed {
+            r.finish(idx, Err(err));
+        }
+    }
+
+    /// Submits everything queued.
+    pub(crate) fn submit(&mut self) -> Result<()> {
+        enter(&self.ring.ring.uring, 0).map_err(|e| self.enter_error(e))
+    }
+
+    /// Moves completions to `out` until at least `min` were moved or nothing is left in
+    /// flight; returns how many were moved.
+    pub(crate) fn wait(&mut self, min: usize, out: &mut Vec<IoCompletion>) -> Result<usize> {
+        let mut got = 0;
+        loop {
+            let r = &mut *self.ring.ring;
+            got += r.ready.len();
+            out.extend(r.ready.drain(..));
+            if got >= min || r.in_flight == 0 {
+                return Ok(got);
+            }
+            let want = (min - got).min(r.in_flight);
+            if let Err(e) = r.reap(want) {
+                return Err(self.enter_error(e));
+            }
+        }
+    }
+
+    /// Requests pushed and not yet handed out by `wait`.
+    pub(crate) fn outstanding(&self) -> usize {
+        self.ring.ring.in_flight + self.ring.ring.ready.len()
+    }
+
+    /// How many requests can be in flight at once.
+    pub(crate) fn capacity(&self) -> usize {
+        self.ring.ring.slots.len()
+    }
+}
+
+impl Drop for UringQueue<'_> {
+    fn drop(&mut self) {
+        self.ring.ring.quiesce();
+    }
+}
