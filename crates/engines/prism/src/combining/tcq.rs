@@ -9,30 +9,31 @@
 //!   result arrives (its request was coalesced into a batch) or it is made leader.
 //! - The leader takes its own request and walks the queue through the `next` links,
 //!   taking each follower's request, until it has `limit` requests (the queue depth) or
-//!   finds no follower; then it *hands off*: if no one queued behind the last node it took,
-//!   it resets `tail` to null (CAS), otherwise it waits for the newcomer's link and makes
-//!   that node the next leader. Only then does it submit its batch (③) and wait for its own
-//!   result like the followers. Completions (④) come from the flash tier's completion
+//!   finds no further follower, and submits the batch (③). Like the holder of an MCS lock
+//!   it keeps the queue while it submits, so threads arriving during the submission line
+//!   up for the next batch. Then it *hands off*: if no one queued behind the last node it
+//!   took, it resets `tail` to null (CAS); otherwise it waits for the newcomer's link and
+//!   makes that node the next leader. Finally it *releases* the followers it took and
+//!   waits for its own result. Completions (④) come from the flash tier's completion
 //!   thread and wake each thread through its [`Completer`].
 //!
 //! So the batch size follows the concurrency: alone, a thread submits a batch of one at
 //! once (low latency); with many readers, batches grow up to the queue depth (bandwidth,
-//! fewer system calls). A follower never spins on the device; it parks.
+//! fewer system calls). Followers park; they never touch the device.
 //!
 //! # Invariants (the SAFETY comments refer to these)
-//! 1. A node lives on its owner's stack and is not moved while enqueued. The owner leaves
-//!    `execute` only after its result arrived (or after it led a batch, which includes its
-//!    own request, and its result arrived). A result arrives only after the batch holding
-//!    the request was submitted, and a leader touches the nodes of its batch — and the node
-//!    it hands off to — only *before* it submits. Hence every node a leader dereferences is
-//!    alive.
+//! 1. A node lives on its owner's stack and is not moved while enqueued. A follower whose
+//!    request was taken leaves `execute` only after its result arrived *and* its leader
+//!    released it; the leader releases its followers only after its last access to any of
+//!    their nodes (the hand-off reads the last one's link). A node not taken stays until
+//!    it is made leader and leads. Hence every node a leader dereferences is alive.
 //! 2. Segments of the queue are owned by exactly one leader: the nodes from a leader's own
 //!    node up to the node before its hand-off target. Only that leader takes their
 //!    requests, so the `UnsafeCell` holding a request has one writer (the owner, before it
 //!    publishes the node with the Release swap/link) and then one reader (the leader, after
 //!    an Acquire load of the link).
-//! 3. The thread handle of a node is cloned *before* the node is signalled (state = LEADER),
-//!    since the signalled thread may return and free its node at once.
+//! 3. The thread handle of a node is cloned *before* the node is made leader, since the
+//!    new leader may run to completion and free its node at once.
 //!
 //! Thread safety: `Send + Sync`; any number of threads may call `execute` at once.
 
@@ -48,9 +49,13 @@ use super::completion::{Completer, pair};
 /// A batch handed to the submit function: each request with the completer of its result.
 pub type Batch<R, T> = Vec<(R, Completer<T>)>;
 
+/// What a leader gathered: the batch, the last node taken, the followers taken.
+type Gathered<R, T> = (Batch<R, T>, *mut Node<R, T>, Vec<*mut Node<R, T>>);
+
 struct Node<R, T> {
     next: AtomicPtr<Node<R, T>>,
     leader: AtomicBool,
+    released: AtomicBool,
     request: UnsafeCell<Option<(R, Completer<T>)>>,
     thread: Thread,
 }
@@ -92,6 +97,7 @@ impl<R: Send, T: Send> ThreadCombiningQueue<R, T> {
         let node = Node {
             next: AtomicPtr::new(ptr::null_mut()),
             leader: AtomicBool::new(false),
+            released: AtomicBool::new(false),
             request: UnsafeCell::new(Some((request, completer))),
             thread: std::thread::current(),
         };
@@ -100,24 +106,37 @@ impl<R: Send, T: Send> ThreadCombiningQueue<R, T> {
         if prev.is_null() {
             node.leader.store(true, Ordering::Relaxed);
         } else {
-            // SAFETY: `prev` was the tail, so its owner is still in `execute`: its leader
-            // cannot submit (and so its result cannot arrive) before handing off, and the
-            // hand-off waits for this very link (invariant 1).
+            // SAFETY: `prev` was the tail, so its owner is still in `execute`: if its
+            // request was taken, its leader's hand-off waits for this very link before
+            // releasing it; if not, it waits to lead (invariant 1).
             #[expect(unsafe_code, reason = "MCS link to the predecessor node")]
             unsafe { &*prev }.next.store(me, Ordering::Release);
         }
         if let Some(r) = waiter.wait_or(|| node.leader.load(Ordering::Acquire)) {
+            // Taken by a leader, which may still read this node until it releases it.
+            while !node.released.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
             return r;
         }
         // This thread leads: its own request has not been taken (invariant 2).
-        let batch = self.gather(&node);
+        let (batch, last, followers) = self.gather(&node);
         submit(batch);
+        self.hand_off(last);
+        for f in followers {
+            // SAFETY: `f` was taken by this leader and is not released yet (invariant 1);
+            // after this store this thread never touches it again.
+            #[expect(unsafe_code, reason = "leader releases a follower node")]
+            unsafe { &*f }.released.store(true, Ordering::Release);
+        }
         waiter.wait()
     }
 
-    /// Takes the requests of the leader's segment, then hands off (see the module doc).
-    fn gather(&self, head: &Node<R, T>) -> Batch<R, T> {
+    /// Takes the requests of up to `limit` nodes from the leader's own node on. Returns
+    /// the batch, the last node taken and the followers taken.
+    fn gather(&self, head: &Node<R, T>) -> Gathered<R, T> {
         let mut batch = Vec::with_capacity(self.limit.min(64));
+        let mut followers = Vec::new();
         let mut cur = ptr::from_ref(head).cast_mut();
         loop {
             // SAFETY: `cur` is the leader's own node or a node reached through an Acquire
@@ -130,53 +149,48 @@ impl<R: Send, T: Send> ThreadCombiningQueue<R, T> {
             if let Some(r) = unsafe { (*node.request.get()).take() } {
                 batch.push(r);
             }
-            let next = match self.next_of(cur) {
-                Some(n) => n,
-                None => return batch,
-            };
-            if batch.len() >= self.limit {
-                self.hand_off(next);
-                return batch;
+            if !ptr::eq(cur, head) {
+                followers.push(cur);
+            }
+            let next = node.next.load(Ordering::Acquire);
+            if batch.len() >= self.limit || next.is_null() {
+                return (batch, cur, followers);
             }
             cur = next;
         }
     }
 
-    /// The node after `cur`, or `None` if `cur` was the tail (which is then reset to
-    /// null). Waits for a newcomer's link when the tail moved but the link is not there yet.
-    fn next_of(&self, cur: *mut Node<R, T>) -> Option<*mut Node<R, T>> {
-        // SAFETY: as in `gather`: `cur` is alive and in this leader's segment.
-        #[expect(unsafe_code, reason = "leader reads a node of its segment")]
-        let node = unsafe { &*cur };
-        let next = node.next.load(Ordering::Acquire);
-        if !next.is_null() {
-            return Some(next);
-        }
-        if self
-            .tail
-            .compare_exchange(cur, ptr::null_mut(), Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            return None;
-        }
-        // A newcomer swapped itself in behind `cur` and is about to link.
-        loop {
-            let next = node.next.load(Ordering::Acquire);
-            if !next.is_null() {
-                return Some(next);
+    /// Passes the queue on after `last`, the last node taken: resets the tail if no one
+    /// queued behind it, else makes the next node leader.
+    fn hand_off(&self, last: *mut Node<R, T>) {
+        // SAFETY: `last` is the leader's own node or a follower it has not released yet
+        // (invariant 1).
+        #[expect(unsafe_code, reason = "leader reads the last node of its segment")]
+        let node = unsafe { &*last };
+        let mut next = node.next.load(Ordering::Acquire);
+        if next.is_null() {
+            if self
+                .tail
+                .compare_exchange(last, ptr::null_mut(), Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return;
             }
-            std::thread::yield_now();
+            // A newcomer swapped itself in behind `last` and is about to link.
+            loop {
+                next = node.next.load(Ordering::Acquire);
+                if !next.is_null() {
+                    break;
+                }
+                std::thread::yield_now();
+            }
         }
-    }
-
-    /// Makes `next` the leader of the rest of the queue.
-    fn hand_off(&self, next: *mut Node<R, T>) {
-        // SAFETY: `next` is linked behind this leader's segment and not yet signalled, so
-        // its owner is waiting in `execute` (invariant 1).
+        // SAFETY: `next` is linked behind this leader's segment and waits to lead, so it
+        // is alive (invariant 1).
         #[expect(unsafe_code, reason = "leader signals the next leader")]
-        let node = unsafe { &*next };
-        let thread = node.thread.clone(); // invariant 3
-        node.leader.store(true, Ordering::Release);
+        let successor = unsafe { &*next };
+        let thread = successor.thread.clone(); // invariant 3
+        successor.leader.store(true, Ordering::Release);
         thread.unpark();
     }
 }

@@ -34,31 +34,36 @@ pub(crate) fn run(rx: Receiver<Msg>, capacity: u64, evict: EvictFn, shared: Arc<
     loop {
         let Ok(first) = rx.recv() else { return };
         let batch = std::iter::once(first).chain(rx.try_iter().take(BATCH - 1));
-        let outcome = catch_unwind(AssertUnwindSafe(|| step(&mut q, batch, &evict, &shared)));
-        match outcome {
-            Ok(true) => {}
-            Ok(false) => return,
-            Err(panic) => {
-                let why = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "panic".to_owned());
-                *shared.poisoned.lock() = Some(why);
-                return;
-            }
+        let mut barriers = Vec::new();
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            step(&mut q, batch, &evict, &shared, &mut barriers)
+        }));
+        if let Err(panic) = &outcome {
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "panic".to_owned());
+            *shared.poisoned.lock() = Some(why);
+        }
+        // NOTE: barriers are answered only now, so a waiter sees the poison it waited for.
+        for b in barriers {
+            let _ = b.send(());
+        }
+        if !matches!(outcome, Ok(true)) {
+            return;
         }
     }
 }
 
-/// Applies one batch; false when the batch held `Stop`.
+/// Applies one batch, collecting its barriers; false when the batch held `Stop`.
 fn step(
     q: &mut TwoQueue,
     batch: impl Iterator<Item = Msg>,
     evict: &EvictFn,
     shared: &Shared,
+    barriers: &mut Vec<Sender<()>>,
 ) -> bool {
-    let mut barriers = Vec::new();
     let mut keep_going = true;
     for m in batch {
         match m {
@@ -87,8 +92,5 @@ fn step(
         .entries
         .set((sizes.inactive_len + sizes.active_len) as u64);
     *shared.lists.lock() = sizes;
-    for b in barriers {
-        let _ = b.send(());
-    }
     keep_going
 }
