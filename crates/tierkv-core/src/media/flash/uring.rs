@@ -416,8 +416,9 @@ impl<'a> UringQueue<'a> {
         enter(&self.ring.ring.uring, 0).map_err(|e| self.enter_error(e))
     }
 
-    /// Moves completions to `out` until at least `min` were moved or nothing is left in
-    /// flight; returns how many were moved.
+    /// Submits what is queued and moves completions to `out` until at least `min` were
+    /// moved or nothing is left in flight; returns how many were moved. Submitting and
+    /// waiting take one `io_uring_enter` together.
     pub(crate) fn wait(&mut self, min: usize, out: &mut Vec<IoCompletion>) -> Result<usize> {
         let mut got = 0;
         loop {
@@ -425,6 +426,9 @@ impl<'a> UringQueue<'a> {
             got += r.ready.len();
             out.extend(r.ready.drain(..));
             if got >= min || r.in_flight == 0 {
+                if !r.uring.submission().is_empty() {
+                    self.submit()?;
+                }
                 return Ok(got);
             }
             let want = (min - got).min(r.in_flight);
