@@ -8,8 +8,6 @@
 
 mod flash_support;
 
-use std::process::Command;
-
 use flash_support::{data_disk_dir, open, options, pattern, read};
 use tierkv_core::media::flash::{FlashDevice, IoBatch, uring_fallback_announced};
 use tierkv_core::{Error, IoBackend};
@@ -101,22 +99,10 @@ fn auto_falls_back_to_pread_and_says_so_once_where_io_uring_is_refused() {
         run_without_io_uring();
         return;
     }
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "auto_falls_back_to_pread_and_says_so_once_where_io_uring_is_refused",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, "1")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "child failed: {}\n{stderr}",
-        String::from_utf8_lossy(&out.stdout)
+    let notices = flash_support::child_stderr_lines(
+        "auto_falls_back_to_pread_and_says_so_once_where_io_uring_is_refused",
+        CHILD_ENV,
+        NOTICE,
     );
-    let notices = stderr.lines().filter(|l| l.contains(NOTICE)).count();
-    assert_eq!(notices, 1, "the fallback is said exactly once:\n{stderr}");
+    assert_eq!(notices, 1, "the fallback is said exactly once");
 }
