@@ -22,6 +22,7 @@
 
 use std::collections::VecDeque;
 use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -65,6 +66,8 @@ struct Shared {
 pub(crate) struct AsyncRing {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// The device's directory, for errors.
+    dir: PathBuf,
 }
 
 impl std::fmt::Debug for AsyncRing {
@@ -183,7 +186,8 @@ impl Shared {
             }
         }
         done.append(&mut st.refused);
-        // A failed submit leaves the entries queued; the next wait submits them.
+        // NOTE: a failed submit leaves the entries queued; the next io_uring_enter of this
+        // thread (which submits what is queued) or of a submitter retries them.
         let _ = self.pump(&mut st, false);
     }
 
@@ -221,7 +225,7 @@ fn reap_loop(shared: &Shared) {
 
 impl AsyncRing {
     /// Sets up the ring (`entries` deep) and starts its completion thread.
-    pub(crate) fn start(entries: u32) -> io::Result<AsyncRing> {
+    pub(crate) fn start(entries: u32, dir: &Path) -> io::Result<AsyncRing> {
         // NOTE: no COOP_TASKRUN here: the submitting thread is not the one that waits.
         let uring = new_uring(entries, false)?;
         let limit = uring.params().sq_entries() as usize;
@@ -238,11 +242,13 @@ impl AsyncRing {
         Ok(AsyncRing {
             shared,
             thread: Some(thread),
+            dir: dir.to_owned(),
         })
     }
 
     /// Admits and queues `requests`; never blocks on I/O. Each request is delivered to
-    /// `notifier` exactly once, from the completion thread.
+    /// `notifier` exactly once, from the completion thread. `Err` means the kernel refused
+    /// the submission for now (the requests stay queued and go with the next submission).
     pub(crate) fn submit(&self, requests: Vec<IoRequest>, notifier: &Notifier) -> Result<()> {
         if self.shared.stop.load(Ordering::Acquire) {
             return Err(Error::Closed);
@@ -266,10 +272,9 @@ impl AsyncRing {
             st.backlog.push_back(i);
         }
         let wake = !st.refused.is_empty();
-        // NOTE: a failed submit leaves the entries queued for the completion thread's next
-        // io_uring_enter; the requests are not lost.
-        let _ = self.shared.pump(&mut st, wake);
-        Ok(())
+        self.shared
+            .pump(&mut st, wake)
+            .map_err(|e| Error::io("io_uring_enter", &self.dir, e))
     }
 }
 
