@@ -16,6 +16,20 @@ use value_storage_support::{backends, data_dir, device, parse, storage, value};
 const CHUNK: u32 = 16 * 1024;
 const CHUNKS: u64 = 10;
 
+/// The core's side of a relocation: the entry must hold `old`; it now holds `new`.
+fn relocate(
+    hsit: &Mutex<HashMap<u64, ValueLocation>>,
+    slot: u64,
+    old: ValueLocation,
+    new: ValueLocation,
+) -> tierkv_core::Result<bool> {
+    let mut h = hsit.lock().expect("hsit");
+    let cur = h.get_mut(&slot).expect("only live values are moved");
+    assert_eq!(*cur, old);
+    *cur = new;
+    Ok(true)
+}
+
 /// Fills every chunk a writer may use with 4 values each; returns slot -> location.
 fn fill(vs: &ValueStorage) -> HashMap<u64, ValueLocation> {
     let mut hsit = HashMap::new();
@@ -49,19 +63,12 @@ fn full_storage_refuses_writes_until_gc_frees_chunks() {
     );
     assert!(vs.needs_gc());
     // Supersede three of every four values: each chunk keeps one live value.
-    for (s, l) in hsit.lock().unwrap().iter().filter(|(s, _)| *s % 4 != 0) {
-        let _ = s;
+    for (_, l) in hsit.lock().unwrap().iter().filter(|(s, _)| *s % 4 != 0) {
         vs.invalidate(*l).unwrap();
     }
     hsit.lock().unwrap().retain(|s, _| s % 4 == 0);
     let r = vs
-        .gc_step(&|slot, old, new| {
-            let mut h = hsit.lock().unwrap();
-            let cur = h.get_mut(&slot).expect("only live values are moved");
-            assert_eq!(*cur, old);
-            *cur = new;
-            Ok(true)
-        })
+        .gc_step(&|slot, old, new| relocate(&hsit, slot, old, new))
         .unwrap();
     println!("{r:?}");
     let fit = vs.payload_capacity() / 3024;
@@ -86,13 +93,7 @@ fn full_storage_refuses_writes_until_gc_frees_chunks() {
     hsit.lock().unwrap().insert(1000, l[0]);
     assert_eq!(vs.stats().live_values, 9);
     let r = vs
-        .gc_step(&|slot, old, new| {
-            let mut h = hsit.lock().unwrap();
-            let cur = h.get_mut(&slot).expect("only live values are moved");
-            assert_eq!(*cur, old);
-            *cur = new;
-            Ok(true)
-        })
+        .gc_step(&|slot, old, new| relocate(&hsit, slot, old, new))
         .unwrap();
     assert!(r.values_moved > 0, "a second step merges the rest: {r:?}");
 }
