@@ -16,18 +16,22 @@
 //! 1. A location is published in HSIT only after `write_chunk` returned it.
 //! 2. When an HSIT entry stops pointing at a location (update, delete, GC or SVC relocation
 //!    won by someone else), whoever moved it calls [`ValueStorage::invalidate`] on the old
-//!    location, exactly once.
+//!    location, exactly once, and only after the new forward pointer is persisted (§5.4):
+//!    an invalidated chunk may be freed and overwritten, so no durable pointer may still
+//!    lead into it (FORMAT.md, "Rules that make crashes harmless").
 //! 3. A reader pins the epoch (`crossbeam_epoch::pin()`, default collector) from loading a
 //!    location out of HSIT until [`ValueStorage::read`] returns; a chunk is reused only
 //!    after such readers are done (see `chunk_table`). A reader that finds a backward
 //!    pointer other than its slot retries through HSIT.
 //! 4. `relocate(backptr, old, new)` of [`ValueStorage::gc_step`] CASes the HSIT entry of
-//!    `backptr` from `old` to `new` (durably, §5.4) and says whether it won; it returns `Err`
-//!    only if it left the entry unchanged.
+//!    `backptr` from `old` to `new`, persists it (§5.4), and says whether it won; it returns
+//!    `Err` only if it left the entry unchanged.
 //!
 //! Thread safety: `Send + Sync`, every method takes `&self`. Writers run concurrently, each
 //! on its own chunk (allocation is the only critical section, §5.2); readers are never
 //! blocked, not even by GC; one GC step runs at a time per storage.
+
+#![forbid(unsafe_code)]
 
 pub mod bitmap;
 pub mod chunk_format;
