@@ -72,6 +72,8 @@ pub const DEFAULT_CHUNK_SIZE: u32 = 512 * 1024;
 pub const GC_RESERVE: usize = 2;
 /// Most chunks with live values one GC step collects.
 pub const MAX_GC_VICTIMS: usize = 8;
+/// Chunk buffers kept for reuse by writers.
+const BUFFER_POOL: usize = 4;
 /// How long a writer that found no free chunk waits for retired chunks to come free.
 const ALLOCATION_WAIT: Duration = Duration::from_secs(1);
 
@@ -92,6 +94,7 @@ pub struct ValueStorage {
     recovering: AtomicBool,
     gc_lock: Mutex<()>,
     gc_threshold: AtomicUsize,
+    buffers: Mutex<Vec<AlignedBuf>>,
     counters: Counters,
 }
 
@@ -222,6 +225,7 @@ impl ValueStorage {
             recovering: AtomicBool::new(recovering),
             gc_lock: Mutex::new(()),
             gc_threshold: AtomicUsize::new(threshold),
+            buffers: Mutex::new(Vec::new()),
             counters: Counters::default(),
         })
     }
@@ -280,7 +284,9 @@ impl ValueStorage {
     /// Writes `values` (backward pointer, value) into one new chunk through io_uring, syncs
     /// it, marks the values valid and returns their locations, in order. The values must
     /// fit in one chunk ([`Self::values_fitting`]); `InvalidArgument` otherwise. `NoSpace`
-    /// when no free chunk is left (run [`Self::gc_step`]).
+    /// when no free chunk is left (run [`Self::gc_step`]); when only retired chunks are
+    /// left it first waits (up to a second) for their grace period, unless the calling
+    /// thread is itself pinned (`crossbeam_epoch::is_pinned`), which would block it.
     pub fn write_chunk(&self, values: &[(u64, &[u8])]) -> Result<Vec<ValueLocation>> {
         self.write_values(values, GC_RESERVE)
     }
@@ -334,7 +340,12 @@ impl ValueStorage {
             if let Some(c) = self.table.allocate(reserve) {
                 return Ok(c);
             }
-            if self.table.retiring_count() == 0 || Instant::now() >= deadline {
+            // NOTE: a caller holding an epoch guard would block the very grace period it
+            // waits for; it gets NoSpace at once instead.
+            if self.table.retiring_count() == 0
+                || crossbeam_epoch::is_pinned()
+                || Instant::now() >= deadline
+            {
                 return Err(Error::no_space(
                     Tier::Flash,
                     format!(
@@ -368,7 +379,7 @@ impl ValueStorage {
         values: &[(u64, &[u8])],
     ) -> Result<(Vec<ValueLocation>, u64, u32)> {
         let sequence = self.next_sequence()?;
-        let mut buf = AlignedBuf::new(self.chunk_size as usize)?;
+        let mut buf = self.take_buffer()?;
         let mut enc = ChunkEncoder::new(
             &mut buf,
             ChunkId {
@@ -383,21 +394,43 @@ impl ValueStorage {
             .collect::<Result<Vec<_>>>()?;
         let image_len = enc.finish();
         buf.set_len(image_len)?;
-        self.submit_write(self.chunk_offset(chunk), buf)?;
+        let buf = self.submit_write(self.chunk_offset(chunk), buf)?;
+        self.return_buffer(buf);
         // IMPORTANT: durable before the caller may publish any of these locations.
         self.file.sync()?;
         Ok((locs, sequence, image_len as u32))
     }
 
-    /// Submits one write on the flash tier's asynchronous io_uring path and waits for it.
-    fn submit_write(&self, offset: u64, buf: AlignedBuf) -> Result<()> {
+    /// A chunk-sized buffer, reused from earlier writes when one is free. Reuse is safe:
+    /// the encoder writes every byte of the image it returns (header, records, padding,
+    /// zeroed tail of the last block), and nothing past the image is written.
+    fn take_buffer(&self) -> Result<AlignedBuf> {
+        let reused = self.buffers.lock().pop();
+        let mut buf = match reused {
+            Some(b) => b,
+            None => AlignedBuf::new(self.chunk_size as usize)?,
+        };
+        buf.set_len(self.chunk_size as usize)?;
+        Ok(buf)
+    }
+
+    fn return_buffer(&self, buf: AlignedBuf) {
+        let mut pool = self.buffers.lock();
+        if pool.len() < BUFFER_POOL {
+            pool.push(buf);
+        }
+    }
+
+    /// Submits one write on the flash tier's asynchronous io_uring path, waits for it and
+    /// returns the buffer.
+    fn submit_write(&self, offset: u64, buf: AlignedBuf) -> Result<AlignedBuf> {
         let (completer, waiter) = completion::pair();
         let mut io = IoBatch::with_capacity(1);
         io.write(&self.file, offset, buf, 0);
         let notifier: Notifier = Arc::new(BatchNotifier::new(vec![Some(completer)]));
         self.device.submit_async(io, &notifier)?;
         drop(notifier);
-        waiter.wait().map(drop)
+        waiter.wait()
     }
 
     fn check_location(&self, loc: ValueLocation) -> Result<()> {

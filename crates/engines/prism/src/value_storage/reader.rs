@@ -179,26 +179,30 @@ impl ChunkReader {
         let specs: Vec<ReadSpec> = groups.iter().map(|g| g.0).collect();
         let issued = specs.len();
         for ((spec, members), result) in groups.iter().zip(self.read_batch(specs)) {
-            for &i in members {
-                let Some(&(start, len)) = ranges.get(i) else {
-                    continue;
-                };
-                match &result {
-                    Ok(buf) => {
+            match result {
+                Ok(buf) => {
+                    for &i in members {
+                        let Some(&(start, len)) = ranges.get(i) else {
+                            continue;
+                        };
                         let from = (start - spec.offset) as usize;
-                        let bytes = buf
-                            .get(from..from + len as usize)
-                            .ok_or_else(|| Error::invalid("range outside its read"));
-                        f(i, bytes);
+                        f(
+                            i,
+                            buf.get(from..from + len as usize)
+                                .ok_or_else(|| Error::invalid("range outside its read")),
+                        );
                     }
-                    Err(e) => f(
-                        i,
-                        Err(Error::io(
-                            "read",
-                            "value storage",
-                            io::Error::other(e.to_string()),
-                        )),
-                    ),
+                }
+                Err(e) => {
+                    // The first range gets the error itself, the others a description.
+                    let what = e.to_string();
+                    let mut first = Some(e);
+                    for &i in members {
+                        let e = first.take().unwrap_or_else(|| {
+                            Error::io("read", "value storage", io::Error::other(what.clone()))
+                        });
+                        f(i, Err(e));
+                    }
                 }
             }
         }
