@@ -357,7 +357,9 @@ impl FlashDevice {
 
 impl Drop for FlashDevice {
     fn drop(&mut self) {
-        // Stops and joins the completion thread (after delivering what is in flight).
-        drop(self.async_path.lock().take());
+        // Stops and joins the completion thread (after delivering what is in flight),
+        // without holding the lock while joining.
+        let path = self.async_path.lock().take();
+        drop(path);
     }
 }

@@ -6,7 +6,9 @@
 //! Ring choice: a small pool behind locks rather than one ring per thread. A thread prefers
 //! "its" ring (chosen round-robin the first time it does I/O), takes any free ring if that
 //! one is busy, creates rings lazily up to the pool's size, and blocks only when every ring
-//! is in use. A ring serves any file of its device. Rings are set up with
+//! is in use and it holds no ring itself (a thread that already holds a ring, of any
+//! device, never blocks on another: it runs the transfer with pread/pwrite instead, so
+//! nested use cannot deadlock). A ring serves any file of its device. Rings are set up with
 //! `IORING_SETUP_COOP_TASKRUN` where the kernel has it (5.19+): the thread that submits is
 //! the thread that waits, so completions need no inter-processor interrupt.
 //!
@@ -25,10 +27,11 @@
 //! Thread safety: [`RingPool`] is `Send + Sync`; a checked-out ring ([`RingGuard`]) is
 //! `!Send` and used by one thread.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use io_uring::{IoUring, opcode, squeue, types};
 use parking_lot::{MappedMutexGuard, Mutex, MutexGuard};
@@ -255,33 +258,42 @@ impl Drop for Ring {
     }
 }
 
-/// Process-unique token of the current thread (0 means "nobody").
-fn thread_token() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
+/// The index of the ring this thread tries first (threads are spread round-robin).
+fn preferred_ring(n: usize) -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
-        static TOKEN: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+        static HINT: usize = NEXT.fetch_add(1, Ordering::Relaxed);
     }
-    TOKEN.with(|t| *t)
+    HINT.with(|h| *h) % n
+}
+
+thread_local! {
+    /// How many rings (of any pool) this thread holds now.
+    static RINGS_HELD: Cell<usize> = const { Cell::new(0) };
 }
 
 /// A bounded pool of rings (see the module doc).
 #[derive(Debug)]
 pub(crate) struct RingPool {
     rings: Box<[Mutex<Option<Ring>>]>,
-    /// The token of the thread holding each ring, or 0.
-    holders: Box<[AtomicU64]>,
     entries: u32,
 }
 
 /// A ring checked out of the pool by the current thread.
 pub(crate) struct RingGuard<'a> {
     ring: MappedMutexGuard<'a, Ring>,
-    holder: &'a AtomicU64,
+}
+
+impl<'a> RingGuard<'a> {
+    fn new(ring: MappedMutexGuard<'a, Ring>) -> RingGuard<'a> {
+        RINGS_HELD.with(|h| h.set(h.get() + 1));
+        RingGuard { ring }
+    }
 }
 
 impl Drop for RingGuard<'_> {
     fn drop(&mut self) {
-        self.holder.store(0, Ordering::Release);
+        RINGS_HELD.with(|h| h.set(h.get().saturating_sub(1)));
     }
 }
 
@@ -294,7 +306,6 @@ impl RingPool {
         let mut first = Some(first);
         Ok(RingPool {
             rings: (0..size).map(|_| Mutex::new(first.take())).collect(),
-            holders: (0..size).map(|_| AtomicU64::new(0)).collect(),
             entries,
         })
     }
@@ -305,51 +316,42 @@ impl RingPool {
         (2 * cpus).clamp(4, 64)
     }
 
-    /// Checks a ring out for the current thread; `None` only when this thread already
-    /// holds every ring (blocking would deadlock) or no ring can be set up.
+    /// Checks a ring out for the current thread; `None` when every ring is busy and this
+    /// thread already holds one (blocking could deadlock), or no ring can be set up.
     pub(crate) fn checkout(&self) -> Option<RingGuard<'_>> {
-        let me = thread_token();
         let n = self.rings.len();
-        let start = usize::try_from(me).unwrap_or(0) % n;
+        let start = preferred_ring(n);
         let order = (0..n).map(|k| (start + k) % n);
         for i in order.clone() {
             if let Some(g) = self.rings[i].try_lock()
-                && let Some(r) = self.prepare(i, g, me)
+                && let Some(r) = self.prepare(g)
             {
                 return Some(r);
             }
         }
-        for i in order {
-            if self.holders[i].load(Ordering::Acquire) != me
-                && let Some(r) = self.prepare(i, self.rings[i].lock(), me)
-            {
-                return Some(r);
-            }
+        if RINGS_HELD.with(Cell::get) > 0 {
+            return None;
         }
-        None
+        order
+            .into_iter()
+            .find_map(|i| self.prepare(self.rings[i].lock()))
     }
 
-    /// Makes sure slot `i` holds a usable ring and hands it out.
-    fn prepare<'a>(
-        &'a self,
-        i: usize,
-        mut g: MutexGuard<'a, Option<Ring>>,
-        me: u64,
-    ) -> Option<RingGuard<'a>> {
+    /// Makes sure the slot holds a usable ring and hands it out.
+    fn prepare<'a>(&'a self, mut g: MutexGuard<'a, Option<Ring>>) -> Option<RingGuard<'a>> {
         if g.as_ref().is_some_and(|r| r.broken) {
             *g = None; // Ring::drop leaks what the broken ring had in flight
         }
         if g.is_none() {
             *g = Ring::new(self.entries).ok();
         }
-        let ring = MutexGuard::try_map(g, Option::as_mut).ok()?;
-        let holder = self.holders.get(i)?;
-        holder.store(me, Ordering::Release);
-        Some(RingGuard { ring, holder })
+        MutexGuard::try_map(g, Option::as_mut)
+            .ok()
+            .map(RingGuard::new)
     }
 
-    /// Runs one transfer over a borrowed buffer through a ring (or with pread/pwrite if this
-    /// thread already holds every ring).
+    /// Runs one transfer over a borrowed buffer through a ring (or with pread/pwrite when
+    /// no ring can be had without blocking while this thread holds one).
     pub(crate) fn run_one(&self, raw: &mut RawOp) -> io::Result<()> {
         match self.checkout() {
             Some(mut g) => g.ring.run_one(raw),
@@ -416,8 +418,9 @@ impl<'a> UringQueue<'a> {
         enter(&self.ring.ring.uring, 0).map_err(|e| self.enter_error(e))
     }
 
-    /// Moves completions to `out` until at least `min` were moved or nothing is left in
-    /// flight; returns how many were moved.
+    /// Submits what is queued and moves completions to `out` until at least `min` were
+    /// moved or nothing is left in flight; returns how many were moved. Submitting and
+    /// waiting take one `io_uring_enter` together.
     pub(crate) fn wait(&mut self, min: usize, out: &mut Vec<IoCompletion>) -> Result<usize> {
         let mut got = 0;
         loop {
@@ -425,6 +428,9 @@ impl<'a> UringQueue<'a> {
             got += r.ready.len();
             out.extend(r.ready.drain(..));
             if got >= min || r.in_flight == 0 {
+                if !r.uring.submission().is_empty() {
+                    self.submit()?;
+                }
                 return Ok(got);
             }
             let want = (min - got).min(r.in_flight);
