@@ -619,6 +619,7 @@ impl ValueStorage {
             gc_bytes_moved: k.gc_bytes_moved.get(),
             gc_values_dropped: k.gc_values_dropped.get(),
             gc_micros: k.gc_micros.get(),
+            gc_corrupt_chunks: k.gc_corrupt_chunks.get(),
             dram_bytes: self.table.dram_bytes() as u64,
             combining: self.reader.stats(),
         }
