@@ -119,8 +119,9 @@ impl<R: Send, T: Send> ThreadCombiningQueue<R, T> {
             node.leader.store(true, Ordering::Relaxed);
         } else {
             // SAFETY: `prev` was the tail, so its owner is still in `execute`: if its
-            // request was taken, its leader's hand-off waits for this very link before
-            // releasing it; if not, it waits to lead (invariant 1).
+            // request was taken, nothing was linked behind it then, so it is the last node
+            // its leader took, and the hand-off waits for this very link before releasing
+            // it; if not, it waits to lead (invariant 1).
             #[expect(unsafe_code, reason = "MCS link to the predecessor node")]
             unsafe { &*prev }.next.store(me, Ordering::Release);
         }

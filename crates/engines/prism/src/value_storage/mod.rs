@@ -33,16 +33,16 @@
 
 #![forbid(unsafe_code)]
 
-pub mod bitmap;
+mod bitmap;
 pub mod chunk_format;
 pub mod chunk_reader;
-pub mod chunk_table;
+mod chunk_table;
 pub mod chunk_writer;
 mod gc;
 pub mod gc_policy;
 pub mod location;
-pub mod reader;
-pub mod stats;
+mod reader;
+mod stats;
 pub mod superblock;
 mod verify;
 
@@ -238,6 +238,11 @@ impl ValueStorage {
     /// The chunk size.
     pub fn chunk_size(&self) -> u32 {
         self.chunk_size
+    }
+
+    /// How reads are batched.
+    pub fn combining_mode(&self) -> CombiningMode {
+        self.reader.mode()
     }
 
     /// The number of chunks.
