@@ -51,7 +51,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use tierkv_core::media::flash::{AlignedBuf, FlashDevice, FlashFile, IoBatch, Notifier};
+use tierkv_core::media::flash::{AlignedBuf, FlashDevice, FlashFile, IoBatch};
 use tierkv_core::{Error, Result, Tier};
 
 use crate::combining::{CombiningMode, completion};
@@ -427,14 +427,17 @@ impl ValueStorage {
     }
 
     /// Submits one write on the flash tier's asynchronous io_uring path, waits for it and
-    /// returns the buffer.
+    /// returns the buffer. Returns only once the request is finished or will never run, so
+    /// a failed write's chunk can be freed safely (see `reader::BatchNotifier`).
     fn submit_write(&self, offset: u64, buf: AlignedBuf) -> Result<AlignedBuf> {
         let (completer, waiter) = completion::pair();
         let mut io = IoBatch::with_capacity(1);
         io.write(&self.file, offset, buf, 0);
-        let notifier: Notifier = Arc::new(BatchNotifier::new(vec![Some(completer)]));
-        self.device.submit_async(io, &notifier)?;
-        drop(notifier);
+        reader::submit_async(
+            &self.device,
+            io,
+            Arc::new(BatchNotifier::new(vec![Some(completer)])),
+        );
         waiter.wait()
     }
 

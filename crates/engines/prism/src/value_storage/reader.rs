@@ -58,8 +58,16 @@ impl ReadSpec {
 
 /// Delivers the completions of one batch to the threads waiting for them: request `tag`
 /// goes to completer `tag`.
+///
+/// IMPORTANT: a submitter never fails its waiters on its own when `submit_async` returns
+/// `Err`, because the flash tier may still hold (and later run and deliver) the requests.
+/// It records the error with [`BatchNotifier::submission_failed`] and drops its handle:
+/// if the device holds the requests, their completions arrive as usual; if it does not,
+/// the last handle goes, and `Drop` fails every waiter still waiting with that error.
+/// So a buffer is never reused, nor a chunk freed, while a request on it may still run.
 pub struct BatchNotifier {
     completers: Mutex<Vec<Option<Completer<AlignedBuf>>>>,
+    failure: Mutex<Option<String>>,
 }
 
 impl BatchNotifier {
@@ -67,7 +75,39 @@ impl BatchNotifier {
     pub fn new(completers: Vec<Option<Completer<AlignedBuf>>>) -> Self {
         BatchNotifier {
             completers: Mutex::new(completers),
+            failure: Mutex::new(None),
         }
+    }
+
+    /// Records why the submission failed, for requests that will never be delivered.
+    pub fn submission_failed(&self, e: &Error) {
+        *self.failure.lock() = Some(e.to_string());
+    }
+}
+
+impl Drop for BatchNotifier {
+    fn drop(&mut self) {
+        let why = self
+            .failure
+            .lock()
+            .take()
+            .unwrap_or_else(|| "the flash tier dropped the request".to_owned());
+        for c in self.completers.lock().iter_mut().filter_map(Option::take) {
+            c.complete(Err(Error::io(
+                "submit",
+                "value storage",
+                io::Error::other(why.clone()),
+            )));
+        }
+    }
+}
+
+/// Submits `io` on the flash tier's asynchronous path with completions going to
+/// `notifier` (see [`BatchNotifier`] for what an error means).
+pub fn submit_async(device: &FlashDevice, io: IoBatch, notifier: Arc<BatchNotifier>) {
+    let dyn_notifier: Notifier = notifier.clone();
+    if let Err(e) = device.submit_async(io, &dyn_notifier) {
+        notifier.submission_failed(&e);
     }
 }
 
@@ -98,22 +138,7 @@ fn submit_fn(device: Arc<FlashDevice>, file: FlashFile) -> SubmitFn<ReadSpec, Al
         if io.is_empty() {
             return;
         }
-        let notifier = Arc::new(BatchNotifier::new(completers));
-        let dyn_notifier: Notifier = notifier.clone();
-        if let Err(e) = device.submit_async(io, &dyn_notifier) {
-            for c in notifier
-                .completers
-                .lock()
-                .iter_mut()
-                .filter_map(Option::take)
-            {
-                c.complete(Err(Error::io(
-                    "submit read",
-                    file.path(),
-                    io::Error::other(e.to_string()),
-                )));
-            }
-        }
+        submit_async(&device, io, Arc::new(BatchNotifier::new(completers)));
     })
 }
 
