@@ -43,6 +43,16 @@ use crate::api::error::{Error, Result};
 /// The user data of a one-shot transfer (slot indices are far smaller).
 const ONE_SHOT: u64 = u64::MAX;
 
+/// Queued entries are handed to the kernel as soon as this many are waiting, rather than all
+/// at once when the caller submits or waits.
+///
+/// NOTE: the kernel plugs one `io_uring_enter`'s requests and dispatches them to the device
+/// together, after it has prepared the last one. Refilling a queue of 64 in one call left
+/// the device idle meanwhile and cost ~18% of 4 KiB random-read IOPS at queue depth 64 on
+/// the virtio disk we measured (issue 4); chunks of 8 matched fio, which submits each
+/// request as it is queued.
+pub(crate) const SUBMIT_BATCH: usize = 8;
+
 /// The SQE for (the remaining part of) `raw`.
 pub(crate) fn sqe(raw: &RawOp, user_data: u64) -> squeue::Entry {
     // NOTE: requests are at most MAX_IO_LEN (1 GiB) long (checked at admission).
@@ -130,7 +140,9 @@ impl Ring {
         })
     }
 
-    /// Queues an SQE, submitting what is queued first if the submission queue is full.
+    /// Queues an SQE, submitting what is queued first if the submission queue is full, and
+    /// submits once [`SUBMIT_BATCH`] entries are waiting. `Err` means the entry was not
+    /// queued.
     ///
     /// # Safety
     /// The memory the entry points to must stay valid (and, for a read, unaliased) until
@@ -138,10 +150,19 @@ impl Ring {
     #[expect(unsafe_code, reason = "io_uring submission")]
     unsafe fn push(&mut self, e: &squeue::Entry) -> io::Result<()> {
         loop {
+            let mut sq = self.uring.submission();
             // SAFETY: forwarded to our caller (see `# Safety`).
-            if unsafe { self.uring.submission().push(e) }.is_ok() {
+            if unsafe { sq.push(e) }.is_ok() {
+                let waiting = sq.len();
+                drop(sq);
+                if waiting >= SUBMIT_BATCH {
+                    // NOTE: the entry is queued either way; if this submit fails, the next
+                    // wait submits it again and reports the error.
+                    let _ = enter(&self.uring, 0);
+                }
                 return Ok(());
             }
+            drop(sq);
             enter(&self.uring, 0)?;
         }
     }
@@ -454,5 +475,42 @@ impl<'a> UringQueue<'a> {
 impl Drop for UringQueue<'_> {
     fn drop(&mut self) {
         self.ring.ring.quiesce();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ring of 64 entries, or `None` where the kernel refuses io_uring.
+    fn ring() -> Option<Ring> {
+        match Ring::new(64) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                eprintln!("io_uring refused here ({e}); nothing to check");
+                None
+            }
+        }
+    }
+
+    fn queued(r: &mut Ring) -> usize {
+        r.uring.submission().len()
+    }
+
+    #[test]
+    fn entries_are_handed_to_the_kernel_every_submit_batch() {
+        let Some(mut r) = ring() else { return };
+        let nop = opcode::Nop::new().build().user_data(ONE_SHOT - 1);
+        for i in 1..=SUBMIT_BATCH * 2 + 3 {
+            // SAFETY: a no-op references no memory.
+            #[expect(unsafe_code, reason = "io_uring no-op in a test")]
+            unsafe {
+                r.push(&nop).unwrap();
+            }
+            assert_eq!(queued(&mut r), i % SUBMIT_BATCH, "after {i} pushes");
+        }
+        enter(&r.uring, SUBMIT_BATCH * 2 + 3).unwrap();
+        r.drain_cq();
+        assert_eq!(r.cqes.len(), SUBMIT_BATCH * 2 + 3, "every no-op completed");
     }
 }
