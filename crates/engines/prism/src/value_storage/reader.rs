@@ -248,6 +248,20 @@ impl ChunkReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::combining::completion::pair;
+
+    #[test]
+    fn notifier_dropped_before_delivery_fails_its_waiters_with_the_submit_error() {
+        let (c1, w1) = pair::<AlignedBuf>();
+        let (c2, w2) = pair::<AlignedBuf>();
+        let n = BatchNotifier::new(vec![Some(c1), None, Some(c2)]);
+        n.submission_failed(&Error::invalid("ring refused"));
+        drop(n);
+        for w in [w1, w2] {
+            let e = w.wait().unwrap_err();
+            assert!(e.to_string().contains("ring refused"), "{e}");
+        }
+    }
 
     #[test]
     fn covering_read_is_block_aligned() {
