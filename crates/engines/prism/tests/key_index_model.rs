@@ -19,7 +19,7 @@ use tierkv_core::DurabilityMode;
 use tierkv_prism::key_index::PersistentKeyIndex;
 
 const THREADS: u32 = 4;
-const OPS: usize = 2_500;
+const OPS: usize = 5_000;
 const KEYS: u32 = 1_200;
 
 type Model = BTreeMap<Vec<u8>, u64>;

@@ -142,7 +142,7 @@ impl SlotHeap {
     }
 
     /// Rebuilds the heap at open from the chunk map and the live slots found by walking
-    /// the leaf list; frees every owned chunk without a live slot.
+    /// the leaf list; frees every owned chunk without a live slot and returns how many.
     pub(crate) fn recover(
         pool: Arc<PmemPool>,
         alloc: Arc<PmemAllocator>,
@@ -150,15 +150,18 @@ impl SlotHeap {
         node_size: usize,
         chunks: &ChunkMap,
         live: &BTreeSet<u64>,
-    ) -> Result<SlotHeap> {
+    ) -> Result<(SlotHeap, usize)> {
         let heap = SlotHeap::new(pool, alloc, owner, node_size)?;
+        let mut freed = 0;
         for &chunk in &chunks.unformatted {
             heap.alloc.free_chunk(chunk)?;
+            freed += 1;
         }
         for (&chunk, h) in &chunks.formatted {
             let end = h.slot_offset(chunk, h.slot_count);
             if live.range(chunk..end).next().is_none() {
                 heap.alloc.free_chunk(chunk)?;
+                freed += 1;
                 continue;
             }
             let mut kind = heap.kinds[kind_index(h.kind)].lock();
@@ -170,7 +173,7 @@ impl SlotHeap {
                     .filter(|off| !live.contains(off)),
             );
         }
-        Ok(heap)
+        Ok((heap, freed))
     }
 
     /// A free leaf-node slot.

@@ -127,6 +127,20 @@ pub struct KeyIndexStats {
     pub pmem_bytes: u64,
 }
 
+/// What the last `open` found and repaired (all zero after `create`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Live entries cleared from leaves because a split copied them to the next leaf and
+    /// was interrupted before clearing them (FORMAT.md § Crash analysis).
+    pub split_leftovers_cleared: usize,
+    /// Fingerprints rewritten because a crash left them stale.
+    pub fingerprints_rebuilt: usize,
+    /// Owned chunks returned to the allocator because nothing live was in them.
+    pub chunks_freed: usize,
+    /// How long `open` took.
+    pub duration: std::time::Duration,
+}
+
 /// The Persistent Key Index: key -> HSIT slot, on pmem, concurrent, crash-consistent.
 pub struct PersistentKeyIndex {
     pool: Arc<PmemPool>,
@@ -140,6 +154,7 @@ pub struct PersistentKeyIndex {
     count: AtomicUsize,
     splits: AtomicU64,
     poisoned: AtomicBool,
+    recovery: RecoveryReport,
 }
 
 impl PersistentKeyIndex {
@@ -278,6 +293,11 @@ impl PersistentKeyIndex {
         }
     }
 
+    /// What the `open` that built this index found and repaired.
+    pub fn recovery_report(&self) -> RecoveryReport {
+        self.recovery
+    }
+
     /// Verifies the structural invariants on pmem and their agreement with the DRAM state
     /// (FORMAT.md § Invariants); returns one line per violation (empty: all hold). Run it
     /// on a quiescent index. An error means the check itself could not proceed.
@@ -352,5 +372,6 @@ fn assemble(
         count: AtomicUsize::new(count),
         splits: AtomicU64::new(0),
         poisoned: AtomicBool::new(false),
+        recovery: RecoveryReport::default(),
     }
 }

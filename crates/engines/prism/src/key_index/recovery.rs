@@ -18,6 +18,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
+use std::time::Instant;
 
 use tierkv_core::media::pmem::{PmemAllocator, PmemPool};
 use tierkv_core::{Error, Result, Tier};
@@ -29,7 +30,7 @@ use super::heap::{ChunkMap, SlotHeap, chunk_tag};
 use super::leaf::Leaf;
 use super::node::{LiveEntry, NodeRef, load_key};
 use super::search_layer::SearchLayer;
-use super::{PersistentKeyIndex, assemble};
+use super::{PersistentKeyIndex, RecoveryReport, assemble};
 
 /// One leaf as read from pmem.
 pub(super) struct RecoveredLeaf {
@@ -58,23 +59,30 @@ pub(super) fn open(
     }
     let owner = u32::try_from(root).map_err(|_| Error::invalid("key index root word"))?;
     let chunks = ChunkMap::read(&pool, &alloc, chunk_tag(root)?, owner)?;
+    let started = Instant::now();
+    let mut report = RecoveryReport::default();
     let mut leaves = read_list(&pool, &chunks, head)?;
     check_anchor_order(&leaves)?;
-    repair_splits(&pool, &mut leaves)?;
+    report.split_leftovers_cleared = repair_splits(&pool, &mut leaves)?;
     for leaf in &leaves {
         check_keys_in_leaf(leaf)?;
     }
-    repair_fingerprints(&pool, &leaves)?;
+    report.fingerprints_rebuilt = repair_fingerprints(&pool, &leaves)?;
     let live = live_slots(&chunks, &leaves)?;
     let fanout = leaves.first().map_or(0, |l| l.header.fanout);
-    let heap = SlotHeap::recover(pool.clone(), alloc, root, node_size(fanout), &chunks, &live)?;
+    let (heap, freed) =
+        SlotHeap::recover(pool.clone(), alloc, root, node_size(fanout), &chunks, &live)?;
+    report.chunks_freed = freed;
     let count = leaves.iter().map(|l| l.entries.len()).sum();
     let layer = SearchLayer::from_leaves(
         leaves
             .into_iter()
             .map(|l| Arc::new(Leaf::new(l.off, l.anchor_key.into_boxed_slice()))),
     );
-    Ok(assemble(pool, heap, layer, root, head, fanout, count))
+    let mut index = assemble(pool, heap, layer, root, head, fanout, count);
+    report.duration = started.elapsed();
+    index.recovery = report;
+    Ok(index)
 }
 
 /// Walks the leaf list from `head`, decoding every leaf (with keys) and checking that each
@@ -149,7 +157,9 @@ fn check_anchor_order(leaves: &[RecoveredLeaf]) -> Result<()> {
 
 /// Finishes splits interrupted after their commit: clears, in each leaf, the live entries
 /// whose key is not below the next leaf's anchor (the next leaf holds copies of them).
-fn repair_splits(pool: &PmemPool, leaves: &mut [RecoveredLeaf]) -> Result<()> {
+/// Returns how many entries it cleared.
+fn repair_splits(pool: &PmemPool, leaves: &mut [RecoveredLeaf]) -> Result<usize> {
+    let mut cleared = 0;
     let next_anchors: Vec<Option<Vec<u8>>> = leaves
         .iter()
         .skip(1)
@@ -167,9 +177,10 @@ fn repair_splits(pool: &PmemPool, leaves: &mut [RecoveredLeaf]) -> Result<()> {
             leaf.header.bitmap &= !stale;
             NodeRef::new(pool, leaf.off).retire(leaf.header.bitmap)?;
             leaf.entries.retain(|e| e.key < next);
+            cleared += stale.count_ones() as usize;
         }
     }
-    Ok(())
+    Ok(cleared)
 }
 
 /// Every key of the leaf is at or above its anchor, and no key appears twice.
@@ -194,8 +205,10 @@ fn check_keys_in_leaf(leaf: &RecoveredLeaf) -> Result<()> {
     Ok(())
 }
 
-/// Rewrites the fingerprints that do not match their keys and persists them.
-fn repair_fingerprints(pool: &PmemPool, leaves: &[RecoveredLeaf]) -> Result<()> {
+/// Rewrites the fingerprints that do not match their keys and persists them; returns how
+/// many it rewrote.
+fn repair_fingerprints(pool: &PmemPool, leaves: &[RecoveredLeaf]) -> Result<usize> {
+    let mut rebuilt = 0;
     for leaf in leaves {
         let node = NodeRef::new(pool, leaf.off);
         let mut dirty = false;
@@ -204,13 +217,14 @@ fn repair_fingerprints(pool: &PmemPool, leaves: &[RecoveredLeaf]) -> Result<()> 
             if leaf.header.fps.get(e.slot) != Some(&fp) {
                 node.write_fingerprint(e.slot, fp)?;
                 dirty = true;
+                rebuilt += 1;
             }
         }
         if dirty {
             node.persist_fingerprints()?;
         }
     }
-    Ok(())
+    Ok(rebuilt)
 }
 
 /// The pool offsets of every live slot: the leaves and the blobs their anchors and live

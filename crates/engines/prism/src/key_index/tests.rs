@@ -278,6 +278,7 @@ fn recovery_rebuilds_stale_fingerprints() {
     let f = f.reopen();
     let index = f.open().unwrap();
     assert_eq!(index.get(b"alpha").unwrap(), Some(1));
+    assert_eq!(index.recovery_report().fingerprints_rebuilt, 1);
     assert_eq!(index.check().unwrap(), Vec::<String>::new());
 }
 

@@ -32,6 +32,17 @@ pub fn config(path: &Path, size: u64, mode: DurabilityMode) -> PmemConfig {
     }
 }
 
+/// Extra time per persist, spent before the persist takes effect: a Tracked crash image
+/// requested meanwhile shows the stores before it as not yet persisted. Crash tests use it
+/// so that their images land inside the protocols' store-then-persist windows instead of
+/// between operations.
+pub fn slow_persists(ns: u32) -> EmulatedLatency {
+    EmulatedLatency {
+        read_ns_per_line: 0,
+        persist_ns: ns,
+    }
+}
+
 pub fn pool_path(dir: &tempfile::TempDir) -> PathBuf {
     dir.path().join("pool")
 }
@@ -39,8 +50,17 @@ pub fn pool_path(dir: &tempfile::TempDir) -> PathBuf {
 impl Media {
     /// A new pool of `size` bytes in `mode` with a formatted allocator.
     pub fn new(size: u64, mode: DurabilityMode) -> Media {
+        Media::with_latency(size, mode, EmulatedLatency::default())
+    }
+
+    /// [`Media::new`] with emulated latency.
+    pub fn with_latency(size: u64, mode: DurabilityMode, latency: EmulatedLatency) -> Media {
         let dir = tempfile::tempdir().unwrap();
-        let pool = PmemPool::create(&config(&pool_path(&dir), size, mode)).unwrap();
+        let cfg = PmemConfig {
+            latency,
+            ..config(&pool_path(&dir), size, mode)
+        };
+        let pool = PmemPool::create(&cfg).unwrap();
         let start = pool.data_start();
         let alloc = PmemAllocator::format(pool.clone(), start, pool.len() - start, CHUNK).unwrap();
         Media {
