@@ -259,7 +259,7 @@ fn round(seed: u64, r: usize, repairs: &mut Repairs) -> usize {
             .collect();
         let mut images = Vec::new();
         for i in 0..IMAGES_PER_ROUND {
-            std::thread::sleep(Duration::from_micros(rng.random_range(0..600)));
+            std::thread::sleep(Duration::from_micros(rng.random_range(0..2_000)));
             let done = std::array::from_fn(|t| progress[t].done.load(Ordering::SeqCst));
             let torn = i % 2 == 1;
             let opts = if torn {

@@ -225,7 +225,9 @@ impl PersistentKeyIndex {
     }
 
     /// Inserts `key -> slot` unless `key` is present: `Ok(Ok(()))` once the new entry is
-    /// durable, `Ok(Err(existing))` with the slot already stored.
+    /// durable, `Ok(Err(existing))` with the slot already stored. On an error other than
+    /// [`Error::InvalidArgument`] or [`Error::NoSpace`] the insert may or may not have
+    /// taken effect and the index is poisoned.
     pub fn insert_if_absent(&self, key: &[u8], slot: u64) -> Result<Result<(), u64>> {
         check_key(key)?;
         self.writable()?;
@@ -233,7 +235,9 @@ impl PersistentKeyIndex {
         self.poison_on_failure(result)
     }
 
-    /// Removes `key`; returns its slot. The removal is durable on return.
+    /// Removes `key`; returns its slot. The removal is durable on return. On an error
+    /// other than [`Error::InvalidArgument`] it may or may not have taken effect and the
+    /// index is poisoned.
     pub fn remove(&self, key: &[u8]) -> Result<Option<u64>> {
         check_key(key)?;
         self.writable()?;

@@ -7,8 +7,10 @@
 //! steps can make a key show up in two consecutive views (read from the left leaf before
 //! the split, from the right one after it); the traversal skips every key not above the
 //! last one it emitted, so each key is emitted once and in order. It never misses a key
-//! present for the whole traversal: the left leaf keeps its keys until the right one is in
-//! the search layer (`write.rs`). It is not a snapshot.
+//! present for the whole traversal: a split inserts the right leaf into the search layer
+//! before it unlocks the left one (`write.rs`), so a view of the left leaf without the
+//! moved keys is only ever validated once the next-anchor lookup will find the right leaf.
+//! It is not a snapshot.
 //!
 //! The callback runs outside every lock and optimistic section, so it may block.
 //!
