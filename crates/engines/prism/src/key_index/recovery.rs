@@ -5,16 +5,19 @@
 //! 2. walk the leaf list from the head leaf (root word), decoding and verifying every
 //!    leaf, its anchor and its live entries (checksums, blob keys); a cycle, a leaf outside
 //!    the index's node chunks or an anchor out of order is corruption;
-//! 3. finish interrupted splits: in each leaf, clear the live entries whose key is not
+//! 3. check that every key is at or above its leaf's anchor and unique in its leaf;
+//! 4. finish interrupted splits: in each leaf, clear the live entries whose key is not
 //!    below the next leaf's anchor (they were copied to that leaf before it was linked);
-//! 4. check that every remaining key is at or above its leaf's anchor and unique;
 //! 5. rewrite fingerprints that do not match their keys (they are persisted with the
 //!    commit of an insert but not before it, so a crash can leave them stale);
 //! 6. compute the live slots (leaves, anchor and entry blobs), rebuild the heap's free
 //!    lists and free every owned chunk without a live slot (leak collection);
 //! 7. build the DRAM search layer and the key count.
 //!
-//! Thread safety: runs before the index is shared; single-threaded.
+//! Steps 2-5 read on several scoped threads for a long list (each thread a contiguous run
+//! of leaves); the repairs themselves are written by the opening thread.
+//!
+//! Thread safety: runs before the index is shared.
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
@@ -24,7 +27,7 @@ use tierkv_core::media::pmem::{PmemAllocator, PmemPool};
 use tierkv_core::{Error, Result, Tier};
 
 use super::format::{
-    ChunkKind, Entry, NodeHeader, blob_class, decode_node, fingerprint, node_size,
+    ChunkKind, Entry, NODE_NEXT, NodeHeader, blob_class, decode_node, fingerprint, node_size,
 };
 use super::heap::{ChunkMap, SlotHeap, chunk_tag};
 use super::leaf::Leaf;
@@ -63,11 +66,14 @@ pub(super) fn open(
     let mut report = RecoveryReport::default();
     let mut leaves = read_list(&pool, &chunks, head)?;
     check_anchor_order(&leaves)?;
-    report.split_leftovers_cleared = repair_splits(&pool, &mut leaves)?;
-    for leaf in &leaves {
-        check_keys_in_leaf(leaf)?;
+    let repairs = parallel_map(&leaves, |i, leaf| {
+        let next = leaves.get(i + 1).map(|n| n.anchor_key.as_slice());
+        analyse(leaf, next)
+    })?;
+    for (leaf, repair) in leaves.iter_mut().zip(repairs) {
+        report.split_leftovers_cleared += clear_leftovers(&pool, leaf, repair.leftovers)?;
+        report.fingerprints_rebuilt += rewrite_fingerprints(&pool, leaf, &repair.stale_fps)?;
     }
-    report.fingerprints_rebuilt = repair_fingerprints(&pool, &leaves)?;
     let live = live_slots(&chunks, &leaves)?;
     let fanout = leaves.first().map_or(0, |l| l.header.fanout);
     let (heap, freed) =
@@ -85,56 +91,129 @@ pub(super) fn open(
     Ok(index)
 }
 
-/// Walks the leaf list from `head`, decoding every leaf (with keys) and checking that each
-/// is a node slot of the index and that all share one fanout.
+/// Leaves per recovery thread at least: a shorter list is handled on one thread.
+pub(super) const LEAVES_PER_THREAD: usize = 2048;
+/// The most threads recovery uses.
+const MAX_THREADS: usize = 8;
+
+/// `f(i, item)` for every item, in order, on up to [`MAX_THREADS`] scoped threads (one per
+/// [`LEAVES_PER_THREAD`] items); the first error wins.
+fn parallel_map<T: Sync, R: Send>(
+    items: &[T],
+    f: impl Fn(usize, &T) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .min(MAX_THREADS)
+        .min(items.len() / LEAVES_PER_THREAD)
+        .max(1);
+    let per_thread = items.len().div_ceil(threads).max(1);
+    let f = &f;
+    let parts: Vec<Result<Vec<R>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = items
+            .chunks(per_thread)
+            .enumerate()
+            .map(|(part, chunk)| {
+                s.spawn(move || {
+                    let base = part * per_thread;
+                    chunk
+                        .iter()
+                        .enumerate()
+                        .map(|(i, item)| f(base + i, item))
+                        .collect()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    let mut out = Vec::with_capacity(items.len());
+    for part in parts {
+        out.extend(part?);
+    }
+    Ok(out)
+}
+
+/// Walks the leaf list from `head`, then decodes every leaf (with its keys), on several
+/// threads for a long list, checking that each is a node slot of the index and that all
+/// share one fanout.
 pub(super) fn read_list(
     pool: &PmemPool,
     chunks: &ChunkMap,
     head: u64,
 ) -> Result<Vec<RecoveredLeaf>> {
-    let mut leaves: Vec<RecoveredLeaf> = Vec::new();
+    let offsets = list_offsets(pool, chunks, head)?;
+    let leaves = parallel_map(&offsets, |_, &off| read_leaf(pool, chunks, off))?;
+    let fanout = leaves.first().map(|h| h.header.fanout);
+    for (i, leaf) in leaves.iter().enumerate() {
+        if Some(leaf.header.fanout) != fanout {
+            return Err(corrupt(leaf.off, "key index: leaves of different fanouts"));
+        }
+        if leaf.header.next != offsets.get(i + 1).copied().unwrap_or(0) {
+            return Err(corrupt(
+                leaf.off,
+                "key index: a leaf's next changed during recovery",
+            ));
+        }
+    }
+    Ok(leaves)
+}
+
+/// The offsets of the leaves on the list from `head`, each checked to be a node slot of
+/// the index; a cycle is corruption.
+fn list_offsets(pool: &PmemPool, chunks: &ChunkMap, head: u64) -> Result<Vec<u64>> {
+    let mut offsets = Vec::new();
     let mut seen = HashSet::new();
     let mut off = head;
     while off != 0 {
         if !seen.insert(off) {
             return Err(corrupt(off, "key index: the leaf list has a cycle"));
         }
-        let chunk = chunks.locate(off, ChunkKind::Nodes)?;
-        let slot_size = chunks
-            .formatted
-            .get(&chunk)
-            .map_or(0, |h| h.slot_size as usize);
-        let node = decode_node(pool.read(off, slot_size)?, off)?;
-        let fanout = node.header.fanout;
-        if node_size(fanout) != slot_size
-            || leaves.first().is_some_and(|h| h.header.fanout != fanout)
-        {
-            return Err(corrupt(
-                off,
-                format!("key index: leaf of fanout {fanout} in {slot_size}-byte slots"),
-            ));
-        }
-        let entries = node
-            .entries
-            .iter()
-            .map(|&(slot, entry)| {
-                Ok(LiveEntry {
-                    slot,
-                    key: load_key(pool, &entry.key)?,
-                    entry,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        leaves.push(RecoveredLeaf {
-            off,
-            header: node.header,
-            anchor: node.anchor,
-            anchor_key: load_key(pool, &node.anchor.key)?,
-            entries,
-        });
-        off = node.header.next;
+        chunks.locate(off, ChunkKind::Nodes)?;
+        offsets.push(off);
+        off = pool.load_u64(off + NODE_NEXT as u64)?;
     }
-    Ok(leaves)
+    Ok(offsets)
+}
+
+/// Decodes the leaf at `off` (a node slot of the index) and loads its keys.
+fn read_leaf(pool: &PmemPool, chunks: &ChunkMap, off: u64) -> Result<RecoveredLeaf> {
+    let chunk = chunks.locate(off, ChunkKind::Nodes)?;
+    let slot_size = chunks
+        .formatted
+        .get(&chunk)
+        .map_or(0, |h| h.slot_size as usize);
+    let node = decode_node(pool.read(off, slot_size)?, off)?;
+    let fanout = node.header.fanout;
+    if node_size(fanout) != slot_size {
+        return Err(corrupt(
+            off,
+            format!("key index: leaf of fanout {fanout} in {slot_size}-byte slots"),
+        ));
+    }
+    let entries = node
+        .entries
+        .iter()
+        .map(|&(slot, entry)| {
+            Ok(LiveEntry {
+                slot,
+                key: load_key(pool, &entry.key)?,
+                entry,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RecoveredLeaf {
+        off,
+        header: node.header,
+        anchor: node.anchor,
+        anchor_key: load_key(pool, &node.anchor.key)?,
+        entries,
+    })
 }
 
 /// The head's anchor is the empty key and anchors strictly increase along the list.
@@ -155,44 +234,24 @@ fn check_anchor_order(leaves: &[RecoveredLeaf]) -> Result<()> {
     Ok(())
 }
 
-/// Finishes splits interrupted after their commit: clears, in each leaf, the live entries
-/// whose key is not below the next leaf's anchor (the next leaf holds copies of them).
-/// Returns how many entries it cleared.
-fn repair_splits(pool: &PmemPool, leaves: &mut [RecoveredLeaf]) -> Result<usize> {
-    let mut cleared = 0;
-    let next_anchors: Vec<Option<Vec<u8>>> = leaves
-        .iter()
-        .skip(1)
-        .map(|l| Some(l.anchor_key.clone()))
-        .chain([None])
-        .collect();
-    for (leaf, next) in leaves.iter_mut().zip(next_anchors) {
-        let Some(next) = next else { continue };
-        let stale = leaf
-            .entries
-            .iter()
-            .filter(|e| e.key >= next)
-            .fold(0u64, |m, e| m | 1 << e.slot);
-        if stale != 0 {
-            leaf.header.bitmap &= !stale;
-            NodeRef::new(pool, leaf.off).retire(leaf.header.bitmap)?;
-            leaf.entries.retain(|e| e.key < next);
-            cleared += stale.count_ones() as usize;
-        }
-    }
-    Ok(cleared)
+/// What recovery must fix in one leaf.
+struct LeafRepair {
+    /// Live entries whose key is not below the next leaf's anchor: a split copied them to
+    /// the next leaf and was interrupted before clearing them here.
+    leftovers: u64,
+    /// `(slot, fingerprint)` of the other live entries whose fingerprint is stale.
+    stale_fps: Vec<(usize, u8)>,
 }
 
-/// Every key of the leaf is at or above its anchor, and no key appears twice.
-fn check_keys_in_leaf(leaf: &RecoveredLeaf) -> Result<()> {
+/// Checks the keys of one leaf (each at or above its anchor, none twice) and finds what
+/// needs repair, given the next leaf's anchor. Reads only.
+fn analyse(leaf: &RecoveredLeaf, next_anchor: Option<&[u8]>) -> Result<LeafRepair> {
     if let Some(low) = leaf.entries.iter().find(|e| e.key < leaf.anchor_key) {
-        return Err(corrupt(
-            leaf.off,
-            format!(
-                "key index: slot {} holds a key below the leaf's anchor",
-                low.slot
-            ),
-        ));
+        let what = format!(
+            "key index: slot {} holds a key below the leaf's anchor",
+            low.slot
+        );
+        return Err(corrupt(leaf.off, what));
     }
     let mut keys: Vec<&[u8]> = leaf.entries.iter().map(|e| e.key.as_slice()).collect();
     keys.sort_unstable();
@@ -202,29 +261,52 @@ fn check_keys_in_leaf(leaf: &RecoveredLeaf) -> Result<()> {
             "key index: a key appears twice in one leaf",
         ));
     }
-    Ok(())
+    let is_leftover = |e: &LiveEntry| next_anchor.is_some_and(|n| e.key.as_slice() >= n);
+    let leftovers = leaf
+        .entries
+        .iter()
+        .filter(|e| is_leftover(e))
+        .fold(0u64, |m, e| m | 1 << e.slot);
+    let stale_fps = leaf
+        .entries
+        .iter()
+        .filter(|e| !is_leftover(e))
+        .map(|e| (e.slot, fingerprint(&e.key)))
+        .filter(|&(slot, fp)| leaf.header.fps.get(slot) != Some(&fp))
+        .collect();
+    Ok(LeafRepair {
+        leftovers,
+        stale_fps,
+    })
 }
 
-/// Rewrites the fingerprints that do not match their keys and persists them; returns how
-/// many it rewrote.
-fn repair_fingerprints(pool: &PmemPool, leaves: &[RecoveredLeaf]) -> Result<usize> {
-    let mut rebuilt = 0;
-    for leaf in leaves {
-        let node = NodeRef::new(pool, leaf.off);
-        let mut dirty = false;
-        for e in &leaf.entries {
-            let fp = fingerprint(&e.key);
-            if leaf.header.fps.get(e.slot) != Some(&fp) {
-                node.write_fingerprint(e.slot, fp)?;
-                dirty = true;
-                rebuilt += 1;
-            }
-        }
-        if dirty {
-            node.persist_fingerprints()?;
-        }
+/// Finishes a split interrupted after its commit: clears the `leftovers` bits of the leaf
+/// (the next leaf holds copies of those entries); returns how many it cleared.
+fn clear_leftovers(pool: &PmemPool, leaf: &mut RecoveredLeaf, leftovers: u64) -> Result<usize> {
+    if leftovers == 0 {
+        return Ok(0);
     }
-    Ok(rebuilt)
+    leaf.header.bitmap &= !leftovers;
+    NodeRef::new(pool, leaf.off).retire(leaf.header.bitmap)?;
+    leaf.entries.retain(|e| leftovers & 1 << e.slot == 0);
+    Ok(leftovers.count_ones() as usize)
+}
+
+/// Rewrites stale fingerprints of a leaf and persists them; returns how many it rewrote.
+fn rewrite_fingerprints(
+    pool: &PmemPool,
+    leaf: &RecoveredLeaf,
+    stale: &[(usize, u8)],
+) -> Result<usize> {
+    if stale.is_empty() {
+        return Ok(0);
+    }
+    let node = NodeRef::new(pool, leaf.off);
+    for &(slot, fp) in stale {
+        node.write_fingerprint(slot, fp)?;
+    }
+    node.persist_fingerprints()?;
+    Ok(stale.len())
 }
 
 /// The pool offsets of every live slot: the leaves and the blobs their anchors and live

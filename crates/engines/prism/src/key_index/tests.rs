@@ -19,18 +19,22 @@ struct Fixture {
     alloc: Arc<PmemAllocator>,
 }
 
-fn config(dir: &tempfile::TempDir) -> PmemConfig {
+fn config(dir: &tempfile::TempDir, size: u64) -> PmemConfig {
     PmemConfig {
         path: dir.path().join("pool"),
-        size: 4 << 20,
+        size,
         mode: DurabilityMode::Volatile,
         latency: EmulatedLatency::default(),
     }
 }
 
 fn fixture() -> Fixture {
+    fixture_of(4 << 20)
+}
+
+fn fixture_of(size: u64) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let pool = PmemPool::create(&config(&dir)).unwrap();
+    let pool = PmemPool::create(&config(&dir, size)).unwrap();
     let start = pool.data_start();
     let alloc = PmemAllocator::format(pool.clone(), start, pool.len() - start, CHUNK).unwrap();
     Fixture {
@@ -57,7 +61,7 @@ impl Fixture {
         let start = pool.data_start();
         drop(alloc);
         drop(pool);
-        let pool = PmemPool::open(&config(&dir)).unwrap();
+        let pool = PmemPool::open(&config(&dir, 0)).unwrap();
         let alloc = Arc::new(PmemAllocator::open(pool.clone(), start).unwrap());
         Fixture { dir, pool, alloc }
     }
@@ -187,6 +191,27 @@ fn reopen_keeps_every_key_and_the_fanout() {
     assert_eq!(index.stats().leaves, leaves);
     assert_eq!(index.check().unwrap(), Vec::<String>::new());
     f.alloc.check().unwrap();
+}
+
+#[test]
+fn reopen_reads_a_long_leaf_list_on_several_threads() {
+    let f = fixture_of(64 << 20);
+    let index = f.create(2);
+    for i in 0..12_000 {
+        index.insert_if_absent(&key(i), i as u64).unwrap().unwrap();
+    }
+    let leaves = index.stats().leaves;
+    assert!(
+        leaves > 2 * recovery::LEAVES_PER_THREAD,
+        "{leaves} leaves: the list is read on one thread"
+    );
+    let before = all(&index);
+    drop(index);
+    let f = f.reopen();
+    let index = f.open().unwrap();
+    assert_eq!(all(&index), before);
+    assert_eq!(index.stats().leaves, leaves);
+    assert_eq!(index.check().unwrap(), Vec::<String>::new());
 }
 
 /// Inserts keys 0..4 into a fanout-4 index, then key 4, which splits the head leaf:
