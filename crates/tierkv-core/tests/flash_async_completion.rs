@@ -130,3 +130,38 @@ fn dropping_the_device_delivers_everything_in_flight_first() {
         );
     }
 }
+
+#[test]
+fn a_notifier_may_drop_the_last_handle_of_the_device() {
+    for backend in backends() {
+        let dir = data_disk_dir();
+        let dev = open(dir.path(), backend, 4 << 20);
+        let f = dev.create_file("last", 4096).unwrap();
+        let holder = Mutex::new(Some(dev.clone()));
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let go_rx = Mutex::new(go_rx);
+        let (tx, rx) = mpsc::channel::<bool>();
+        let tx = Mutex::new(tx);
+        let n: Notifier = Arc::new(move |c: IoCompletion| {
+            // Wait until the test has dropped its handle, so this one is the last.
+            go_rx.lock().unwrap().recv().unwrap();
+            let last = holder.lock().unwrap().take();
+            let was_last = last.as_ref().is_some_and(|d| Arc::strong_count(d) == 1);
+            drop(last); // drops the device, on the completion thread
+            tx.lock()
+                .unwrap()
+                .send(was_last && c.result.is_ok())
+                .unwrap();
+        });
+        let mut b = IoBatch::new();
+        b.read(&f, 0, AlignedBuf::new(4096).unwrap(), 0);
+        dev.submit_async(b, &n).unwrap();
+        drop(dev);
+        go_tx.send(()).unwrap();
+        let ok = rx.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
+        assert!(
+            ok,
+            "{backend}: the notifier dropped the last handle and reported"
+        );
+    }
+}

@@ -80,3 +80,30 @@ fn dropping_a_queue_with_requests_in_flight_waits_and_frees_the_ring() {
         assert_eq!(dev.counters().flash_bytes_read, (BLOCKS + 1) * 4096);
     }
 }
+
+#[test]
+fn a_thread_holding_every_ring_still_does_io_without_deadlock() {
+    for backend in backends() {
+        let dir = data_disk_dir();
+        let dev = open(dir.path(), backend, 4 << 20);
+        let f = dev.create_file("n", 16 * 4096).unwrap();
+        // More queues than any ring pool holds (at most 64 rings).
+        let mut held: Vec<_> = (0..65).map(|_| dev.queue()).collect();
+        f.write_at(0, &pattern(4096, 1)).unwrap();
+        assert!(flash_support::read(&f, 0, 4096) == pattern(4096, 1));
+        let mut out = Vec::new();
+        for (i, q) in held.iter_mut().enumerate() {
+            q.push(IoRequest::read(
+                &f,
+                0,
+                AlignedBuf::new(4096).unwrap(),
+                i as u64,
+            ));
+            assert_eq!(q.wait(1, &mut out).unwrap(), 1);
+        }
+        assert!(
+            out.iter()
+                .all(|c| c.result.is_ok() && c.request.buf == pattern(4096, 1))
+        );
+    }
+}

@@ -7,10 +7,8 @@
 
 mod flash_support;
 
-use std::path::Path;
-use std::process::Command;
-
 use flash_support::{backends, open, pattern, read};
+use std::path::Path;
 use tierkv_core::media::flash::{IoBatch, direct_io_fallback_announced};
 
 const CHILD_ENV: &str = "TIERKV_FLASH_TMPFS_CHILD";
@@ -53,23 +51,10 @@ fn dev_shm_falls_back_to_buffered_io_and_says_so_once() {
         run_on_dev_shm();
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    let out = Command::new(exe)
-        .args([
-            "--exact",
-            "dev_shm_falls_back_to_buffered_io_and_says_so_once",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, "1")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "child failed: {}\n{stderr}",
-        String::from_utf8_lossy(&out.stdout)
+    let notices = flash_support::child_stderr_lines(
+        "dev_shm_falls_back_to_buffered_io_and_says_so_once",
+        CHILD_ENV,
+        NOTICE,
     );
-    let notices = stderr.lines().filter(|l| l.contains(NOTICE)).count();
-    assert_eq!(notices, 1, "the fallback is said exactly once:\n{stderr}");
+    assert_eq!(notices, 1, "the fallback is said exactly once");
 }

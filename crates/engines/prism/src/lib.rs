@@ -15,5 +15,6 @@
 //! | §5.5 crash consistency and recovery | `recovery` |
 
 pub mod combining;
+pub mod key_index;
 pub mod svc;
 pub mod value_storage;

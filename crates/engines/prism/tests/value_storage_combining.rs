@@ -43,6 +43,7 @@ fn thirty_two_threads_read_their_own_values_in_every_mode() {
                 vs.mark_valid(*l).unwrap();
             }
             vs.finish_recovery();
+            assert_eq!(vs.combining_mode(), mode);
             std::thread::scope(|s| {
                 for t in 0..32u64 {
                     let (vs, locs) = (&vs, &locs);

@@ -119,3 +119,28 @@ fn oversized_batches_and_foreign_locations_are_refused() {
     assert!(vs.read(outside).unwrap_err().is_corruption());
     assert!(vs.invalidate(outside).is_err());
 }
+
+#[test]
+fn check_reports_a_valid_bit_that_marks_no_record() {
+    let dir = data_dir();
+    let dev = device(dir.path(), backends()[0], 16 << 20);
+    let vs = storage(&dev, 4, CHUNK, CombiningMode::Combining);
+    let l = vs.write_chunk(&[(1, &value(1, 1, 1000)[..])]).unwrap();
+    drop(vs);
+    let vs = ValueStorage::open(0, dev, CHUNK, CombiningMode::Combining, 64).unwrap();
+    vs.mark_valid(l[0]).unwrap();
+    let bogus = ValueLocation {
+        offset: l[0].offset + 256,
+        len: 64,
+        ..l[0]
+    };
+    vs.mark_valid(bogus).unwrap();
+    vs.finish_recovery();
+    let lines = vs.check().unwrap();
+    assert!(
+        lines
+            .iter()
+            .any(|s| s.starts_with("error") && s.contains("2 values marked valid, 1 of them")),
+        "{lines:?}"
+    );
+}

@@ -109,6 +109,24 @@ impl Completions {
     }
 }
 
+/// Runs the test `name` of this test binary again in a child process with `env` set, checks
+/// that it passed, and returns how many lines of its stderr contain `needle`. For behaviour
+/// that is process-wide and cannot be undone (a notice said once, a seccomp filter).
+pub fn child_stderr_lines(name: &str, env: &str, needle: &str) -> usize {
+    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(env, "1")
+        .output()
+        .expect("run the child test");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "child failed: {}\n{stderr}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    stderr.lines().filter(|l| l.contains(needle)).count()
+}
+
 /// A buffer of `len` bytes whose content depends on `seed` and the position.
 pub fn pattern(len: usize, seed: u64) -> AlignedBuf {
     let mut b = AlignedBuf::new(len).expect("buffer");

@@ -18,6 +18,8 @@
 //! Thread safety: `Send + Sync`; `execute` may be called from any number of threads. The
 //! only `unsafe` code of the crate's flash path is in [`tcq`], with its invariants there.
 
+#![deny(unsafe_code)]
+
 pub mod completion;
 pub mod tcq;
 pub mod timeout;

@@ -13,9 +13,10 @@
 //!   it keeps the queue while it submits, so threads arriving during the submission line
 //!   up for the next batch. Then it *hands off*: if no one queued behind the last node it
 //!   took, it resets `tail` to null (CAS); otherwise it waits for the newcomer's link and
-//!   makes that node the next leader. Finally it *releases* the followers it took and
-//!   waits for its own result. Completions (④) come from the flash tier's completion
-//!   thread and wake each thread through its [`Completer`].
+//!   makes that node the next leader, and waits for its own result. A follower may leave
+//!   only once the leader has *released* it (after the leader's last look at its node);
+//!   completions (④) come from the flash tier's completion thread and wake each thread
+//!   through its [`Completer`].
 //!
 //! So the batch size follows the concurrency: alone, a thread submits a batch of one at
 //! once (low latency); with many readers, batches grow up to the queue depth (bandwidth,
@@ -24,9 +25,10 @@
 //! # Invariants (the SAFETY comments refer to these)
 //! 1. A node lives on its owner's stack and is not moved while enqueued. A follower whose
 //!    request was taken leaves `execute` only after its result arrived *and* its leader
-//!    released it; the leader releases its followers only after its last access to any of
-//!    their nodes (the hand-off reads the last one's link). A node not taken stays until
-//!    it is made leader and leads. Hence every node a leader dereferences is alive.
+//!    released it; the leader releases a follower only after its last access to that node
+//!    (right after reading its link, or — for the last node taken — after the hand-off,
+//!    which reads that link again). A node not taken stays until it is made leader and
+//!    leads. Hence every node a leader dereferences is alive.
 //! 2. Segments of the queue are owned by exactly one leader: the nodes from a leader's own
 //!    node up to the node before its hand-off target. Only that leader takes their
 //!    requests, so the `UnsafeCell` holding a request has one writer (the owner, before it
@@ -49,8 +51,18 @@ use super::completion::{Completer, pair};
 /// A batch handed to the submit function: each request with the completer of its result.
 pub type Batch<R, T> = Vec<(R, Completer<T>)>;
 
-/// What a leader gathered: the batch, the last node taken, the followers taken.
-type Gathered<R, T> = (Batch<R, T>, *mut Node<R, T>, Vec<*mut Node<R, T>>);
+/// What a leader gathered: the batch and the last node taken.
+type Gathered<R, T> = (Batch<R, T>, *mut Node<R, T>);
+
+/// Lets a follower whose request was taken leave once its result arrives.
+fn release<R, T>(follower: *mut Node<R, T>) {
+    // SAFETY: `follower` was taken by the calling leader and is not released yet, so it is
+    // alive (invariant 1); after this store the leader never touches it again.
+    #[expect(unsafe_code, reason = "leader releases a follower node")]
+    unsafe { &*follower }
+        .released
+        .store(true, Ordering::Release);
+}
 
 struct Node<R, T> {
     next: AtomicPtr<Node<R, T>>,
@@ -107,8 +119,9 @@ impl<R: Send, T: Send> ThreadCombiningQueue<R, T> {
             node.leader.store(true, Ordering::Relaxed);
         } else {
             // SAFETY: `prev` was the tail, so its owner is still in `execute`: if its
-            // request was taken, its leader's hand-off waits for this very link before
-            // releasing it; if not, it waits to lead (invariant 1).
+            // request was taken, nothing was linked behind it then, so it is the last node
+            // its leader took, and the hand-off waits for this very link before releasing
+            // it; if not, it waits to lead (invariant 1).
             #[expect(unsafe_code, reason = "MCS link to the predecessor node")]
             unsafe { &*prev }.next.store(me, Ordering::Release);
         }
@@ -120,23 +133,21 @@ impl<R: Send, T: Send> ThreadCombiningQueue<R, T> {
             return r;
         }
         // This thread leads: its own request has not been taken (invariant 2).
-        let (batch, last, followers) = self.gather(&node);
+        let (batch, last) = self.gather(&node);
         submit(batch);
         self.hand_off(last);
-        for f in followers {
-            // SAFETY: `f` was taken by this leader and is not released yet (invariant 1);
-            // after this store this thread never touches it again.
-            #[expect(unsafe_code, reason = "leader releases a follower node")]
-            unsafe { &*f }.released.store(true, Ordering::Release);
+        if !ptr::eq(last, me) {
+            release(last);
         }
         waiter.wait()
     }
 
     /// Takes the requests of up to `limit` nodes from the leader's own node on. Returns
-    /// the batch, the last node taken and the followers taken.
+    /// the batch and the last node taken. Every follower but the last is released as soon
+    /// as its link has been read (the leader never touches it again); the last one is
+    /// released after the hand-off, which reads its link once more.
     fn gather(&self, head: &Node<R, T>) -> Gathered<R, T> {
         let mut batch = Vec::with_capacity(self.limit.min(64));
-        let mut followers = Vec::new();
         let mut cur = ptr::from_ref(head).cast_mut();
         loop {
             // SAFETY: `cur` is the leader's own node or a node reached through an Acquire
@@ -149,12 +160,12 @@ impl<R: Send, T: Send> ThreadCombiningQueue<R, T> {
             if let Some(r) = unsafe { (*node.request.get()).take() } {
                 batch.push(r);
             }
-            if !ptr::eq(cur, head) {
-                followers.push(cur);
-            }
             let next = node.next.load(Ordering::Acquire);
             if batch.len() >= self.limit || next.is_null() {
-                return (batch, cur, followers);
+                return (batch, cur);
+            }
+            if !ptr::eq(cur, head) {
+                release(cur);
             }
             cur = next;
         }

@@ -30,6 +30,8 @@
 //! on drop. A panic on the thread (in the callback, say) is caught, stops the thread and
 //! is reported by [`ScanAwareValueCache::health`].
 
+#![forbid(unsafe_code)]
+
 mod lists;
 pub mod policy;
 mod worker;

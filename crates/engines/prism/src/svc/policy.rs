@@ -1,5 +1,5 @@
 //! The 2Q *policy* of the Scan-aware Value Cache (PRISM §4.4, Figure 3 ①–④), as pure
-//! functions of list sizes. The mechanism that applies them is [`super::lists::TwoQueue`],
+//! functions of list sizes. The mechanism that applies them is `svc::lists::TwoQueue`,
 //! driven by the cache's background thread.
 //!
 //! - a value read from flash enters the *inactive* list (①);

@@ -150,6 +150,7 @@ mod tests {
         assert_eq!(record_footprint(usize::MAX), None);
         let c = 512 * 1024;
         let max = max_value_len(c);
+        assert_eq!(max, 524_208, "the figure FORMAT.md gives");
         assert_eq!(record_footprint(max), Some(payload_capacity(c)));
     }
 }

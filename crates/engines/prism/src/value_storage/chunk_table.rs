@@ -158,11 +158,6 @@ impl ChunkTable {
         self.chunks.len() as u32
     }
 
-    /// True for a table without chunks.
-    pub fn is_empty(&self) -> bool {
-        self.chunks.is_empty()
-    }
-
     /// The metadata of chunk `c`.
     pub fn get(&self, c: u32) -> Option<&ChunkMeta> {
         self.chunks.get(c as usize)

@@ -16,29 +16,33 @@
 //! 1. A location is published in HSIT only after `write_chunk` returned it.
 //! 2. When an HSIT entry stops pointing at a location (update, delete, GC or SVC relocation
 //!    won by someone else), whoever moved it calls [`ValueStorage::invalidate`] on the old
-//!    location, exactly once.
+//!    location, exactly once, and only after the new forward pointer is persisted (§5.4):
+//!    an invalidated chunk may be freed and overwritten, so no durable pointer may still
+//!    lead into it (FORMAT.md, "Rules that make crashes harmless").
 //! 3. A reader pins the epoch (`crossbeam_epoch::pin()`, default collector) from loading a
 //!    location out of HSIT until [`ValueStorage::read`] returns; a chunk is reused only
 //!    after such readers are done (see `chunk_table`). A reader that finds a backward
 //!    pointer other than its slot retries through HSIT.
 //! 4. `relocate(backptr, old, new)` of [`ValueStorage::gc_step`] CASes the HSIT entry of
-//!    `backptr` from `old` to `new` (durably, §5.4) and says whether it won; it returns `Err`
-//!    only if it left the entry unchanged.
+//!    `backptr` from `old` to `new`, persists it (§5.4), and says whether it won; it returns
+//!    `Err` only if it left the entry unchanged.
 //!
 //! Thread safety: `Send + Sync`, every method takes `&self`. Writers run concurrently, each
 //! on its own chunk (allocation is the only critical section, §5.2); readers are never
 //! blocked, not even by GC; one GC step runs at a time per storage.
 
-pub mod bitmap;
+#![forbid(unsafe_code)]
+
+mod bitmap;
 pub mod chunk_format;
 pub mod chunk_reader;
-pub mod chunk_table;
+mod chunk_table;
 pub mod chunk_writer;
 mod gc;
 pub mod gc_policy;
 pub mod location;
-pub mod reader;
-pub mod stats;
+mod reader;
+mod stats;
 pub mod superblock;
 mod verify;
 
@@ -47,7 +51,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use tierkv_core::media::flash::{AlignedBuf, FlashDevice, FlashFile, IoBatch, Notifier};
+use tierkv_core::media::flash::{AlignedBuf, FlashDevice, FlashFile, IoBatch};
 use tierkv_core::{Error, Result, Tier};
 
 use crate::combining::{CombiningMode, completion};
@@ -68,6 +72,8 @@ pub const DEFAULT_CHUNK_SIZE: u32 = 512 * 1024;
 pub const GC_RESERVE: usize = 2;
 /// Most chunks with live values one GC step collects.
 pub const MAX_GC_VICTIMS: usize = 8;
+/// Chunk buffers kept for reuse by writers.
+const BUFFER_POOL: usize = 4;
 /// How long a writer that found no free chunk waits for retired chunks to come free.
 const ALLOCATION_WAIT: Duration = Duration::from_secs(1);
 
@@ -88,6 +94,7 @@ pub struct ValueStorage {
     recovering: AtomicBool,
     gc_lock: Mutex<()>,
     gc_threshold: AtomicUsize,
+    buffers: Mutex<Vec<AlignedBuf>>,
     counters: Counters,
 }
 
@@ -218,6 +225,7 @@ impl ValueStorage {
             recovering: AtomicBool::new(recovering),
             gc_lock: Mutex::new(()),
             gc_threshold: AtomicUsize::new(threshold),
+            buffers: Mutex::new(Vec::new()),
             counters: Counters::default(),
         })
     }
@@ -230,6 +238,11 @@ impl ValueStorage {
     /// The chunk size.
     pub fn chunk_size(&self) -> u32 {
         self.chunk_size
+    }
+
+    /// How reads are batched.
+    pub fn combining_mode(&self) -> CombiningMode {
+        self.reader.mode()
     }
 
     /// The number of chunks.
@@ -276,7 +289,9 @@ impl ValueStorage {
     /// Writes `values` (backward pointer, value) into one new chunk through io_uring, syncs
     /// it, marks the values valid and returns their locations, in order. The values must
     /// fit in one chunk ([`Self::values_fitting`]); `InvalidArgument` otherwise. `NoSpace`
-    /// when no free chunk is left (run [`Self::gc_step`]).
+    /// when no free chunk is left (run [`Self::gc_step`]); when only retired chunks are
+    /// left it first waits (up to a second) for their grace period, unless the calling
+    /// thread is itself pinned (`crossbeam_epoch::is_pinned`), which would block it.
     pub fn write_chunk(&self, values: &[(u64, &[u8])]) -> Result<Vec<ValueLocation>> {
         self.write_values(values, GC_RESERVE)
     }
@@ -330,7 +345,12 @@ impl ValueStorage {
             if let Some(c) = self.table.allocate(reserve) {
                 return Ok(c);
             }
-            if self.table.retiring_count() == 0 || Instant::now() >= deadline {
+            // NOTE: a caller holding an epoch guard would block the very grace period it
+            // waits for; it gets NoSpace at once instead.
+            if self.table.retiring_count() == 0
+                || crossbeam_epoch::is_pinned()
+                || Instant::now() >= deadline
+            {
                 return Err(Error::no_space(
                     Tier::Flash,
                     format!(
@@ -364,7 +384,7 @@ impl ValueStorage {
         values: &[(u64, &[u8])],
     ) -> Result<(Vec<ValueLocation>, u64, u32)> {
         let sequence = self.next_sequence()?;
-        let mut buf = AlignedBuf::new(self.chunk_size as usize)?;
+        let mut buf = self.take_buffer()?;
         let mut enc = ChunkEncoder::new(
             &mut buf,
             ChunkId {
@@ -379,21 +399,46 @@ impl ValueStorage {
             .collect::<Result<Vec<_>>>()?;
         let image_len = enc.finish();
         buf.set_len(image_len)?;
-        self.submit_write(self.chunk_offset(chunk), buf)?;
+        let buf = self.submit_write(self.chunk_offset(chunk), buf)?;
+        self.return_buffer(buf);
         // IMPORTANT: durable before the caller may publish any of these locations.
         self.file.sync()?;
         Ok((locs, sequence, image_len as u32))
     }
 
-    /// Submits one write on the flash tier's asynchronous io_uring path and waits for it.
-    fn submit_write(&self, offset: u64, buf: AlignedBuf) -> Result<()> {
+    /// A chunk-sized buffer, reused from earlier writes when one is free. Reuse is safe:
+    /// the encoder writes every byte of the image it returns (header, records, padding,
+    /// zeroed tail of the last block), and nothing past the image is written.
+    fn take_buffer(&self) -> Result<AlignedBuf> {
+        let reused = self.buffers.lock().pop();
+        let mut buf = match reused {
+            Some(b) => b,
+            None => AlignedBuf::new(self.chunk_size as usize)?,
+        };
+        buf.set_len(self.chunk_size as usize)?;
+        Ok(buf)
+    }
+
+    fn return_buffer(&self, buf: AlignedBuf) {
+        let mut pool = self.buffers.lock();
+        if pool.len() < BUFFER_POOL {
+            pool.push(buf);
+        }
+    }
+
+    /// Submits one write on the flash tier's asynchronous io_uring path, waits for it and
+    /// returns the buffer. Returns only once the request is finished or will never run, so
+    /// a failed write's chunk can be freed safely (see `reader::BatchNotifier`).
+    fn submit_write(&self, offset: u64, buf: AlignedBuf) -> Result<AlignedBuf> {
         let (completer, waiter) = completion::pair();
         let mut io = IoBatch::with_capacity(1);
         io.write(&self.file, offset, buf, 0);
-        let notifier: Notifier = Arc::new(BatchNotifier::new(vec![Some(completer)]));
-        self.device.submit_async(io, &notifier)?;
-        drop(notifier);
-        waiter.wait().map(drop)
+        reader::submit_async(
+            &self.device,
+            io,
+            Arc::new(BatchNotifier::new(vec![Some(completer)])),
+        );
+        waiter.wait()
     }
 
     fn check_location(&self, loc: ValueLocation) -> Result<()> {
@@ -582,6 +627,7 @@ impl ValueStorage {
             gc_bytes_moved: k.gc_bytes_moved.get(),
             gc_values_dropped: k.gc_values_dropped.get(),
             gc_micros: k.gc_micros.get(),
+            gc_corrupt_chunks: k.gc_corrupt_chunks.get(),
             dram_bytes: self.table.dram_bytes() as u64,
             combining: self.reader.stats(),
         }

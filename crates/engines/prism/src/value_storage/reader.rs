@@ -58,8 +58,16 @@ impl ReadSpec {
 
 /// Delivers the completions of one batch to the threads waiting for them: request `tag`
 /// goes to completer `tag`.
+///
+/// IMPORTANT: a submitter never fails its waiters on its own when `submit_async` returns
+/// `Err`, because the flash tier may still hold (and later run and deliver) the requests.
+/// It records the error with [`BatchNotifier::submission_failed`] and drops its handle:
+/// if the device holds the requests, their completions arrive as usual; if it does not,
+/// the last handle goes, and `Drop` fails every waiter still waiting with that error.
+/// So a buffer is never reused, nor a chunk freed, while a request on it may still run.
 pub struct BatchNotifier {
     completers: Mutex<Vec<Option<Completer<AlignedBuf>>>>,
+    failure: Mutex<Option<String>>,
 }
 
 impl BatchNotifier {
@@ -67,7 +75,39 @@ impl BatchNotifier {
     pub fn new(completers: Vec<Option<Completer<AlignedBuf>>>) -> Self {
         BatchNotifier {
             completers: Mutex::new(completers),
+            failure: Mutex::new(None),
         }
+    }
+
+    /// Records why the submission failed, for requests that will never be delivered.
+    pub fn submission_failed(&self, e: &Error) {
+        *self.failure.lock() = Some(e.to_string());
+    }
+}
+
+impl Drop for BatchNotifier {
+    fn drop(&mut self) {
+        let why = self
+            .failure
+            .lock()
+            .take()
+            .unwrap_or_else(|| "the flash tier dropped the request".to_owned());
+        for c in self.completers.lock().iter_mut().filter_map(Option::take) {
+            c.complete(Err(Error::io(
+                "submit",
+                "value storage",
+                io::Error::other(why.clone()),
+            )));
+        }
+    }
+}
+
+/// Submits `io` on the flash tier's asynchronous path with completions going to
+/// `notifier` (see [`BatchNotifier`] for what an error means).
+pub fn submit_async(device: &FlashDevice, io: IoBatch, notifier: Arc<BatchNotifier>) {
+    let dyn_notifier: Notifier = notifier.clone();
+    if let Err(e) = device.submit_async(io, &dyn_notifier) {
+        notifier.submission_failed(&e);
     }
 }
 
@@ -98,22 +138,7 @@ fn submit_fn(device: Arc<FlashDevice>, file: FlashFile) -> SubmitFn<ReadSpec, Al
         if io.is_empty() {
             return;
         }
-        let notifier = Arc::new(BatchNotifier::new(completers));
-        let dyn_notifier: Notifier = notifier.clone();
-        if let Err(e) = device.submit_async(io, &dyn_notifier) {
-            for c in notifier
-                .completers
-                .lock()
-                .iter_mut()
-                .filter_map(Option::take)
-            {
-                c.complete(Err(Error::io(
-                    "submit read",
-                    file.path(),
-                    io::Error::other(e.to_string()),
-                )));
-            }
-        }
+        submit_async(&device, io, Arc::new(BatchNotifier::new(completers)));
     })
 }
 
@@ -179,26 +204,30 @@ impl ChunkReader {
         let specs: Vec<ReadSpec> = groups.iter().map(|g| g.0).collect();
         let issued = specs.len();
         for ((spec, members), result) in groups.iter().zip(self.read_batch(specs)) {
-            for &i in members {
-                let Some(&(start, len)) = ranges.get(i) else {
-                    continue;
-                };
-                match &result {
-                    Ok(buf) => {
+            match result {
+                Ok(buf) => {
+                    for &i in members {
+                        let Some(&(start, len)) = ranges.get(i) else {
+                            continue;
+                        };
                         let from = (start - spec.offset) as usize;
-                        let bytes = buf
-                            .get(from..from + len as usize)
-                            .ok_or_else(|| Error::invalid("range outside its read"));
-                        f(i, bytes);
+                        f(
+                            i,
+                            buf.get(from..from + len as usize)
+                                .ok_or_else(|| Error::invalid("range outside its read")),
+                        );
                     }
-                    Err(e) => f(
-                        i,
-                        Err(Error::io(
-                            "read",
-                            "value storage",
-                            io::Error::other(e.to_string()),
-                        )),
-                    ),
+                }
+                Err(e) => {
+                    // The first range gets the error itself, the others a description.
+                    let what = e.to_string();
+                    let mut first = Some(e);
+                    for &i in members {
+                        let e = first.take().unwrap_or_else(|| {
+                            Error::io("read", "value storage", io::Error::other(what.clone()))
+                        });
+                        f(i, Err(e));
+                    }
                 }
             }
         }
@@ -219,6 +248,20 @@ impl ChunkReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::combining::completion::pair;
+
+    #[test]
+    fn notifier_dropped_before_delivery_fails_its_waiters_with_the_submit_error() {
+        let (c1, w1) = pair::<AlignedBuf>();
+        let (c2, w2) = pair::<AlignedBuf>();
+        let n = BatchNotifier::new(vec![Some(c1), None, Some(c2)]);
+        n.submission_failed(&Error::invalid("ring refused"));
+        drop(n);
+        for w in [w1, w2] {
+            let e = w.wait().unwrap_err();
+            assert!(e.to_string().contains("ring refused"), "{e}");
+        }
+    }
 
     #[test]
     fn covering_read_is_block_aligned() {

@@ -1,5 +1,6 @@
-//! Counters of a Value Storage: chunks by state, live data, writes, reads, GC work and the
-//! thread-combining batch sizes. The core adds them to the engine's `Stats` (per-storage
+//! Counters of a Value Storage (DESIGN §5: "background work (… GC …: counts, bytes,
+//! time)"; PRISM §7.6 for the batch sizes): chunks by state, live data, writes, reads, GC
+//! work and the thread-combining batch sizes. The core adds them to the engine's `Stats` (per-storage
 //! counters summed; names in [`ValueStorageStats::add_to`]).
 //!
 //! Thread safety: counters are relaxed atomics ([`Counter`]); a snapshot is not atomic as
@@ -86,6 +87,8 @@ pub struct ValueStorageStats {
     pub gc_values_dropped: u64,
     /// Time spent in GC steps, µs.
     pub gc_micros: u64,
+    /// Victims GC found damaged and quarantined.
+    pub gc_corrupt_chunks: u64,
     /// DRAM held by bitmaps and chunk metadata.
     pub dram_bytes: u64,
     /// Batch sizes of flash reads.
@@ -113,6 +116,7 @@ impl ValueStorageStats {
         add("gc_bytes_moved", self.gc_bytes_moved);
         add("gc_values_dropped", self.gc_values_dropped);
         add("gc_micros", self.gc_micros);
+        add("gc_corrupt_chunks", self.gc_corrupt_chunks);
         for (n, c) in self
             .combining
             .histogram
@@ -135,5 +139,32 @@ impl ValueStorageStats {
         gauge("live_values", self.live_values);
         gauge("live_bytes", self.live_bytes);
         s.dram_bytes += self.dram_bytes;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storages_sum_into_one_stats_with_batch_sizes_by_name() {
+        let one = ValueStorageStats {
+            gc_runs: 2,
+            live_values: 10,
+            dram_bytes: 100,
+            combining: CombiningStats {
+                histogram: vec![0, 5, 0, 1],
+            },
+            ..ValueStorageStats::default()
+        };
+        let mut s = Stats::default();
+        one.add_to(&mut s);
+        one.add_to(&mut s);
+        assert_eq!(s.counters["prism_vs_gc_runs"], 4);
+        assert_eq!(s.counters["prism_read_batch_size_01"], 10);
+        assert_eq!(s.counters["prism_read_batch_size_03"], 2);
+        assert!(!s.counters.contains_key("prism_read_batch_size_02"));
+        assert_eq!(s.gauges["prism_vs_live_values"], 20.0);
+        assert_eq!(s.dram_bytes, 200);
     }
 }

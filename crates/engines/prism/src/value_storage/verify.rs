@@ -14,28 +14,13 @@ use super::chunk_reader::decode_chunk;
 use super::chunk_table::ChunkState;
 use super::reader::ReadSpec;
 
+/// Chunks read back at once (bounds the memory `check` holds: 16 chunk images).
+const CHECK_BATCH: usize = 16;
+
 pub(super) fn check(vs: &ValueStorage) -> Result<Vec<String>> {
     let mut lines = Vec::new();
-    let chunks: Vec<u32> = (0..vs.table.len())
-        .filter(|&c| {
-            vs.table
-                .get(c)
-                .is_some_and(|m| m.bitmap.live_values() > 0 || m.state() == ChunkState::Quarantined)
-        })
-        .collect();
-    let specs: Vec<ReadSpec> = chunks
-        .iter()
-        .map(|&c| ReadSpec {
-            offset: vs.chunk_offset(c),
-            len: vs.chunk_size as usize,
-        })
-        .collect();
-    let mut records_checked = 0u64;
-    for ((&c, spec), image) in chunks
-        .iter()
-        .zip(&specs)
-        .zip(vs.reader.read_batch(specs.clone()))
-    {
+    let mut to_read = Vec::new();
+    for c in 0..vs.table.len() {
         let Some(meta) = vs.table.get(c) else {
             continue;
         };
@@ -44,27 +29,38 @@ pub(super) fn check(vs: &ValueStorage) -> Result<Vec<String>> {
                 "error: value storage {} chunk {c} is quarantined (GC could not read it)",
                 vs.id
             ));
-            continue;
+        } else if meta.bitmap.live_values() > 0 {
+            to_read.push(c);
         }
-        match image.and_then(|buf| {
-            decode_chunk(&buf, vs.id, c, spec.offset)
-                .map(|(_, r)| r.iter().map(|r| r.offset).collect::<Vec<_>>())
-        }) {
-            Ok(offsets) => {
-                records_checked += offsets.len() as u64;
-                let marked = offsets.iter().filter(|&&o| meta.bitmap.is_set(o)).count() as u32;
-                if marked != meta.bitmap.live_values() {
-                    lines.push(format!(
-                        "error: value storage {} chunk {c}: {} values marked valid, {marked} of them at record starts",
-                        vs.id,
-                        meta.bitmap.live_values()
-                    ));
+    }
+    let mut records_checked = 0u64;
+    for group in to_read.chunks(CHECK_BATCH) {
+        let specs: Vec<ReadSpec> = group
+            .iter()
+            .map(|&c| ReadSpec {
+                offset: vs.chunk_offset(c),
+                len: vs.chunk_size as usize,
+            })
+            .collect();
+        for ((&c, spec), image) in group
+            .iter()
+            .zip(&specs)
+            .zip(vs.reader.read_batch(specs.clone()))
+        {
+            let offsets = image.and_then(|buf| {
+                decode_chunk(&buf, vs.id, c, spec.offset)
+                    .map(|(_, r)| r.iter().map(|r| r.offset).collect::<Vec<_>>())
+            });
+            match offsets {
+                Ok(offsets) => {
+                    records_checked += offsets.len() as u64;
+                    lines.extend(check_bits(vs, c, &offsets));
                 }
+                Err(e) => lines.push(format!(
+                    "error: value storage {} chunk {c} holds valid values but does not decode: {e}",
+                    vs.id
+                )),
             }
-            Err(e) => lines.push(format!(
-                "error: value storage {} chunk {c} holds valid values but does not decode: {e}",
-                vs.id
-            )),
         }
     }
     let (live, bytes) = vs.table.live();
@@ -76,8 +72,21 @@ pub(super) fn check(vs: &ValueStorage) -> Result<Vec<String>> {
             vs.table.len(),
             vs.chunk_size,
             vs.table.free_count(),
-            chunks.len()
+            to_read.len()
         ),
     );
     Ok(lines)
+}
+
+/// Every set bit of chunk `c` must be the start of one of its records (`offsets`).
+fn check_bits(vs: &ValueStorage, c: u32, offsets: &[u32]) -> Option<String> {
+    let meta = vs.table.get(c)?;
+    let marked = offsets.iter().filter(|&&o| meta.bitmap.is_set(o)).count() as u32;
+    (marked != meta.bitmap.live_values()).then(|| {
+        format!(
+            "error: value storage {} chunk {c}: {} values marked valid, {marked} of them at record starts",
+            vs.id,
+            meta.bitmap.live_values()
+        )
+    })
 }

@@ -85,12 +85,17 @@ impl FlashFile {
         core.check_writable()?;
         let path = core.dir.join(name);
         if let Some(f) = &core.faults {
-            f.file_created(&path)
+            f.check_not_crashed()
                 .map_err(|e| Error::io("create", &path, e))?;
         }
         core.reserve(name, len)?;
         match create_on_disk(core, &path, len) {
-            Ok((file, direct)) => Ok(FlashFile::wrap(core, name, path, file, len, direct)),
+            Ok((file, direct)) => {
+                if let Some(f) = &core.faults {
+                    f.file_created(&path);
+                }
+                Ok(FlashFile::wrap(core, name, path, file, len, direct))
+            }
             Err(e) => {
                 core.release(name);
                 Err(e)

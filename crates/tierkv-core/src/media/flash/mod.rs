@@ -327,8 +327,9 @@ impl FlashDevice {
 
     /// Submits every request of `batch` without waiting. Each request is delivered, exactly
     /// once and with its buffer, to `notifier` on the device's completion thread when it
-    /// finishes (or at once if it fails its checks). Errors only if the completion thread
-    /// cannot be started.
+    /// finishes (or at once if it fails its checks). `Err` if the completion thread cannot
+    /// be started (nothing was queued), or if io_uring refused the submission for now (the
+    /// requests stay queued and are still delivered).
     pub fn submit_async(&self, batch: IoBatch, notifier: &Notifier) -> Result<()> {
         let mut slot = self.async_path.lock();
         if slot.is_none() {
@@ -345,7 +346,7 @@ impl FlashDevice {
         let dir = &self.core.dir;
         let qd = self.core.queue_depth;
         match &self.core.backend {
-            Backend::Uring(_) => AsyncRing::start(qd)
+            Backend::Uring(_) => AsyncRing::start(qd, dir)
                 .map(AsyncPath::Uring)
                 .map_err(|e| Error::io("start flash completion thread", dir, e)),
             Backend::Threads => WorkerPool::start((qd as usize).min(MAX_ASYNC_WORKERS))
@@ -357,7 +358,9 @@ impl FlashDevice {
 
 impl Drop for FlashDevice {
     fn drop(&mut self) {
-        // Stops and joins the completion thread (after delivering what is in flight).
-        drop(self.async_path.lock().take());
+        // Stops and joins the completion thread (after delivering what is in flight),
+        // without holding the lock while joining.
+        let path = self.async_path.lock().take();
+        drop(path);
     }
 }

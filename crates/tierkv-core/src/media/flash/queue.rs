@@ -80,10 +80,7 @@ impl<'d> IoQueue<'d> {
     /// what has finished without blocking.
     pub fn wait(&mut self, min: usize, out: &mut Vec<IoCompletion>) -> Result<usize> {
         match &mut self.inner {
-            Inner::Uring(q) => {
-                q.submit()?;
-                q.wait(min, out)
-            }
+            Inner::Uring(q) => q.wait(min, out),
             Inner::Threads(q) => Ok(q.wait(out)),
         }
     }

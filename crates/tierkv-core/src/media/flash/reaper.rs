@@ -22,16 +22,17 @@
 
 use std::collections::VecDeque;
 use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use io_uring::{IoUring, opcode};
+use io_uring::{IoUring, opcode, squeue};
 use parking_lot::Mutex;
 
 use super::request::{IoCompletion, IoRequest, Notifier, RawOp, Step, deliver};
-use super::uring::{enter, new_uring, sqe};
+use super::uring::{SUBMIT_BATCH, enter, new_uring, sqe};
 use crate::api::error::{Error, Result};
 
 /// The user data of the no-op that wakes the completion thread.
@@ -65,6 +66,8 @@ struct Shared {
 pub(crate) struct AsyncRing {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// The device's directory, for errors.
+    dir: PathBuf,
 }
 
 impl std::fmt::Debug for AsyncRing {
@@ -98,14 +101,11 @@ impl State {
 
 impl Shared {
     /// Pushes backlog entries while there is room (invariant 2), plus a wake-up no-op if
-    /// asked, then submits. Called with the state locked (invariant 3).
+    /// asked, submitting every [`SUBMIT_BATCH`] entries and at the end. Called with the
+    /// state locked (invariant 3).
     fn pump(&self, st: &mut State, wake: bool) -> io::Result<()> {
-        // SAFETY: invariant 3: the submission queue is only used under the state mutex,
-        // which the caller holds, so no other SubmissionQueue exists.
-        #[expect(unsafe_code, reason = "shared submission queue under a mutex")]
-        let mut sq = unsafe { self.uring.submission_shared() };
-        let mut pushed = false;
-        while st.in_flight < self.limit && !sq.is_full() {
+        let mut queued = 0;
+        while st.in_flight < self.limit {
             let Some(i) = st.backlog.pop_front() else {
                 break;
             };
@@ -116,38 +116,46 @@ impl Shared {
             // SAFETY: the buffer is owned by slot `i` until its completion is delivered
             // (invariant 1).
             #[expect(unsafe_code, reason = "io_uring submission of an owned request")]
-            let ok = unsafe { sq.push(&e) }.is_ok();
-            if ok {
-                st.in_flight += 1;
-                pushed = true;
-            } else {
+            let ok = unsafe { self.push_one(&e) };
+            if !ok {
                 st.backlog.push_front(i);
-                break;
+                enter(&self.uring, 0)?;
+                queued = 0;
+                continue;
+            }
+            st.in_flight += 1;
+            queued += 1;
+            if queued == SUBMIT_BATCH {
+                enter(&self.uring, 0)?;
+                queued = 0;
             }
         }
         if wake {
-            if sq.is_full() {
-                sq.sync();
-                drop(sq);
-                enter(&self.uring, 0)?;
-                // SAFETY: as above; the previous handle was dropped.
-                #[expect(unsafe_code, reason = "shared submission queue under a mutex")]
-                let again = unsafe { self.uring.submission_shared() };
-                sq = again;
-            }
             let nop = opcode::Nop::new().build().user_data(WAKE);
             // SAFETY: a no-op references no memory.
             #[expect(unsafe_code, reason = "io_uring no-op")]
-            let ok = unsafe { sq.push(&nop) }.is_ok();
-            pushed |= ok;
+            while !unsafe { self.push_one(&nop) } {
+                enter(&self.uring, 0)?;
+            }
+            queued += 1;
         }
-        sq.sync();
-        let queued = !sq.is_empty();
-        drop(sq);
-        if pushed || queued {
+        if queued > 0 {
             enter(&self.uring, 0)?;
         }
         Ok(())
+    }
+
+    /// Queues one entry; false if the submission queue is full.
+    ///
+    /// # Safety
+    /// As for `SubmissionQueue::push`; and the state mutex must be held (invariant 3).
+    #[expect(unsafe_code, reason = "shared submission queue under a mutex")]
+    unsafe fn push_one(&self, e: &squeue::Entry) -> bool {
+        // SAFETY: invariant 3: the caller holds the state mutex, so no other
+        // SubmissionQueue exists; dropping `sq` publishes the entry.
+        let mut sq = unsafe { self.uring.submission_shared() };
+        // SAFETY: forwarded to our caller.
+        unsafe { sq.push(e) }.is_ok()
     }
 
     /// Applies completions; returns what is ready to deliver.
@@ -183,7 +191,8 @@ impl Shared {
             }
         }
         done.append(&mut st.refused);
-        // A failed submit leaves the entries queued; the next wait submits them.
+        // NOTE: a failed submit leaves the entries queued; the next io_uring_enter of this
+        // thread (which submits what is queued) or of a submitter retries them.
         let _ = self.pump(&mut st, false);
     }
 
@@ -221,7 +230,7 @@ fn reap_loop(shared: &Shared) {
 
 impl AsyncRing {
     /// Sets up the ring (`entries` deep) and starts its completion thread.
-    pub(crate) fn start(entries: u32) -> io::Result<AsyncRing> {
+    pub(crate) fn start(entries: u32, dir: &Path) -> io::Result<AsyncRing> {
         // NOTE: no COOP_TASKRUN here: the submitting thread is not the one that waits.
         let uring = new_uring(entries, false)?;
         let limit = uring.params().sq_entries() as usize;
@@ -238,11 +247,13 @@ impl AsyncRing {
         Ok(AsyncRing {
             shared,
             thread: Some(thread),
+            dir: dir.to_owned(),
         })
     }
 
     /// Admits and queues `requests`; never blocks on I/O. Each request is delivered to
-    /// `notifier` exactly once, from the completion thread.
+    /// `notifier` exactly once, from the completion thread. `Err` means the kernel refused
+    /// the submission for now (the requests stay queued and go with the next submission).
     pub(crate) fn submit(&self, requests: Vec<IoRequest>, notifier: &Notifier) -> Result<()> {
         if self.shared.stop.load(Ordering::Acquire) {
             return Err(Error::Closed);
@@ -266,10 +277,9 @@ impl AsyncRing {
             st.backlog.push_back(i);
         }
         let wake = !st.refused.is_empty();
-        // NOTE: a failed submit leaves the entries queued for the completion thread's next
-        // io_uring_enter; the requests are not lost.
-        let _ = self.shared.pump(&mut st, wake);
-        Ok(())
+        self.shared
+            .pump(&mut st, wake)
+            .map_err(|e| Error::io("io_uring_enter", &self.dir, e))
     }
 }
 

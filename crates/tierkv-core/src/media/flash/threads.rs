@@ -150,7 +150,13 @@ fn worker(rx: &Receiver<Job>) {
 impl Drop for WorkerPool {
     fn drop(&mut self) {
         drop(self.tx.take());
+        let me = std::thread::current().id();
         for h in self.workers.drain(..) {
+            if h.thread().id() == me {
+                // NOTE: a notifier on this worker dropped the last handle of the device; a
+                // thread cannot join itself. It exits on its own: the channel is closed.
+                continue;
+            }
             // A worker cannot panic (notifier panics are caught in `deliver`); if one did,
             // there is nothing left to clean up here.
             let _ = h.join();

@@ -6,7 +6,9 @@
 //! Ring choice: a small pool behind locks rather than one ring per thread. A thread prefers
 //! "its" ring (chosen round-robin the first time it does I/O), takes any free ring if that
 //! one is busy, creates rings lazily up to the pool's size, and blocks only when every ring
-//! is in use. A ring serves any file of its device. Rings are set up with
+//! is in use and it holds no ring itself (a thread that already holds a ring, of any
+//! device, never blocks on another: it runs the transfer with pread/pwrite instead, so
+//! nested use cannot deadlock). A ring serves any file of its device. Rings are set up with
 //! `IORING_SETUP_COOP_TASKRUN` where the kernel has it (5.19+): the thread that submits is
 //! the thread that waits, so completions need no inter-processor interrupt.
 //!
@@ -25,10 +27,11 @@
 //! Thread safety: [`RingPool`] is `Send + Sync`; a checked-out ring ([`RingGuard`]) is
 //! `!Send` and used by one thread.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use io_uring::{IoUring, opcode, squeue, types};
 use parking_lot::{MappedMutexGuard, Mutex, MutexGuard};
@@ -39,6 +42,16 @@ use crate::api::error::{Error, Result};
 
 /// The user data of a one-shot transfer (slot indices are far smaller).
 const ONE_SHOT: u64 = u64::MAX;
+
+/// Queued entries are handed to the kernel as soon as this many are waiting, rather than all
+/// at once when the caller submits or waits.
+///
+/// NOTE: the kernel plugs one `io_uring_enter`'s requests and dispatches them to the device
+/// together, after it has prepared the last one. Refilling a queue of 64 in one call left
+/// the device idle meanwhile and cost ~18% of 4 KiB random-read IOPS at queue depth 64 on
+/// the virtio disk we measured (issue 4); chunks of 8 matched fio, which submits each
+/// request as it is queued.
+pub(crate) const SUBMIT_BATCH: usize = 8;
 
 /// The SQE for (the remaining part of) `raw`.
 pub(crate) fn sqe(raw: &RawOp, user_data: u64) -> squeue::Entry {
@@ -127,7 +140,9 @@ impl Ring {
         })
     }
 
-    /// Queues an SQE, submitting what is queued first if the submission queue is full.
+    /// Queues an SQE, submitting what is queued first if the submission queue is full, and
+    /// submits once [`SUBMIT_BATCH`] entries are waiting. `Err` means the entry was not
+    /// queued.
     ///
     /// # Safety
     /// The memory the entry points to must stay valid (and, for a read, unaliased) until
@@ -135,10 +150,19 @@ impl Ring {
     #[expect(unsafe_code, reason = "io_uring submission")]
     unsafe fn push(&mut self, e: &squeue::Entry) -> io::Result<()> {
         loop {
+            let mut sq = self.uring.submission();
             // SAFETY: forwarded to our caller (see `# Safety`).
-            if unsafe { self.uring.submission().push(e) }.is_ok() {
+            if unsafe { sq.push(e) }.is_ok() {
+                let waiting = sq.len();
+                drop(sq);
+                if waiting >= SUBMIT_BATCH {
+                    // NOTE: the entry is queued either way; if this submit fails, the next
+                    // wait submits it again and reports the error.
+                    let _ = enter(&self.uring, 0);
+                }
                 return Ok(());
             }
+            drop(sq);
             enter(&self.uring, 0)?;
         }
     }
@@ -255,33 +279,42 @@ impl Drop for Ring {
     }
 }
 
-/// Process-unique token of the current thread (0 means "nobody").
-fn thread_token() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
+/// The index of the ring this thread tries first (threads are spread round-robin).
+fn preferred_ring(n: usize) -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
-        static TOKEN: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+        static HINT: usize = NEXT.fetch_add(1, Ordering::Relaxed);
     }
-    TOKEN.with(|t| *t)
+    HINT.with(|h| *h) % n
+}
+
+thread_local! {
+    /// How many rings (of any pool) this thread holds now.
+    static RINGS_HELD: Cell<usize> = const { Cell::new(0) };
 }
 
 /// A bounded pool of rings (see the module doc).
 #[derive(Debug)]
 pub(crate) struct RingPool {
     rings: Box<[Mutex<Option<Ring>>]>,
-    /// The token of the thread holding each ring, or 0.
-    holders: Box<[AtomicU64]>,
     entries: u32,
 }
 
 /// A ring checked out of the pool by the current thread.
 pub(crate) struct RingGuard<'a> {
     ring: MappedMutexGuard<'a, Ring>,
-    holder: &'a AtomicU64,
+}
+
+impl<'a> RingGuard<'a> {
+    fn new(ring: MappedMutexGuard<'a, Ring>) -> RingGuard<'a> {
+        RINGS_HELD.with(|h| h.set(h.get() + 1));
+        RingGuard { ring }
+    }
 }
 
 impl Drop for RingGuard<'_> {
     fn drop(&mut self) {
-        self.holder.store(0, Ordering::Release);
+        RINGS_HELD.with(|h| h.set(h.get().saturating_sub(1)));
     }
 }
 
@@ -294,7 +327,6 @@ impl RingPool {
         let mut first = Some(first);
         Ok(RingPool {
             rings: (0..size).map(|_| Mutex::new(first.take())).collect(),
-            holders: (0..size).map(|_| AtomicU64::new(0)).collect(),
             entries,
         })
     }
@@ -305,51 +337,42 @@ impl RingPool {
         (2 * cpus).clamp(4, 64)
     }
 
-    /// Checks a ring out for the current thread; `None` only when this thread already
-    /// holds every ring (blocking would deadlock) or no ring can be set up.
+    /// Checks a ring out for the current thread; `None` when every ring is busy and this
+    /// thread already holds one (blocking could deadlock), or no ring can be set up.
     pub(crate) fn checkout(&self) -> Option<RingGuard<'_>> {
-        let me = thread_token();
         let n = self.rings.len();
-        let start = usize::try_from(me).unwrap_or(0) % n;
+        let start = preferred_ring(n);
         let order = (0..n).map(|k| (start + k) % n);
         for i in order.clone() {
             if let Some(g) = self.rings[i].try_lock()
-                && let Some(r) = self.prepare(i, g, me)
+                && let Some(r) = self.prepare(g)
             {
                 return Some(r);
             }
         }
-        for i in order {
-            if self.holders[i].load(Ordering::Acquire) != me
-                && let Some(r) = self.prepare(i, self.rings[i].lock(), me)
-            {
-                return Some(r);
-            }
+        if RINGS_HELD.with(Cell::get) > 0 {
+            return None;
         }
-        None
+        order
+            .into_iter()
+            .find_map(|i| self.prepare(self.rings[i].lock()))
     }
 
-    /// Makes sure slot `i` holds a usable ring and hands it out.
-    fn prepare<'a>(
-        &'a self,
-        i: usize,
-        mut g: MutexGuard<'a, Option<Ring>>,
-        me: u64,
-    ) -> Option<RingGuard<'a>> {
+    /// Makes sure the slot holds a usable ring and hands it out.
+    fn prepare<'a>(&'a self, mut g: MutexGuard<'a, Option<Ring>>) -> Option<RingGuard<'a>> {
         if g.as_ref().is_some_and(|r| r.broken) {
             *g = None; // Ring::drop leaks what the broken ring had in flight
         }
         if g.is_none() {
             *g = Ring::new(self.entries).ok();
         }
-        let ring = MutexGuard::try_map(g, Option::as_mut).ok()?;
-        let holder = self.holders.get(i)?;
-        holder.store(me, Ordering::Release);
-        Some(RingGuard { ring, holder })
+        MutexGuard::try_map(g, Option::as_mut)
+            .ok()
+            .map(RingGuard::new)
     }
 
-    /// Runs one transfer over a borrowed buffer through a ring (or with pread/pwrite if this
-    /// thread already holds every ring).
+    /// Runs one transfer over a borrowed buffer through a ring (or with pread/pwrite when
+    /// no ring can be had without blocking while this thread holds one).
     pub(crate) fn run_one(&self, raw: &mut RawOp) -> io::Result<()> {
         match self.checkout() {
             Some(mut g) => g.ring.run_one(raw),
@@ -416,8 +439,9 @@ impl<'a> UringQueue<'a> {
         enter(&self.ring.ring.uring, 0).map_err(|e| self.enter_error(e))
     }
 
-    /// Moves completions to `out` until at least `min` were moved or nothing is left in
-    /// flight; returns how many were moved.
+    /// Submits what is queued and moves completions to `out` until at least `min` were
+    /// moved or nothing is left in flight; returns how many were moved. Submitting and
+    /// waiting take one `io_uring_enter` together.
     pub(crate) fn wait(&mut self, min: usize, out: &mut Vec<IoCompletion>) -> Result<usize> {
         let mut got = 0;
         loop {
@@ -425,6 +449,9 @@ impl<'a> UringQueue<'a> {
             got += r.ready.len();
             out.extend(r.ready.drain(..));
             if got >= min || r.in_flight == 0 {
+                if !r.uring.submission().is_empty() {
+                    self.submit()?;
+                }
                 return Ok(got);
             }
             let want = (min - got).min(r.in_flight);
@@ -448,5 +475,42 @@ impl<'a> UringQueue<'a> {
 impl Drop for UringQueue<'_> {
     fn drop(&mut self) {
         self.ring.ring.quiesce();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ring of 64 entries, or `None` where the kernel refuses io_uring.
+    fn ring() -> Option<Ring> {
+        match Ring::new(64) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                eprintln!("io_uring refused here ({e}); nothing to check");
+                None
+            }
+        }
+    }
+
+    fn queued(r: &mut Ring) -> usize {
+        r.uring.submission().len()
+    }
+
+    #[test]
+    fn entries_are_handed_to_the_kernel_every_submit_batch() {
+        let Some(mut r) = ring() else { return };
+        let nop = opcode::Nop::new().build().user_data(ONE_SHOT - 1);
+        for i in 1..=SUBMIT_BATCH * 2 + 3 {
+            // SAFETY: a no-op references no memory.
+            #[expect(unsafe_code, reason = "io_uring no-op in a test")]
+            unsafe {
+                r.push(&nop).unwrap();
+            }
+            assert_eq!(queued(&mut r), i % SUBMIT_BATCH, "after {i} pushes");
+        }
+        enter(&r.uring, SUBMIT_BATCH * 2 + 3).unwrap();
+        r.drain_cq();
+        assert_eq!(r.cqes.len(), SUBMIT_BATCH * 2 + 3, "every no-op completed");
     }
 }

@@ -26,7 +26,6 @@ use super::latency::lines_touched;
 use super::mapping::{memory_bytes, word_from_memory_bytes};
 use super::persist::store_fence;
 use super::pool::PmemPool;
-use super::tracked::Shadow;
 use crate::api::error::{Error, Result, Tier};
 use crate::api::options::DurabilityMode;
 
@@ -53,8 +52,7 @@ impl PmemPool {
     /// Writes `data` at `off`. NOT durable until a `persist` covering it returns.
     pub fn write(&self, off: u64, data: &[u8]) -> Result<()> {
         let start = self.mutable_span(off, data.len(), "write")?;
-        let _gate = self.gate();
-        self.store_bytes(start, data);
+        self.mutate(start, data.len(), || self.store_bytes(start, data));
         self.bytes_written.add(data.len() as u64);
         Ok(())
     }
@@ -62,8 +60,7 @@ impl PmemPool {
     /// Sets `len` bytes at `off` to `byte`. NOT durable until persisted.
     pub fn fill(&self, off: u64, len: usize, byte: u8) -> Result<()> {
         let start = self.mutable_span(off, len, "fill")?;
-        let _gate = self.gate();
-        self.fill_bytes(start, len, byte);
+        self.mutate(start, len, || self.fill_bytes(start, len, byte));
         self.bytes_written.add(len as u64);
         Ok(())
     }
@@ -76,7 +73,7 @@ impl PmemPool {
 
     /// Loads the aligned word at `off` (`Acquire`).
     pub fn load_u64(&self, off: u64) -> Result<u64> {
-        let w = self.word_at(off, "load", false)?;
+        let (_, w) = self.word_at(off, "load", false)?;
         self.bytes_read.add(8);
         Ok(u64::from_le(w.load(Ordering::Acquire)))
     }
@@ -84,9 +81,8 @@ impl PmemPool {
     /// Stores `v` in the aligned word at `off` (`Release`; one atomic store, never torn).
     /// NOT durable until persisted.
     pub fn store_u64(&self, off: u64, v: u64) -> Result<()> {
-        let w = self.word_at(off, "store", true)?;
-        let _gate = self.gate();
-        w.store(v.to_le(), Ordering::Release);
+        let (at, w) = self.word_at(off, "store", true)?;
+        self.mutate(at, 8, || w.store(v.to_le(), Ordering::Release));
         self.bytes_written.add(8);
         Ok(())
     }
@@ -94,17 +90,16 @@ impl PmemPool {
     /// Compare-and-swap of the aligned word at `off` (`AcqRel`): `Ok(Ok(current))` if it
     /// held `current` and now holds `new`, `Ok(Err(actual))` if it held `actual`.
     pub fn cas_u64(&self, off: u64, current: u64, new: u64) -> Result<Result<u64, u64>> {
-        let w = self.word_at(off, "compare-and-swap", true)?;
-        let _gate = self.gate();
-        let r = w
-            .compare_exchange(
+        let (at, w) = self.word_at(off, "compare-and-swap", true)?;
+        let r = self.mutate(at, 8, || {
+            w.compare_exchange(
                 current.to_le(),
                 new.to_le(),
                 Ordering::AcqRel,
                 Ordering::Acquire,
             )
-            .map(u64::from_le)
-            .map_err(u64::from_le);
+        });
+        let r = r.map(u64::from_le).map_err(u64::from_le);
         match r {
             Ok(_) => self.bytes_written.add(8),
             Err(_) => self.bytes_read.add(8),
@@ -114,18 +109,16 @@ impl PmemPool {
 
     /// Atomically ORs `bits` into the aligned word at `off` (`AcqRel`); returns the old value.
     pub fn fetch_or_u64(&self, off: u64, bits: u64) -> Result<u64> {
-        let w = self.word_at(off, "fetch-or", true)?;
-        let _gate = self.gate();
-        let old = w.fetch_or(bits.to_le(), Ordering::AcqRel);
+        let (at, w) = self.word_at(off, "fetch-or", true)?;
+        let old = self.mutate(at, 8, || w.fetch_or(bits.to_le(), Ordering::AcqRel));
         self.bytes_written.add(8);
         Ok(u64::from_le(old))
     }
 
     /// Atomically ANDs `bits` into the aligned word at `off` (`AcqRel`); returns the old value.
     pub fn fetch_and_u64(&self, off: u64, bits: u64) -> Result<u64> {
-        let w = self.word_at(off, "fetch-and", true)?;
-        let _gate = self.gate();
-        let old = w.fetch_and(bits.to_le(), Ordering::AcqRel);
+        let (at, w) = self.word_at(off, "fetch-and", true)?;
+        let old = self.mutate(at, 8, || w.fetch_and(bits.to_le(), Ordering::AcqRel));
         self.bytes_written.add(8);
         Ok(u64::from_le(old))
     }
@@ -163,9 +156,18 @@ impl PmemPool {
         }
     }
 
-    /// The shared side of the Tracked gate, if this pool is Tracked.
-    fn gate(&self) -> Option<parking_lot::RwLockReadGuard<'_, ()>> {
-        self.shadow.as_ref().map(Shadow::gate)
+    /// Runs the stores of one mutation of `[start, start + len)`; in Tracked mode under the
+    /// shared side of the gate, marking the lines dirty before releasing it.
+    pub(super) fn mutate<R>(&self, start: usize, len: usize, stores: impl FnOnce() -> R) -> R {
+        match &self.shadow {
+            None => stores(),
+            Some(shadow) => {
+                let _gate = shadow.gate();
+                let r = stores();
+                shadow.mark_dirty(start, len);
+                r
+            }
+        }
     }
 
     /// Checks that `[off, off + len)` is inside the pool; returns `off` as a usize.
@@ -195,8 +197,9 @@ impl PmemPool {
         Ok(start)
     }
 
-    /// The aligned word at `off`, checked (and, for mutations, outside the header area).
-    fn word_at(&self, off: u64, op: &str, mutating: bool) -> Result<&AtomicU64> {
+    /// The aligned word at `off` and its offset, checked (and, for mutations, outside the
+    /// header area).
+    fn word_at(&self, off: u64, op: &str, mutating: bool) -> Result<(usize, &AtomicU64)> {
         if !off.is_multiple_of(8) {
             return Err(Error::corruption(
                 Tier::Pmem,
@@ -209,7 +212,11 @@ impl PmemPool {
         } else {
             self.span(off, 8, op)?
         };
-        self.map.word(start).ok_or_else(|| self.outside(off, 8, op))
+        let w = self
+            .map
+            .word(start)
+            .ok_or_else(|| self.outside(off, 8, op))?;
+        Ok((start, w))
     }
 
     fn outside(&self, off: u64, len: usize, op: &str) -> Error {

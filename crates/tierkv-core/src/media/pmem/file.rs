@@ -28,9 +28,15 @@ pub(super) fn create_locked(path: &Path, size: u64) -> Result<File> {
             )),
             _ => Error::io("create pool file", path, e),
         })?;
-    lock_exclusive(&file, path)?;
-    file.set_len(size)
-        .map_err(|e| Error::io("set length of pool file", path, e))?;
+    let sized = lock_exclusive(&file, path).and_then(|()| {
+        file.set_len(size)
+            .map_err(|e| Error::io("set length of pool file", path, e))
+    });
+    if let Err(e) = sized {
+        // Best effort: we made the file, so we remove it.
+        let _ = std::fs::remove_file(path);
+        return Err(e);
+    }
     Ok(file)
 }
 

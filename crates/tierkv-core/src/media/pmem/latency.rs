@@ -3,12 +3,13 @@
 //! Optane's slower media. Off by default; a pool with latency off pays one predictable
 //! branch per call and nothing else.
 //!
-//! The delay is a *calibrated spin*: once per process, the speed of a spin-loop iteration
-//! is measured (the fastest of several rounds, so a round slowed by preemption does not
-//! shorten later delays), and a delay of `ns` then runs `ns × iterations-per-ns`
-//! iterations without reading the clock. Spinning rather than sleeping keeps sub-
-//! microsecond delays possible. Because calibration takes the fastest round, a delay is
-//! never shorter than asked on an unloaded core; under load it can be longer.
+//! The delay is a *calibrated spin*: it spins (`spin_loop`, no syscall, no sleep, so sub-
+//! microsecond delays are possible) in batches of iterations calibrated once per process
+//! to last about [`BATCH_NS`], and reads the monotonic clock between batches until the
+//! deadline has passed. So a delay is never shorter than asked, whatever the load (a
+//! calibration slowed by preemption only makes batches shorter and clock reads more
+//! frequent); it overshoots by at most about one batch plus a clock read, and more when
+//! the thread is preempted, as a real slow medium would not be.
 //!
 //! Every delay is accounted in [`LatencyEmulator::injected_ns`] (exact: what was asked)
 //! and [`LatencyEmulator::spins`] (iterations run), so tests can check the emulation
@@ -18,11 +19,13 @@
 
 use std::hint::{black_box, spin_loop};
 use std::sync::OnceLock;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::api::options::EmulatedLatency;
 use crate::api::stats::Counter;
 
+/// The intended length of one batch of spins between clock reads.
+pub(super) const BATCH_NS: u64 = 100;
 /// Iterations per calibration round.
 const CALIBRATION_ITERS: u64 = 1 << 14;
 /// Rounds; the fastest counts.
@@ -40,7 +43,7 @@ impl LatencyEmulator {
     pub(super) fn new(cfg: EmulatedLatency) -> Self {
         if cfg.is_on() {
             // Calibrate at open, not inside the first timed operation.
-            let _ = spin_iters_per_ns_x1024();
+            let _ = spins_per_batch();
         }
         LatencyEmulator {
             cfg,
@@ -81,9 +84,17 @@ impl LatencyEmulator {
     #[cold]
     fn delay(&self, ns: u64) {
         self.injected_ns.add(ns);
-        let iters = ns.saturating_mul(spin_iters_per_ns_x1024()) / 1024;
-        spin(iters);
-        self.spins.add(iters);
+        let deadline = Instant::now() + Duration::from_nanos(ns);
+        let batch = spins_per_batch();
+        let mut spins = 0;
+        loop {
+            spin(batch);
+            spins += batch;
+            if Instant::now() >= deadline {
+                break;
+            }
+        }
+        self.spins.add(spins);
     }
 }
 
@@ -102,10 +113,10 @@ fn spin(iters: u64) {
     }
 }
 
-/// Spin iterations per nanosecond, times 1024 (fixed point), measured once.
-fn spin_iters_per_ns_x1024() -> u64 {
-    static RATE: OnceLock<u64> = OnceLock::new();
-    *RATE.get_or_init(|| {
+/// Spin iterations lasting about [`BATCH_NS`], measured once (fastest of several rounds).
+fn spins_per_batch() -> u64 {
+    static BATCH: OnceLock<u64> = OnceLock::new();
+    *BATCH.get_or_init(|| {
         let fastest_ns = (0..CALIBRATION_ROUNDS)
             .map(|_| {
                 let t = Instant::now();
@@ -114,8 +125,8 @@ fn spin_iters_per_ns_x1024() -> u64 {
             })
             .min()
             .unwrap_or(1);
-        let rate = u128::from(CALIBRATION_ITERS) * 1024 / fastest_ns;
-        u64::try_from(rate).unwrap_or(u64::MAX).max(1)
+        let batch = u128::from(CALIBRATION_ITERS) * u128::from(BATCH_NS) / fastest_ns;
+        u64::try_from(batch).unwrap_or(u64::MAX).max(1)
     })
 }
 
@@ -151,9 +162,8 @@ mod tests {
         });
         let t = Instant::now();
         l.on_persist();
-        // Generous margin: calibration takes the fastest round, so the spin is normally
-        // at least as long as asked; allow half for timer and frequency noise.
-        assert!(t.elapsed().as_nanos() >= 1_000_000, "{:?}", t.elapsed());
+        // The spin runs to a deadline on the monotonic clock: never shorter than asked.
+        assert!(t.elapsed().as_nanos() >= 2_000_000, "{:?}", t.elapsed());
     }
 
     #[test]

@@ -77,20 +77,31 @@ mod cpu {
     const LEAF7_EBX_CLFLUSHOPT: u32 = 1 << 23;
     const LEAF7_EBX_CLWB: u32 = 1 << 24;
 
+    #[expect(unsafe_code, reason = "cpuid")]
+    #[allow(
+        unused_unsafe,
+        reason = "__cpuid/__cpuid_count are unsafe fns before Rust 1.95 (our MSRV is 1.89) and safe from 1.95"
+    )]
     pub(super) fn detect() -> Option<FlushInstr> {
-        let max_leaf = __cpuid(0).eax;
-        let leaf7_ebx = if max_leaf >= 7 {
-            __cpuid_count(7, 0).ebx
-        } else {
-            0
+        // SAFETY: cpuid exists on every x86-64 CPU; leaf 7 is read only when leaf 0 says
+        // it exists. The instruction only reads CPU identification registers.
+        let (max_leaf, leaf1_edx, leaf7_ebx) = unsafe {
+            let max_leaf = __cpuid(0).eax;
+            let leaf7_ebx = if max_leaf >= 7 {
+                __cpuid_count(7, 0).ebx
+            } else {
+                0
+            };
+            (max_leaf, __cpuid(1).edx, leaf7_ebx)
         };
+        debug_assert!(max_leaf >= 1, "every x86-64 CPU has cpuid leaf 1");
         if leaf7_ebx & LEAF7_EBX_CLWB != 0 {
             return Some(FlushInstr::Clwb);
         }
         if leaf7_ebx & LEAF7_EBX_CLFLUSHOPT != 0 {
             return Some(FlushInstr::Clflushopt);
         }
-        (__cpuid(1).edx & LEAF1_EDX_CLFLUSH != 0).then_some(FlushInstr::Clflush)
+        (leaf1_edx & LEAF1_EDX_CLFLUSH != 0).then_some(FlushInstr::Clflush)
     }
 
     /// # Safety

@@ -107,10 +107,8 @@ impl PmemPool {
         }
         let header = PoolHeader::new(cfg.size, new_pool_id());
         let pool = Self::map_file(cfg, file, header, flush)?;
-        {
-            let _gate = pool.shadow.as_ref().map(Shadow::gate);
-            pool.store_bytes(0, &encode_pool_header(&header));
-        }
+        let bytes = encode_pool_header(&header);
+        pool.mutate(0, bytes.len(), || pool.store_bytes(0, &bytes));
         pool.persist(0, STATIC_LEN)?;
         Ok(pool)
     }
@@ -225,10 +223,8 @@ impl PmemPool {
     pub fn set_root(&self, i: usize, v: u64) -> Result<()> {
         self.check_poisoned()?;
         let w = self.root_word(i)?;
-        {
-            let _gate = self.shadow.as_ref().map(Shadow::gate);
-            w.store(v.to_le(), Ordering::Release);
-        }
+        let at = root_offset(i) as usize;
+        self.mutate(at, 8, || w.store(v.to_le(), Ordering::Release));
         self.bytes_written.add(8);
         self.persist(root_offset(i), 8)
     }

@@ -21,6 +21,13 @@ fn new_pool(mode: DurabilityMode) -> (tempfile::TempDir, std::sync::Arc<PmemPool
 }
 
 #[test]
+fn pool_and_allocator_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<PmemPool>();
+    send_sync::<PmemAllocator>();
+}
+
+#[test]
 fn create_then_open_keeps_identity_and_data() {
     let d = tempfile::tempdir().unwrap();
     let path = d.path().join("pool");

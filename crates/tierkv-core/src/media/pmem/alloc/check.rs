@@ -14,6 +14,8 @@
 //! Thread safety: `check` blocks allocations for its duration; `stats` and the iterators
 //! lock one chunk at a time (a snapshot per chunk, not of the whole region).
 
+use std::collections::BTreeSet;
+
 use parking_lot::MutexGuard;
 
 use super::dram::{ChunkDram, first_bit_beyond_capacity};
@@ -22,6 +24,18 @@ use super::recovery::read_words;
 use super::{AllocStats, Allocation, ClassSlabs, OBJECT_TAG, PmemAllocator};
 use crate::api::error::{Error, Result, Tier};
 
+/// What `check` accumulates while walking the chunks.
+#[derive(Default)]
+struct Tally {
+    /// The run being walked: its head and the chunk after its end.
+    run_head: u32,
+    run_end: u32,
+    /// Free chunks missing from the free set (must equal `in_transit`).
+    free_not_listed: usize,
+    /// Per class: slabs that are not full.
+    not_full: Vec<usize>,
+}
+
 impl PmemAllocator {
     /// Verifies every metadata invariant (see the module doc of `check.rs`);
     /// [`Error::Corruption`] names the first violation.
@@ -29,67 +43,79 @@ impl PmemAllocator {
         let chunks: Vec<MutexGuard<'_, ChunkDram>> = self.chunks.iter().map(|c| c.lock()).collect();
         let partial: Vec<_> = self.partial.iter().map(|p| p.lock()).collect();
         let free = self.free_chunks.lock();
-        let (mut run_head, mut run_end) = (0u32, 0u32);
-        let mut free_not_listed = 0usize;
-        let mut not_full = vec![0usize; partial.len()];
+        let mut walk = Tally {
+            not_full: vec![0; partial.len()],
+            ..Tally::default()
+        };
         for (k, dram) in chunks.iter().enumerate() {
-            let k = k as u32;
-            let state = self.persistent_state(k)?;
-            match (state, &**dram) {
-                (ChunkState::Cont { back }, ChunkDram::Cont)
-                    if k < run_end && back == k - run_head => {}
-                (_, _) if k < run_end => {
-                    return Err(self.bad(
-                        k,
-                        format!("{state:?} inside the run of chunks {run_head}..{run_end}"),
-                    ));
-                }
-                (ChunkState::Free, ChunkDram::Free) => {
-                    free_not_listed += usize::from(!free.contains(&k))
-                }
-                (ChunkState::Run { tag, len }, ChunkDram::Run { tag: t, len: l })
-                    if (tag, len) == (*t, *l) =>
-                {
-                    (run_head, run_end) = (k, k.saturating_add(len));
-                }
-                (ChunkState::Slab { class }, ChunkDram::Slab(s)) if s.class == class => {
-                    self.check_slab(k, class, s.words(), s.used)?;
-                    let listed = partial
-                        .get(usize::from(class))
-                        .is_some_and(|p| p.contains_key(&k));
-                    if listed == s.is_full() {
-                        return Err(self.bad(
-                            k,
-                            format!(
-                                "slab with {} of {} used is {}in its class's free-slot set",
-                                s.used,
-                                s.capacity,
-                                if listed { "" } else { "not " }
-                            ),
-                        ));
-                    }
-                    if let Some(n) = not_full.get_mut(usize::from(class)) {
-                        *n += usize::from(!s.is_full());
-                    }
-                }
-                (_, dram) => {
-                    return Err(
-                        self.bad(k, format!("state word says {state:?}, DRAM says {dram:?}"))
+            self.check_chunk(k as u32, dram, &partial, &free, &mut walk)?;
+        }
+        if u64::from(walk.run_end) > self.layout.chunk_count {
+            return Err(self.bad(walk.run_head, "its run passes the end of the region".into()));
+        }
+        self.check_sets(
+            &chunks,
+            &free,
+            walk.free_not_listed,
+            &partial,
+            &walk.not_full,
+        )
+    }
+
+    /// One chunk's state word against its DRAM state, in the walk's context.
+    fn check_chunk(
+        &self,
+        k: u32,
+        dram: &ChunkDram,
+        partial: &[MutexGuard<'_, ClassSlabs>],
+        free: &BTreeSet<u32>,
+        walk: &mut Tally,
+    ) -> Result<()> {
+        let state = self.persistent_state(k)?;
+        match (state, dram) {
+            (ChunkState::Cont { back }, ChunkDram::Cont)
+                if k < walk.run_end && back == k - walk.run_head => {}
+            (_, _) if k < walk.run_end => {
+                let (h, e) = (walk.run_head, walk.run_end);
+                return Err(self.bad(k, format!("{state:?} inside the run of chunks {h}..{e}")));
+            }
+            (ChunkState::Free, ChunkDram::Free) => {
+                walk.free_not_listed += usize::from(!free.contains(&k));
+            }
+            (ChunkState::Run { tag, len }, ChunkDram::Run { tag: t, len: l })
+                if (tag, len) == (*t, *l) =>
+            {
+                (walk.run_head, walk.run_end) = (k, k.saturating_add(len));
+            }
+            (ChunkState::Slab { class }, ChunkDram::Slab(s)) if s.class == class => {
+                self.check_slab(k, class, s.words(), s.used)?;
+                let listed = partial
+                    .get(usize::from(class))
+                    .is_some_and(|p| p.contains_key(&k));
+                if listed == s.is_full() {
+                    let (used, cap) = (s.used, s.capacity);
+                    let not = if listed { "" } else { "not " };
+                    let what = format!(
+                        "slab with {used} of {cap} used is {not}in its class's free-slot set"
                     );
+                    return Err(self.bad(k, what));
+                }
+                if let Some(n) = walk.not_full.get_mut(usize::from(class)) {
+                    *n += usize::from(!s.is_full());
                 }
             }
+            (_, dram) => {
+                return Err(self.bad(k, format!("state word says {state:?}, DRAM says {dram:?}")));
+            }
         }
-        if u64::from(run_end) > self.layout.chunk_count {
-            return Err(self.bad(run_head, "its run passes the end of the region".into()));
-        }
-        self.check_sets(&chunks, &free, free_not_listed, &partial, &not_full)
+        Ok(())
     }
 
     /// Free set and per-class sets hold nothing but what the walk counted.
     fn check_sets(
         &self,
         chunks: &[MutexGuard<'_, ChunkDram>],
-        free: &std::collections::BTreeSet<u32>,
+        free: &BTreeSet<u32>,
         free_not_listed: usize,
         partial: &[MutexGuard<'_, ClassSlabs>],
         not_full: &[usize],

@@ -111,7 +111,8 @@ impl RegionLayout {
         let table_off = region_start.saturating_add(REGION_HEADER_LEN);
         // Each chunk costs chunk_size bytes plus an 8-byte state word; start from the
         // upper bound and shrink until the aligned chunk area fits.
-        let mut count = region_len.saturating_sub(REGION_HEADER_LEN) / (chunk_size + 8);
+        let mut count = (region_len.saturating_sub(REGION_HEADER_LEN) / (chunk_size + 8))
+            .min(u64::from(u32::MAX - 1));
         loop {
             let Some(layout) = Self::with_count(region_start, region_end, chunk_size, count) else {
                 if count == 0 {

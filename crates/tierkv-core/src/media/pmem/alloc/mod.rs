@@ -278,6 +278,16 @@ impl PmemAllocator {
     }
 }
 
+impl std::fmt::Debug for PmemAllocator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PmemAllocator")
+            .field("layout", &self.layout)
+            .field("size_classes", &self.classes.count())
+            .field("shards", &self.shards)
+            .finish_non_exhaustive()
+    }
+}
+
 /// This thread's shard (assigned round-robin at the thread's first allocation).
 fn thread_shard(shards: usize) -> usize {
     static NEXT: AtomicU64 = AtomicU64::new(0);
