@@ -23,12 +23,11 @@
 //!
 //! Nothing is read from flash, and nothing is written to it.
 //!
-//! Thread safety: runs before the store is shared; the walk's threads share atomics and a
-//! mutex-protected list of unfinished deletes.
+//! Thread safety: runs before the store is shared; the walk's threads share only the
+//! bitmap of reached slots (atomic words) and merge what they found when they end.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::Mutex;
 use tierkv_core::{Error, Result, Tier};
 
 use crate::engine::core::Core;
@@ -82,15 +81,37 @@ impl SlotBitmap {
     }
 }
 
-/// State shared by the walk's threads.
+/// State shared by the walk's threads (read-mostly: the bitmap's bits are the only shared
+/// writes).
 struct Walk<'a> {
     core: &'a Core,
     reached: SlotBitmap,
-    high_water: AtomicU64,
-    pwb_ends: Vec<AtomicU64>,
-    pending_deletes: Mutex<Vec<(Vec<u8>, u64)>>,
-    pwb_values: AtomicU64,
-    flash_values: AtomicU64,
+}
+
+/// What one walking thread found; merged after the walk (no shared counters on the hot
+/// path).
+#[derive(Default)]
+struct Found {
+    high_water: u64,
+    /// Per PWB: the furthest end of a well-coupled record, in ring order from its head.
+    pwb_ends: Vec<u64>,
+    /// Packed Value Storage locations HSIT points to.
+    flash: Vec<u64>,
+    pending_deletes: Vec<(Vec<u8>, u64)>,
+    pwb_values: u64,
+}
+
+impl Found {
+    fn merge(mut self, other: Found) -> Found {
+        self.high_water = self.high_water.max(other.high_water);
+        for (a, b) in self.pwb_ends.iter_mut().zip(other.pwb_ends) {
+            *a = (*a).max(b);
+        }
+        self.flash.extend(other.flash);
+        self.pending_deletes.extend(other.pending_deletes);
+        self.pwb_values += other.pwb_values;
+        self
+    }
 }
 
 /// Recovers `core` (see the module doc).
@@ -98,21 +119,79 @@ pub fn recover(core: &Core) -> Result<RecoveryReport> {
     let walk = Walk {
         core,
         reached: SlotBitmap::new(core.hsit.capacity()),
-        high_water: AtomicU64::new(0),
-        pwb_ends: (0..core.pwbs.len()).map(|_| AtomicU64::new(0)).collect(),
-        pending_deletes: Mutex::new(Vec::new()),
-        pwb_values: AtomicU64::new(0),
-        flash_values: AtomicU64::new(0),
     };
-    let parts = core.index.partitions(core.opts.recovery_threads.max(1));
-    std::thread::scope(|s| {
+    let threads = core.opts.recovery_threads.max(1);
+    let parts = core.index.partitions(threads);
+    let mut found = std::thread::scope(|s| {
         let handles: Vec<_> = parts
             .iter()
             .map(|range| {
                 let walk = &walk;
                 s.spawn(move || {
+                    let mut found = Found {
+                        pwb_ends: vec![0; core.pwbs.len()],
+                        ..Found::default()
+                    };
                     core.index
-                        .for_each_in(range, &mut |key, slot| walk.visit(key, slot))
+                        .for_each_in(range, &mut |key, slot| walk.visit(&mut found, key, slot))
+                        .map(|()| found)
+                })
+            })
+            .collect();
+        let mut all = Found {
+            pwb_ends: vec![0; core.pwbs.len()],
+            ..Found::default()
+        };
+        for h in handles {
+            let found = h
+                .join()
+                .unwrap_or_else(|_| Err(Error::Poisoned("a recovery thread panicked".into())))?;
+            all = all.merge(found);
+        }
+        Ok::<_, Error>(all)
+    })?;
+    mark_valid(core, &mut found.flash, threads)?;
+    let finished_deletes = walk.finish_deletes(&found.pending_deletes)?;
+    for s in &core.storages {
+        // Chunks no HSIT entry reaches become free; writes are accepted from here on.
+        s.finish_recovery();
+    }
+    for (pwb, end) in core.pwbs.iter().zip(&found.pwb_ends) {
+        let head = pwb.ring().head;
+        pwb.set_recovered_tail(recovered_tail(head, [*end]));
+    }
+    let free: Vec<u64> = (0..found.high_water)
+        .filter(|s| !walk.reached.is_set(*s))
+        .collect();
+    let free_slots = free.len() as u64;
+    core.hsit.rebuild_free_list(found.high_water, free);
+    Ok(RecoveryReport {
+        keys: core.index.len() as u64,
+        pwb_values: found.pwb_values,
+        flash_values: found.flash.len() as u64,
+        finished_deletes,
+        free_slots,
+    })
+}
+
+/// Rebuilds the validity bitmaps. The locations are sorted (storage, chunk, offset) and
+/// cut into one contiguous run per thread at chunk boundaries, so each thread walks its
+/// chunks' bitmaps in order and no two threads touch one chunk.
+fn mark_valid(core: &Core, flash: &mut [u64], threads: usize) -> Result<()> {
+    flash.sort_unstable();
+    let runs = split_runs(flash, threads, |p| {
+        let l = ValueLocation::unpack(p);
+        (l.storage, l.chunk)
+    });
+    std::thread::scope(|s| {
+        let handles: Vec<_> = runs
+            .into_iter()
+            .map(|run| {
+                s.spawn(move || {
+                    run.iter().try_for_each(|&p| {
+                        let loc = ValueLocation::unpack(p);
+                        core.storage_of(loc)?.mark_valid(loc)
+                    })
                 })
             })
             .collect();
@@ -120,31 +199,31 @@ pub fn recover(core: &Core) -> Result<RecoveryReport> {
             h.join()
                 .unwrap_or_else(|_| Err(Error::Poisoned("a recovery thread panicked".into())))
         })
-    })?;
-    let finished_deletes = walk.finish_deletes()?;
-    for s in &core.storages {
-        // Chunks no HSIT entry reaches become free; writes are accepted from here on.
-        s.finish_recovery();
-    }
-    for (pwb, end) in core.pwbs.iter().zip(&walk.pwb_ends) {
-        let head = pwb.ring().head;
-        pwb.set_recovered_tail(recovered_tail(head, [end.load(Ordering::Acquire)]));
-    }
-    let high = walk.high_water.load(Ordering::Acquire);
-    let free: Vec<u64> = (0..high).filter(|s| !walk.reached.is_set(*s)).collect();
-    let free_slots = free.len() as u64;
-    core.hsit.rebuild_free_list(high, free);
-    Ok(RecoveryReport {
-        keys: core.index.len() as u64,
-        pwb_values: walk.pwb_values.load(Ordering::Acquire),
-        flash_values: walk.flash_values.load(Ordering::Acquire),
-        finished_deletes,
-        free_slots,
     })
 }
 
+/// Cuts sorted `items` into at most `parts` contiguous runs of about equal length, never
+/// between two items with the same `group`.
+fn split_runs<G: PartialEq>(items: &[u64], parts: usize, group: impl Fn(u64) -> G) -> Vec<&[u64]> {
+    let mut runs = Vec::with_capacity(parts);
+    let mut rest = items;
+    for left in (1..=parts.max(1)).rev() {
+        let mut cut = rest.len() / left;
+        while let (Some(a), Some(b)) = (rest.get(cut.wrapping_sub(1)), rest.get(cut)) {
+            if group(*a) != group(*b) {
+                break;
+            }
+            cut += 1;
+        }
+        let (run, tail) = rest.split_at(cut.min(rest.len()));
+        runs.push(run);
+        rest = tail;
+    }
+    runs
+}
+
 impl Walk<'_> {
-    fn visit(&self, key: &[u8], slot: u64) -> Result<()> {
+    fn visit(&self, found: &mut Found, key: &[u8], slot: u64) -> Result<()> {
         let core = self.core;
         let bad = |what: String| {
             Error::corruption(
@@ -159,19 +238,19 @@ impl Walk<'_> {
         if !core.hsit.contains(slot) {
             return Err(bad("the slot is beyond the table".into()));
         }
-        if core.hsit.key_tag(slot)? != key_tag(key) {
+        let (fp, tag) = core.hsit.load_entry(slot)?;
+        if tag != key_tag(key) {
             return Err(bad("the entry's key tag belongs to another key".into()));
         }
         if self.reached.test_and_set(slot) {
             return Err(bad("two keys lead to the same entry".into()));
         }
-        self.high_water.fetch_max(slot + 1, Ordering::AcqRel);
-        let fp = core.hsit.load(slot)?;
+        found.high_water = found.high_water.max(slot + 1);
         if fp.is_dirty() {
             core.hsit.clean_dirty(slot, fp)?;
         }
         match core.location_of(slot, fp)? {
-            Location::None => self.pending_deletes.lock().push((key.to_vec(), slot)),
+            Location::None => found.pending_deletes.push((key.to_vec(), slot)),
             Location::Pwb(off) => {
                 let pwb = core
                     .pwbs
@@ -190,24 +269,19 @@ impl Walk<'_> {
                 if end > ring.size {
                     return Err(bad("the PWB record runs past the ring".into()));
                 }
-                if let Some(e) = self.pwb_ends.get(pwb.id() as usize) {
-                    e.fetch_max(end, Ordering::AcqRel);
+                if let Some(e) = found.pwb_ends.get_mut(pwb.id() as usize) {
+                    *e = (*e).max(end);
                 }
-                self.pwb_values.fetch_add(1, Ordering::Relaxed);
+                found.pwb_values += 1;
             }
-            Location::Flash(p) => {
-                let loc = ValueLocation::unpack(p);
-                core.storage_of(loc)?.mark_valid(loc)?;
-                self.flash_values.fetch_add(1, Ordering::Relaxed);
-            }
+            Location::Flash(p) => found.flash.push(p),
         }
         Ok(())
     }
 
     /// Removes from the index the keys whose delete was interrupted; their slots become free.
-    fn finish_deletes(&self) -> Result<u64> {
-        let pending = std::mem::take(&mut *self.pending_deletes.lock());
-        for (key, slot) in &pending {
+    fn finish_deletes(&self, pending: &[(Vec<u8>, u64)]) -> Result<u64> {
+        for (key, slot) in pending {
             self.core.index.remove(key)?;
             self.reached.clear(*slot);
         }
@@ -218,6 +292,22 @@ impl Walk<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runs_cover_everything_and_never_split_a_group() {
+        let items: Vec<u64> = vec![1, 1, 1, 2, 3, 3, 3, 3, 4, 5, 5, 6];
+        for parts in 1..6 {
+            let runs = split_runs(&items, parts, |x| x);
+            assert!(runs.len() <= parts);
+            assert_eq!(runs.concat(), items);
+            for w in runs.windows(2) {
+                if let (Some(a), Some(b)) = (w[0].last(), w[1].first()) {
+                    assert_ne!(a, b, "group {a} split across runs with {parts} parts");
+                }
+            }
+        }
+        assert_eq!(split_runs(&[], 3, |x| x).concat(), Vec::<u64>::new());
+    }
 
     #[test]
     fn slot_bitmap_sets_once_and_clears() {

@@ -308,6 +308,21 @@ impl<V: Clone + Send + Sync + 'static> Hsit<V> {
         self.pool.store_u64(self.entry_off(slot)?, 0)
     }
 
+    /// Both words of `slot`'s entry (forward pointer, key tag) with one read of the line
+    /// (recovery and `check`: no writer runs concurrently with them).
+    pub fn load_entry(&self, slot: u64) -> Result<(ForwardPointer, u64)> {
+        let off = self.entry_off(slot)?;
+        let bytes = self.pool.read(off, HSIT_ENTRY_LEN as usize)?;
+        let word = |at: usize| {
+            let mut w = [0u8; 8];
+            if let Some(b) = bytes.get(at..at + 8) {
+                w.copy_from_slice(b);
+            }
+            u64::from_le_bytes(w)
+        };
+        Ok((ForwardPointer::from_raw(word(0)), word(TAG_WORD as usize)))
+    }
+
     /// The key tag of `slot`.
     pub fn key_tag(&self, slot: u64) -> Result<u64> {
         self.pool.load_u64(self.entry_off(slot)? + TAG_WORD)

@@ -134,3 +134,15 @@ fn retired_slots_come_back_after_the_grace_period() {
     assert!(back, "the retired slot never reached the free list");
     assert_eq!(h.alloc_slot().unwrap(), s);
 }
+
+#[test]
+fn load_entry_reads_both_words() {
+    let f = pmem_fixture(8 << 20, 1, 64 << 10);
+    let h = Table::create(f.pool.clone(), f.alloc.clone(), &f.sb).unwrap();
+    let s = h.alloc_slot().unwrap();
+    h.init_slot(s, key_tag(b"key"), Location::Flash(99))
+        .unwrap();
+    let (fp, tag) = h.load_entry(s).unwrap();
+    assert_eq!(fp.location(), Some(Location::Flash(99)));
+    assert_eq!(tag, key_tag(b"key"));
+}
