@@ -20,6 +20,9 @@
 //! Lengths are skewed (half the values are at most 64 bytes, a tenth are 4 KiB or more), so
 //! an engine's slots, chunks and slabs of several sizes are all exercised.
 //!
+//! [`decode`] reads bytes an engine returned, so it has a fuzz target
+//! (`stress_value_decode`): an error, never a panic or an out-of-bounds read.
+//!
 //! Thread safety: pure functions.
 
 use tierkv_core::format::checksum::{crc32c, crc32c_append, mask};

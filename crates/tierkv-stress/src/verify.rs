@@ -207,6 +207,20 @@ pub fn violation(context: &str, key: &[u8], expected: String, found: String) -> 
     }
 }
 
+/// The violation of a store that cannot be reopened after a crash: every acknowledged
+/// write is out of reach, so it is reported against every key at once.
+pub fn unrecoverable(context: &str, dir: &std::path::Path, e: &Error) -> Violation {
+    Violation {
+        context: context.to_owned(),
+        key: "(every key)".to_owned(),
+        expected: format!(
+            "the store in {} reopens with every acknowledged write",
+            dir.display()
+        ),
+        found: format!("reopening failed: {e}"),
+    }
+}
+
 /// The outcome of verifying a whole recovered store.
 #[derive(Clone, Debug, Default)]
 pub struct VerifyOutcome {

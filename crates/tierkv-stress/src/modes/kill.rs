@@ -51,23 +51,22 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tierkv::core::media::Media;
-use tierkv::core::media::flash::{CrashMode, FaultInjector, FlashDevice};
-use tierkv::core::media::pmem::{CrashImageOptions, PmemConfig, PmemPool};
-use tierkv::{Db, DurabilityMode, Manifest, Tier};
+use tierkv::core::media::flash::CrashMode;
+use tierkv::core::media::pmem::CrashImageOptions;
+use tierkv::{DurabilityMode, Manifest, Tier};
 
+use super::media::{InjectedStore, MediaPaths, open_injected};
 use super::{RunConfig, ms, remove_path};
 use crate::cli::StressArgs;
 use crate::expected_state::ExpectedState;
 use crate::report::RunReport;
-use crate::verify::{Violation, verify_store};
+use crate::verify::{Violation, unrecoverable, verify_store};
 use crate::workload::{Workload, WorkloadConfig, WriteObserver};
 
 const PREFIX: &str = "@tks ";
@@ -106,15 +105,17 @@ impl KillPaths {
         let name = w
             .file_name()
             .map_or_else(|| "stress".to_owned(), |n| n.to_string_lossy().into_owned());
+        let pmem_dir = cfg
+            .tiers
+            .pmem_dir
+            .as_ref()
+            .map_or_else(|| data.clone(), |d| d.join(&name));
         KillPaths {
             state: w.join("expected.state"),
             round: w.join("round"),
-            image: w.join("image.pool"),
-            pmem_dir: cfg
-                .tiers
-                .pmem_dir
-                .as_ref()
-                .map_or_else(|| data.clone(), |d| d.join(&name)),
+            // NOTE: beside the pool, so that installing it is a rename on one file system.
+            image: pmem_dir.join("crash-image.pool"),
+            pmem_dir,
             flash: cfg
                 .tiers
                 .flash_dir
@@ -332,6 +333,15 @@ impl RoundLog {
 struct ChildProc {
     child: Child,
     rx: Receiver<Msg>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for ChildProc {
+    /// A child left behind by an early return is killed and reaped, never orphaned.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 impl ChildProc {
@@ -352,7 +362,7 @@ impl ChildProc {
             .take()
             .ok_or_else(|| anyhow!("the child has no stdout pipe"))?;
         let (tx, rx) = channel();
-        std::thread::Builder::new()
+        let reader = std::thread::Builder::new()
             .name("stress:pipe".into())
             .spawn(move || {
                 for line in BufReader::new(stdout).lines() {
@@ -363,7 +373,11 @@ impl ChildProc {
                 }
             })
             .context("starting the pipe reader")?;
-        Ok(ChildProc { child, rx })
+        Ok(ChildProc {
+            child,
+            rx,
+            reader: Some(reader),
+        })
     }
 
     /// Applies messages until `until` is true or `deadline`; false if the pipe closed
@@ -389,11 +403,16 @@ impl ChildProc {
     }
 
     /// SIGKILLs the child, applies what it wrote before dying, and reaps it.
-    fn kill_and_drain(mut self, log: &mut RoundLog, state: &ExpectedState) -> anyhow::Result<()> {
+    fn kill_and_drain(&mut self, log: &mut RoundLog, state: &ExpectedState) -> anyhow::Result<()> {
         // NOTE: kill() fails only if the child already exited, which the drain shows.
         let _ = self.child.kill();
         for msg in self.rx.iter() {
             log.apply(state, msg);
+        }
+        if let Some(reader) = self.reader.take() {
+            reader
+                .join()
+                .map_err(|_| anyhow!("the pipe reader panicked"))?;
         }
         self.child.wait().context("reaping the child")?;
         Ok(())
@@ -581,15 +600,13 @@ fn verify_round(
     let db = match cfg.target.open(&paths.data, options) {
         Ok(db) => db,
         Err(e) => {
-            report.fail(format!(
-                "round {round}: the store in {} could not be reopened after the {how}: {e}",
-                paths.data.display()
-            ));
+            let ctx = format!("recovery after round {round}: {how}");
+            report.add_violations(vec![unrecoverable(&ctx, &paths.data, &e)]);
             return Ok(false);
         }
     };
     let took = t0.elapsed();
-    report.add_recovery(took);
+    report.add_recovery(took, db.stats().recovery_micros);
     let ctx = format!("recovery after round {round}: {how}");
     let v = verify_store(&db, state, &cfg.workload.sizes, &ctx, true);
     let line = format!(
@@ -663,66 +680,38 @@ fn one_line(s: &str) -> String {
     s.replace(['\n', '\t'], " ")
 }
 
-/// The child's store and what a power-loss cut needs.
-struct ChildStore {
-    db: Db,
-    pool: Option<Arc<PmemPool>>,
-    injector: Option<Arc<FaultInjector>>,
-}
-
 /// Opens the store as the child: through the facade, or (power loss) with a Tracked pool
 /// and fault-injecting flash injected.
-fn open_child_store(cfg: &RunConfig, paths: &KillPaths) -> anyhow::Result<ChildStore> {
+fn open_child_store(cfg: &RunConfig, paths: &KillPaths) -> anyhow::Result<InjectedStore> {
     let t = &cfg.target;
-    let mode = cfg.pmem_mode.unwrap_or_default();
-    let mut options = t.options(
-        &cfg.tiers,
-        mode,
-        Some(&paths.pmem_dir),
-        Some(&paths.flash),
-        None,
-    );
     if !power_loss(cfg) {
-        let db = t.open(&paths.data, options)?;
-        return Ok(ChildStore {
-            db,
+        let mode = cfg.pmem_mode.unwrap_or_default();
+        let options = t.options(
+            &cfg.tiers,
+            mode,
+            Some(&paths.pmem_dir),
+            Some(&paths.flash),
+            None,
+        );
+        return Ok(InjectedStore {
+            db: t.open(&paths.data, options)?,
             pool: None,
             injector: None,
         });
     }
+    let pool = paths.pool();
+    let at = MediaPaths {
+        data: &paths.data,
+        pool: &pool,
+        pmem_dir: Some(&paths.pmem_dir),
+        flash: &paths.flash,
+    };
     let exists = Manifest::read_from(&paths.data)?.is_some();
-    let pool = if t.uses(Tier::Pmem) {
-        let pc = PmemConfig {
-            path: paths.pool(),
-            size: cfg.tiers.pmem_size.bytes(),
-            mode: DurabilityMode::Tracked,
-            latency: Default::default(),
-        };
-        Some(if exists {
-            PmemPool::open(&pc)?
-        } else {
-            PmemPool::create(&pc)?
-        })
-    } else {
-        None
-    };
-    let (injector, flash) = if t.uses(Tier::Flash) {
-        let inj = Arc::new(FaultInjector::new());
-        let dev = FlashDevice::open_with_faults(&paths.flash, &options.flash, inj.clone())?;
-        (Some(inj), vec![dev])
-    } else {
-        (None, Vec::new())
-    };
-    options.media = Some(Media {
-        pmem: pool.clone(),
-        flash,
-    });
-    let db = t.open(&paths.data, options)?;
-    Ok(ChildStore { db, pool, injector })
+    Ok(open_injected(cfg, &at, !exists)?)
 }
 
 /// The child's power cut (see the module doc).
-fn cut_power(store: &ChildStore, params: &RoundParams, image: &Path) -> anyhow::Result<()> {
+fn cut_power(store: &InjectedStore, params: &RoundParams, image: &Path) -> anyhow::Result<()> {
     if let Some(inj) = &store.injector {
         inj.crash(params.flash_mode())?;
     }
@@ -836,7 +825,13 @@ fn cut_requests() -> Receiver<()> {
 
 /// The power-loss cutter: waits for the parent's request, then cuts the power while the
 /// workers run.
-fn cutter(wl: &Workload<'_>, store: &ChildStore, params: &RoundParams, image: &Path, pipe: &Pipe) {
+fn cutter(
+    wl: &Workload<'_>,
+    store: &InjectedStore,
+    params: &RoundParams,
+    image: &Path,
+    pipe: &Pipe,
+) {
     let requests = cut_requests();
     loop {
         if wl.stopped() {

@@ -26,6 +26,7 @@
 
 pub mod flash_faults;
 pub mod kill;
+mod media;
 pub mod pmem_image;
 mod power;
 

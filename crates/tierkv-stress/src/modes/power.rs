@@ -36,15 +36,15 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tierkv::core::media::Media;
-use tierkv::core::media::flash::{CrashMode, FaultInjector, FlashDevice};
-use tierkv::core::media::pmem::{CrashImageOptions, PmemConfig, PmemPool};
-use tierkv::{Db, DurabilityMode, Manifest, Tier};
+use tierkv::core::media::flash::{CrashMode, FaultInjector};
+use tierkv::core::media::pmem::{CrashImageOptions, PmemPool};
+use tierkv::{Db, Manifest, Tier};
 
+use super::media::{MediaPaths, open_injected};
 use super::{RunConfig, ms, remove_path};
 use crate::expected_state::{ExpectedState, KeyState};
 use crate::report::RunReport;
-use crate::verify::verify_store;
+use crate::verify::{unrecoverable, verify_store};
 use crate::workload::{NoObserver, Workload, WorkloadConfig, WorkloadEnd};
 
 /// How one power cut is made.
@@ -143,47 +143,17 @@ pub(crate) fn open_store(
     paths: &RoundPaths,
     create: bool,
 ) -> tierkv::Result<LiveStore> {
-    let t = &cfg.target;
-    fs::create_dir_all(&paths.data)
-        .map_err(|e| tierkv::Error::io("create directory", &paths.data, e))?;
-    let pool = if t.uses(Tier::Pmem) {
-        let pc = PmemConfig {
-            path: paths.pool.clone(),
-            size: cfg.tiers.pmem_size.bytes(),
-            mode: DurabilityMode::Tracked,
-            latency: Default::default(),
-        };
-        Some(if create {
-            PmemPool::create(&pc)?
-        } else {
-            PmemPool::open(&pc)?
-        })
-    } else {
-        None
+    let at = MediaPaths {
+        data: &paths.data,
+        pool: &paths.pool,
+        pmem_dir: None,
+        flash: &paths.flash,
     };
-    let mut options = t.options(
-        &cfg.tiers,
-        DurabilityMode::Tracked,
-        None,
-        Some(&paths.flash),
-        None,
-    );
-    let (injector, flash) = if t.uses(Tier::Flash) {
-        let inj = Arc::new(FaultInjector::new());
-        let dev = FlashDevice::open_with_faults(&paths.flash, &options.flash, inj.clone())?;
-        (Some(inj), vec![dev])
-    } else {
-        (None, Vec::new())
-    };
-    options.media = Some(Media {
-        pmem: pool.clone(),
-        flash,
-    });
-    let db = t.open(&paths.data, options)?;
+    let s = open_injected(cfg, &at, create)?;
     Ok(LiveStore {
-        db,
-        pool,
-        injector,
+        db: s.db,
+        pool: s.pool,
+        injector: s.injector,
         paths: paths.clone(),
     })
 }
@@ -462,15 +432,15 @@ impl Rounds<'_> {
         let live = match open_store(self.cfg, at, false) {
             Ok(l) => l,
             Err(e) => {
-                self.report.fail(format!(
-                    "round {round}: the store in {} could not be reopened after the {how}: {e}",
-                    at.data.display()
-                ));
+                let ctx = format!("recovery after round {round}: {how}");
+                self.report
+                    .add_violations(vec![unrecoverable(&ctx, &at.data, &e)]);
                 return Ok(None);
             }
         };
         let took = t0.elapsed();
-        self.report.add_recovery(took);
+        self.report
+            .add_recovery(took, live.db.stats().recovery_micros);
         let ctx = format!("recovery after round {round}: {how}");
         let v = verify_store(&live.db, &self.state, &self.cfg.workload.sizes, &ctx, true);
         let line = format!(

@@ -34,19 +34,16 @@
 //!
 //! Thread safety: writers serialise on `writer`; readers take the index's read lock only.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use tierkv_core::format::checksum::masked_crc32c;
 use tierkv_core::media::flash::{AlignedBuf, FLASH_BLOCK, FlashDevice, FlashFile};
-use tierkv_core::{
-    Counter, EngineContext, Error, KvPair, KvStore, Limits, OpCounters, Result, Stats, Tier,
-};
+use tierkv_core::{EngineContext, Error, KvPair, KvStore, Result, Stats, Tier};
 
 use super::Fault;
+use super::log_core::{Index, LogCore, apply};
 use super::record::{self, Kind, RecordError};
 
 const SUPER_FILE: &str = "SUPER";
@@ -119,14 +116,8 @@ pub struct FlashLog {
     dev: Arc<FlashDevice>,
     segment_len: u64,
     fault: Fault,
-    limits: Limits,
     writer: Mutex<Writer>,
-    index: RwLock<BTreeMap<Vec<u8>, Vec<u8>>>,
-    closed: AtomicBool,
-    poisoned: Mutex<Option<String>>,
-    ops: OpCounters,
-    compactions: Counter,
-    recovery_micros: u64,
+    core: LogCore,
 }
 
 /// Opens (formats or recovers) the log in the context's first flash directory.
@@ -152,18 +143,12 @@ pub(super) fn open(ctx: EngineContext, fault: Fault, segment_len: u64) -> Result
         dev,
         segment_len,
         fault,
-        limits: ctx.options.limits,
         writer: Mutex::new(writer),
-        index: RwLock::new(index),
-        closed: AtomicBool::new(false),
-        poisoned: Mutex::new(None),
-        ops: OpCounters::default(),
-        compactions: Counter::default(),
-        recovery_micros: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+        core: LogCore::new(index, ctx.options.limits, started),
     }))
 }
 
-type Opened = (Writer, BTreeMap<Vec<u8>, Vec<u8>>);
+type Opened = (Writer, Index);
 
 fn write_slot(dev: &FlashDevice, slot: Slot, sync: bool) -> Result<()> {
     let file = dev.open_file(SUPER_FILE)?;
@@ -194,7 +179,7 @@ fn format(dev: &FlashDevice, segment_len: u64) -> Result<Opened> {
             next_seq: 1,
             deferred: 0,
         },
-        BTreeMap::new(),
+        Index::new(),
     ))
 }
 
@@ -224,12 +209,9 @@ fn recover(dev: &FlashDevice) -> Result<Opened> {
     }
     dev.sync_dir()?;
     let file = dev.open_file(&name)?;
-    let mut index = BTreeMap::new();
+    let mut index = Index::new();
     let (len, next_seq) = replay(&file, slot.first_seq, |kind, key, value| {
-        match kind {
-            Kind::Put => index.insert(key.to_vec(), value.to_vec()),
-            Kind::Delete => index.remove(key),
-        };
+        apply(&mut index, kind, key, value);
     })?;
     let tail = read_tail(&file, len)?;
     Ok((
@@ -301,35 +283,13 @@ fn write_blocks(file: &FlashFile, off: u64, bytes: &[u8]) -> Result<()> {
 }
 
 impl FlashLog {
-    fn check_writable(&self) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
-        match &*self.poisoned.lock() {
-            Some(why) => Err(Error::Poisoned(why.clone())),
-            None => Ok(()),
-        }
-    }
-
-    fn poison_on_error<T>(&self, r: Result<T>) -> Result<T> {
-        if let Err(e) = &r {
-            let mut p = self.poisoned.lock();
-            if p.is_none() {
-                *p = Some(e.to_string());
-            }
-        }
-        r
-    }
-
     fn append(&self, kind: Kind, key: &[u8], value: &[u8]) -> Result<()> {
-        self.check_writable()?;
-        self.limits.check_key(key)?;
-        self.limits.check_value(value)?;
+        self.core.check_write(key, value)?;
         let mut w = self.writer.lock();
         let len = record::encoded_len(key.len(), value.len()) as u64;
         if w.len + len > self.segment_len {
             let r = self.compact(&mut w);
-            self.poison_on_error(r)?;
+            self.core.poison_on_error(r)?;
             if w.len + len > self.segment_len {
                 return Err(Error::no_space(
                     Tier::Flash,
@@ -341,20 +301,9 @@ impl FlashLog {
         let rec = record::encode(w.next_seq, kind, key, value)
             .ok_or_else(|| Error::invalid("key or value too long for a reflog record"))?;
         let r = self.write_record(&mut w, &rec);
-        self.poison_on_error(r)?;
-        {
-            let mut index = self.index.write();
-            match kind {
-                Kind::Put => index.insert(key.to_vec(), value.to_vec()),
-                Kind::Delete => index.remove(key),
-            };
-        }
+        self.core.poison_on_error(r)?;
+        self.core.applied(kind, key, value);
         w.next_seq += 1;
-        if kind == Kind::Put {
-            self.ops
-                .user_bytes_written
-                .add((key.len() + value.len()) as u64);
-        }
         Ok(())
     }
 
@@ -392,7 +341,7 @@ impl FlashLog {
         let first_seq = w.next_seq;
         let mut seq = first_seq;
         let mut bytes = Vec::new();
-        for (k, v) in self.index.read().iter() {
+        for (k, v) in self.core.index().iter() {
             let rec = record::encode(seq, Kind::Put, k, v)
                 .ok_or_else(|| Error::invalid("pair too long for a reflog record"))?;
             bytes.extend_from_slice(&rec);
@@ -426,22 +375,14 @@ impl FlashLog {
         };
         self.dev.remove_file(&old)?;
         self.dev.sync_dir()?;
-        self.compactions.incr();
+        self.core.compacted();
         Ok(())
     }
 }
 
 impl KvStore for FlashLog {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
-        let v = self.index.read().get(key).cloned();
-        self.ops.reads_from_dram.incr();
-        if let Some(v) = &v {
-            self.ops.user_bytes_read.add(v.len() as u64);
-        }
-        Ok(v)
+        self.core.get(key)
     }
 
     fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
@@ -453,36 +394,21 @@ impl KvStore for FlashLog {
     }
 
     fn scan(&self, start: &[u8], limit: usize) -> Result<Vec<KvPair>> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
-        Ok(self
-            .index
-            .read()
-            .range(start.to_vec()..)
-            .take(limit)
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect())
+        self.core.scan(start, limit)
     }
 
     fn flush(&self) -> Result<()> {
-        self.check_writable()?;
-        let w = self.writer.lock();
-        let r = w.file.sync();
-        self.poison_on_error(r)
+        self.core.check_writable()?;
+        let r = self.writer.lock().file.sync();
+        self.core.poison_on_error(r)
     }
 
     fn stats(&self) -> Stats {
-        let mut s = Stats::default();
-        self.ops.fill(&mut s);
-        s.recovery_micros = self.recovery_micros;
-        s.counters
-            .insert("reflog_compactions".into(), self.compactions.get());
-        s
+        self.core.stats()
     }
 
     fn close(&self) -> Result<()> {
-        if self.closed.swap(true, Ordering::AcqRel) || self.poisoned.lock().is_some() {
+        if self.core.close() || self.core.is_poisoned() {
             return Ok(());
         }
         self.writer.lock().file.sync()
@@ -490,15 +416,12 @@ impl KvStore for FlashLog {
 
     fn check(&self) -> Result<Vec<String>> {
         let w = self.writer.lock();
-        let mut index = BTreeMap::new();
+        let mut index = Index::new();
         let slot = read_super(&self.dev)?;
         let (len, _) = replay(&w.file, slot.first_seq, |kind, key, value| {
-            match kind {
-                Kind::Put => index.insert(key.to_vec(), value.to_vec()),
-                Kind::Delete => index.remove(key),
-            };
+            apply(&mut index, kind, key, value);
         })?;
-        if slot.gen_ != w.gen_ || len != w.len || index != *self.index.read() {
+        if slot.gen_ != w.gen_ || len != w.len || index != *self.core.index() {
             return Err(corrupt(0, "the segment does not replay to the live index"));
         }
         Ok(vec![format!(
@@ -535,5 +458,72 @@ mod tests {
         }
         assert_eq!(decode_slot(&[0u8; 64]), None);
         assert_eq!(decode_slot(&b[..SLOT_LEN - 1]), None);
+    }
+}
+
+#[cfg(test)]
+mod store_tests {
+    use std::path::Path;
+
+    use tierkv::{ByteSize, Db, Options};
+
+    use super::super::REFLOG_FLASH;
+
+    fn open(dir: &Path) -> tierkv::Result<Db> {
+        let o = Options::default()
+            .engine("reflog-flash@segment=64KiB")
+            .flash_dir(dir.join("flash"))
+            .flash_size(ByteSize::mib(64));
+        Db::open_with_engine(dir, o, &REFLOG_FLASH)
+    }
+
+    #[test]
+    fn reopen_replays_across_compactions() {
+        let d = tempfile::tempdir().unwrap();
+        let db = open(d.path()).unwrap();
+        for i in 0..400u32 {
+            let key = format!("key{:02}", i % 20).into_bytes();
+            db.put(&key, &vec![(i % 200) as u8; 500 + i as usize])
+                .unwrap();
+        }
+        db.delete(b"key07").unwrap();
+        assert!(db.stats().counters["reflog_compactions"] > 0);
+        let lines = db.check().unwrap();
+        assert!(
+            lines.iter().any(|l| l.contains("replay matches")),
+            "{lines:?}"
+        );
+        drop(db);
+        let db = open(d.path()).unwrap();
+        assert_eq!(db.get(b"key07").unwrap(), None);
+        assert_eq!(
+            db.get(b"key19").unwrap(),
+            Some(vec![(399 % 200) as u8; 899])
+        );
+        assert_eq!(db.scan::<Vec<u8>, _>(.., 100).unwrap().len(), 19);
+        let files = std::fs::read_dir(d.path().join("flash")).unwrap().count();
+        assert_eq!(files, 2, "one segment and the super block");
+    }
+
+    #[test]
+    fn a_torn_tail_ends_the_log_and_keeps_what_came_before() {
+        let d = tempfile::tempdir().unwrap();
+        let db = open(d.path()).unwrap();
+        db.put(b"first", &[1; 3000]).unwrap();
+        db.put(b"second", &[2; 3000]).unwrap();
+        drop(db);
+        let seg = d.path().join("flash").join(super::segment_name(1));
+        let mut bytes = std::fs::read(&seg).unwrap();
+        // A byte in the second record's value (it starts after the first, ~3040 bytes).
+        bytes[5000] ^= 1;
+        std::fs::write(&seg, &bytes).unwrap();
+        let db = open(d.path()).unwrap();
+        assert_eq!(db.get(b"first").unwrap(), Some(vec![1; 3000]));
+        assert_eq!(db.get(b"second").unwrap(), None);
+        // The log continues after the last good record.
+        db.put(b"third", b"3").unwrap();
+        drop(db);
+        let db = open(d.path()).unwrap();
+        assert_eq!(db.get(b"third").unwrap().as_deref(), Some(&b"3"[..]));
     }
 }

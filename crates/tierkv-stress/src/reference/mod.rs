@@ -18,6 +18,7 @@
 //! Thread safety: both engines are `Send + Sync`; see each module.
 
 pub mod flash_log;
+mod log_core;
 pub mod pmem_log;
 pub mod record;
 

@@ -34,18 +34,15 @@
 //! Thread safety: writers serialise on `writer`; readers only take the index's read lock
 //! (values are served from DRAM; pmem is read only at recovery).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use tierkv_core::media::pmem::PmemPool;
-use tierkv_core::{
-    Counter, EngineContext, Error, KvPair, KvStore, Limits, OpCounters, Result, Stats, Tier,
-};
+use tierkv_core::{EngineContext, Error, KvPair, KvStore, Result, Stats, Tier};
 
 use super::Fault;
+use super::log_core::{Index, LogCore, apply};
 use super::record::{self, Kind};
 
 /// The log header's magic, as a little-endian word.
@@ -110,14 +107,8 @@ pub struct PmemLog {
     pool: Arc<PmemPool>,
     layout: Layout,
     fault: Fault,
-    limits: Limits,
     writer: Mutex<Writer>,
-    index: RwLock<BTreeMap<Vec<u8>, Vec<u8>>>,
-    closed: AtomicBool,
-    poisoned: Mutex<Option<String>>,
-    ops: OpCounters,
-    compactions: Counter,
-    recovery_micros: u64,
+    core: LogCore,
 }
 
 /// Opens (formats or recovers) the log on the context's pool.
@@ -134,18 +125,12 @@ pub(super) fn open(ctx: EngineContext, fault: Fault) -> Result<Arc<dyn KvStore>>
         pool,
         layout,
         fault,
-        limits: ctx.options.limits,
         writer: Mutex::new(writer),
-        index: RwLock::new(index),
-        closed: AtomicBool::new(false),
-        poisoned: Mutex::new(None),
-        ops: OpCounters::default(),
-        compactions: Counter::default(),
-        recovery_micros: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+        core: LogCore::new(index, ctx.options.limits, started),
     }))
 }
 
-type Opened = (Writer, BTreeMap<Vec<u8>, Vec<u8>>);
+type Opened = (Writer, Index);
 
 fn fresh_writer(half: usize, tail: u64, next_seq: u64) -> Writer {
     Writer {
@@ -165,7 +150,7 @@ fn format(pool: &PmemPool, l: Layout) -> Result<Opened> {
     // IMPORTANT: the root word is set (and persisted) last: a pool whose root is 0 holds no
     // log, whatever the header line says.
     pool.set_root(ROOT_LOG, l.header)?;
-    Ok((fresh_writer(0, 0, 1), BTreeMap::new()))
+    Ok((fresh_writer(0, 0, 1), Index::new()))
 }
 
 fn recover(pool: &PmemPool, l: Layout) -> Result<Opened> {
@@ -196,7 +181,7 @@ fn recover(pool: &PmemPool, l: Layout) -> Result<Opened> {
         start,
         usize::try_from(tail).map_err(|_| corrupt(start, "tail"))?,
     )?;
-    let mut index = BTreeMap::new();
+    let mut index = Index::new();
     let mut off = 0usize;
     let mut last_seq: Option<u64> = None;
     while off < bytes.len() {
@@ -212,10 +197,7 @@ fn recover(pool: &PmemPool, l: Layout) -> Result<Opened> {
             ));
         }
         last_seq = Some(rec.seq);
-        match rec.kind {
-            Kind::Put => index.insert(rec.key.to_vec(), rec.value.to_vec()),
-            Kind::Delete => index.remove(rec.key),
-        };
+        apply(&mut index, rec.kind, rec.key, rec.value);
         off += n;
     }
     let next_seq = last_seq.map_or(1, |s| s.wrapping_add(1));
@@ -227,31 +209,8 @@ fn commit_word(half: usize, tail: u64) -> u64 {
 }
 
 impl PmemLog {
-    fn check_writable(&self) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
-        match &*self.poisoned.lock() {
-            Some(why) => Err(Error::Poisoned(why.clone())),
-            None => Ok(()),
-        }
-    }
-
-    /// Runs a step that mutates pmem; a failure poisons the store (STYLE §5).
-    fn poison_on_error<T>(&self, r: Result<T>) -> Result<T> {
-        if let Err(e) = &r {
-            let mut p = self.poisoned.lock();
-            if p.is_none() {
-                *p = Some(e.to_string());
-            }
-        }
-        r
-    }
-
     fn append(&self, kind: Kind, key: &[u8], value: &[u8]) -> Result<()> {
-        self.check_writable()?;
-        self.limits.check_key(key)?;
-        self.limits.check_value(value)?;
+        self.core.check_write(key, value)?;
         let mut w = self.writer.lock();
         let len = record::encoded_len(key.len(), value.len()) as u64;
         if w.tail + len > self.layout.half_len {
@@ -267,20 +226,9 @@ impl PmemLog {
         let rec = record::encode(w.next_seq, kind, key, value)
             .ok_or_else(|| Error::invalid("key or value too long for a reflog record"))?;
         let r = self.write_record(&mut w, &rec);
-        self.poison_on_error(r)?;
-        {
-            let mut index = self.index.write();
-            match kind {
-                Kind::Put => index.insert(key.to_vec(), value.to_vec()),
-                Kind::Delete => index.remove(key),
-            };
-        }
+        self.core.poison_on_error(r)?;
+        self.core.applied(kind, key, value);
         w.next_seq += 1;
-        if kind == Kind::Put {
-            self.ops
-                .user_bytes_written
-                .add((key.len() + value.len()) as u64);
-        }
         Ok(())
     }
 
@@ -341,7 +289,7 @@ impl PmemLog {
         let mut tail = 0u64;
         let mut seq = w.next_seq;
         {
-            let index = self.index.read();
+            let index = self.core.index();
             for (k, v) in index.iter() {
                 let rec = record::encode(seq, Kind::Put, k, v)
                     .ok_or_else(|| Error::invalid("pair too long for a reflog record"))?;
@@ -352,7 +300,7 @@ impl PmemLog {
                     ));
                 }
                 let r = self.pool.write(start + tail, &rec);
-                self.poison_on_error(r)?;
+                self.core.poison_on_error(r)?;
                 tail += rec.len() as u64;
                 seq += 1;
             }
@@ -362,24 +310,16 @@ impl PmemLog {
             .pool
             .persist(start, len)
             .and_then(|()| self.publish(other, tail, true));
-        self.poison_on_error(r)?;
+        self.core.poison_on_error(r)?;
         *w = fresh_writer(other, tail, seq);
-        self.compactions.incr();
+        self.core.compacted();
         Ok(())
     }
 }
 
 impl KvStore for PmemLog {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
-        let v = self.index.read().get(key).cloned();
-        self.ops.reads_from_dram.incr();
-        if let Some(v) = &v {
-            self.ops.user_bytes_read.add(v.len() as u64);
-        }
-        Ok(v)
+        self.core.get(key)
     }
 
     fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
@@ -391,39 +331,23 @@ impl KvStore for PmemLog {
     }
 
     fn scan(&self, start: &[u8], limit: usize) -> Result<Vec<KvPair>> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
-        let index = self.index.read();
-        Ok(index
-            .range(start.to_vec()..)
-            .take(limit)
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect())
+        self.core.scan(start, limit)
     }
 
     fn flush(&self) -> Result<()> {
-        self.check_writable()?;
+        self.core.check_writable()?;
         let mut w = self.writer.lock();
         let tail = w.tail;
         let r = self.persist_deferred(&mut w, tail);
-        self.poison_on_error(r)
+        self.core.poison_on_error(r)
     }
 
     fn stats(&self) -> Stats {
-        let mut s = Stats::default();
-        self.ops.fill(&mut s);
-        s.recovery_micros = self.recovery_micros;
-        s.counters
-            .insert("reflog_compactions".into(), self.compactions.get());
-        s
+        self.core.stats()
     }
 
     fn close(&self) -> Result<()> {
-        if self.closed.swap(true, Ordering::AcqRel) {
-            return Ok(());
-        }
-        if self.poisoned.lock().is_some() {
+        if self.core.close() || self.core.is_poisoned() {
             return Ok(());
         }
         let mut w = self.writer.lock();
@@ -434,7 +358,7 @@ impl KvStore for PmemLog {
     fn check(&self) -> Result<Vec<String>> {
         let w = self.writer.lock();
         let (again, index) = recover(&self.pool, self.layout)?;
-        if again.tail != w.tail || index != *self.index.read() {
+        if again.tail != w.tail || index != *self.core.index() {
             return Err(corrupt(
                 self.layout.commit_off(),
                 "the committed log does not replay to the live index",
@@ -453,5 +377,93 @@ impl KvStore for PmemLog {
 impl Drop for PmemLog {
     fn drop(&mut self) {
         let _ = self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    use tierkv::{ByteSize, Db, DurabilityMode, Options};
+    use tierkv_core::media::pmem::DATA_START;
+
+    use super::super::REFLOG;
+    use super::HEADER_LEN;
+
+    fn open(dir: &Path, variant: &str) -> tierkv::Result<Db> {
+        let o = Options::default()
+            .engine(&format!("reflog:{variant}"))
+            .pmem_mode(DurabilityMode::Volatile)
+            .pmem_size(ByteSize::kib(256));
+        Db::open_with_engine(dir, o, &REFLOG)
+    }
+
+    #[test]
+    fn reopen_replays_puts_deletes_and_compactions() {
+        let d = tempfile::tempdir().unwrap();
+        let db = open(d.path(), "correct").unwrap();
+        let mut model = BTreeMap::new();
+        for i in 0..3000u32 {
+            let key = format!("key{:03}", i % 40).into_bytes();
+            if i % 7 == 3 {
+                db.delete(&key).unwrap();
+                model.remove(&key);
+            } else {
+                let value = vec![(i % 251) as u8; (i as usize * 13) % 900];
+                db.put(&key, &value).unwrap();
+                model.insert(key, value);
+            }
+        }
+        assert!(db.stats().counters["reflog_compactions"] > 0);
+        let lines = db.check().unwrap();
+        assert!(
+            lines.iter().any(|l| l.contains("replay matches")),
+            "{lines:?}"
+        );
+        drop(db);
+        let db = open(d.path(), "correct").unwrap();
+        let all = db.scan::<Vec<u8>, _>(.., 1000).unwrap();
+        assert_eq!(all, model.into_iter().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_torn_committed_record_is_corruption_not_silent_loss() {
+        let d = tempfile::tempdir().unwrap();
+        let db = open(d.path(), "correct").unwrap();
+        db.put(b"a", &[1; 100]).unwrap();
+        db.put(b"b", &[2; 100]).unwrap();
+        drop(db);
+        let pool = d.path().join("pmem.pool");
+        let mut bytes = std::fs::read(&pool).unwrap();
+        // Inside the value of the first record of half 0.
+        let off = (DATA_START + HEADER_LEN) as usize + 60;
+        bytes[off] ^= 0x40;
+        std::fs::write(&pool, &bytes).unwrap();
+        let e = open(d.path(), "correct").unwrap_err();
+        assert!(e.is_corruption(), "{e}");
+        assert!(e.to_string().contains("checksum"), "{e}");
+    }
+
+    #[test]
+    fn a_full_pool_is_no_space_and_the_store_stays_usable() {
+        let d = tempfile::tempdir().unwrap();
+        let db = open(d.path(), "correct").unwrap();
+        let big = vec![9u8; 40 << 10];
+        let mut stored = 0;
+        let err = loop {
+            match db.put(format!("k{stored}").as_bytes(), &big) {
+                Ok(()) => stored += 1,
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(err, tierkv::Error::NoSpace { .. }), "{err}");
+        assert!(stored > 0);
+        db.delete(b"k0").unwrap();
+        db.put(b"k0", b"small").unwrap();
+        drop(db);
+        let db = open(d.path(), "correct").unwrap();
+        assert_eq!(db.get(b"k0").unwrap().as_deref(), Some(&b"small"[..]));
+        assert_eq!(db.get(b"k1").unwrap().map(|v| v.len()), Some(big.len()));
     }
 }

@@ -15,8 +15,9 @@
 //! ```
 //!
 //! A reader never trusts a length before checking it against the bytes it has, and checks
-//! the checksum before returning anything: a torn or garbage record is an error, never a
-//! panic or an out-of-bounds read (fuzz target `reference_record_decode`).
+//! the padding and the checksum before returning anything: a torn or garbage record is an
+//! error, never a panic or an out-of-bounds read (fuzz target `stress_record_decode`).
+//! Whatever it accepts re-encodes to the same bytes.
 //!
 //! Thread safety: pure functions.
 
@@ -186,6 +187,12 @@ pub fn decode(bytes: &[u8]) -> Result<(Record<'_>, usize), RecordError> {
     if stored != computed {
         return Err(RecordError::Checksum { stored, computed });
     }
+    if bytes
+        .get(body_end..padded)
+        .is_none_or(|pad| pad.iter().any(|b| *b != 0))
+    {
+        return Err(RecordError::Malformed("padding is not zero"));
+    }
     let key = bytes
         .get(HEADER_LEN..HEADER_LEN + key_len)
         .ok_or(truncated(body_end))?;
@@ -263,6 +270,14 @@ mod tests {
             let (r, n) = decode(&bytes).unwrap();
             prop_assert_eq!(n, len);
             prop_assert_eq!(r, Record { seq, kind, key: &key, value: &value });
+        }
+
+        #[test]
+        fn nonzero_padding_is_refused(pad in 1u8..) {
+            let mut rec = encode(1, Kind::Put, b"k", b"v").unwrap();
+            let last = rec.len() - 1;
+            rec[last] = pad;
+            prop_assert_eq!(decode(&rec), Err(RecordError::Malformed("padding is not zero")));
         }
 
         #[test]
