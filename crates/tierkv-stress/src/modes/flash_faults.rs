@@ -106,6 +106,11 @@ pub fn check_engine(cfg: &RunConfig) -> anyhow::Result<()> {
             cfg.target.desc.name
         );
     }
+    if let Some(m) = cfg.pmem_mode
+        && m != tierkv::DurabilityMode::Tracked
+    {
+        bail!("flash-faults mode runs a pool, if any, in tracked mode; drop --pmem-mode {m}");
+    }
     Ok(())
 }
 

@@ -41,14 +41,19 @@
 //! in the child's memory, which is why the child builds the image (see the README for the
 //! sidecar-shadow alternative that would let the parent build it after a plain SIGKILL).
 //!
+//! Files: this one is the parent; `kill/protocol.rs` the round parameters and the message
+//! lines; `kill/child.rs` the child.
+//!
 //! Thread safety: the parent runs on the caller's thread plus one pipe-reader thread per
 //! round; the child runs its workload threads, a counter thread and (power loss) a cutter
 //! thread.
 
+mod child;
+mod protocol;
+
 use std::ffi::OsString;
-use std::fs::{self, File};
+use std::fs;
 use std::io::{BufRead, BufReader, Write};
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
@@ -57,27 +62,20 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow, bail};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tierkv::core::media::flash::CrashMode;
-use tierkv::core::media::pmem::CrashImageOptions;
 use tierkv::{DurabilityMode, Manifest, Tier};
 
-use super::media::{InjectedStore, MediaPaths, open_injected};
+use self::protocol::{Msg, RoundLog, RoundParams, parse_msg};
 use super::{RunConfig, ms, remove_path};
-use crate::cli::StressArgs;
 use crate::expected_state::ExpectedState;
 use crate::report::RunReport;
-use crate::verify::{Violation, unrecoverable, verify_store};
-use crate::workload::{Workload, WorkloadConfig, WriteObserver};
+use crate::verify::{unrecoverable, verify_store};
 
-const PREFIX: &str = "@tks ";
+pub use self::child::child_main;
+
 /// How long the child may take to open (recover) the store.
 const READY_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long the child may take to write a crash image.
 const CUT_TIMEOUT: Duration = Duration::from_secs(300);
-/// A child never outlives this (in case its parent vanished without killing it).
-const CHILD_MAX_LIFETIME: Duration = Duration::from_secs(3600);
-/// Longest message line (stays under `PIPE_BUF`, so one write is atomic).
-const MAX_LINE: usize = 3500;
 
 /// Checks that the engine and the pool mode make sense for kill mode.
 pub fn check_engine(cfg: &RunConfig) -> anyhow::Result<()> {
@@ -131,62 +129,6 @@ impl KillPaths {
     }
 }
 
-/// What the child needs to know about its round, written by the parent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct RoundParams {
-    round: u64,
-    seed: u64,
-    image_seed: u64,
-    tear_words: bool,
-    /// `None`: unsynced flash writes dropped whole; `Some(seed)`: torn.
-    flash_tear: Option<u64>,
-}
-
-impl RoundParams {
-    fn encode(&self) -> String {
-        format!(
-            "round={}\nseed={}\nimage_seed={}\ntear_words={}\nflash_tear={}\n",
-            self.round,
-            self.seed,
-            self.image_seed,
-            u8::from(self.tear_words),
-            self.flash_tear.map_or("none".to_owned(), |s| s.to_string())
-        )
-    }
-
-    fn decode(text: &str) -> Option<RoundParams> {
-        let mut p = RoundParams {
-            round: 0,
-            seed: 0,
-            image_seed: 0,
-            tear_words: false,
-            flash_tear: None,
-        };
-        let mut seen = 0;
-        for line in text.lines() {
-            let (k, v) = line.split_once('=')?;
-            match k {
-                "round" => p.round = v.parse().ok()?,
-                "seed" => p.seed = v.parse().ok()?,
-                "image_seed" => p.image_seed = v.parse().ok()?,
-                "tear_words" => p.tear_words = v == "1",
-                "flash_tear" if v == "none" => p.flash_tear = None,
-                "flash_tear" => p.flash_tear = Some(v.parse().ok()?),
-                _ => return None,
-            }
-            seen += 1;
-        }
-        (seen == 5).then_some(p)
-    }
-
-    fn flash_mode(&self) -> CrashMode {
-        match self.flash_tear {
-            None => CrashMode::DropUnsynced,
-            Some(seed) => CrashMode::TearUnsynced { seed },
-        }
-    }
-}
-
 fn power_loss(cfg: &RunConfig) -> bool {
     cfg.pmem_mode == Some(DurabilityMode::Tracked)
 }
@@ -196,136 +138,6 @@ fn verify_mode(cfg: &RunConfig) -> DurabilityMode {
     match cfg.pmem_mode {
         None | Some(DurabilityMode::Tracked) => DurabilityMode::Msync,
         Some(m) => m,
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// The parent.
-// ---------------------------------------------------------------------------------------
-
-/// One message from the child.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Msg {
-    Ready,
-    Announce { id: u32, version: u32, delete: bool },
-    Ack { id: u32, version: u32, delete: bool },
-    Counts([u64; 4]),
-    CutStarted,
-    CutDone,
-    Violation(Violation),
-    Failure(String),
-    Other(String),
-}
-
-fn parse_write(rest: &str) -> Option<(u32, u32, bool)> {
-    let mut it = rest.split(' ');
-    let id = it.next()?.parse().ok()?;
-    let version = it.next()?.parse().ok()?;
-    let delete = match it.next()? {
-        "0" => false,
-        "1" => true,
-        _ => return None,
-    };
-    it.next().is_none().then_some((id, version, delete))
-}
-
-fn parse_msg(line: &str) -> Msg {
-    let other = || Msg::Other(line.to_owned());
-    let Some(body) = line.strip_prefix(PREFIX) else {
-        return other();
-    };
-    let (tag, rest) = body.split_once(' ').unwrap_or((body, ""));
-    match tag {
-        "ready" => Msg::Ready,
-        "M" => Msg::CutStarted,
-        "C" => Msg::CutDone,
-        "P" | "A" => match parse_write(rest) {
-            Some((id, version, delete)) if tag == "P" => Msg::Announce {
-                id,
-                version,
-                delete,
-            },
-            Some((id, version, delete)) => Msg::Ack {
-                id,
-                version,
-                delete,
-            },
-            None => other(),
-        },
-        "N" => {
-            let n: Vec<u64> = rest.split(' ').filter_map(|x| x.parse().ok()).collect();
-            match n[..] {
-                [a, b, c, d] => Msg::Counts([a, b, c, d]),
-                _ => other(),
-            }
-        }
-        "V" => {
-            let f: Vec<&str> = rest.splitn(4, '\t').collect();
-            match f[..] {
-                [context, key, expected, found] => Msg::Violation(Violation {
-                    context: format!("child: {context}"),
-                    key: key.to_owned(),
-                    expected: expected.to_owned(),
-                    found: found.to_owned(),
-                }),
-                _ => other(),
-            }
-        }
-        "F" => Msg::Failure(rest.to_owned()),
-        _ => other(),
-    }
-}
-
-/// The parent's view of one round.
-#[derive(Default)]
-struct RoundLog {
-    ready: bool,
-    cut_started: bool,
-    cut_done: bool,
-    acks: (u64, u64),
-    counts: [u64; 4],
-    violations: Vec<Violation>,
-    failures: Vec<String>,
-}
-
-impl RoundLog {
-    /// Applies one message to the expected state.
-    fn apply(&mut self, state: &ExpectedState, msg: Msg) {
-        let in_range = |id: u32| id < state.space().count();
-        match msg {
-            Msg::Ready => self.ready = true,
-            Msg::Announce {
-                id,
-                version,
-                delete,
-            } if in_range(id) => {
-                state.announce_known(id, version, delete);
-            }
-            // IMPORTANT: after the cut started, an acknowledgement may come from a write
-            // persisted after the image's instant: it stays in flight.
-            Msg::Ack {
-                id,
-                version,
-                delete,
-            } if in_range(id) && !self.cut_started => {
-                state.commit_known(id, version, delete);
-                if delete {
-                    self.acks.1 += 1;
-                } else {
-                    self.acks.0 += 1;
-                }
-            }
-            Msg::Ack { .. } => {}
-            Msg::Counts(c) => self.counts = c,
-            Msg::CutStarted => self.cut_started = true,
-            Msg::CutDone => self.cut_done = true,
-            Msg::Violation(v) => self.violations.push(v),
-            Msg::Failure(f) => self.failures.push(f),
-            Msg::Announce { id, .. } => self.failures.push(format!(
-                "the child announced a write to key number {id}, outside the key space"
-            )),
-            Msg::Other(line) => eprintln!("child: {line}"),
-        }
     }
 }
 
@@ -629,323 +441,4 @@ fn verify_round(
         println!("{line}");
     }
     Ok(true)
-}
-
-// ---------------------------------------------------------------------------------------
-// The child.
-// ---------------------------------------------------------------------------------------
-
-/// The child's end of the pipe: one `write(2)` per line.
-struct Pipe(File);
-
-impl Pipe {
-    fn stdout() -> anyhow::Result<Pipe> {
-        let fd = std::io::stdout()
-            .as_fd()
-            .try_clone_to_owned()
-            .context("duplicating stdout")?;
-        Ok(Pipe(File::from(fd)))
-    }
-
-    /// Sends one line; a parent that is gone ends the child.
-    fn say(&self, line: &str) {
-        let mut msg = String::with_capacity(line.len() + PREFIX.len() + 1);
-        msg.push_str(PREFIX);
-        msg.push_str(line);
-        if msg.len() > MAX_LINE {
-            let mut cut = MAX_LINE;
-            while !msg.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            msg.truncate(cut);
-        }
-        msg.push('\n');
-        if (&self.0).write_all(msg.as_bytes()).is_err() {
-            // The parent is gone: nobody is listening, and nobody will verify.
-            std::process::exit(3);
-        }
-    }
-}
-
-impl WriteObserver for Pipe {
-    fn announce(&self, id: u32, version: u32, delete: bool) {
-        self.say(&format!("P {id} {version} {}", u8::from(delete)));
-    }
-    fn acked(&self, id: u32, version: u32, delete: bool) {
-        self.say(&format!("A {id} {version} {}", u8::from(delete)));
-    }
-}
-
-fn one_line(s: &str) -> String {
-    s.replace(['\n', '\t'], " ")
-}
-
-/// Opens the store as the child: through the facade, or (power loss) with a Tracked pool
-/// and fault-injecting flash injected.
-fn open_child_store(cfg: &RunConfig, paths: &KillPaths) -> anyhow::Result<InjectedStore> {
-    let t = &cfg.target;
-    if !power_loss(cfg) {
-        let mode = cfg.pmem_mode.unwrap_or_default();
-        let options = t.options(
-            &cfg.tiers,
-            mode,
-            Some(&paths.pmem_dir),
-            Some(&paths.flash),
-            None,
-        );
-        return Ok(InjectedStore {
-            db: t.open(&paths.data, options)?,
-            pool: None,
-            injector: None,
-        });
-    }
-    let pool = paths.pool();
-    let at = MediaPaths {
-        data: &paths.data,
-        pool: &pool,
-        pmem_dir: Some(&paths.pmem_dir),
-        flash: &paths.flash,
-    };
-    let exists = Manifest::read_from(&paths.data)?.is_some();
-    Ok(open_injected(cfg, &at, !exists)?)
-}
-
-/// The child's power cut (see the module doc).
-fn cut_power(store: &InjectedStore, params: &RoundParams, image: &Path) -> anyhow::Result<()> {
-    if let Some(inj) = &store.injector {
-        inj.crash(params.flash_mode())?;
-    }
-    if let Some(pool) = &store.pool {
-        let opts = CrashImageOptions {
-            tear_words: params.tear_words,
-        };
-        pool.write_crash_image(params.image_seed, opts, image)?;
-    }
-    Ok(())
-}
-
-/// Runs as the child of kill mode (hidden `--kill-child <work dir>`); the parent SIGKILLs
-/// it. Returns only when the workload stopped by itself (a violation or an engine error).
-pub fn child_main(args: &StressArgs, work: &Path) -> anyhow::Result<bool> {
-    let pipe = Pipe::stdout()?;
-    let cfg = crate::cli::config(args, 0, work.to_path_buf())?;
-    let paths = KillPaths::new(&cfg);
-    let params = fs::read_to_string(&paths.round)
-        .ok()
-        .and_then(|t| RoundParams::decode(&t))
-        .ok_or_else(|| {
-            anyhow!(
-                "kill child: no round parameters in {}",
-                paths.round.display()
-            )
-        })?;
-    let state = fs::read(&paths.state)
-        .ok()
-        .and_then(|b| ExpectedState::decode(&b))
-        .filter(|s| s.space() == cfg.space)
-        .ok_or_else(|| anyhow!("kill child: no expected state in {}", paths.state.display()))?;
-    let store = match open_child_store(&cfg, &paths) {
-        Ok(s) => s,
-        Err(e) => {
-            pipe.say(&format!(
-                "F opening the store: {}",
-                one_line(&format!("{e:#}"))
-            ));
-            return Ok(false);
-        }
-    };
-    pipe.say("ready");
-    let wl_cfg = WorkloadConfig {
-        seed: params.seed,
-        ..cfg.workload.clone()
-    };
-    let wl = Workload::new(
-        &store.db,
-        &state,
-        wl_cfg,
-        &pipe,
-        format!("round {}", params.round),
-    );
-    let end = std::thread::scope(|s| {
-        let worker = s.spawn(|| wl.run());
-        if power_loss(&cfg) {
-            s.spawn(|| cutter(&wl, &store, &params, &paths.image, &pipe));
-        }
-        let born = Instant::now();
-        while !wl.stopped() && born.elapsed() < CHILD_MAX_LIFETIME {
-            let c = &wl.counts;
-            pipe.say(&format!(
-                "N {} {} {} {}",
-                c.puts.get(),
-                c.deletes.get(),
-                c.gets.get(),
-                c.scans.get()
-            ));
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        wl.stop();
-        worker.join()
-    })
-    .map_err(|_| anyhow!("a workload thread panicked"))?;
-    for v in &end.violations {
-        pipe.say(&format!(
-            "V {}\t{}\t{}\t{}",
-            one_line(&v.context),
-            one_line(&v.key),
-            one_line(&v.expected),
-            one_line(&v.found)
-        ));
-    }
-    if let Some(e) = &end.write_error {
-        pipe.say(&format!("F a write failed: {}", one_line(e)));
-    }
-    Ok(end.violations.is_empty() && end.write_error.is_none())
-}
-
-/// Forwards the parent's cut request from stdin (a detached thread: a blocking read of
-/// stdin cannot be interrupted, and the process ends by SIGKILL or exit anyway).
-fn cut_requests() -> Receiver<()> {
-    let (tx, rx) = channel();
-    let spawned = std::thread::Builder::new()
-        .name("stress:stdin".into())
-        .spawn(move || {
-            let mut line = String::new();
-            if std::io::stdin()
-                .lock()
-                .read_line(&mut line)
-                .is_ok_and(|n| n > 0)
-            {
-                let _ = tx.send(());
-            }
-        });
-    // NOTE: without the thread no cut is ever requested; the parent then reports a stall.
-    drop(spawned);
-    rx
-}
-
-/// The power-loss cutter: waits for the parent's request, then cuts the power while the
-/// workers run.
-fn cutter(
-    wl: &Workload<'_>,
-    store: &InjectedStore,
-    params: &RoundParams,
-    image: &Path,
-    pipe: &Pipe,
-) {
-    let requests = cut_requests();
-    loop {
-        if wl.stopped() {
-            return;
-        }
-        match requests.recv_timeout(Duration::from_millis(20)) {
-            Ok(()) => break,
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => return,
-        }
-    }
-    pipe.say("M");
-    wl.mark_crashed();
-    match cut_power(store, params, image) {
-        Ok(()) => pipe.say("C"),
-        Err(e) => pipe.say(&format!(
-            "F cutting the power: {}",
-            one_line(&format!("{e:#}"))
-        )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::expected_state::KeySpace;
-
-    #[test]
-    fn messages_parse_and_garbage_is_passed_through() {
-        assert_eq!(parse_msg("@tks ready"), Msg::Ready);
-        assert_eq!(
-            parse_msg("@tks P 3 17 1"),
-            Msg::Announce {
-                id: 3,
-                version: 17,
-                delete: true
-            }
-        );
-        assert_eq!(
-            parse_msg("@tks A 3 17 0"),
-            Msg::Ack {
-                id: 3,
-                version: 17,
-                delete: false
-            }
-        );
-        assert_eq!(parse_msg("@tks N 1 2 3 4"), Msg::Counts([1, 2, 3, 4]));
-        let v = parse_msg("@tks V round 1, get\tk00000001\tv#2 (acknowledged)\tabsent");
-        let Msg::Violation(v) = v else {
-            panic!("{v:?}")
-        };
-        assert_eq!(v.key, "k00000001");
-        assert_eq!(v.found, "absent");
-        for junk in [
-            "hello",
-            "@tks P 3",
-            "@tks P 3 x 0",
-            "@tks A 1 2 3",
-            "@tks N 1 2",
-            "@tks Q",
-        ] {
-            assert_eq!(parse_msg(junk), Msg::Other(junk.to_owned()), "{junk}");
-        }
-    }
-
-    #[test]
-    fn acks_after_the_cut_started_stay_in_flight() {
-        let state = ExpectedState::new(KeySpace::new(4));
-        let mut log = RoundLog::default();
-        for m in [
-            "@tks P 1 1 0",
-            "@tks A 1 1 0",
-            "@tks P 1 2 0",
-            "@tks M",
-            "@tks A 1 2 0",
-            "@tks P 1 3 1",
-        ] {
-            log.apply(&state, parse_msg(m));
-        }
-        let s = state.load(1);
-        assert_eq!((s.committed, s.max_issued), (1, 3));
-        assert!(s.pending.is_some_and(|p| p.delete));
-        assert_eq!(log.acks, (1, 0));
-    }
-
-    #[test]
-    fn out_of_range_keys_from_the_child_are_failures() {
-        let state = ExpectedState::new(KeySpace::new(4));
-        let mut log = RoundLog::default();
-        log.apply(&state, parse_msg("@tks P 99 1 0"));
-        assert_eq!(log.failures.len(), 1);
-    }
-
-    #[test]
-    fn round_params_round_trip() {
-        for p in [
-            RoundParams {
-                round: 3,
-                seed: u64::MAX,
-                image_seed: 7,
-                tear_words: true,
-                flash_tear: Some(9),
-            },
-            RoundParams {
-                round: 1,
-                seed: 0,
-                image_seed: 0,
-                tear_words: false,
-                flash_tear: None,
-            },
-        ] {
-            assert_eq!(RoundParams::decode(&p.encode()), Some(p));
-        }
-        assert_eq!(RoundParams::decode("round=1\n"), None);
-        assert_eq!(RoundParams::decode("bogus"), None);
-    }
 }
