@@ -363,7 +363,8 @@ impl ExpectedState {
     }
 }
 
-const STATE_MAGIC: &[u8; 8] = b"TKSXSTA1";
+/// The magic at the start of a serialised expected state.
+pub const STATE_MAGIC: &[u8; 8] = b"TKSXSTA1";
 
 #[cfg(test)]
 mod tests {

@@ -16,7 +16,7 @@ use anyhow::{Context, anyhow};
 use tierkv::Manifest;
 use tierkv::core::media::pmem::CrashImageOptions;
 
-use super::protocol::{MAX_LINE, PREFIX, RoundParams};
+use super::protocol::{MAX_LINE, Msg, RoundParams};
 use super::{KillPaths, power_loss};
 use crate::cli::StressArgs;
 use crate::expected_state::ExpectedState;
@@ -39,37 +39,43 @@ impl Pipe {
         Ok(Pipe(File::from(fd)))
     }
 
-    /// Sends one line; a parent that is gone ends the child.
-    fn say(&self, line: &str) {
-        let mut msg = String::with_capacity(line.len() + PREFIX.len() + 1);
-        msg.push_str(PREFIX);
-        msg.push_str(line);
-        if msg.len() > MAX_LINE {
+    /// Sends one message; a parent that is gone ends the child.
+    fn send(&self, msg: &Msg) {
+        let mut line = msg.encode();
+        if line.len() > MAX_LINE {
             let mut cut = MAX_LINE;
-            while !msg.is_char_boundary(cut) {
+            while !line.is_char_boundary(cut) {
                 cut -= 1;
             }
-            msg.truncate(cut);
+            line.truncate(cut);
         }
-        msg.push('\n');
-        if (&self.0).write_all(msg.as_bytes()).is_err() {
+        line.push('\n');
+        if (&self.0).write_all(line.as_bytes()).is_err() {
             // The parent is gone: nobody is listening, and nobody will verify.
             std::process::exit(3);
         }
+    }
+
+    fn fail(&self, what: &str, e: &anyhow::Error) {
+        self.send(&Msg::Failure(format!("{what}: {e:#}")));
     }
 }
 
 impl WriteObserver for Pipe {
     fn announce(&self, id: u32, version: u32, delete: bool) {
-        self.say(&format!("P {id} {version} {}", u8::from(delete)));
+        self.send(&Msg::Announce {
+            id,
+            version,
+            delete,
+        });
     }
     fn acked(&self, id: u32, version: u32, delete: bool) {
-        self.say(&format!("A {id} {version} {}", u8::from(delete)));
+        self.send(&Msg::Ack {
+            id,
+            version,
+            delete,
+        });
     }
-}
-
-fn one_line(s: &str) -> String {
-    s.replace(['\n', '\t'], " ")
 }
 
 /// Opens the store as the child: through the facade, or (power loss) with a Tracked pool
@@ -139,14 +145,11 @@ pub fn child_main(args: &StressArgs, work: &Path) -> anyhow::Result<bool> {
     let store = match open_child_store(&cfg, &paths) {
         Ok(s) => s,
         Err(e) => {
-            pipe.say(&format!(
-                "F opening the store: {}",
-                one_line(&format!("{e:#}"))
-            ));
+            pipe.fail("opening the store", &e);
             return Ok(false);
         }
     };
-    pipe.say("ready");
+    pipe.send(&Msg::Ready);
     let wl_cfg = WorkloadConfig {
         seed: params.seed,
         ..cfg.workload.clone()
@@ -166,13 +169,12 @@ pub fn child_main(args: &StressArgs, work: &Path) -> anyhow::Result<bool> {
         let born = Instant::now();
         while !wl.stopped() && born.elapsed() < CHILD_MAX_LIFETIME {
             let c = &wl.counts;
-            pipe.say(&format!(
-                "N {} {} {} {}",
+            pipe.send(&Msg::Counts([
                 c.puts.get(),
                 c.deletes.get(),
                 c.gets.get(),
-                c.scans.get()
-            ));
+                c.scans.get(),
+            ]));
             std::thread::sleep(Duration::from_millis(100));
         }
         wl.stop();
@@ -180,16 +182,10 @@ pub fn child_main(args: &StressArgs, work: &Path) -> anyhow::Result<bool> {
     })
     .map_err(|_| anyhow!("a workload thread panicked"))?;
     for v in &end.violations {
-        pipe.say(&format!(
-            "V {}\t{}\t{}\t{}",
-            one_line(&v.context),
-            one_line(&v.key),
-            one_line(&v.expected),
-            one_line(&v.found)
-        ));
+        pipe.send(&Msg::Violation(v.clone()));
     }
     if let Some(e) = &end.write_error {
-        pipe.say(&format!("F a write failed: {}", one_line(e)));
+        pipe.send(&Msg::Failure(format!("a write failed: {e}")));
     }
     Ok(end.violations.is_empty() && end.write_error.is_none())
 }
@@ -235,13 +231,10 @@ fn cutter(
             Err(RecvTimeoutError::Disconnected) => return,
         }
     }
-    pipe.say("M");
+    pipe.send(&Msg::CutStarted);
     wl.mark_crashed();
     match cut_power(store, params, image) {
-        Ok(()) => pipe.say("C"),
-        Err(e) => pipe.say(&format!(
-            "F cutting the power: {}",
-            one_line(&format!("{e:#}"))
-        )),
+        Ok(()) => pipe.send(&Msg::CutDone),
+        Err(e) => pipe.fail("cutting the power", &e),
     }
 }

@@ -84,6 +84,45 @@ pub(super) enum Msg {
     Other(String),
 }
 
+/// A text field on one line (tabs separate fields, newlines end messages).
+pub(super) fn one_line(s: &str) -> String {
+    s.replace(['\n', '\t'], " ")
+}
+
+impl Msg {
+    /// The message as one protocol line (without the newline): what [`parse_msg`] reads.
+    pub(super) fn encode(&self) -> String {
+        let write = |tag: &str, id: &u32, version: &u32, delete: &bool| {
+            format!("{PREFIX}{tag} {id} {version} {}", u8::from(*delete))
+        };
+        match self {
+            Msg::Ready => format!("{PREFIX}ready"),
+            Msg::Announce {
+                id,
+                version,
+                delete,
+            } => write("P", id, version, delete),
+            Msg::Ack {
+                id,
+                version,
+                delete,
+            } => write("A", id, version, delete),
+            Msg::Counts([a, b, c, d]) => format!("{PREFIX}N {a} {b} {c} {d}"),
+            Msg::CutStarted => format!("{PREFIX}M"),
+            Msg::CutDone => format!("{PREFIX}C"),
+            Msg::Violation(v) => format!(
+                "{PREFIX}V {}\t{}\t{}\t{}",
+                one_line(&v.context),
+                one_line(&v.key),
+                one_line(&v.expected),
+                one_line(&v.found)
+            ),
+            Msg::Failure(f) => format!("{PREFIX}F {}", one_line(f)),
+            Msg::Other(line) => line.clone(),
+        }
+    }
+}
+
 fn parse_write(rest: &str) -> Option<(u32, u32, bool)> {
     let mut it = rest.split(' ');
     let id = it.next()?.parse().ok()?;
@@ -130,7 +169,7 @@ pub(super) fn parse_msg(line: &str) -> Msg {
             let f: Vec<&str> = rest.splitn(4, '\t').collect();
             match f[..] {
                 [context, key, expected, found] => Msg::Violation(Violation {
-                    context: format!("child: {context}"),
+                    context: context.to_owned(),
                     key: key.to_owned(),
                     expected: expected.to_owned(),
                     found: found.to_owned(),
@@ -186,7 +225,10 @@ impl RoundLog {
             Msg::Counts(c) => self.counts = c,
             Msg::CutStarted => self.cut_started = true,
             Msg::CutDone => self.cut_done = true,
-            Msg::Violation(v) => self.violations.push(v),
+            Msg::Violation(mut v) => {
+                v.context = format!("child: {}", v.context);
+                self.violations.push(v);
+            }
             Msg::Failure(f) => self.failures.push(f),
             Msg::Announce { id, .. } => self.failures.push(format!(
                 "the child announced a write to key number {id}, outside the key space"
@@ -200,6 +242,7 @@ impl RoundLog {
 mod tests {
     use super::*;
     use crate::expected_state::KeySpace;
+    use proptest::prelude::*;
 
     #[test]
     fn messages_parse_and_garbage_is_passed_through() {
@@ -289,5 +332,68 @@ mod tests {
         }
         assert_eq!(RoundParams::decode("round=1\n"), None);
         assert_eq!(RoundParams::decode("bogus"), None);
+    }
+
+    fn text() -> impl Strategy<Value = String> {
+        "[a-zA-Z0-9 ,.:#()=-]{0,40}"
+    }
+
+    fn arb_msg() -> impl Strategy<Value = Msg> {
+        prop_oneof![
+            Just(Msg::Ready),
+            Just(Msg::CutStarted),
+            Just(Msg::CutDone),
+            (any::<u32>(), any::<u32>(), any::<bool>()).prop_map(|(id, version, delete)| {
+                Msg::Announce {
+                    id,
+                    version,
+                    delete,
+                }
+            }),
+            (any::<u32>(), any::<u32>(), any::<bool>()).prop_map(|(id, version, delete)| {
+                Msg::Ack {
+                    id,
+                    version,
+                    delete,
+                }
+            }),
+            any::<[u64; 4]>().prop_map(Msg::Counts),
+            (text(), text(), text(), text()).prop_map(|(context, key, expected, found)| {
+                Msg::Violation(Violation {
+                    context,
+                    key,
+                    expected,
+                    found,
+                })
+            }),
+            text().prop_map(Msg::Failure),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn messages_round_trip_through_their_lines(m in arb_msg()) {
+            prop_assert_eq!(parse_msg(&m.encode()), m);
+        }
+
+        #[test]
+        fn round_params_round_trip_for_any_values(
+            round in any::<u64>(),
+            seed in any::<u64>(),
+            image_seed in any::<u64>(),
+            tear_words in any::<bool>(),
+            flash_tear in proptest::option::of(any::<u64>()),
+        ) {
+            let p = RoundParams { round, seed, image_seed, tear_words, flash_tear };
+            prop_assert_eq!(RoundParams::decode(&p.encode()), Some(p));
+        }
+
+        #[test]
+        fn any_line_parses_to_some_message(line in "\\PC{0,80}") {
+            // Never a panic; a line that is not a protocol message is passed through whole.
+            if let Msg::Other(l) = parse_msg(&line) {
+                prop_assert_eq!(l, line);
+            }
+        }
     }
 }
