@@ -223,6 +223,8 @@ struct Phase {
     end: WorkloadEnd,
     /// The expected state at the power cut, if the timer cut the power.
     cut_at: Option<Vec<KeyState>>,
+    /// Whether an injected fault had fired when the timer cut the power.
+    injected_before_cut: bool,
     ops: u64,
 }
 
@@ -285,10 +287,19 @@ impl Rounds<'_> {
         }
         let described = plan.describe(self.uses_pmem, self.uses_flash);
         let (cut_at, how) = match (phase.cut_at, phase.end.write_error) {
-            (Some(snap), _) => (
-                Some(snap),
-                format!("power cut after {:.0} ms ({described})", ms(delay)),
-            ),
+            (Some(_), Some(err)) if !phase.injected_before_cut => {
+                self.report.fail(format!(
+                    "round {round}: a write failed although no fault was injected: {err}"
+                ));
+                return Ok(None);
+            }
+            (Some(snap), err) => {
+                self.report.write_errors += u64::from(err.is_some());
+                (
+                    Some(snap),
+                    format!("power cut after {:.0} ms ({described})", ms(delay)),
+                )
+            }
             (None, Some(err)) => {
                 let fault = armed.unwrap_or_default();
                 let Some(cut_at) =
@@ -335,11 +346,13 @@ impl Rounds<'_> {
             &NoObserver,
             format!("round {round}"),
         );
+        let mut injected_before_cut = false;
         let (end, cut_result) = std::thread::scope(|s| {
             let worker = s.spawn(|| wl.run());
             let cut_result = if wl.run_until(Instant::now() + delay) {
                 wl.mark_crashed();
                 let snap = state.snapshot();
+                injected_before_cut = policy.error_was_injected(live);
                 policy.settle(live);
                 cut(live, plan, next).map(|()| Some(snap))
             } else {
@@ -353,6 +366,7 @@ impl Rounds<'_> {
         Ok(Phase {
             end,
             cut_at: cut_result?,
+            injected_before_cut,
             ops: wl.counts.total(),
         })
     }
