@@ -16,7 +16,6 @@
 //!
 //! Thread safety: runs on the caller's thread.
 
-use anyhow::bail;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use tierkv::Tier;
@@ -99,19 +98,12 @@ impl FaultPolicy {
 
 /// Checks that the engine has something for this mode to work on.
 pub fn check_engine(cfg: &RunConfig) -> anyhow::Result<()> {
-    if !cfg.target.uses(Tier::Flash) {
-        bail!(
-            "engine {} writes nothing to flash, so flash-faults mode has no writes to drop \
-             and no I/O to fail; use --mode kill or --mode pmem-image",
-            cfg.target.desc.name
-        );
-    }
-    if let Some(m) = cfg.pmem_mode
-        && m != tierkv::DurabilityMode::Tracked
-    {
-        bail!("flash-faults mode runs a pool, if any, in tracked mode; drop --pmem-mode {m}");
-    }
-    Ok(())
+    power::check_in_process_mode(
+        cfg,
+        "flash-faults",
+        Tier::Flash,
+        "writes nothing to flash, so flash-faults mode has no writes to drop and no I/O to fail; use --mode kill or --mode pmem-image",
+    )
 }
 
 /// Runs the mode.

@@ -11,7 +11,6 @@
 //!
 //! Thread safety: runs on the caller's thread.
 
-use anyhow::bail;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use tierkv::Tier;
@@ -46,19 +45,12 @@ impl Policy for ImagePolicy {
 
 /// Checks that the engine has something for this mode to work on.
 pub fn check_engine(cfg: &RunConfig) -> anyhow::Result<()> {
-    if !cfg.target.uses(Tier::Pmem) {
-        bail!(
-            "engine {} keeps nothing on pmem, so pmem-image mode has no pool to take crash \
-             images of; use --mode kill or --mode flash-faults",
-            cfg.target.desc.name
-        );
-    }
-    if let Some(m) = cfg.pmem_mode
-        && m != tierkv::DurabilityMode::Tracked
-    {
-        bail!("pmem-image mode always runs the pool in tracked mode; drop --pmem-mode {m}");
-    }
-    Ok(())
+    power::check_in_process_mode(
+        cfg,
+        "pmem-image",
+        Tier::Pmem,
+        "keeps nothing on pmem, so pmem-image mode has no pool to take crash images of; use --mode kill or --mode flash-faults",
+    )
 }
 
 /// Runs the mode.

@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, anyhow};
+use anyhow::{Context, anyhow, bail};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tierkv::core::media::flash::{CrashMode, FaultInjector};
@@ -215,6 +215,25 @@ fn carry_over(from: &RoundPaths, next: &RoundPaths) -> anyhow::Result<()> {
         f.path = next.flash.clone();
     }
     m.write_to(&next.data)?;
+    Ok(())
+}
+
+/// Refuses an engine without the `tier` the in-process `mode` works on (`why` says what
+/// that means), and a pool mode other than tracked.
+pub(crate) fn check_in_process_mode(
+    cfg: &RunConfig,
+    mode: &str,
+    tier: Tier,
+    why: &str,
+) -> anyhow::Result<()> {
+    if !cfg.target.uses(tier) {
+        bail!("engine {} {why}", cfg.target.desc.name);
+    }
+    if let Some(m) = cfg.pmem_mode
+        && m != tierkv::DurabilityMode::Tracked
+    {
+        bail!("{mode} mode runs the pool, if any, in tracked mode; drop --pmem-mode {m}");
+    }
     Ok(())
 }
 
