@@ -338,6 +338,9 @@ pub fn run(args: &StressArgs) -> anyhow::Result<bool> {
             .with_context(|| format!("removing {}", work_dir.display()))?;
     } else {
         println!("data kept in {}", work_dir.display());
+        for k in &report.kept {
+            println!("data kept: {k}");
+        }
     }
     Ok(report.passed())
 }

@@ -64,6 +64,9 @@ pub struct RunReport {
     pub violations_dropped: u64,
     /// Other failures.
     pub failures: Vec<String>,
+    /// Files of a failed run kept outside its working directory (pool files, flash
+    /// directories), described.
+    pub kept: Vec<String>,
 }
 
 impl RunReport {

@@ -101,6 +101,8 @@ pub(crate) struct RoundPaths {
     pub data: PathBuf,
     pub pool: PathBuf,
     pub flash: PathBuf,
+    /// The name prefix of the files this run keeps outside its working directory.
+    pub prefix: String,
 }
 
 impl RoundPaths {
@@ -119,7 +121,12 @@ impl RoundPaths {
             Some(d) => d.join(format!("{prefix}-{name}")),
             None => data.join("flash"),
         };
-        RoundPaths { data, pool, flash }
+        RoundPaths {
+            data,
+            pool,
+            flash,
+            prefix: format!("{prefix}-r*"),
+        }
     }
 
     fn remove(&self) -> std::io::Result<()> {
@@ -280,11 +287,29 @@ pub(crate) fn run_rounds(
         round += 1;
         match r.round(live, round)? {
             Some(next) => live = next,
-            None => return Ok(()),
+            None => {
+                // The failing round's files stay for inspection; say where those outside the
+                // working directory are.
+                let at = RoundPaths::new(cfg, round);
+                for (dir, what) in [
+                    (&cfg.tiers.pmem_dir, "pool files"),
+                    (&cfg.tiers.flash_dir, "flash directories"),
+                ] {
+                    if let Some(d) = dir {
+                        r.report
+                            .kept
+                            .push(format!("{what} in {} ({})", d.display(), at.prefix));
+                    }
+                }
+                return Ok(());
+            }
         }
     }
     let _ = live.db.close();
-    Ok(())
+    let last = live.paths.clone();
+    drop(live);
+    last.remove()
+        .with_context(|| format!("removing {}", last.data.display()))
 }
 
 impl Rounds<'_> {
