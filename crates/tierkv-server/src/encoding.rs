@@ -355,6 +355,24 @@ mod tests {
         assert_eq!(h.get(b"f3"), None);
     }
 
+    proptest::proptest! {
+        /// Whatever bytes a store holds, decoding answers a value or an error, and a
+        /// decoded hash's fields lie inside the bytes.
+        #[test]
+        fn arbitrary_stored_bytes_decode_or_fail_cleanly(
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            tagged in proptest::prelude::any::<bool>(),
+        ) {
+            let mut v = if tagged { b"\xFFTKh\x01".to_vec() } else { Vec::new() };
+            v.extend_from_slice(&body);
+            if let Ok(Stored::Hash(h)) = decode(&v) {
+                let bytes: usize = h.iter().map(|(f, x)| f.len() + x.len()).sum();
+                proptest::prop_assert!(bytes <= v.len());
+                proptest::prop_assert_eq!(h.iter().count(), h.len());
+            }
+        }
+    }
+
     #[test]
     fn malformed_tagged_values_are_errors_not_panics() {
         let good = hash(&[(b"f", b"v")]);

@@ -16,7 +16,7 @@
 //! - [`cli`]: [`ServeArgs`] and [`run`], the front the `tierkv` binary mounts as
 //!   `tierkv serve`.
 //!
-//! ```no_run
+//! ```
 //! # fn main() -> anyhow::Result<()> {
 //! let dir = tempfile::tempdir()?;
 //! let db = tierkv::Db::open(dir.path(), tierkv::Options::default().engine("dram:hash"))?;

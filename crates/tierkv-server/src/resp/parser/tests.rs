@@ -102,8 +102,11 @@ fn half_received_command_survives_taking_a_batch() {
 
 #[test]
 fn random_commands_in_random_chunks_round_trip() {
-    let seed: u64 = rand::rng().random();
-    println!("seed {seed}");
+    let seed: u64 = std::env::var("TIERKV_TEST_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| rand::rng().random());
+    println!("seed {seed} (replay with TIERKV_TEST_SEED={seed})");
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let cmds: Vec<Vec<Vec<u8>>> = (0..200)
         .map(|_| {
@@ -221,4 +224,42 @@ fn wanted_len_announces_a_large_argument() {
     let mut p = RequestParser::new(limits(), true);
     p.parse(b"*2\r\n$3\r\nGET\r\n$900\r\nab").unwrap();
     assert_eq!(p.wanted_len(), Some(19 + 900 + 2));
+}
+
+proptest::proptest! {
+    /// Arbitrary bytes in arbitrary chunks: the parser returns commands or an error, never
+    /// panics, and every argument it hands out lies inside the batch's bytes.
+    #[test]
+    fn arbitrary_input_never_panics_and_spans_stay_inside(
+        input in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+        chunk in 1usize..64,
+        prefix_resp in proptest::prelude::any::<bool>(),
+    ) {
+        let mut input = input;
+        if prefix_resp {
+            input.splice(0..0, b"*3\r\n$3\r\nSET\r\n$".iter().copied());
+        }
+        let mut p = RequestParser::new(limits(), true);
+        let mut buf = BytesMut::new();
+        'feed: for piece in input.chunks(chunk) {
+            buf.extend_from_slice(piece);
+            loop {
+                if p.parse(&buf).is_err() {
+                    break 'feed;
+                }
+                if p.complete_commands() == 0 {
+                    break;
+                }
+                let mut b = Batch::default();
+                p.take_batch(&mut buf, &mut b);
+                let room = b.data.len() + b.extra.len();
+                for i in 0..b.len() {
+                    let a = b.command(i).unwrap();
+                    proptest::prop_assert!(!a.is_empty());
+                    let used: usize = a.iter_from(0).map(<[u8]>::len).sum();
+                    proptest::prop_assert!(used <= room);
+                }
+            }
+        }
+    }
 }
