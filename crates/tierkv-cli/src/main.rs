@@ -1,1 +1,57 @@
-fn main() {}
+//! The `tierkv` command-line tool: put / get / del / scan / stats / check on a data
+//! directory (and, as they land, bench, bench-io, stress and serve).
+//!
+//! Exit codes: 0 success; 1 an error (one line on stderr); 2 a usage error; 3 `get` of a
+//! key that is not there. Never a panic or a backtrace: a panic hook turns the unexpected
+//! into one line and exit code 70.
+
+#![forbid(unsafe_code)]
+
+mod args;
+mod cmd;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use args::{Cli, Command};
+
+/// Exit code of `get` when the key is absent.
+pub const EXIT_NOT_FOUND: u8 = 3;
+/// Exit code after an internal error (a bug).
+pub const EXIT_INTERNAL: u8 = 70;
+
+fn main() -> ExitCode {
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_owned());
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!("tierkv: internal error (a bug, please report it): {msg}{at}");
+        std::process::exit(i32::from(EXIT_INTERNAL));
+    }));
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Put(a) => cmd::put(&cli.store, a),
+        Command::Get(a) => cmd::get(&cli.store, a),
+        Command::Del(a) => cmd::del(&cli.store, a),
+        Command::Scan(a) => cmd::scan(&cli.store, a),
+        Command::Stats(a) => cmd::stats(&cli.store, a),
+        Command::Check => cmd::check(&cli.store),
+        Command::Engines => cmd::engines(),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("tierkv: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

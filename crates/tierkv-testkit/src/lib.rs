@@ -75,6 +75,9 @@ pub struct ModelReport {
     pub final_keys: usize,
 }
 
+/// A thread's oracle: the exact contents of its partition.
+type Oracle = BTreeMap<Vec<u8>, Vec<u8>>;
+
 fn key(part: usize, n: u64) -> Vec<u8> {
     format!("p{part:03}/{n:08}").into_bytes()
 }
@@ -99,7 +102,7 @@ pub fn effective_seed(cfg: &ModelConfig) -> u64 {
 pub fn run_model(store: Arc<dyn KvStore>, cfg: &ModelConfig) -> ModelReport {
     let seed = effective_seed(cfg);
     eprintln!("model test seed {seed} (replay with TIERKV_TEST_SEED={seed})");
-    let models: Vec<(BTreeMap<Vec<u8>, Vec<u8>>, ModelReport)> = std::thread::scope(|s| {
+    let models: Vec<(Oracle, ModelReport)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..cfg.threads)
             .map(|t| {
                 let store = store.clone();
@@ -134,10 +137,10 @@ fn partition_worker(
     cfg: &ModelConfig,
     part: usize,
     seed: u64,
-) -> (BTreeMap<Vec<u8>, Vec<u8>>, ModelReport) {
+) -> (Oracle, ModelReport) {
     let mut rng =
         ChaCha8Rng::seed_from_u64(seed ^ (part as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let mut model = Oracle::new();
     let mut rep = ModelReport::default();
     let ctx = |i: usize, what: &str| format!("seed {seed}, thread {part}, op {i}: {what}");
     for i in 0..cfg.ops_per_thread {

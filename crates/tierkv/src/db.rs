@@ -121,9 +121,7 @@ impl Db {
         };
         let mut limits = options.limits;
         if let Some(max) = desc.max_value_len {
-            if limits.max_value_len > max {
-                limits.max_value_len = max;
-            }
+            limits.max_value_len = limits.max_value_len.min(max);
         }
         let mut manifest = manifest;
         let media = open_media(desc, &mut manifest, &options, created)?;
@@ -335,8 +333,10 @@ fn new_manifest(desc: &EngineDescriptor, base: &str, options: &Options, dir: &Pa
 
 /// On reopen the layout comes from the manifest; explicitly given locations must agree.
 fn check_layout_matches(m: &Manifest, o: &Options, dir: &Path) -> Result<()> {
-    if let (Some(p), Some(want)) = (&m.pmem, &o.pmem.dir) {
-        if p.path != want.join(POOL_FILE) {
+    if let (Some(p), Some(want)) = (&m.pmem, &o.pmem.dir)
+        && p.path != want.join(POOL_FILE)
+    {
+        {
             return Err(Error::invalid(format!(
                 "the store in {} keeps its pmem pool at {}, not in {}",
                 dir.display(),

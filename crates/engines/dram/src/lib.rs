@@ -33,7 +33,7 @@ pub const DESCRIPTOR: EngineDescriptor = EngineDescriptor {
     volatile: true,
     min_pmem_size: 0,
     max_value_len: None,
-    open: open,
+    open,
 };
 
 /// Bytes of bookkeeping charged per entry on top of key and value (index node share,

@@ -81,7 +81,7 @@ impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         const UNITS: [(&str, u32); 4] = [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)];
         for (name, shift) in UNITS {
-            if self.0 >= 1 << shift && self.0 % (1 << shift) == 0 {
+            if self.0 >= 1 << shift && self.0.is_multiple_of(1 << shift) {
                 return write!(f, "{}{name}", self.0 >> shift);
             }
         }

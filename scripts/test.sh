@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it. Installs what a fresh Debian machine with only the base
+# Rust toolchain lacks, then runs: every crate's unit, model-based, crash and fault tests and
+# doctests; the fuzz targets for a few seconds each.
+#   bash scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "== installing ${need_apt[*]}"
+  apt-get update -qq && apt-get install -y -qq "${need_apt[@]}"
+fi
+
+echo "== cargo test (workspace)"
+cargo test --workspace --locked
+
+echo "== fuzz smoke run"
+bash scripts/fuzz.sh "${FUZZ_SECONDS:-5}"
