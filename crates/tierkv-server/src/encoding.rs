@@ -12,11 +12,12 @@
 //! ```
 //! Fields are kept in insertion order (as Redis keeps small hashes) and are unique.
 //!
-//! Invariants: a value written by the server decodes to what was written; a value written
-//! by another `tierkv` user that does not start with TAG reads as a plain string; a value
-//! that starts with TAG but is malformed (unknown type, unknown version, lengths that do
-//! not add up, trailing bytes, zero fields) is reported as [`DecodeError`], never read as
-//! something else and never a panic.
+//! Invariants: a value written by the server decodes to what was written, and re-encoding
+//! a decoded value gives back its bytes; a value written by another `tierkv` user that does
+//! not start with TAG reads as a plain string; a value that starts with TAG but is
+//! malformed (unknown type, unknown version, lengths that do not add up, trailing bytes,
+//! zero fields, an escape that was not needed) is reported as [`DecodeError`], never read
+//! as something else and never a panic.
 //!
 //! Thread-safety: pure functions.
 
@@ -83,7 +84,10 @@ pub fn decode(v: &[u8]) -> Result<Stored<'_>, DecodeError> {
     }
     let body = v.get(HEADER_LEN..).unwrap_or_default();
     match ty {
-        TYPE_STRING => Ok(Stored::Str(body)),
+        // NOTE: only a string that starts with TAG is ever escaped; any other escaped
+        // string is not something this code wrote, so it is refused, not guessed at.
+        TYPE_STRING if body.starts_with(&TAG) => Ok(Stored::Str(body)),
+        TYPE_STRING => Err(bad("escaped string that does not start with the tag")),
         TYPE_HASH => HashRef::parse(body).map(Stored::Hash),
         other => Err(bad(format!("unknown type byte {other:#04x}"))),
     }
@@ -380,6 +384,7 @@ mod tests {
             b"\xFFTK".to_vec(),
             b"\xFFTKh\x02".to_vec(),
             b"\xFFTKq\x01".to_vec(),
+            b"\xFFTKs\x01needs no escape".to_vec(),
             b"\xFFTKh\x01\x00\x00\x00\x00".to_vec(),
         ];
         for cut in HEADER_LEN..good.len() {
