@@ -12,7 +12,7 @@
 //! `dram:hash` on 2 cores (see the crate README): tokio's blocking pool cost about 1.9 µs of
 //! server CPU per request, almost all of it threads sleeping and waking on futexes (the
 //! pool grows a thread per concurrent burst and parks each one after its task); this pool
-//! costs about 0.8 µs (redis-server: 0.6 µs). Its few workers stay busy while work is
+//! costs 0.8 to 1.0 µs (redis-server: 0.6 µs). Its few workers stay busy while work is
 //! queued, and the channel spins briefly before it parks a worker, so under load a hand-off
 //! is a queue operation, not a context switch.
 //!
