@@ -67,6 +67,9 @@ pub enum Command {
     /// Flash I/O microbenchmark: random 4 KiB reads/writes and sequential 512 KiB writes
     /// through tierkv's flash tier (io_uring + O_DIRECT), in fio's units.
     BenchIo(tierkv_iobench::IoBenchArgs),
+    /// Serve a store over the Redis protocol (RESP2/RESP3), so Redis clients, redis-cli and
+    /// redis-benchmark work unchanged. Binds to 127.0.0.1:6379 by default.
+    Serve(tierkv_server::ServeArgs),
 }
 
 /// A key, as text or hex.

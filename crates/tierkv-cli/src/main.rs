@@ -47,6 +47,7 @@ fn main() -> ExitCode {
         Command::Check(a) => cmd::check(&a.store).map_err(Into::into),
         Command::Engines => cmd::engines().map_err(Into::into),
         Command::BenchIo(a) => tierkv_iobench::run(a).map(|()| 0),
+        Command::Serve(a) => tierkv_server::run(a).map(|()| 0),
     };
     match result {
         Ok(code) => ExitCode::from(code),
