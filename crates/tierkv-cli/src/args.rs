@@ -70,6 +70,9 @@ pub enum Command {
     /// Serve a store over the Redis protocol (RESP2/RESP3), so Redis clients, redis-cli and
     /// redis-benchmark work unchanged. Binds to 127.0.0.1:6379 by default.
     Serve(tierkv_server::ServeArgs),
+    /// Crash, fault and bad-input testing of an engine: kill loops, pmem crash images,
+    /// flash faults, every acknowledged write checked against an expected-state oracle.
+    Stress(tierkv_stress::StressArgs),
 }
 
 /// A key, as text or hex.

@@ -48,6 +48,7 @@ fn main() -> ExitCode {
         Command::Engines => cmd::engines().map_err(Into::into),
         Command::BenchIo(a) => tierkv_iobench::run(a).map(|()| 0),
         Command::Serve(a) => tierkv_server::run(a).map(|()| 0),
+        Command::Stress(a) => tierkv_stress::run(a).map(|passed| if passed { 0 } else { 1 }),
     };
     match result {
         Ok(code) => ExitCode::from(code),
