@@ -206,6 +206,22 @@ pub fn execute(
     progress: Progress,
     log: &mut dyn Write,
 ) -> anyhow::Result<Vec<PhaseResult>> {
+    let results = run_all(plan, progress, log);
+    let removed = plan
+        .layout
+        .remove_run()
+        .with_context(|| format!("removing {}", plan.layout.run_dir().display()));
+    let results = results?;
+    removed?;
+    Ok(results)
+}
+
+/// Runs each target in turn, removing its directories after it ran.
+fn run_all(
+    plan: &BenchPlan,
+    progress: Progress,
+    log: &mut dyn Write,
+) -> anyhow::Result<Vec<PhaseResult>> {
     let mut results = Vec::new();
     for (i, spec) in plan.targets.iter().enumerate() {
         let place = plan.layout.placement(i, &spec.label);
@@ -226,9 +242,6 @@ pub fn execute(
         results.extend(outcome?);
         removed?;
     }
-    plan.layout
-        .remove_run()
-        .with_context(|| format!("removing {}", plan.layout.run_dir().display()))?;
     Ok(results)
 }
 

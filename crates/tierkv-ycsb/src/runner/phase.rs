@@ -21,6 +21,7 @@
 
 use std::sync::Barrier;
 use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -160,15 +161,24 @@ pub fn run_phase(
         })
         .collect::<Result<Vec<_>, String>>()?;
     let barrier = Barrier::new(threads + 1);
+    // Every worker holds a sender and drops it when its thread ends (normally or by a
+    // panic): the receiver's disconnection wakes the calling thread at once.
+    let (running, all_done) = mpsc::channel::<()>();
     let (hists, before, start, finished) = thread::scope(|s| {
         let handles: Vec<_> = workers
             .into_iter()
             .enumerate()
             .map(|(i, worker)| {
                 let barrier = &barrier;
-                s.spawn(move || client(worker, barrier, warmup, quota, threads, i))
+                let running = running.clone();
+                s.spawn(move || {
+                    let out = client(worker, barrier, warmup, quota, threads, i);
+                    drop(running);
+                    out
+                })
             })
             .collect();
+        drop(running);
         let mut me = Rendezvous {
             barrier: &barrier,
             left: 2,
@@ -177,8 +187,7 @@ pub fn run_phase(
         let before = setup.target.stats();
         let start = Instant::now();
         me.pass();
-        while handles.iter().any(|h| !h.is_finished()) {
-            thread::sleep(PROGRESS_TICK);
+        while let Err(RecvTimeoutError::Timeout) = all_done.recv_timeout(PROGRESS_TICK) {
             draw(bar, &shared, quota, start);
         }
         // Join every thread before judging, so that no panic is left unjoined.
