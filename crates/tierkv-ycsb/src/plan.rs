@@ -5,7 +5,7 @@
 //! ```text
 //! <dir>/<run>/<NN>-<label>/              data directory of target NN (its manifest, its files)
 //! <dir>/<run>/<NN>-<label>/flash/        its flash directory, unless --flash-path
-//! <pmem root>/<run>/<NN>-<label>/        its pmem pool directory (RocksDB: WAL + upper levels)
+//! <pmem root>/<run>/<NN>-<label>/        its pmem pool directory (RocksDB: WAL + L0 tables)
 //! <flash-path>/<run>/<NN>-<label>/       its flash directory, with --flash-path
 //! ```
 //! `<run>` is `run-<unix seconds>-<pid>`, so two runs never share a directory; `<label>` is

@@ -48,7 +48,7 @@ const COUNTER_KEYS: &[&str] = &[
     "dram_bytes",
 ];
 const OP_KINDS: &[&str] = &["read", "update", "insert", "scan", "rmw"];
-const WORKLOADS: &[&str] = &["load", "a", "b", "c", "d", "e", "f"];
+const WORKLOADS: &[&str] = &["load", "a", "b", "c", "d", "e", "f", "s"];
 
 fn validate(doc: &Value, engines: &[&str]) -> Result<(), String> {
     let top = doc.as_object().ok_or("the document is not an object")?;
@@ -67,8 +67,16 @@ fn validate(doc: &Value, engines: &[&str]) -> Result<(), String> {
         return Err("config.seed or config.pmem_mode has the wrong type".into());
     }
     let results = doc["results"].as_array().ok_or("results is not an array")?;
-    if results.len() != engines.len() * WORKLOADS.len() {
-        return Err(format!("{} results", results.len()));
+    let listed = doc["config"]["workloads"]
+        .as_array()
+        .ok_or("config.workloads is not an array")?
+        .len();
+    if results.len() != engines.len() * listed {
+        return Err(format!(
+            "{} results for {} engines x {listed} workloads",
+            results.len(),
+            engines.len()
+        ));
     }
     for r in results {
         let engine = r["engine"].as_str().ok_or("engine is not a string")?;
@@ -148,6 +156,27 @@ fn json_of_a_real_run_has_the_documented_shape() {
         .unwrap();
     assert_eq!(load["ops"]["insert"]["count"], 2_000);
     assert!(load["counters"]["user_bytes_written"].as_u64().unwrap() >= 2_000 * 256);
+}
+
+/// Validates a JSON report of any run: `TIERKV_BENCH_JSON=out.json cargo test -p
+/// tierkv-ycsb --test report_json_shape -- --ignored`. The engines and workloads are taken
+/// from the file's `config`.
+#[test]
+#[ignore = "validates the file named by TIERKV_BENCH_JSON"]
+fn json_file_named_by_the_environment_has_the_documented_shape() {
+    let path = std::env::var("TIERKV_BENCH_JSON").expect("set TIERKV_BENCH_JSON to a report");
+    let doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let engines: Vec<&str> = doc["config"]["engines"]
+        .as_array()
+        .expect("config.engines")
+        .iter()
+        .map(|e| e.as_str().expect("engine labels are strings"))
+        .collect();
+    validate(&doc, &engines).unwrap();
+    println!(
+        "{path}: valid ({} results)",
+        doc["results"].as_array().map_or(0, Vec::len)
+    );
 }
 
 #[test]

@@ -112,8 +112,8 @@ impl TargetSpec {
     /// One line for the report header: what it is and where it keeps data.
     pub fn describe(&self) -> String {
         match &self.kind {
-            TargetKind::RocksDb => "RocksDB peer: WAL and upper levels on the pmem path, last \
-                                    levels on the flash path, direct I/O, every write synced"
+            TargetKind::RocksDb => "RocksDB peer: WAL and L0 on the pmem path, L1 and below on \
+                                    the flash path, direct I/O, every write synced"
                 .to_owned(),
             TargetKind::Engine(spec) => match tierkv::descriptor(&spec.name) {
                 Err(e) => e.to_string(),
@@ -169,7 +169,7 @@ pub fn default_targets() -> Vec<TargetSpec> {
 pub struct TargetPlacement {
     /// The data directory.
     pub data_dir: PathBuf,
-    /// The directory of its pmem pool (or, for RocksDB, its WAL and upper levels).
+    /// The directory of its pmem pool (or, for RocksDB, its WAL and L0 tables).
     pub pmem_dir: PathBuf,
     /// Its flash directory.
     pub flash_dir: PathBuf,
