@@ -36,7 +36,9 @@ impl MiniHsit {
 }
 
 /// Writes a new version of `slots` into one chunk and publishes each (as PWB reclamation).
-fn update(vs: &ValueStorage, h: &MiniHsit, slots: &[u64]) {
+/// Gives up (returns false) when `stop` is set while it waits for GC to free a chunk: once the
+/// test's GC loop has ended, no chunk will ever be freed again.
+fn update(vs: &ValueStorage, h: &MiniHsit, slots: &[u64], stop: &AtomicBool) -> bool {
     let vals: Vec<(u64, Vec<u8>)> = slots
         .iter()
         .map(|&s| {
@@ -54,6 +56,9 @@ fn update(vs: &ValueStorage, h: &MiniHsit, slots: &[u64]) {
     let locs = loop {
         match vs.write_chunk(&refs) {
             Ok(l) => break l,
+            Err(tierkv_core::Error::NoSpace { .. }) if stop.load(Ordering::Relaxed) => {
+                return false;
+            }
             Err(tierkv_core::Error::NoSpace { .. }) => std::thread::yield_now(),
             Err(e) => panic!("{e}"),
         }
@@ -69,6 +74,7 @@ fn update(vs: &ValueStorage, h: &MiniHsit, slots: &[u64]) {
             }
         }
     }
+    true
 }
 
 #[test]
@@ -131,7 +137,9 @@ fn readers_never_see_wrong_data_while_gc_moves_values() {
                             .collect::<std::collections::BTreeSet<_>>()
                             .into_iter()
                             .collect();
-                        update(vs, h, &slots);
+                        if !update(vs, h, &slots, stop) {
+                            break;
+                        }
                     }
                 });
             }
