@@ -36,7 +36,7 @@ pub const DESCRIPTOR: EngineDescriptor = EngineDescriptor {
               opportunistic thread combining",
     tiers: &[Tier::Pmem, Tier::Flash],
     volatile: false,
-    min_pmem_size: 8 << 20,
+    min_pmem_size: 4 << 20,
     max_value_len: None,
     open: open_store,
 };
