@@ -70,3 +70,16 @@ fn opening_a_prism_store_as_dram_is_refused() {
     let e = Db::open(dir.path(), Options::default().engine("dram")).unwrap_err();
     assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
 }
+
+#[test]
+fn a_pmem_pool_smaller_than_the_engine_needs_is_refused_and_leaves_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let o = options().pmem_size(tierkv::ByteSize::mib(1));
+    let e = Db::open(d.path(), o).unwrap_err();
+    assert!(matches!(e, tierkv::Error::InvalidArgument(_)), "{e}");
+    assert!(e.to_string().contains("smaller than"), "{e}");
+    // Nothing was created: no manifest, no pool file; a correct open afterwards works.
+    assert!(!d.path().join("MANIFEST").exists());
+    assert!(!d.path().join("pmem.pool").exists());
+    drop(Db::open(d.path(), options()).unwrap());
+}
