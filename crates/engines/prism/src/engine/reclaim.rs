@@ -83,7 +83,7 @@ impl Core {
                 Ok((r.slot, v))
             })
             .collect::<Result<Vec<(u64, &[u8])>>>()?;
-        let (storage, locs) = self.write_chunk(&values)?;
+        let (storage, locs) = self.write_chunk(&values, true)?;
         let mut ring_bytes = 0;
         for (r, loc) in recs.iter().zip(locs) {
             ring_bytes += crate::pwb::record::footprint(r.len as usize);
@@ -100,8 +100,13 @@ impl Core {
     }
 
     /// Writes `values` as one chunk to a Value Storage (an idle one if any); when it is
-    /// full, collects garbage and tries again, then tries the others.
-    fn write_chunk(&self, values: &[(u64, &[u8])]) -> Result<(&ValueStorage, Vec<ValueLocation>)> {
+    /// full, collects garbage (if `may_gc`: the caller does not hold `gc_lock`) and tries
+    /// again, then tries the others.
+    fn write_chunk(
+        &self,
+        values: &[(u64, &[u8])],
+        may_gc: bool,
+    ) -> Result<(&ValueStorage, Vec<ValueLocation>)> {
         let first = self.pick_storage()?;
         let order =
             std::iter::once(first).chain(self.storages.iter().filter(|s| !std::ptr::eq(*s, first)));
@@ -112,7 +117,7 @@ impl Core {
                     Ok(locs) => return Ok((storage, locs)),
                     Err(e @ Error::NoSpace { .. }) => {
                         last = Some(e);
-                        if attempt == 0 {
+                        if attempt == 0 && may_gc {
                             self.gc_storage(storage)?;
                         }
                     }
@@ -205,7 +210,13 @@ impl Core {
                 .iter()
                 .map(|(cv, _)| (cv.slot(), &cv.value()[..]))
                 .collect();
-            let (storage, locs) = self.write_chunk(&values)?;
+            // IMPORTANT: no inline GC here: this thread holds `gc_lock`.
+            let (storage, locs) = match self.write_chunk(&values, false) {
+                Ok(written) => written,
+                // Co-locating a chain is an optimisation: a full device just skips it.
+                Err(Error::NoSpace { .. }) => return Ok(()),
+                Err(e) => return Err(e),
+            };
             for ((cv, old), new) in part.iter().zip(locs) {
                 if self.gc_relocate(cv.slot(), *old, new)? {
                     self.storage_of(*old)?.invalidate(*old)?;
