@@ -13,8 +13,10 @@
 //! - [`Core::rewrite_chain`]: writes the members of an evicted scan chain, sorted by key,
 //!   together into one chunk (§4.4 ⑤⑥), with the same CAS protocol.
 //!
-//! Thread safety: reclamation passes are serialised by `Core::reclaim_lock`, GC passes and
-//! chain rewrites by `Core::gc_lock`; both run concurrently with user operations.
+//! Thread safety: the reclamation of one PWB is serialised by its lock in
+//! `Core::reclaim_locks` (several reclaimer threads work on different PWBs at once); GC
+//! passes and chain rewrites are serialised by `Core::gc_lock`; all run concurrently with
+//! user operations.
 
 use tierkv_core::{Error, Result};
 
@@ -29,11 +31,25 @@ use crate::value_storage::{ValueLocation, ValueStorage};
 
 impl Core {
     /// One reclamation pass over every PWB: those past their watermark (or with a writer
-    /// waiting for space), or all non-empty ones when `force`d. True if any was reclaimed.
-    pub fn reclaim_pass(&self, force: bool) -> Result<bool> {
-        let _serial = self.reclaim_lock.lock();
+    /// waiting for space), or all non-empty ones when `force`d. A forced pass waits for a
+    /// PWB another thread is reclaiming; an unforced one skips it. Reclaimer `worker` of
+    /// `workers` starts at a different PWB so that workers spread out. True if any PWB was
+    /// reclaimed.
+    pub fn reclaim_pass(&self, force: bool, worker: usize, workers: usize) -> Result<bool> {
+        let n = self.pwbs.len();
+        let start = worker * n / workers.max(1);
         let mut any = false;
-        for pwb in self.pwbs.iter() {
+        for i in (0..n).map(|i| (start + i) % n) {
+            let (Some(pwb), Some(lock)) = (self.pwbs.get(i), self.reclaim_locks.get(i)) else {
+                continue;
+            };
+            let _serial = if force {
+                lock.lock()
+            } else if let Some(g) = lock.try_lock() {
+                g
+            } else {
+                continue;
+            };
             let ring = pwb.ring();
             if let Choice::Reclaim { upto } =
                 choose(&ring, pwb.watermark(), force || pwb.has_waiters())
