@@ -29,7 +29,7 @@ const MAX_LISTED: usize = 20;
 
 /// Runs every check; one line per thing checked, or a corruption error listing problems.
 pub fn run(core: &Core) -> Result<Vec<String>> {
-    let _reclaim = core.reclaim_lock.lock();
+    let _reclaim = core.pause_reclamation();
     let _gc = core.gc_lock.lock();
     let mut lines = Vec::new();
     let mut problems = Vec::new();

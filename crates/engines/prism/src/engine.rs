@@ -76,7 +76,7 @@ impl PrismStore {
     /// Runs one PWB reclamation pass over every PWB now (whatever their use when `force`).
     pub fn reclaim_now(&self, force: bool) -> Result<bool> {
         self.core.life.check_writable()?;
-        self.core.reclaim_pass(force)
+        self.core.reclaim_pass(force, 0, 1)
     }
 
     /// Runs garbage collection on every Value Storage that wants it, now.

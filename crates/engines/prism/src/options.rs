@@ -13,6 +13,7 @@
 //! | `svc_size` | 3/4 of `Options::dram_budget` | Scan-aware Value Cache capacity (§4.4) |
 //! | `gc_threshold` | 0.1 | GC runs when free chunks fall below this fraction of a Value Storage (§5.2) |
 //! | `recovery_threads` | available cores | threads walking key-index partitions at open (§5.5) |
+//! | `reclaim_threads` | 2 | background threads reclaiming PWBs in parallel (§5.2) |
 //!
 //! `pwb_count`, `pwb_size` and `chunk_size` shape the media and are fixed when the store is
 //! created (recorded in the superblock); on reopen they may be left out, and giving a
@@ -37,6 +38,8 @@ pub const DEFAULT_BATCH_TIMEOUT_US: u32 = 100;
 pub const DEFAULT_PWB_COUNT: u32 = 16;
 /// Default GC trigger: free chunks below 10% of the device.
 pub const DEFAULT_GC_THRESHOLD: f64 = 0.1;
+/// Default number of reclaimer threads.
+pub const DEFAULT_RECLAIM_THREADS: usize = 2;
 /// Smallest PWB (a few records of the largest value must fit in half of it).
 pub const MIN_PWB_SIZE: u64 = 16 << 10;
 /// Smallest and largest chunk.
@@ -120,6 +123,8 @@ pub struct PrismOptions {
     pub gc_threshold: f64,
     /// Recovery threads.
     pub recovery_threads: usize,
+    /// Reclaimer threads.
+    pub reclaim_threads: usize,
 }
 
 impl PrismOptions {
@@ -185,6 +190,12 @@ impl PrismOptions {
             |n| (1..=256).contains(n),
             "must be between 1 and 256",
         )?;
+        let reclaim_threads = p.take_checked(
+            "reclaim_threads",
+            DEFAULT_RECLAIM_THREADS,
+            |n| (1..=64).contains(n),
+            "must be between 1 and 64",
+        )?;
         p.finish()?;
         Ok(PrismOptions {
             pwb_count: pwb_count.0,
@@ -197,6 +208,7 @@ impl PrismOptions {
             svc_size: svc_size.bytes(),
             gc_threshold: gc_threshold.0,
             recovery_threads,
+            reclaim_threads,
         })
     }
 
@@ -275,6 +287,7 @@ mod tests {
         assert_eq!(o.batch_timeout_us, 100);
         assert_eq!(o.svc_size, 96 << 20);
         assert_eq!(o.pwb_count, None);
+        assert_eq!(o.reclaim_threads, 2);
     }
 
     #[test]

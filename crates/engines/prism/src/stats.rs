@@ -8,7 +8,7 @@
 //! | `pwb_reclaim_values`, `pwb_reclaim_bytes` | well-coupled values (and their bytes) moved to Value Storage |
 //! | `pwb_reclaim_dropped_bytes` | PWB bytes reclaimed without a write (superseded or deleted records) |
 //! | `pwb_reclaim_lost` | values moved whose key was written meanwhile (the HSIT CAS lost) |
-//! | `pwb_writer_waits` | appends that found their PWB full and waited |
+//! | `pwb_writer_waits` | waits (of up to 10 ms each) of writers that found their PWB full |
 //! | `gc_runs`, `gc_bytes_moved`, `gc_values_moved`, `gc_chunks_freed` | Value Storage GC (§5.2) |
 //! | `svc_hits`, `svc_misses`, `svc_evictions`, gauge `svc_hit_ratio` | Scan-aware Value Cache (§4.4) |
 //! | `svc_chain_writebacks`, `svc_chain_values` | scan chains rewritten together on eviction |

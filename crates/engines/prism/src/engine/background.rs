@@ -1,7 +1,8 @@
 //! The engine's background threads (PRISM §4.3, §4.4, §5.2; STYLE §8):
 //!
-//! - `prism-reclaim`: PWB reclamation, woken when a PWB crosses its watermark or a writer
-//!   waits for space, and every [`TICK`] otherwise;
+//! - `prism-reclaim-<n>` (`reclaim_threads` of them): PWB reclamation, woken when a PWB
+//!   crosses its watermark or a writer waits for space, and every [`TICK`] otherwise; each
+//!   PWB is reclaimed by one thread at a time, different PWBs in parallel;
 //! - `prism-gc`: Value Storage GC, woken by the reclaimer when a storage runs low on free
 //!   chunks, and the rewrite of evicted scan chains handed over by the SVC.
 //!
@@ -49,8 +50,13 @@ impl Background {
             stop_tx: Mutex::new(Some(stop_tx)),
             ..Background::default()
         };
-        let c = core.clone();
-        bg.spawn("prism-reclaim", move || reclaimer(&c))?;
+        let workers = core.opts.reclaim_threads.max(1);
+        for w in 0..workers {
+            let c = core.clone();
+            bg.spawn(&format!("prism-reclaim-{w}"), move || {
+                reclaimer(&c, w, workers)
+            })?;
+        }
         let c = core.clone();
         bg.spawn("prism-gc", move || collector(&c, &chains, &stop_rx))?;
         Ok(bg)
@@ -99,13 +105,13 @@ fn run_until_closed(core: &Core, mut step: impl FnMut() -> Result<()>) {
     }
 }
 
-fn reclaimer(core: &Core) {
+fn reclaimer(core: &Core, worker: usize, workers: usize) {
     run_until_closed(core, || {
         core.reclaim_signal.wait(TICK);
         if core.life.is_closed() || core.life.poisoned().is_some() {
             return Ok(());
         }
-        while core.reclaim_pass(false)? {}
+        while core.reclaim_pass(false, worker, workers)? {}
         Ok(())
     });
 }

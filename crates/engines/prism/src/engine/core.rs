@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use crossbeam::channel::Receiver;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use tierkv_core::media::pmem::{PmemAllocator, PmemPool};
 use tierkv_core::{Error, Limits, Result, Tier};
 
@@ -63,8 +63,10 @@ pub struct Core {
     pub reclaim_signal: Signal,
     /// Wakes the GC thread.
     pub gc_signal: Signal,
-    /// Serialises reclamation passes (the reclaimer thread, `flush`, `check`).
-    pub reclaim_lock: Mutex<()>,
+    /// One per PWB: serialises the reclamation of that PWB (reclaimer threads, `flush`,
+    /// `check`); different PWBs are reclaimed in parallel (§5.2: each reclaimer writes its
+    /// own chunks).
+    pub reclaim_locks: Vec<Mutex<()>>,
     /// Serialises GC passes and scan-chain rewrites.
     pub gc_lock: Mutex<()>,
     /// Evicted scan chains waiting to be rewritten; taken by the GC thread at start.
@@ -120,6 +122,11 @@ impl Core {
         self.storages
             .get(pick)
             .ok_or_else(|| Error::invalid("no Value Storage"))
+    }
+
+    /// Holds off every reclamation (for `check`): all the per-PWB locks, in order.
+    pub fn pause_reclamation(&self) -> Vec<MutexGuard<'_, ()>> {
+        self.reclaim_locks.iter().map(|l| l.lock()).collect()
     }
 
     /// Records a background failure: poisons the engine and wakes everyone waiting.

@@ -70,7 +70,7 @@ pub struct Signal {
 }
 
 impl Signal {
-    /// Wakes the waiter (or makes its next wait return at once).
+    /// Wakes the waiters (or makes the next wait return at once).
     pub fn raise(&self) {
         let mut p = self.pending.lock();
         if !*p {

@@ -269,7 +269,7 @@ fn assemble(
         life: Lifecycle::default(),
         reclaim_signal: Signal::default(),
         gc_signal: Signal::default(),
-        reclaim_lock: Mutex::new(()),
+        reclaim_locks: (0..parts.sb.pwb_count).map(|_| Mutex::new(())).collect(),
         gc_lock: Mutex::new(()),
         chains: Mutex::new(Some(chain_rx)),
     }))

@@ -13,8 +13,10 @@
 //! - [`Core::rewrite_chain`]: writes the members of an evicted scan chain, sorted by key,
 //!   together into one chunk (§4.4 ⑤⑥), with the same CAS protocol.
 //!
-//! Thread safety: reclamation passes are serialised by `Core::reclaim_lock`, GC passes and
-//! chain rewrites by `Core::gc_lock`; both run concurrently with user operations.
+//! Thread safety: the reclamation of one PWB is serialised by its lock in
+//! `Core::reclaim_locks` (several reclaimer threads work on different PWBs at once); GC
+//! passes and chain rewrites are serialised by `Core::gc_lock`; all run concurrently with
+//! user operations.
 
 use tierkv_core::{Error, Result};
 
@@ -29,11 +31,25 @@ use crate::value_storage::{ValueLocation, ValueStorage};
 
 impl Core {
     /// One reclamation pass over every PWB: those past their watermark (or with a writer
-    /// waiting for space), or all non-empty ones when `force`d. True if any was reclaimed.
-    pub fn reclaim_pass(&self, force: bool) -> Result<bool> {
-        let _serial = self.reclaim_lock.lock();
+    /// waiting for space), or all non-empty ones when `force`d. A forced pass waits for a
+    /// PWB another thread is reclaiming; an unforced one skips it. Reclaimer `worker` of
+    /// `workers` starts at a different PWB so that workers spread out. True if any PWB was
+    /// reclaimed.
+    pub fn reclaim_pass(&self, force: bool, worker: usize, workers: usize) -> Result<bool> {
+        let n = self.pwbs.len();
+        let start = worker * n / workers.max(1);
         let mut any = false;
-        for pwb in self.pwbs.iter() {
+        for i in (0..n).map(|i| (start + i) % n) {
+            let (Some(pwb), Some(lock)) = (self.pwbs.get(i), self.reclaim_locks.get(i)) else {
+                continue;
+            };
+            let _serial = if force {
+                lock.lock()
+            } else if let Some(g) = lock.try_lock() {
+                g
+            } else {
+                continue;
+            };
             let ring = pwb.ring();
             if let Choice::Reclaim { upto } =
                 choose(&ring, pwb.watermark(), force || pwb.has_waiters())
@@ -83,7 +99,7 @@ impl Core {
                 Ok((r.slot, v))
             })
             .collect::<Result<Vec<(u64, &[u8])>>>()?;
-        let (storage, locs) = self.write_chunk(&values)?;
+        let (storage, locs) = self.write_chunk(&values, true)?;
         let mut ring_bytes = 0;
         for (r, loc) in recs.iter().zip(locs) {
             ring_bytes += crate::pwb::record::footprint(r.len as usize);
@@ -100,8 +116,13 @@ impl Core {
     }
 
     /// Writes `values` as one chunk to a Value Storage (an idle one if any); when it is
-    /// full, collects garbage and tries again, then tries the others.
-    fn write_chunk(&self, values: &[(u64, &[u8])]) -> Result<(&ValueStorage, Vec<ValueLocation>)> {
+    /// full, collects garbage (if `may_gc`: the caller does not hold `gc_lock`) and tries
+    /// again, then tries the others.
+    fn write_chunk(
+        &self,
+        values: &[(u64, &[u8])],
+        may_gc: bool,
+    ) -> Result<(&ValueStorage, Vec<ValueLocation>)> {
         let first = self.pick_storage()?;
         let order =
             std::iter::once(first).chain(self.storages.iter().filter(|s| !std::ptr::eq(*s, first)));
@@ -112,7 +133,7 @@ impl Core {
                     Ok(locs) => return Ok((storage, locs)),
                     Err(e @ Error::NoSpace { .. }) => {
                         last = Some(e);
-                        if attempt == 0 {
+                        if attempt == 0 && may_gc {
                             self.gc_storage(storage)?;
                         }
                     }
@@ -205,7 +226,13 @@ impl Core {
                 .iter()
                 .map(|(cv, _)| (cv.slot(), &cv.value()[..]))
                 .collect();
-            let (storage, locs) = self.write_chunk(&values)?;
+            // IMPORTANT: no inline GC here: this thread holds `gc_lock`.
+            let (storage, locs) = match self.write_chunk(&values, false) {
+                Ok(written) => written,
+                // Co-locating a chain is an optimisation: a full device just skips it.
+                Err(Error::NoSpace { .. }) => return Ok(()),
+                Err(e) => return Err(e),
+            };
             for ((cv, old), new) in part.iter().zip(locs) {
                 if self.gc_relocate(cv.slot(), *old, new)? {
                     self.storage_of(*old)?.invalidate(*old)?;

@@ -1,3 +1,6 @@
+//! Unit tests of HSIT on a Tracked pool: growth by segments, the dirty-bit publish and
+//! flush-on-read, relocation, bounds, reopen with leaked segments, epoch-deferred slot reuse.
+
 use std::sync::Arc;
 
 use super::entry::{ForwardPointer, Location, key_tag};

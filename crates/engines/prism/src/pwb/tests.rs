@@ -1,3 +1,6 @@
+//! Unit tests of the PWB on a Tracked pool: append and read, rebinding, the watermark wake-up,
+//! a full ring, wrap-around with pads, damaged records, reopen, and the thread mapping.
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
