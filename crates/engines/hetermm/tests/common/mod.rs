@@ -16,6 +16,7 @@ use rand_chacha::ChaCha8Rng;
 use tierkv_core::media::pmem::{DurabilityMode, EmulatedLatency, PmemConfig, PmemPool};
 use tierkv_core::{EngineSpec, KvStore, Limits, Stats};
 use tierkv_hetermm::{CoreIndex, HeterOptions, HeterStore};
+use tierkv_testkit::{ModelConfig, run_model};
 
 /// A scratch directory, on /dev/shm when it exists.
 pub fn scratch_dir() -> tempfile::TempDir {
@@ -257,4 +258,55 @@ fn check_get(
     if got.is_some() {
         rep.hits += 1;
     }
+}
+
+/// The model scenario of one index: the shared testkit driver (concurrent partitions +
+/// racing writers of shared keys, scans when `scan_pct` > 0), then a phased run whose
+/// read-only phases grow the read cache and whose write phases take its pages back; every
+/// mechanism must have run many times (counters), and `check` must pass.
+pub fn model_scenario(variant: &str, scan_pct: u32) {
+    let dir = scratch_dir();
+    let pool = create_pool(&dir.path().join("pool"), 16 << 20, DurabilityMode::Volatile);
+    let store = open(pool, small_options(64, ""), variant, true);
+    let cfg = ModelConfig {
+        scan_pct,
+        seed: seed(&format!("model_{variant}")),
+        ..ModelConfig::default()
+    };
+    let r = run_model(store.clone(), &cfg);
+    assert!(r.hits > 1_000, "{r:?}");
+    let phased = Phases {
+        threads: 3,
+        rounds: 4,
+        ops: 2_500,
+        read_only: std::time::Duration::from_millis(120),
+        keys: 250,
+        max_value: 300,
+        scan_pct,
+    };
+    store.flush().unwrap();
+    let p = run_phases(&store, &phased, cfg.seed);
+    assert!(p.hits > 1_000, "{p:?}");
+    let s = store.stats();
+    println!("{variant}: {:#?}", s.counters);
+    println!("{variant}: {:#?}", s.gauges);
+    for (name, at_least) in [
+        ("flushes", 50),
+        ("reorganisations", 10),
+        ("log_blocks_reclaimed", 20),
+        ("cache_resizes", 4),
+        ("cache_grows", 2),
+        ("cache_hits", 10),
+        ("in_place_updates", 100),
+        ("marks", 1_000),
+    ] {
+        assert!(
+            counter(&s, name) >= at_least,
+            "{variant}: {name} = {} < {at_least}",
+            counter(&s, name)
+        );
+    }
+    let lines = store.check().unwrap();
+    println!("{}", lines.join("\n"));
+    store.close().unwrap();
 }
