@@ -78,6 +78,20 @@ impl HeterStore {
         &self.mem
     }
 
+    /// The logical address the index holds for `key`.
+    pub fn address(&self, key: &[u8]) -> Option<crate::LogicalAddress> {
+        self.index.address(key)
+    }
+
+    /// The pool offset of the record at `addr` if it is in the persisted region.
+    pub fn pmem_offset(&self, addr: crate::LogicalAddress) -> Result<Option<u64>> {
+        if addr.0 >= self.mem.off_dram() {
+            return Ok(None);
+        }
+        let mem = &self.mem;
+        crate::nvm::read::locate(mem.pool(), &mem.blocks, &mem.geo, addr.0).map(|l| Some(l.off))
+    }
+
     fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);

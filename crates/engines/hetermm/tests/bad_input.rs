@@ -11,15 +11,23 @@ use common::*;
 use tierkv_core::media::pmem::{DurabilityMode, PmemPool};
 use tierkv_core::{Error, KvStore};
 
+/// Opens (creates, or not) a store with `pages` DRAM pages over a new pool of `size` bytes.
+fn fresh(
+    dir: &tempfile::TempDir,
+    name: &str,
+    size: u64,
+    pages: u64,
+    variant: &str,
+    created: bool,
+) -> tierkv_core::Result<std::sync::Arc<tierkv_hetermm::HeterStore>> {
+    let pool = create_pool(&dir.path().join(name), size, DurabilityMode::Volatile);
+    try_open(pool, small_options(pages, ""), variant, created)
+}
+
 #[test]
 fn a_value_larger_than_a_page_is_refused_and_the_store_goes_on() {
     let dir = scratch_dir();
-    let store = open(
-        create_pool(&dir.path().join("p"), 8 << 20, DurabilityMode::Volatile),
-        small_options(64, ""),
-        "btree",
-        true,
-    );
+    let store = fresh(&dir, "p", 8 << 20, 64, "btree", true).unwrap();
     assert!(matches!(
         store.put(b"k", &[0; 4000]),
         Err(Error::InvalidArgument(_))
@@ -36,12 +44,7 @@ fn a_value_larger_than_a_page_is_refused_and_the_store_goes_on() {
 fn hash_indexes_refuse_scans() {
     for v in ["hash", "lockfree"] {
         let dir = scratch_dir();
-        let store = open(
-            create_pool(&dir.path().join("p"), 8 << 20, DurabilityMode::Volatile),
-            small_options(64, ""),
-            v,
-            true,
-        );
+        let store = fresh(&dir, "p", 8 << 20, 64, v, true).unwrap();
         store.put(b"a", b"1").unwrap();
         assert!(
             matches!(store.scan(b"a", 10), Err(Error::Unsupported(_))),
@@ -53,12 +56,7 @@ fn hash_indexes_refuse_scans() {
 #[test]
 fn a_closed_store_refuses_everything() {
     let dir = scratch_dir();
-    let store = open(
-        create_pool(&dir.path().join("p"), 8 << 20, DurabilityMode::Volatile),
-        small_options(64, ""),
-        "btree",
-        true,
-    );
+    let store = fresh(&dir, "p", 8 << 20, 64, "btree", true).unwrap();
     store.put(b"k", b"v").unwrap();
     store.close().unwrap();
     store.close().unwrap();
@@ -72,43 +70,24 @@ fn a_closed_store_refuses_everything() {
 #[test]
 fn too_little_dram_or_pmem_is_an_invalid_argument() {
     let dir = scratch_dir();
-    let e = try_open(
-        create_pool(&dir.path().join("p1"), 8 << 20, DurabilityMode::Volatile),
-        small_options(8, ""),
-        "btree",
-        true,
-    )
-    .err()
-    .unwrap();
+    let e = fresh(&dir, "p1", 8 << 20, 8, "btree", true).err().unwrap();
     assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
-    let e = try_open(
-        create_pool(&dir.path().join("p2"), 64 << 10, DurabilityMode::Volatile),
-        small_options(64, ""),
-        "btree",
-        true,
-    )
-    .err()
-    .unwrap();
+    let e = fresh(&dir, "p2", 64 << 10, 64, "btree", true)
+        .err()
+        .unwrap();
     assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
 }
 
 #[test]
 fn a_pool_without_a_store_is_not_opened() {
     let dir = scratch_dir();
-    let e = try_open(
-        create_pool(&dir.path().join("p"), 8 << 20, DurabilityMode::Volatile),
-        small_options(64, ""),
-        "btree",
-        false,
-    )
-    .err()
-    .unwrap();
+    let e = fresh(&dir, "p", 8 << 20, 64, "btree", false).err().unwrap();
     assert!(e.is_corruption(), "{e}");
 }
 
-/// Creates a store holding flushed data, closes it, applies `damage` to the pool file and
-/// reopens it.
-fn reopen_damaged(damage: impl FnOnce(&PmemPool)) -> tierkv_core::Result<()> {
+/// Creates a store holding flushed data, closes it, applies `damage` to the pool file
+/// (told where the record of `key0100` is) and reopens it.
+fn reopen_damaged(damage: impl FnOnce(&PmemPool, u64)) -> tierkv_core::Result<()> {
     let dir = scratch_dir();
     let path = dir.path().join("p");
     let store = open(
@@ -122,22 +101,25 @@ fn reopen_damaged(damage: impl FnOnce(&PmemPool)) -> tierkv_core::Result<()> {
             .put(format!("key{k:04}").as_bytes(), &[3; 50])
             .unwrap();
     }
+    store.flush().unwrap();
+    let addr = store.address(b"key0100").unwrap();
+    let record = store.pmem_offset(addr).unwrap().expect("flushed");
     store.close().unwrap();
     drop(store);
     let pool = PmemPool::open(&config(&path, 0, DurabilityMode::Volatile)).unwrap();
-    damage(&pool);
+    damage(&pool, record);
     try_open(pool, small_options(64, ""), "btree", false).map(|_| ())
 }
 
 #[test]
 fn a_damaged_superblock_is_reported() {
-    let e = reopen_damaged(|p| p.write(p.data_start() + 20, &[0xff]).unwrap()).unwrap_err();
+    let e = reopen_damaged(|p, _| p.write(p.data_start() + 20, &[0xff]).unwrap()).unwrap_err();
     assert!(e.is_corruption(), "{e}");
 }
 
 #[test]
 fn a_garbage_directory_word_is_reported() {
-    let e = reopen_damaged(|p| {
+    let e = reopen_damaged(|p, _| {
         let dir_off = p.data_start() + 4096;
         p.store_u64(dir_off + 8, 3 << 62).unwrap();
     })
@@ -147,14 +129,9 @@ fn a_garbage_directory_word_is_reported() {
 
 #[test]
 fn a_bit_flip_in_a_flushed_record_is_detected_never_returned() {
-    let e = reopen_damaged(|p| {
-        // Find a record in the first published block and flip a byte of its value.
-        let bytes = p.read(0, p.len() as usize).unwrap();
-        let at = bytes
-            .windows(7)
-            .position(|w| w == b"key0100")
-            .expect("record");
-        let off = at as u64 + 10;
+    let e = reopen_damaged(|p, record| {
+        // A byte of the value of `key0100` (header 24 bytes, key 7 bytes).
+        let off = record + 24 + 7 + 10;
         let old = p.read(off, 1).unwrap()[0];
         p.write(off, &[old ^ 0x10]).unwrap();
     })

@@ -85,8 +85,8 @@ fn every_acknowledged_write_survives_every_crash_image() {
     let stop = AtomicBool::new(false);
     let mut replayed_images = 0;
     std::thread::scope(|s| {
-        for t in 0..WRITERS {
-            let (store, hist, issued, stop) = (store.clone(), &hists[t], &issued, &stop);
+        for (t, hist) in hists.iter().enumerate() {
+            let (store, issued, stop) = (store.clone(), &issued, &stop);
             s.spawn(move || writer(t, store, hist, issued, stop, seed));
         }
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
