@@ -9,8 +9,6 @@ use tierkv::{ByteSize, DurabilityMode};
 #[derive(Parser, Debug)]
 #[command(name = "tierkv", version, about, long_about = None, after_help = EXIT_CODES)]
 pub struct Cli {
-    #[command(flatten)]
-    pub store: StoreArgs,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -21,32 +19,32 @@ const EXIT_CODES: &str = "Exit codes: 0 success, 1 error, 2 usage error, 3 key n
 #[derive(Args, Debug, Clone)]
 pub struct StoreArgs {
     /// The data directory.
-    #[arg(long, global = true, default_value = "tierkv-data", value_name = "DIR")]
+    #[arg(long, default_value = "tierkv-data", value_name = "DIR")]
     pub dir: PathBuf,
     /// Engine spec (`dram`, `dram:hash`, ...; see `tierkv engines`). Used when `put` creates
     /// the store; for an existing store it must match the manifest.
-    #[arg(long, global = true, value_name = "SPEC")]
+    #[arg(long, value_name = "SPEC")]
     pub engine: Option<String>,
     /// Options file (TOML, the `Options` struct); flags override it.
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// DRAM budget for caches and buffers (e.g. 256MiB).
-    #[arg(long, global = true, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE")]
     pub dram: Option<ByteSize>,
     /// Directory of the pmem pool file (default: the data directory).
-    #[arg(long, global = true, value_name = "DIR")]
+    #[arg(long, value_name = "DIR")]
     pub pmem_path: Option<PathBuf>,
     /// Pmem pool size, fixed at creation (e.g. 1GiB).
-    #[arg(long, global = true, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE")]
     pub pmem_size: Option<ByteSize>,
     /// Pmem durability mode: dax, msync (default), volatile or tracked.
-    #[arg(long, global = true, value_name = "MODE")]
+    #[arg(long, value_name = "MODE")]
     pub pmem_mode: Option<DurabilityMode>,
     /// A flash directory (repeat for several devices; default: DIR/flash).
-    #[arg(long, global = true, value_name = "DIR")]
+    #[arg(long, value_name = "DIR")]
     pub flash_path: Vec<PathBuf>,
     /// Flash capacity per directory, fixed at creation (e.g. 4GiB).
-    #[arg(long, global = true, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE")]
     pub flash_size: Option<ByteSize>,
 }
 
@@ -63,14 +61,25 @@ pub enum Command {
     /// Print the store's counters.
     Stats(StatsArgs),
     /// Verify a data directory: manifest, media headers, engine invariants.
-    Check,
+    Check(CheckArgs),
     /// List the engines of this build.
     Engines,
+    /// Flash I/O microbenchmark: random 4 KiB reads/writes and sequential 512 KiB writes
+    /// through tierkv's flash tier (io_uring + O_DIRECT), in fio's units.
+    BenchIo(tierkv_iobench::IoBenchArgs),
+    /// Serve a store over the Redis protocol (RESP2/RESP3), so Redis clients, redis-cli and
+    /// redis-benchmark work unchanged. Binds to 127.0.0.1:6379 by default.
+    Serve(tierkv_server::ServeArgs),
+    /// Crash, fault and bad-input testing of an engine: kill loops, pmem crash images,
+    /// flash faults, every acknowledged write checked against an expected-state oracle.
+    Stress(tierkv_stress::StressArgs),
 }
 
 /// A key, as text or hex.
 #[derive(Args, Debug)]
 pub struct KeyArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
     /// The key.
     pub key: String,
     /// The key is given in hex.
@@ -80,6 +89,8 @@ pub struct KeyArgs {
 
 #[derive(Args, Debug)]
 pub struct PutArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
     /// The key.
     pub key: String,
     /// The value (omit it with --stdin).
@@ -95,6 +106,8 @@ pub struct PutArgs {
 
 #[derive(Args, Debug)]
 pub struct GetArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
     /// The key.
     pub key: String,
     /// Key given and value printed in hex.
@@ -104,6 +117,8 @@ pub struct GetArgs {
 
 #[derive(Args, Debug)]
 pub struct ScanArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
     /// First key (inclusive; default: the smallest).
     pub start: Option<String>,
     /// Stop before this key.
@@ -119,7 +134,15 @@ pub struct ScanArgs {
 
 #[derive(Args, Debug)]
 pub struct StatsArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
 }

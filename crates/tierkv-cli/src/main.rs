@@ -38,19 +38,23 @@ fn main() -> ExitCode {
         std::process::exit(i32::from(EXIT_INTERNAL));
     }));
     let cli = Cli::parse();
-    let result = match &cli.command {
-        Command::Put(a) => cmd::put(&cli.store, a),
-        Command::Get(a) => cmd::get(&cli.store, a),
-        Command::Del(a) => cmd::del(&cli.store, a),
-        Command::Scan(a) => cmd::scan(&cli.store, a),
-        Command::Stats(a) => cmd::stats(&cli.store, a),
-        Command::Check => cmd::check(&cli.store),
-        Command::Engines => cmd::engines(),
+    let result: anyhow::Result<u8> = match &cli.command {
+        Command::Put(a) => cmd::put(&a.store, a).map_err(Into::into),
+        Command::Get(a) => cmd::get(&a.store, a).map_err(Into::into),
+        Command::Del(a) => cmd::del(&a.store, a).map_err(Into::into),
+        Command::Scan(a) => cmd::scan(&a.store, a).map_err(Into::into),
+        Command::Stats(a) => cmd::stats(&a.store, a).map_err(Into::into),
+        Command::Check(a) => cmd::check(&a.store).map_err(Into::into),
+        Command::Engines => cmd::engines().map_err(Into::into),
+        Command::BenchIo(a) => tierkv_iobench::run(a).map(|()| 0),
+        Command::Serve(a) => tierkv_server::run(a).map(|()| 0),
+        Command::Stress(a) => tierkv_stress::run(a).map(|passed| if passed { 0 } else { 1 }),
     };
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("tierkv: {e}");
+            // `{:#}` prints the whole cause chain on one line.
+            eprintln!("tierkv: {e:#}");
             ExitCode::from(1)
         }
     }

@@ -3,13 +3,17 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+/// Runs `tierkv <args> --dir <dir>` (store commands take `--dir` after the subcommand).
 fn tierkv(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tierkv"))
-        .arg("--dir")
-        .arg(dir)
-        .args(args)
-        .output()
-        .expect("run tierkv")
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tierkv"));
+    c.args(args);
+    if args
+        .first()
+        .is_some_and(|a| !a.starts_with('-') && *a != "engines" && *a != "frobnicate")
+    {
+        c.arg("--dir").arg(dir);
+    }
+    c.output().expect("run tierkv")
 }
 
 fn stderr(o: &Output) -> String {
@@ -54,7 +58,7 @@ fn commands_other_than_put_never_create_a_store() {
 #[test]
 fn put_creates_and_check_and_stats_work() {
     let d = tempfile::tempdir().unwrap();
-    let o = tierkv(d.path(), &["--engine", "dram:btree", "put", "k", "v"]);
+    let o = tierkv(d.path(), &["put", "--engine", "dram:btree", "k", "v"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("keeps everything in DRAM"),
@@ -87,16 +91,16 @@ fn bad_input_is_one_line_and_exit_1() {
         vec!["put".into(), "".into(), "v".into()],
         vec!["put".into(), "k".repeat(1025), "v".into()],
         vec![
+            "put".into(),
             "--engine".into(),
             "nosuch".into(),
-            "put".into(),
             "k".into(),
             "v".into(),
         ],
         vec![
+            "put".into(),
             "--engine".into(),
             "dram@x=1".into(),
-            "put".into(),
             "k".into(),
             "v".into(),
         ],
@@ -119,11 +123,11 @@ fn bad_input_is_one_line_and_exit_1() {
 fn another_engines_directory_is_refused() {
     let d = tempfile::tempdir().unwrap();
     assert!(
-        tierkv(d.path(), &["--engine", "dram:hash", "put", "k", "v"])
+        tierkv(d.path(), &["put", "--engine", "dram:hash", "k", "v"])
             .status
             .success()
     );
-    let o = tierkv(d.path(), &["--engine", "dram:btree", "get", "k"]);
+    let o = tierkv(d.path(), &["get", "--engine", "dram:btree", "k"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
         stderr(&o).contains("holds a dram:hash store"),
@@ -161,10 +165,19 @@ fn usage_errors_exit_2_and_help_works() {
     let o = tierkv(d.path(), &["--help"]);
     assert!(o.status.success());
     let help = String::from_utf8_lossy(&o.stdout);
-    for word in ["put", "get", "del", "scan", "stats", "check", "Exit codes"] {
+    for word in [
+        "put",
+        "get",
+        "del",
+        "scan",
+        "stats",
+        "check",
+        "bench-io",
+        "Exit codes",
+    ] {
         assert!(help.contains(word), "--help lacks {word}");
     }
-    let o = tierkv(d.path(), &["--pmem-size", "12 parsecs", "put", "k", "v"]);
+    let o = tierkv(d.path(), &["put", "--pmem-size", "12 parsecs", "k", "v"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
 

@@ -81,10 +81,27 @@ impl Db {
     /// Opens the store in `dir`, creating it when it holds none and
     /// `options.create_if_missing` is set.
     pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Db> {
+        let spec = options.engine_spec()?;
+        Db::open_with_engine(dir, options, descriptor(&spec.name)?)
+    }
+
+    /// Opens the store in `dir` with an engine that is not in [`crate::ENGINES`] (test
+    /// engines of harnesses, such as the stress tool's reference engine). The spec in
+    /// `options` must name `desc`.
+    pub fn open_with_engine(
+        dir: impl AsRef<Path>,
+        options: Options,
+        desc: &'static EngineDescriptor,
+    ) -> Result<Db> {
         let dir = dir.as_ref().to_path_buf();
         options.validate()?;
         let spec = options.engine_spec()?;
-        let desc = descriptor(&spec.name)?;
+        if spec.name != desc.name {
+            return Err(Error::invalid(format!(
+                "engine spec {:?} does not name the engine {}",
+                options.engine, desc.name
+            )));
+        }
         let base = canonical_base(desc, &spec)?;
         match fs::metadata(&dir) {
             Ok(m) if !m.is_dir() => {

@@ -13,3 +13,8 @@
 //! | §4.3 Persistent Write Buffer, §5.2 reclamation | `pwb` |
 //! | §4.5 HSIT, §5.4 concurrency control | `hsit` |
 //! | §5.5 crash consistency and recovery | `recovery` |
+
+pub mod combining;
+pub mod key_index;
+pub mod svc;
+pub mod value_storage;

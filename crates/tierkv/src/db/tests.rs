@@ -150,3 +150,21 @@ fn path_that_is_a_file_is_refused() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+#[test]
+fn open_with_engine_opens_an_unregistered_descriptor_named_by_the_spec() {
+    static OTHER: EngineDescriptor = EngineDescriptor {
+        name: "other",
+        ..tierkv_dram::DESCRIPTOR
+    };
+    let d = tempfile::tempdir().unwrap();
+    let e = Db::open_with_engine(d.path(), opts(), &OTHER).unwrap_err();
+    assert!(
+        e.to_string().contains("does not name the engine other"),
+        "{e}"
+    );
+    let db = Db::open_with_engine(d.path(), Options::default().engine("other"), &OTHER).unwrap();
+    assert_eq!(db.manifest().engine, "other:btree");
+    db.put(b"k", b"v").unwrap();
+    assert_eq!(db.get(b"k").unwrap(), Some(b"v".to_vec()));
+}

@@ -1,0 +1,429 @@
+//! The Scan-aware Value Cache, SVC (PRISM §4.4, Figure 3): a value-granular DRAM cache with
+//! 2Q replacement, managed off the read path by a background thread, that co-locates on
+//! flash the values one scan brought in.
+//!
+//! How the core uses it:
+//! - on a read that had to go to flash (and only then: admission on a flash read, §4.4),
+//!   [`ScanAwareValueCache::admit`] wraps the value in an `Arc<CachedValue>` that the core
+//!   publishes in HSIT's parallel DRAM array; later readers find it there without any
+//!   cache lookup and call [`ScanAwareValueCache::touch`];
+//! - a scan takes a [`ScanChainId`] from [`ScanAwareValueCache::new_scan_chain`] and admits
+//!   the values it read from flash with it; they are chained (doubly linked);
+//! - when the cache is over capacity the background thread evicts from the inactive list
+//!   and calls the eviction callback with an [`EvictionBatch`]: the evicted entry, which the
+//!   core disconnects from HSIT, and — if it came in with a scan — every member of its
+//!   chain sorted by key, which the core writes back together into one chunk (⑤⑥);
+//! - when the core itself disconnects an entry (the key was updated or deleted) it calls
+//!   [`ScanAwareValueCache::remove`] so the entry stops counting against the capacity.
+//!
+//! Reclamation: an evicted entry is *logically* deleted when the core disconnects it; it is
+//! *physically* freed when the last `Arc` goes, i.e. after every reader that loaded it has
+//! dropped its clone — the role epoch-based reclamation plays in the paper (§5.4).
+//!
+//! Thread safety: every method takes `&self` and may be called from any thread. List
+//! maintenance happens only on the background thread (`prism-svc`), fed by a bounded
+//! queue: `admit` and `remove` wait for room in the queue (so the cache stays bounded),
+//! `touch` never waits (a touch that finds the queue full is dropped and counted: it is a
+//! hint). The eviction callback runs on the background thread; it must not call `admit`
+//! or `remove` (the queue it would wait on is drained by that very thread). The thread is
+//! started by [`ScanAwareValueCache::new`] and joined by [`ScanAwareValueCache::close`] or
+//! on drop. A panic on the thread (in the callback, say) is caught, stops the thread and
+//! is reported by [`ScanAwareValueCache::health`].
+
+#![forbid(unsafe_code)]
+
+mod lists;
+pub mod policy;
+mod worker;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+
+use crossbeam::channel::{self, Sender};
+use parking_lot::Mutex;
+use tierkv_core::{Counter, Error, Result};
+
+pub use lists::ListSizes;
+use worker::Msg;
+
+/// "No slab node" in the lists and in [`CachedValue`]'s node index.
+pub(crate) const NIL: usize = usize::MAX;
+
+/// Bytes charged per entry on top of its key and value (the entry, two `Arc` headers and
+/// the list node): an estimate, so that many tiny values cannot overrun the capacity.
+pub const ENTRY_OVERHEAD: u64 = (std::mem::size_of::<CachedValue>() + 32 + 64) as u64;
+
+/// Messages the queue holds before `admit` and `remove` wait.
+pub const QUEUE_DEPTH: usize = 4096;
+
+/// Identifies the entries one scan brought into the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ScanChainId(pub(crate) u64);
+
+/// One cached value. Immutable once made, except for the list bookkeeping that only the
+/// cache's thread touches.
+#[derive(Debug)]
+pub struct CachedValue {
+    slot: u64,
+    key: Option<Box<[u8]>>,
+    value: Arc<[u8]>,
+    chain: Option<ScanChainId>,
+    /// The slab node in the cache's lists, or [`NIL`]; written only by the cache thread.
+    pub(crate) node: AtomicUsize,
+}
+
+impl CachedValue {
+    pub(crate) fn new(
+        slot: u64,
+        key: Option<&[u8]>,
+        value: Arc<[u8]>,
+        chain: Option<ScanChainId>,
+    ) -> Self {
+        CachedValue {
+            slot,
+            key: key.map(Box::from),
+            value,
+            chain,
+            node: AtomicUsize::new(NIL),
+        }
+    }
+    /// The HSIT slot of the value's key.
+    pub fn slot(&self) -> u64 {
+        self.slot
+    }
+    /// The key, when the core gave it (scans always do: chains are sorted by it).
+    pub fn key(&self) -> Option<&[u8]> {
+        self.key.as_deref()
+    }
+    /// The value.
+    pub fn value(&self) -> &Arc<[u8]> {
+        &self.value
+    }
+    /// The scan that brought the value in, if any.
+    pub fn scan_chain(&self) -> Option<ScanChainId> {
+        self.chain
+    }
+    /// The bytes this entry counts against the capacity.
+    pub fn charge(&self) -> u64 {
+        (self.value.len() + self.key.as_ref().map_or(0, |k| k.len())) as u64 + ENTRY_OVERHEAD
+    }
+}
+
+/// What the background thread hands to the eviction callback.
+#[derive(Debug)]
+pub struct EvictionBatch {
+    /// The evicted entry: the core disconnects it from HSIT (if HSIT still holds it).
+    pub evicted: Arc<CachedValue>,
+    /// Empty, or every entry of the evicted entry's scan chain (the evicted one included),
+    /// sorted by key: the core writes them back together into one chunk. The other
+    /// members stay cached; the chain is dissolved, so it is written back once.
+    pub chain: Vec<Arc<CachedValue>>,
+}
+
+/// The callback that receives evictions.
+pub type EvictFn = Arc<dyn Fn(EvictionBatch) + Send + Sync>;
+
+/// Counters and gauges of the cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SvcStats {
+    /// The capacity in bytes.
+    pub capacity: u64,
+    /// Charged bytes cached now (as of the thread's last batch).
+    pub bytes: u64,
+    /// Entries cached now.
+    pub entries: u64,
+    /// The list sizes.
+    pub lists: ListSizes,
+    /// Accesses to cached values (`touch` calls).
+    pub hits: u64,
+    /// Values admitted after a flash read (`admit` calls).
+    pub misses: u64,
+    /// Entries evicted.
+    pub evictions: u64,
+    /// Charged bytes evicted.
+    pub evicted_bytes: u64,
+    /// Evictions that handed a scan chain to the callback.
+    pub chain_writebacks: u64,
+    /// Entries in those chains.
+    pub chain_values: u64,
+    /// Entries the core removed itself.
+    pub removals: u64,
+    /// Touches dropped because the queue was full.
+    pub touches_dropped: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    hits: Counter,
+    misses: Counter,
+    touches_dropped: Counter,
+    pub(crate) evictions: Counter,
+    pub(crate) evicted_bytes: Counter,
+    pub(crate) chain_writebacks: Counter,
+    pub(crate) chain_values: Counter,
+    pub(crate) removals: Counter,
+    pub(crate) bytes: Counter,
+    pub(crate) entries: Counter,
+    pub(crate) lists: Mutex<ListSizes>,
+    pub(crate) poisoned: Mutex<Option<String>>,
+}
+
+/// The Scan-aware Value Cache.
+pub struct ScanAwareValueCache {
+    capacity: u64,
+    tx: Sender<Msg>,
+    shared: Arc<Shared>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+    worker_id: Option<std::thread::ThreadId>,
+    closed: AtomicBool,
+    next_chain: AtomicU64,
+}
+
+impl ScanAwareValueCache {
+    /// A cache of `capacity_bytes` whose evictions go to `evict`; starts its thread.
+    /// Fails only if the thread cannot be spawned.
+    pub fn new(capacity_bytes: u64, evict: EvictFn) -> Result<Self> {
+        let (tx, rx) = channel::bounded(QUEUE_DEPTH);
+        let shared = Arc::new(Shared::default());
+        let s = shared.clone();
+        let handle = std::thread::Builder::new()
+            .name("prism-svc".into())
+            .spawn(move || worker::run(rx, capacity_bytes, evict, s))
+            .map_err(|e| Error::io("spawn", "prism-svc thread", e))?;
+        Ok(ScanAwareValueCache {
+            capacity: capacity_bytes,
+            tx,
+            shared,
+            worker_id: Some(handle.thread().id()),
+            worker: Mutex::new(Some(handle)),
+            closed: AtomicBool::new(false),
+            next_chain: AtomicU64::new(1),
+        })
+    }
+
+    /// Wraps a value just read from flash (§4.4 ①) and queues its admission; returns the
+    /// entry for the core to publish in HSIT's DRAM array. After `close` the entry is
+    /// returned but not tracked.
+    pub fn admit(
+        &self,
+        slot: u64,
+        key: Option<&[u8]>,
+        value: Arc<[u8]>,
+        scan_chain: Option<ScanChainId>,
+    ) -> Arc<CachedValue> {
+        let v = Arc::new(CachedValue::new(slot, key, value, scan_chain));
+        self.shared.misses.incr();
+        if !self.closed.load(Ordering::Acquire) {
+            // NOTE: a send fails only if the thread has stopped (closed or panicked); the
+            // entry is then simply not tracked, and `health` reports the panic.
+            let _ = self.tx.send(Msg::Admit(v.clone()));
+        }
+        v
+    }
+
+    /// Records an access to a cached value (②), without waiting.
+    pub fn touch(&self, v: &Arc<CachedValue>) {
+        self.shared.hits.incr();
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        if self.tx.try_send(Msg::Touch(v.clone())).is_err() {
+            self.shared.touches_dropped.incr();
+        }
+    }
+
+    /// Forgets an entry the core has disconnected itself (superseded or deleted).
+    pub fn remove(&self, v: &Arc<CachedValue>) {
+        if !self.closed.load(Ordering::Acquire) {
+            let _ = self.tx.send(Msg::Remove(v.clone()));
+        }
+    }
+
+    /// A new scan chain id.
+    pub fn new_scan_chain(&self) -> ScanChainId {
+        ScanChainId(self.next_chain.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Waits until the thread has handled everything queued before this call (and run the
+    /// evictions it caused). Returns at once after `close` or a panic of the thread.
+    pub fn quiesce(&self) {
+        let (tx, rx) = channel::bounded(1);
+        if !self.closed.load(Ordering::Acquire) && self.tx.send(Msg::Barrier(tx)).is_ok() {
+            let _ = rx.recv();
+        }
+    }
+
+    /// `Err(Poisoned)` if the background thread panicked.
+    pub fn health(&self) -> Result<()> {
+        match &*self.shared.poisoned.lock() {
+            Some(why) => Err(Error::Poisoned(format!(
+                "scan-aware value cache thread: {why}"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> SvcStats {
+        let s = &self.shared;
+        SvcStats {
+            capacity: self.capacity,
+            bytes: s.bytes.get(),
+            entries: s.entries.get(),
+            lists: *s.lists.lock(),
+            hits: s.hits.get(),
+            misses: s.misses.get(),
+            evictions: s.evictions.get(),
+            evicted_bytes: s.evicted_bytes.get(),
+            chain_writebacks: s.chain_writebacks.get(),
+            chain_values: s.chain_values.get(),
+            removals: s.removals.get(),
+            touches_dropped: s.touches_dropped.get(),
+        }
+    }
+
+    /// Stops the thread after it has handled the queue, and joins it. Idempotent. Called
+    /// from the eviction callback it only stops the thread (a thread cannot join itself).
+    pub fn close(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let _ = self.tx.send(Msg::Stop);
+        if Some(std::thread::current().id()) == self.worker_id {
+            return;
+        }
+        if let Some(h) = self.worker.lock().take() {
+            // NOTE: the thread catches its own panics, so join only fails if catching
+            // failed; there is nothing more to do then than what `health` reports.
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for ScanAwareValueCache {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl std::fmt::Debug for ScanAwareValueCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScanAwareValueCache")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collector() -> (EvictFn, Arc<Mutex<Vec<EvictionBatch>>>) {
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let g = got.clone();
+        (Arc::new(move |b| g.lock().push(b)), got)
+    }
+
+    fn value(n: usize, byte: u8) -> Arc<[u8]> {
+        Arc::from(vec![byte; n])
+    }
+
+    #[test]
+    fn background_thread_keeps_the_cache_within_capacity() {
+        let (cb, got) = collector();
+        let per = 100 + ENTRY_OVERHEAD;
+        let svc = ScanAwareValueCache::new(10 * per, cb).unwrap();
+        let entries: Vec<_> = (0..30u64)
+            .map(|i| svc.admit(i, None, value(100, i as u8), None))
+            .collect();
+        svc.touch(&entries[29]);
+        svc.quiesce();
+        let s = svc.stats();
+        assert!(s.bytes <= 10 * per, "{s:?}");
+        assert_eq!((s.misses, s.hits, s.evictions, s.entries), (30, 1, 20, 10));
+        let evicted: Vec<u64> = got.lock().iter().map(|b| b.evicted.slot()).collect();
+        assert_eq!(evicted, (0..20).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn evicting_a_scanned_value_hands_its_chain_sorted_by_key() {
+        let (cb, got) = collector();
+        let svc = ScanAwareValueCache::new(4 * (10 + 1 + ENTRY_OVERHEAD), cb).unwrap();
+        let chain = svc.new_scan_chain();
+        for (i, k) in [b"c", b"a", b"d", b"b"].iter().enumerate() {
+            svc.admit(i as u64, Some(&k[..]), value(10, i as u8), Some(chain));
+        }
+        svc.admit(9, Some(b"z"), value(10, 9), None);
+        svc.quiesce();
+        let g = got.lock();
+        assert_eq!(g.len(), 1);
+        assert_eq!(g[0].evicted.slot(), 0);
+        let keys: Vec<&[u8]> = g[0].chain.iter().filter_map(|m| m.key()).collect();
+        assert_eq!(keys, vec![&b"a"[..], b"b", b"c", b"d"]);
+        assert_eq!(svc.stats().chain_writebacks, 1);
+    }
+
+    #[test]
+    fn removed_entries_stop_counting_against_the_capacity() {
+        let (cb, got) = collector();
+        let svc = ScanAwareValueCache::new(1 << 20, cb).unwrap();
+        let v = svc.admit(1, None, value(1000, 1), None);
+        svc.quiesce();
+        assert_eq!(svc.stats().entries, 1);
+        svc.remove(&v);
+        svc.quiesce();
+        let s = svc.stats();
+        assert_eq!((s.entries, s.bytes, s.removals), (0, 0, 1));
+        assert!(got.lock().is_empty());
+    }
+
+    #[test]
+    fn close_joins_the_thread_and_later_calls_are_harmless() {
+        let (cb, _) = collector();
+        let svc = ScanAwareValueCache::new(1 << 20, cb).unwrap();
+        svc.close();
+        svc.close();
+        let v = svc.admit(1, None, value(3, 3), None);
+        svc.touch(&v);
+        svc.remove(&v);
+        svc.quiesce();
+        assert_eq!(&v.value()[..], &[3, 3, 3]);
+        assert!(svc.health().is_ok());
+    }
+
+    #[test]
+    fn panic_in_the_eviction_callback_poisons_without_hanging_readers() {
+        let svc = ScanAwareValueCache::new(0, Arc::new(|_| panic!("callback failed"))).unwrap();
+        svc.admit(1, None, value(10, 1), None);
+        svc.quiesce();
+        let e = svc.health().unwrap_err();
+        assert!(e.to_string().contains("callback failed"), "{e}");
+        for i in 0..(2 * QUEUE_DEPTH as u64) {
+            svc.admit(i, None, value(1, 1), None);
+        }
+    }
+
+    #[test]
+    fn concurrent_admits_and_touches_from_many_threads() {
+        let (cb, got) = collector();
+        let svc = ScanAwareValueCache::new(50 * (64 + ENTRY_OVERHEAD), cb).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..8u64 {
+                let svc = &svc;
+                s.spawn(move || {
+                    for i in 0..500 {
+                        let v = svc.admit(t * 1000 + i, None, value(64, t as u8), None);
+                        svc.touch(&v);
+                    }
+                });
+            }
+        });
+        svc.quiesce();
+        let s = svc.stats();
+        assert_eq!(s.misses, 4000);
+        assert_eq!(s.evictions + s.entries, 4000);
+        assert_eq!(got.lock().len() as u64, s.evictions);
+        assert!(s.bytes <= 50 * (64 + ENTRY_OVERHEAD));
+    }
+}

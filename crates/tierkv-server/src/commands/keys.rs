@@ -1,0 +1,95 @@
+//! Keyspace commands: DEL, EXISTS, TYPE, DBSIZE.
+//!
+//! DBSIZE never answers a wrong number. On an ordered engine it counts the keys by walking
+//! a scan (O(keys); the count is exact for the keys that existed throughout the walk). On
+//! an engine that cannot scan it takes the engine's `keys` counter from `stats()` when the
+//! engine reports one; otherwise it answers an error saying so.
+//!
+//! Thread-safety: handlers run concurrently on worker threads; DEL and EXISTS under the
+//! key locks, DBSIZE without (it reads the store as a scan would).
+
+use std::ops::Bound;
+
+use super::{CmdError, CmdResult, Ctx};
+use crate::encoding::{self, Stored};
+use crate::resp::Args;
+
+/// Pairs fetched per scan page when counting keys.
+const COUNT_PAGE: usize = 1024;
+
+/// DEL key [key ...]
+pub(crate) fn del(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let mut removed = 0;
+    for key in args.iter_from(1) {
+        // NOTE: `delete` does not say whether the key existed; DEL must.
+        if ctx.load(key)?.is_some() {
+            ctx.remove(key)?;
+            removed += 1;
+        }
+    }
+    ctx.out.int(removed);
+    Ok(())
+}
+
+/// EXISTS key [key ...] (a key given twice counts twice, as in Redis)
+pub(crate) fn exists(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let mut n = 0;
+    for key in args.iter_from(1) {
+        if ctx.load(key)?.is_some() {
+            n += 1;
+        }
+    }
+    ctx.out.int(n);
+    Ok(())
+}
+
+/// TYPE key
+pub(crate) fn type_of(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let t = match ctx.load(args.get(1))? {
+        None => "none",
+        Some(v) => match encoding::decode(&v)? {
+            Stored::Str(_) => "string",
+            Stored::Hash(_) => "hash",
+        },
+    };
+    ctx.out.simple(t);
+    Ok(())
+}
+
+/// DBSIZE
+pub(crate) fn dbsize(ctx: &mut Ctx<'_>, _args: Args<'_>) -> CmdResult {
+    match key_count(&ctx.shared.db)? {
+        Some(n) => ctx.out.int(i64::try_from(n).unwrap_or(i64::MAX)),
+        None => {
+            return Err(CmdError::new(format!(
+                "ERR DBSIZE is not available on the {} engine: it can neither scan its keys in \
+                 order nor count them",
+                ctx.shared.db.spec()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The number of keys, when it can be known exactly (see the module doc).
+pub(crate) fn key_count(db: &tierkv::Db) -> Result<Option<u64>, tierkv::Error> {
+    match count_by_scan(db) {
+        Ok(n) => Ok(Some(n)),
+        Err(tierkv::Error::Unsupported(_)) => Ok(db.stats().counters.get("keys").copied()),
+        Err(e) => Err(e),
+    }
+}
+
+fn count_by_scan(db: &tierkv::Db) -> Result<u64, tierkv::Error> {
+    let mut n = 0u64;
+    let mut from: Bound<Vec<u8>> = Bound::Unbounded;
+    loop {
+        let rows = db.scan((from, Bound::Unbounded), COUNT_PAGE)?;
+        let full = rows.len() == COUNT_PAGE;
+        n += rows.len() as u64;
+        match rows.into_iter().last() {
+            Some((k, _)) if full => from = Bound::Excluded(k),
+            _ => return Ok(n),
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! The commands: one module per family, one table ([`table::COMMANDS`]) that names each
+//! command's arity, flags and key positions, and [`execute`], which runs one command.
+//!
+//! [`execute`] does for every command, in order: look the name up (unknown: Redis's
+//! `ERR unknown command` reply); refuse it with `NOAUTH` if the client must authenticate
+//! first; check the arity (`ERR wrong number of arguments`); lock the command's keys in the
+//! striped lock table ([`crate::locks`], shared for readers, exclusive for writers); run
+//! the handler. A handler that fails after writing part of its reply has that part rolled
+//! back and replaced by its error, so a reply is always one well-formed frame.
+//!
+//! A reply to a write is written only after the store acknowledged the write (its `put` or
+//! `delete` returned), so `OK` means durable under the engine's durability mode.
+//!
+//! Thread-safety: handlers run on worker threads, many at once; all shared state is in
+//! [`Shared`], the per-connection state in [`Session`].
+
+pub(crate) mod connection;
+pub(crate) mod hashes;
+pub(crate) mod info;
+pub(crate) mod keys;
+pub(crate) mod scan;
+pub(crate) mod strings;
+pub(crate) mod table;
+
+use std::borrow::Cow;
+
+use crate::encoding::{self, DecodeError, HashRef, Stored};
+use crate::locks::Access;
+use crate::resp::{Args, Reply};
+use crate::shared::{Session, Shared, Tally};
+
+pub(crate) use table::{COMMANDS, CommandSpec};
+
+/// Redis's error strings, verbatim, so clients recognise them.
+pub(crate) mod msg {
+    pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+    pub const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
+    pub const SYNTAX: &str = "ERR syntax error";
+    pub const OVERFLOW: &str = "ERR increment or decrement would overflow";
+    pub const NOAUTH: &str = "NOAUTH Authentication required.";
+    pub const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+}
+
+/// An error reply (its text starts with the error code).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CmdError(pub Cow<'static, str>);
+
+/// What a handler returns.
+pub(crate) type CmdResult = Result<(), CmdError>;
+
+impl CmdError {
+    pub(crate) fn new(msg: impl Into<Cow<'static, str>>) -> CmdError {
+        CmdError(msg.into())
+    }
+}
+
+impl From<tierkv::Error> for CmdError {
+    /// Maps a store error to the Redis error a client expects: a refused argument is a
+    /// plain `ERR`, a full tier is Redis's `OOM`, a store that refuses writes after a
+    /// failure is Redis's `MISCONF` (what Redis answers when it cannot persist).
+    fn from(e: tierkv::Error) -> CmdError {
+        CmdError::new(match e {
+            tierkv::Error::InvalidArgument(m) => format!("ERR {m}"),
+            tierkv::Error::NoSpace { .. } => format!("OOM {e}"),
+            tierkv::Error::Poisoned(_) => format!("MISCONF {e}"),
+            other => format!("ERR {other}"),
+        })
+    }
+}
+
+impl From<DecodeError> for CmdError {
+    fn from(e: DecodeError) -> CmdError {
+        CmdError::new(format!("ERR {e}"))
+    }
+}
+
+/// The signature of every command handler.
+pub(crate) type Handler = fn(&mut Ctx<'_>, Args<'_>) -> CmdResult;
+
+/// What a handler works with.
+pub(crate) struct Ctx<'a> {
+    pub shared: &'a Shared,
+    pub session: &'a mut Session,
+    pub out: &'a mut Reply,
+    pub tally: &'a mut Tally,
+}
+
+impl Ctx<'_> {
+    /// The stored bytes under `key` (counted as a keyspace hit or miss).
+    pub(crate) fn load(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, CmdError> {
+        let v = self.shared.db.get(key)?;
+        if v.is_some() {
+            self.tally.hits += 1;
+        } else {
+            self.tally.misses += 1;
+        }
+        Ok(v)
+    }
+
+    /// Stores `raw` as a string under `key`.
+    pub(crate) fn store_string(&self, key: &[u8], raw: &[u8]) -> CmdResult {
+        Ok(self.shared.db.put(key, &encoding::encode_string(raw))?)
+    }
+
+    /// Stores already-encoded bytes under `key`.
+    pub(crate) fn store_encoded(&self, key: &[u8], bytes: &[u8]) -> CmdResult {
+        Ok(self.shared.db.put(key, bytes)?)
+    }
+
+    /// Removes `key`.
+    pub(crate) fn remove(&self, key: &[u8]) -> CmdResult {
+        Ok(self.shared.db.delete(key)?)
+    }
+
+    /// The store's value limit.
+    pub(crate) fn max_value_len(&self) -> usize {
+        self.shared.db.limits().max_value_len
+    }
+
+    /// The largest single reply.
+    pub(crate) fn max_reply_bytes(&self) -> usize {
+        usize::try_from(self.shared.config.max_reply_bytes.bytes()).unwrap_or(usize::MAX)
+    }
+}
+
+/// The string in a stored value, or WRONGTYPE.
+pub(crate) fn as_string(stored: &[u8]) -> Result<&[u8], CmdError> {
+    match encoding::decode(stored)? {
+        Stored::Str(s) => Ok(s),
+        Stored::Hash(_) => Err(CmdError::new(msg::WRONGTYPE)),
+    }
+}
+
+/// The hash in a stored value, or WRONGTYPE.
+pub(crate) fn as_hash(stored: &[u8]) -> Result<HashRef<'_>, CmdError> {
+    match encoding::decode(stored)? {
+        Stored::Hash(h) => Ok(h),
+        Stored::Str(_) => Err(CmdError::new(msg::WRONGTYPE)),
+    }
+}
+
+/// An integer argument as Redis reads one (`string2ll`): optional `-`, digits, no `+`, no
+/// spaces, no leading zeros, no `-0`, within i64.
+pub(crate) fn parse_int(arg: &[u8]) -> Result<i64, CmdError> {
+    parse_i64_strict(arg).ok_or_else(|| CmdError::new(msg::NOT_INTEGER))
+}
+
+pub(crate) fn parse_i64_strict(s: &[u8]) -> Option<i64> {
+    let (neg, digits) = match s.split_first()? {
+        (b'-', d) => (true, d),
+        _ => (false, s),
+    };
+    let (&first, _) = digits.split_first()?;
+    if digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    if first == b'0' && (digits.len() > 1 || neg) {
+        return None;
+    }
+    let mut v: i64 = 0;
+    for d in digits {
+        let d = i64::from(d - b'0');
+        v = v.checked_mul(10).and_then(|v| {
+            if neg {
+                v.checked_sub(d)
+            } else {
+                v.checked_add(d)
+            }
+        })?;
+    }
+    Some(v)
+}
+
+/// True when `arg` equals `word` ignoring ASCII case.
+pub(crate) fn is(arg: &[u8], word: &str) -> bool {
+    arg.eq_ignore_ascii_case(word.as_bytes())
+}
+
+/// Looks a command up by name, ignoring case.
+pub(crate) fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
+    COMMANDS.iter().find(|c| is(name, c.name))
+}
+
+/// Runs one command and writes its reply.
+pub(crate) fn execute(ctx: &mut Ctx<'_>, args: Args<'_>) {
+    ctx.tally.commands += 1;
+    let Some(spec) = lookup(args.get(0)) else {
+        ctx.out.error(&unknown_command(args));
+        return;
+    };
+    if !ctx.session.authenticated && !spec.has_flag("no_auth") {
+        ctx.out.error(msg::NOAUTH);
+        return;
+    }
+    if !spec.arity_ok(args.len()) {
+        ctx.out.error(&format!(
+            "ERR wrong number of arguments for '{}' command",
+            spec.name
+        ));
+        return;
+    }
+    let shared = ctx.shared;
+    let access = if spec.has_flag("write") {
+        Access::Write
+    } else {
+        Access::Read
+    };
+    let _guard = shared.locks.lock(spec.keys(args), access);
+    let mark = ctx.out.mark();
+    if let Err(e) = (spec.handler)(ctx, args) {
+        ctx.out.truncate(mark);
+        ctx.out.error(&e.0);
+    }
+}
+
+/// Redis's reply to an unknown command: the name and the first arguments, quoted, up to
+/// 128 characters of arguments in all.
+pub(crate) fn unknown_command(args: Args<'_>) -> String {
+    let name = String::from_utf8_lossy(args.get(0));
+    let name: String = name.chars().take(128).collect();
+    let mut shown = String::new();
+    for a in args.iter_from(1) {
+        let room = 128usize.saturating_sub(shown.len());
+        if room == 0 {
+            break;
+        }
+        let a = String::from_utf8_lossy(a);
+        let a: String = a.chars().take(room).collect();
+        shown.push_str(&format!("'{a}' "));
+    }
+    format!("ERR unknown command '{name}', with args beginning with: {shown}")
+}
+
+/// Redis's reply to an unknown subcommand.
+pub(crate) fn unknown_subcommand(sub: &[u8], command: &str) -> CmdError {
+    CmdError::new(format!(
+        "ERR unknown subcommand '{}'. Try {command} HELP.",
+        String::from_utf8_lossy(sub)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_parse_as_redis_parses_them() {
+        for (s, v) in [
+            ("0", 0),
+            ("-1", -1),
+            ("42", 42),
+            ("9223372036854775807", i64::MAX),
+            ("-9223372036854775808", i64::MIN),
+        ] {
+            assert_eq!(parse_i64_strict(s.as_bytes()), Some(v), "{s}");
+        }
+        for s in [
+            "",
+            "-",
+            "+1",
+            " 1",
+            "1 ",
+            "01",
+            "-0",
+            "1.5",
+            "9223372036854775808",
+            "abc",
+            "99999999999999999999",
+        ] {
+            assert_eq!(parse_i64_strict(s.as_bytes()), None, "{s}");
+        }
+    }
+
+    #[test]
+    fn every_command_in_the_table_is_found_in_any_case() {
+        for c in COMMANDS {
+            assert!(std::ptr::eq(lookup(c.name.as_bytes()).unwrap(), c));
+            let upper = c.name.to_ascii_uppercase();
+            assert!(std::ptr::eq(lookup(upper.as_bytes()).unwrap(), c));
+        }
+        assert!(lookup(b"nosuchcommand").is_none());
+    }
+
+    #[test]
+    fn store_errors_map_to_redis_codes() {
+        let e: CmdError = tierkv::Error::invalid("key too long").into();
+        assert_eq!(e.0, "ERR key too long");
+        let e: CmdError = tierkv::Error::no_space(tierkv::Tier::Pmem, "pool").into();
+        assert!(e.0.starts_with("OOM "), "{}", e.0);
+        let e: CmdError = tierkv::Error::Poisoned("fsync".into()).into();
+        assert!(e.0.starts_with("MISCONF "), "{}", e.0);
+    }
+}

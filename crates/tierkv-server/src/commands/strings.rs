@@ -1,0 +1,270 @@
+//! String commands: GET, SET (NX/XX/GET), SETNX, GETSET, MGET, MSET,
+//! INCR/INCRBY/DECR/DECRBY, APPEND, STRLEN — with Redis's replies and error strings.
+//!
+//! Every read-modify-write here (SET NX|XX|GET, SETNX, GETSET, INCR..., APPEND) is atomic
+//! per key because [`super::execute`] holds the key's stripe exclusively around the
+//! handler; MSET holds all its keys' stripes, so no reader sees half of it.
+//! A string is stored raw (escaped only if it starts with the encoding's tag, see
+//! [`crate::encoding`]); a hash under the key gives WRONGTYPE (MGET answers nil for it,
+//! as Redis does).
+//!
+//! Thread-safety: handlers run concurrently on worker threads under the key locks.
+
+use super::{CmdError, CmdResult, Ctx, as_string, is, msg, parse_i64_strict, parse_int};
+use crate::encoding::{self, Stored};
+use crate::resp::Args;
+use crate::resp::writer::format_decimal;
+
+/// GET key
+pub(crate) fn get(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    match ctx.load(args.get(1))? {
+        None => ctx.out.null(),
+        Some(v) => ctx.out.bulk(as_string(&v)?),
+    }
+    Ok(())
+}
+
+/// The condition of a SET.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Condition {
+    Always,
+    IfAbsent,
+    IfPresent,
+}
+
+/// SET's options after the value.
+#[derive(Debug)]
+struct SetOptions {
+    condition: Condition,
+    get: bool,
+}
+
+fn parse_set_options(args: Args<'_>) -> Result<SetOptions, CmdError> {
+    let mut o = SetOptions {
+        condition: Condition::Always,
+        get: false,
+    };
+    let mut i = 3;
+    while i < args.len() {
+        let a = args.get(i);
+        let cond = if is(a, "NX") {
+            Some(Condition::IfAbsent)
+        } else if is(a, "XX") {
+            Some(Condition::IfPresent)
+        } else {
+            None
+        };
+        if let Some(c) = cond {
+            if o.condition != Condition::Always && o.condition != c {
+                return Err(CmdError::new(msg::SYNTAX));
+            }
+            o.condition = c;
+        } else if is(a, "GET") {
+            o.get = true;
+        } else if is(a, "KEEPTTL") {
+            // No key has a TTL, so keeping it is what happens anyway.
+        } else if ["EX", "PX", "EXAT", "PXAT"].iter().any(|w| is(a, w)) {
+            if i + 1 >= args.len() {
+                return Err(CmdError::new(msg::SYNTAX));
+            }
+            return Err(CmdError::new(
+                "ERR SET with EX, PX, EXAT or PXAT is not supported: tierkv keys do not expire (no TTL yet)",
+            ));
+        } else {
+            return Err(CmdError::new(msg::SYNTAX));
+        }
+        i += 1;
+    }
+    Ok(o)
+}
+
+/// SET key value [NX | XX] [GET] [KEEPTTL]
+pub(crate) fn set(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let (key, value) = (args.get(1), args.get(2));
+    let o = if args.len() > 3 {
+        parse_set_options(args)?
+    } else {
+        SetOptions {
+            condition: Condition::Always,
+            get: false,
+        }
+    };
+    if !o.get && o.condition == Condition::Always {
+        ctx.store_string(key, value)?;
+        ctx.out.ok();
+        return Ok(());
+    }
+    let old = ctx.load(key)?;
+    let old_string = match (&old, o.get) {
+        (Some(v), true) => Some(as_string(v)?),
+        _ => None,
+    };
+    let write = match o.condition {
+        Condition::Always => true,
+        Condition::IfAbsent => old.is_none(),
+        Condition::IfPresent => old.is_some(),
+    };
+    if write {
+        ctx.store_string(key, value)?;
+    }
+    match (o.get, old_string, write) {
+        (true, Some(s), _) => ctx.out.bulk(s),
+        (true, None, _) | (false, _, false) => ctx.out.null(),
+        (false, _, true) => ctx.out.ok(),
+    }
+    Ok(())
+}
+
+/// SETNX key value
+pub(crate) fn setnx(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let key = args.get(1);
+    if ctx.load(key)?.is_some() {
+        ctx.out.int(0);
+    } else {
+        ctx.store_string(key, args.get(2))?;
+        ctx.out.int(1);
+    }
+    Ok(())
+}
+
+/// GETSET key value
+pub(crate) fn getset(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let key = args.get(1);
+    let old = ctx.load(key)?;
+    if let Some(v) = &old {
+        as_string(v)?;
+    }
+    ctx.store_string(key, args.get(2))?;
+    match &old {
+        Some(v) => ctx.out.bulk(as_string(v)?),
+        None => ctx.out.null(),
+    }
+    Ok(())
+}
+
+/// MGET key [key ...]
+pub(crate) fn mget(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let mark = ctx.out.mark();
+    let bound = ctx.max_reply_bytes();
+    ctx.out.array(args.len() - 1);
+    for key in args.iter_from(1) {
+        match ctx.load(key)? {
+            Some(v) => match encoding::decode(&v)? {
+                Stored::Str(s) => ctx.out.bulk(s),
+                Stored::Hash(_) => ctx.out.null(),
+            },
+            None => ctx.out.null(),
+        }
+        if ctx.out.exceeds(mark, bound) {
+            return Err(reply_too_large(bound));
+        }
+    }
+    Ok(())
+}
+
+/// The error that replaces a reply over `max_reply_bytes`.
+pub(crate) fn reply_too_large(bound: usize) -> CmdError {
+    CmdError::new(format!(
+        "ERR the reply would exceed max_reply_bytes ({bound} bytes): ask for fewer keys"
+    ))
+}
+
+/// MSET key value [key value ...]
+pub(crate) fn mset(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    if args.len().is_multiple_of(2) {
+        return Err(CmdError::new(
+            "ERR wrong number of arguments for 'mset' command",
+        ));
+    }
+    // Check every pair first, so that a refused pair leaves no half-done MSET behind.
+    let limits = ctx.shared.db.limits();
+    let pairs = || {
+        (1..args.len())
+            .step_by(2)
+            .map(|i| (args.get(i), args.get(i + 1)))
+    };
+    for (k, v) in pairs() {
+        limits.check_key(k).map_err(CmdError::from)?;
+        check_string_len(ctx, encoding::encoded_string_len(v))?;
+    }
+    for (k, v) in pairs() {
+        ctx.store_string(k, v)?;
+    }
+    ctx.out.ok();
+    Ok(())
+}
+
+fn check_string_len(ctx: &Ctx<'_>, encoded_len: usize) -> CmdResult {
+    let max = ctx.max_value_len();
+    if encoded_len > max {
+        return Err(CmdError::new(format!(
+            "ERR string exceeds maximum allowed size ({encoded_len} bytes stored; the store's value limit is {max} bytes)"
+        )));
+    }
+    Ok(())
+}
+
+fn incr_by(ctx: &mut Ctx<'_>, key: &[u8], delta: i64) -> CmdResult {
+    let current = match ctx.load(key)? {
+        None => 0,
+        Some(v) => {
+            parse_i64_strict(as_string(&v)?).ok_or_else(|| CmdError::new(msg::NOT_INTEGER))?
+        }
+    };
+    let new = current
+        .checked_add(delta)
+        .ok_or_else(|| CmdError::new(msg::OVERFLOW))?;
+    let mut digits = [0u8; 20];
+    ctx.store_string(key, format_decimal(new, &mut digits))?;
+    ctx.out.int(new);
+    Ok(())
+}
+
+/// INCR key
+pub(crate) fn incr(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    incr_by(ctx, args.get(1), 1)
+}
+
+/// DECR key
+pub(crate) fn decr(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    incr_by(ctx, args.get(1), -1)
+}
+
+/// INCRBY key increment
+pub(crate) fn incrby(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let delta = parse_int(args.get(2))?;
+    incr_by(ctx, args.get(1), delta)
+}
+
+/// DECRBY key decrement
+pub(crate) fn decrby(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let delta = parse_int(args.get(2))?
+        .checked_neg()
+        .ok_or_else(|| CmdError::new("ERR decrement would overflow"))?;
+    incr_by(ctx, args.get(1), delta)
+}
+
+/// APPEND key value
+pub(crate) fn append(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let (key, tail) = (args.get(1), args.get(2));
+    let old = ctx.load(key)?;
+    let mut new = match &old {
+        Some(v) => as_string(v)?.to_vec(),
+        None => Vec::new(),
+    };
+    new.extend_from_slice(tail);
+    check_string_len(ctx, encoding::encoded_string_len(&new))?;
+    ctx.store_string(key, &new)?;
+    ctx.out.int(new.len() as i64);
+    Ok(())
+}
+
+/// STRLEN key
+pub(crate) fn strlen(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let n = match ctx.load(args.get(1))? {
+        Some(v) => as_string(&v)?.len(),
+        None => 0,
+    };
+    ctx.out.int(n as i64);
+    Ok(())
+}

@@ -1,0 +1,486 @@
+//! The command table: for each command its name, Redis arity, flags, key positions, the
+//! documentation `COMMAND DOCS` returns, and its handler. Dispatch, the arity check, the
+//! key locks and `COMMAND` all read this one table, so they cannot disagree.
+//!
+//! Arity is Redis's: `n > 0` means exactly `n` arguments (the name included), `n < 0` at
+//! least `-n`. Key positions are Redis's (first, last, step); `last < 0` counts from the end.
+//! A command with the `write` flag locks its keys exclusively, any other shared.
+//! The hottest commands come first (the lookup is a linear scan of ~40 names).
+//!
+//! Thread-safety: immutable static data.
+
+use super::{Handler, connection, hashes, info, keys, scan, strings};
+use crate::resp::Args;
+
+/// One command.
+pub(crate) struct CommandSpec {
+    pub name: &'static str,
+    pub arity: i32,
+    pub flags: &'static [&'static str],
+    pub first_key: i32,
+    pub last_key: i32,
+    pub step: i32,
+    pub group: &'static str,
+    pub since: &'static str,
+    pub summary: &'static str,
+    pub handler: Handler,
+}
+
+impl CommandSpec {
+    /// True when `argc` arguments (the name included) fit the arity.
+    pub fn arity_ok(&self, argc: usize) -> bool {
+        let argc = i64::try_from(argc).unwrap_or(i64::MAX);
+        let arity = i64::from(self.arity);
+        if arity >= 0 {
+            argc == arity
+        } else {
+            argc >= -arity
+        }
+    }
+
+    /// True when the command has `flag`.
+    pub fn has_flag(&self, flag: &str) -> bool {
+        self.flags.contains(&flag)
+    }
+
+    /// The keys of a call (the arity was checked).
+    pub fn keys<'a>(&self, args: Args<'a>) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let argc = args.len() as i64;
+        let first = i64::from(self.first_key);
+        let last = match i64::from(self.last_key) {
+            l if l < 0 => argc + l,
+            l => l,
+        };
+        let step = usize::try_from(self.step).unwrap_or(1).max(1);
+        let range = if first > 0 && last >= first {
+            first as usize..(last as usize + 1).min(args.len())
+        } else {
+            0..0
+        };
+        range.step_by(step).map(move |i| args.get(i))
+    }
+}
+
+const READ_FAST: &[&str] = &["readonly", "fast"];
+const WRITE: &[&str] = &["write", "denyoom"];
+const WRITE_FAST: &[&str] = &["write", "denyoom", "fast"];
+
+macro_rules! cmd {
+    ($name:literal, $arity:expr, $flags:expr, ($f:expr, $l:expr, $s:expr),
+     $group:literal, $since:literal, $summary:literal, $handler:path) => {
+        CommandSpec {
+            name: $name,
+            arity: $arity,
+            flags: $flags,
+            first_key: $f,
+            last_key: $l,
+            step: $s,
+            group: $group,
+            since: $since,
+            summary: $summary,
+            handler: $handler,
+        }
+    };
+}
+
+/// Every command the server knows.
+pub(crate) static COMMANDS: &[CommandSpec] = &[
+    cmd!(
+        "get",
+        2,
+        READ_FAST,
+        (1, 1, 1),
+        "string",
+        "1.0.0",
+        "Returns the string value of a key.",
+        strings::get
+    ),
+    cmd!(
+        "set",
+        -3,
+        WRITE,
+        (1, 1, 1),
+        "string",
+        "1.0.0",
+        "Sets the string value of a key; NX, XX and GET options (no expiry: EX/PX are refused).",
+        strings::set
+    ),
+    cmd!(
+        "incr",
+        2,
+        WRITE_FAST,
+        (1, 1, 1),
+        "string",
+        "1.0.0",
+        "Increments the integer value of a key by one.",
+        strings::incr
+    ),
+    cmd!(
+        "hset",
+        -4,
+        WRITE_FAST,
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Creates or modifies the value of fields in a hash.",
+        hashes::hset
+    ),
+    cmd!(
+        "mset",
+        -3,
+        WRITE,
+        (1, -1, 2),
+        "string",
+        "1.0.1",
+        "Atomically sets the string values of one or more keys.",
+        strings::mset
+    ),
+    cmd!(
+        "mget",
+        -2,
+        READ_FAST,
+        (1, -1, 1),
+        "string",
+        "1.0.0",
+        "Atomically returns the string values of one or more keys.",
+        strings::mget
+    ),
+    cmd!(
+        "del",
+        -2,
+        &["write"],
+        (1, -1, 1),
+        "generic",
+        "1.0.0",
+        "Deletes one or more keys.",
+        keys::del
+    ),
+    cmd!(
+        "exists",
+        -2,
+        READ_FAST,
+        (1, -1, 1),
+        "generic",
+        "3.0.3",
+        "Determines whether one or more keys exist.",
+        keys::exists
+    ),
+    cmd!(
+        "setnx",
+        3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "string",
+        "1.0.0",
+        "Sets the string value of a key only when the key doesn't exist.",
+        strings::setnx
+    ),
+    cmd!(
+        "getset",
+        3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "string",
+        "1.0.0",
+        "Returns the previous string value of a key after setting it to a new value.",
+        strings::getset
+    ),
+    cmd!(
+        "incrby",
+        3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "string",
+        "1.0.0",
+        "Increments the integer value of a key by a number.",
+        strings::incrby
+    ),
+    cmd!(
+        "decr",
+        2,
+        WRITE_FAST,
+        (1, 1, 1),
+        "string",
+        "1.0.0",
+        "Decrements the integer value of a key by one.",
+        strings::decr
+    ),
+    cmd!(
+        "decrby",
+        3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "string",
+        "1.0.0",
+        "Decrements a number from the integer value of a key.",
+        strings::decrby
+    ),
+    cmd!(
+        "append",
+        3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "string",
+        "2.0.0",
+        "Appends a string to the value of a key; creates the key if needed.",
+        strings::append
+    ),
+    cmd!(
+        "strlen",
+        2,
+        READ_FAST,
+        (1, 1, 1),
+        "string",
+        "2.2.0",
+        "Returns the length of a string value.",
+        strings::strlen
+    ),
+    cmd!(
+        "hmset",
+        -4,
+        WRITE_FAST,
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Sets the values of multiple fields.",
+        hashes::hmset
+    ),
+    cmd!(
+        "hget",
+        3,
+        READ_FAST,
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Returns the value of a field in a hash.",
+        hashes::hget
+    ),
+    cmd!(
+        "hmget",
+        -3,
+        READ_FAST,
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Returns the values of all fields in a hash.",
+        hashes::hmget
+    ),
+    cmd!(
+        "hgetall",
+        2,
+        &["readonly"],
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Returns all fields and values in a hash.",
+        hashes::hgetall
+    ),
+    cmd!(
+        "hdel",
+        -3,
+        &["write", "fast"],
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Deletes one or more fields and their values from a hash; deletes the hash if no fields remain.",
+        hashes::hdel
+    ),
+    cmd!(
+        "hexists",
+        3,
+        READ_FAST,
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Determines whether a field exists in a hash.",
+        hashes::hexists
+    ),
+    cmd!(
+        "hlen",
+        2,
+        READ_FAST,
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Returns the number of fields in a hash.",
+        hashes::hlen
+    ),
+    cmd!(
+        "type",
+        2,
+        READ_FAST,
+        (1, 1, 1),
+        "generic",
+        "1.0.0",
+        "Determines the type of value stored at a key.",
+        keys::type_of
+    ),
+    cmd!(
+        "scan",
+        -2,
+        &["readonly"],
+        (0, 0, 0),
+        "generic",
+        "2.8.0",
+        "Iterates over the key names in key order (ordered engines only).",
+        scan::scan
+    ),
+    cmd!(
+        "dbsize",
+        1,
+        READ_FAST,
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Returns the number of keys.",
+        keys::dbsize
+    ),
+    cmd!(
+        "ping",
+        -1,
+        &["fast"],
+        (0, 0, 0),
+        "connection",
+        "1.0.0",
+        "Returns the server's liveliness response.",
+        connection::ping
+    ),
+    cmd!(
+        "echo",
+        2,
+        &["fast"],
+        (0, 0, 0),
+        "connection",
+        "1.0.0",
+        "Returns the given string.",
+        connection::echo
+    ),
+    cmd!(
+        "hello",
+        -1,
+        &["no_auth", "fast"],
+        (0, 0, 0),
+        "connection",
+        "6.0.0",
+        "Handshakes with the server: protocol version, authentication, client name.",
+        connection::hello
+    ),
+    cmd!(
+        "auth",
+        -2,
+        &["no_auth", "fast"],
+        (0, 0, 0),
+        "connection",
+        "1.0.0",
+        "Authenticates the connection.",
+        connection::auth
+    ),
+    cmd!(
+        "select",
+        2,
+        &["fast"],
+        (0, 0, 0),
+        "connection",
+        "1.0.0",
+        "Changes the selected database (only database 0 exists).",
+        connection::select
+    ),
+    cmd!(
+        "quit",
+        -1,
+        &["no_auth", "fast"],
+        (0, 0, 0),
+        "connection",
+        "1.0.0",
+        "Closes the connection.",
+        connection::quit
+    ),
+    cmd!(
+        "client",
+        -2,
+        &[],
+        (0, 0, 0),
+        "connection",
+        "2.4.0",
+        "CLIENT ID, GETNAME, SETNAME, SETINFO.",
+        connection::client
+    ),
+    cmd!(
+        "command",
+        -1,
+        &[],
+        (0, 0, 0),
+        "server",
+        "2.8.13",
+        "Returns information about commands (COUNT, INFO, DOCS, LIST).",
+        info::command
+    ),
+    cmd!(
+        "info",
+        -1,
+        &[],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Returns information and statistics about the server.",
+        info::info
+    ),
+    cmd!(
+        "config",
+        -2,
+        &[],
+        (0, 0, 0),
+        "server",
+        "2.0.0",
+        "CONFIG GET: reads the server's settings (read-only).",
+        info::config
+    ),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resp::parser::{ParserLimits, RequestParser};
+
+    #[test]
+    fn arity_follows_redis_conventions() {
+        let get = COMMANDS.iter().find(|c| c.name == "get").unwrap();
+        assert!(get.arity_ok(2) && !get.arity_ok(1) && !get.arity_ok(3));
+        let mset = COMMANDS.iter().find(|c| c.name == "mset").unwrap();
+        assert!(mset.arity_ok(3) && mset.arity_ok(7) && !mset.arity_ok(2));
+    }
+
+    #[test]
+    fn key_positions_follow_step_and_negative_last() {
+        let limits = ParserLimits {
+            max_bulk_len: 100,
+            max_args: 100,
+            max_request_bytes: 1000,
+            max_commands: 10,
+        };
+        let mut p = RequestParser::new(limits, true);
+        let mut buf = bytes::BytesMut::from(&b"MSET a 1 b 2 c 3\r\n"[..]);
+        p.parse(&buf).unwrap();
+        let mut batch = crate::resp::Batch::default();
+        p.take_batch(&mut buf, &mut batch);
+        let args = batch.command(0).unwrap();
+        let mset = COMMANDS.iter().find(|c| c.name == "mset").unwrap();
+        let keys: Vec<&[u8]> = mset.keys(args).collect();
+        assert_eq!(keys, vec![&b"a"[..], b"b", b"c"]);
+        let ping = COMMANDS.iter().find(|c| c.name == "ping").unwrap();
+        assert_eq!(ping.keys(args).count(), 0);
+    }
+
+    #[test]
+    fn names_are_unique_and_lowercase() {
+        let mut names: Vec<_> = COMMANDS.iter().map(|c| c.name).collect();
+        assert!(
+            names
+                .iter()
+                .all(|n| n.chars().all(|c| c.is_ascii_lowercase()))
+        );
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), COMMANDS.len());
+    }
+}

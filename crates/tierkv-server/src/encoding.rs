@@ -1,0 +1,403 @@
+//! How the server stores Redis values in a `KvStore`, which holds one byte string per key
+//! (value encoding, format version 1; the spec is the "Value encoding" section of this
+//! crate's `README.md`).
+//!
+//! ```text
+//! plain string   <raw bytes>                       (any value not starting with TAG)
+//! tagged value   TAG(3) = FF 54 4B ("\xFFTK") | type(1) | version(1) | body
+//!   type 's'     escaped string: body = the raw bytes (used only when the raw bytes
+//!                themselves start with TAG, so a string can never be misread)
+//!   type 'h'     hash: body = count(u32 LE, >= 1)
+//!                       then per field: flen(u32 LE) field vlen(u32 LE) value
+//! ```
+//! Fields are kept in insertion order (as Redis keeps small hashes) and are unique.
+//!
+//! Invariants: a value written by the server decodes to what was written, and re-encoding
+//! a decoded value gives back its bytes; a value written by another `tierkv` user that does
+//! not start with TAG reads as a plain string; a value that starts with TAG but is
+//! malformed (unknown type, unknown version, lengths that do not add up, trailing bytes,
+//! zero fields, an escape that was not needed) is reported as [`DecodeError`], never read
+//! as something else and never a panic.
+//!
+//! Thread-safety: pure functions.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt;
+
+/// The first bytes of every tagged value.
+pub const TAG: [u8; 3] = [0xFF, b'T', b'K'];
+/// Offset of the type byte.
+const TYPE_OFFSET: usize = TAG.len();
+/// Offset of the version byte.
+const VERSION_OFFSET: usize = TYPE_OFFSET + 1;
+/// Length of the header before the body.
+pub const HEADER_LEN: usize = VERSION_OFFSET + 1;
+/// Type byte of an escaped string.
+pub const TYPE_STRING: u8 = b's';
+/// Type byte of a hash.
+pub const TYPE_HASH: u8 = b'h';
+/// The only format version this build writes and reads.
+pub const VERSION: u8 = 1;
+/// Size of the field count and of each length prefix.
+const LEN_SIZE: usize = 4;
+
+/// A stored value, decoded (borrowing the stored bytes).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Stored<'a> {
+    /// A string (its raw bytes, escape removed).
+    Str(&'a [u8]),
+    /// A hash.
+    Hash(HashRef<'a>),
+}
+
+/// A stored value that starts with [`TAG`] but is not a valid tagged value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError(String);
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "stored value is not valid (value encoding v{VERSION}): {}",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+fn bad(what: impl Into<String>) -> DecodeError {
+    DecodeError(what.into())
+}
+
+/// Decodes a stored value.
+pub fn decode(v: &[u8]) -> Result<Stored<'_>, DecodeError> {
+    if !v.starts_with(&TAG) {
+        return Ok(Stored::Str(v));
+    }
+    let (Some(&ty), Some(&version)) = (v.get(TYPE_OFFSET), v.get(VERSION_OFFSET)) else {
+        return Err(bad("tagged value shorter than its header"));
+    };
+    if version != VERSION {
+        return Err(bad(format!("unknown version {version}")));
+    }
+    let body = v.get(HEADER_LEN..).unwrap_or_default();
+    match ty {
+        // NOTE: only a string that starts with TAG is ever escaped; any other escaped
+        // string is not something this code wrote, so it is refused, not guessed at.
+        TYPE_STRING if body.starts_with(&TAG) => Ok(Stored::Str(body)),
+        TYPE_STRING => Err(bad("escaped string that does not start with the tag")),
+        TYPE_HASH => HashRef::parse(body).map(Stored::Hash),
+        other => Err(bad(format!("unknown type byte {other:#04x}"))),
+    }
+}
+
+/// The bytes to store for the string `raw`: itself, or escaped when it starts with [`TAG`].
+pub fn encode_string(raw: &[u8]) -> Cow<'_, [u8]> {
+    if raw.starts_with(&TAG) {
+        let mut v = Vec::with_capacity(HEADER_LEN + raw.len());
+        push_header(&mut v, TYPE_STRING);
+        v.extend_from_slice(raw);
+        Cow::Owned(v)
+    } else {
+        Cow::Borrowed(raw)
+    }
+}
+
+/// Length of [`encode_string`]`(raw)` without building it.
+pub fn encoded_string_len(raw: &[u8]) -> usize {
+    raw.len() + if raw.starts_with(&TAG) { HEADER_LEN } else { 0 }
+}
+
+fn push_header(v: &mut Vec<u8>, ty: u8) {
+    v.extend_from_slice(&TAG);
+    v.push(ty);
+    v.push(VERSION);
+}
+
+/// A validated hash body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HashRef<'a> {
+    count: usize,
+    fields: &'a [u8],
+}
+
+impl<'a> HashRef<'a> {
+    fn parse(body: &'a [u8]) -> Result<HashRef<'a>, DecodeError> {
+        let (count, fields) = take_len(body).ok_or_else(|| bad("hash without field count"))?;
+        if count == 0 {
+            return Err(bad("hash with zero fields"));
+        }
+        let mut rest = fields;
+        for i in 0..count {
+            rest = skip_pair(rest).ok_or_else(|| bad(format!("hash field {i} is truncated")))?;
+        }
+        if !rest.is_empty() {
+            return Err(bad(format!(
+                "{} bytes after the last hash field",
+                rest.len()
+            )));
+        }
+        Ok(HashRef { count, fields })
+    }
+
+    /// Number of fields.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Always false: an empty hash is deleted, never stored.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The fields and values, in insertion order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
+        let mut rest = self.fields;
+        (0..self.count).map_while(move |_| {
+            let (field, after) = take_bytes(rest)?;
+            let (value, after) = take_bytes(after)?;
+            rest = after;
+            Some((field, value))
+        })
+    }
+
+    /// The value of `field`.
+    pub fn get(&self, field: &[u8]) -> Option<&'a [u8]> {
+        self.iter().find(|(f, _)| *f == field).map(|(_, v)| v)
+    }
+}
+
+fn take_len(b: &[u8]) -> Option<(usize, &[u8])> {
+    let (len, rest) = b.split_first_chunk::<LEN_SIZE>()?;
+    Some((u32::from_le_bytes(*len) as usize, rest))
+}
+
+fn take_bytes(b: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (n, rest) = take_len(b)?;
+    if rest.len() < n {
+        return None;
+    }
+    Some(rest.split_at(n))
+}
+
+fn skip_pair(b: &[u8]) -> Option<&[u8]> {
+    let (_, rest) = take_bytes(b)?;
+    let (_, rest) = take_bytes(rest)?;
+    Some(rest)
+}
+
+/// A hash being modified: the fields of a stored hash (borrowed) plus updates (borrowed
+/// from the request), in insertion order.
+#[derive(Debug, Default)]
+pub struct HashEdit<'a> {
+    fields: Vec<(&'a [u8], &'a [u8])>,
+    /// Position of each field, built once a hash is large enough for linear search to cost.
+    index: Option<HashMap<&'a [u8], usize>>,
+}
+
+/// From this many fields on, an edit indexes fields instead of searching linearly.
+const INDEX_FROM: usize = 32;
+
+impl<'a> HashEdit<'a> {
+    /// Starts from a stored hash (or from nothing).
+    pub fn new(from: Option<HashRef<'a>>) -> HashEdit<'a> {
+        let fields: Vec<_> = from.map(|h| h.iter().collect()).unwrap_or_default();
+        let mut e = HashEdit {
+            fields,
+            index: None,
+        };
+        e.maybe_index();
+        e
+    }
+
+    fn maybe_index(&mut self) {
+        if self.index.is_none() && self.fields.len() >= INDEX_FROM {
+            let index = self.fields.iter().enumerate().map(|(i, (f, _))| (*f, i));
+            self.index = Some(index.collect());
+        }
+    }
+
+    fn position(&self, field: &[u8]) -> Option<usize> {
+        match &self.index {
+            Some(ix) => ix.get(field).copied(),
+            None => self.fields.iter().position(|(f, _)| *f == field),
+        }
+    }
+
+    /// Sets `field` to `value`; true when the field is new.
+    pub fn set(&mut self, field: &'a [u8], value: &'a [u8]) -> bool {
+        if let Some(i) = self.position(field) {
+            if let Some(slot) = self.fields.get_mut(i) {
+                slot.1 = value;
+            }
+            return false;
+        }
+        if let Some(ix) = self.index.as_mut() {
+            ix.insert(field, self.fields.len());
+        }
+        self.fields.push((field, value));
+        self.maybe_index();
+        true
+    }
+
+    /// Removes `field`; true when it was there.
+    pub fn remove(&mut self, field: &[u8]) -> bool {
+        let Some(i) = self.position(field) else {
+            return false;
+        };
+        self.fields.remove(i);
+        // Positions after `i` moved; rebuilding is simpler than patching and HDEL is rare.
+        self.index = None;
+        self.maybe_index();
+        true
+    }
+
+    /// Number of fields.
+    pub fn len(&self) -> usize {
+        self.fields.len()
+    }
+
+    /// True when no field is left (the key is then deleted).
+    pub fn is_empty(&self) -> bool {
+        self.fields.is_empty()
+    }
+
+    /// Size of the encoded hash.
+    pub fn encoded_len(&self) -> usize {
+        let body: usize = self
+            .fields
+            .iter()
+            .map(|(f, v)| 2 * LEN_SIZE + f.len() + v.len())
+            .sum();
+        HEADER_LEN + LEN_SIZE + body
+    }
+
+    /// The bytes to store. Lengths fit in u32 because the caller checks
+    /// [`HashEdit::encoded_len`] against the value limit (at most 1 GiB) first.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.encoded_len());
+        push_header(&mut v, TYPE_HASH);
+        push_len(&mut v, self.fields.len());
+        for (f, val) in &self.fields {
+            push_len(&mut v, f.len());
+            v.extend_from_slice(f);
+            push_len(&mut v, val.len());
+            v.extend_from_slice(val);
+        }
+        v
+    }
+}
+
+fn push_len(v: &mut Vec<u8>, n: usize) {
+    let n = u32::try_from(n).unwrap_or(u32::MAX);
+    v.extend_from_slice(&n.to_le_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hash(pairs: &[(&'static [u8], &'static [u8])]) -> Vec<u8> {
+        let mut e = HashEdit::new(None);
+        for (f, v) in pairs {
+            e.set(f, v);
+        }
+        e.encode()
+    }
+
+    #[test]
+    fn plain_strings_are_stored_raw_and_read_back() {
+        assert_eq!(encode_string(b"hello"), Cow::Borrowed(&b"hello"[..]));
+        assert_eq!(decode(b"hello").unwrap(), Stored::Str(b"hello"));
+        assert_eq!(decode(b"").unwrap(), Stored::Str(b""));
+        assert_eq!(decode(b"\xFFT").unwrap(), Stored::Str(b"\xFFT"));
+    }
+
+    #[test]
+    fn string_starting_with_the_tag_is_escaped_and_round_trips() {
+        let raw = b"\xFFTKh\x01 looks like a hash";
+        let stored = encode_string(raw);
+        assert!(matches!(stored, Cow::Owned(_)));
+        assert_eq!(stored.len(), encoded_string_len(raw));
+        assert_eq!(decode(&stored).unwrap(), Stored::Str(raw));
+    }
+
+    #[test]
+    fn hash_round_trips_in_insertion_order() {
+        let v = hash(&[(b"b", b"2"), (b"a", b""), (b"b", b"3")]);
+        let Stored::Hash(h) = decode(&v).unwrap() else {
+            panic!("not a hash")
+        };
+        assert_eq!(h.len(), 2);
+        let pairs: Vec<_> = h.iter().collect();
+        assert_eq!(pairs, vec![(&b"b"[..], &b"3"[..]), (&b"a"[..], &b""[..])]);
+        assert_eq!(h.get(b"a"), Some(&b""[..]));
+        assert_eq!(h.get(b"zz"), None);
+    }
+
+    #[test]
+    fn large_hash_edits_use_the_index_consistently() {
+        let names: Vec<Vec<u8>> = (0..100).map(|i| format!("f{i}").into_bytes()).collect();
+        let mut e = HashEdit::new(None);
+        for n in &names {
+            assert!(e.set(n, b"v"));
+        }
+        assert!(!e.set(&names[7], b"w"));
+        assert!(e.remove(&names[3]));
+        assert!(!e.remove(&names[3]));
+        assert!(!e.set(&names[99], b"x"));
+        let v = e.encode();
+        assert_eq!(v.len(), e.encoded_len());
+        let Stored::Hash(h) = decode(&v).unwrap() else {
+            panic!("not a hash")
+        };
+        assert_eq!(h.len(), 99);
+        assert_eq!(h.get(b"f7"), Some(&b"w"[..]));
+        assert_eq!(h.get(b"f99"), Some(&b"x"[..]));
+        assert_eq!(h.get(b"f3"), None);
+    }
+
+    proptest::proptest! {
+        /// Whatever bytes a store holds, decoding answers a value or an error, and a
+        /// decoded hash's fields lie inside the bytes.
+        #[test]
+        fn arbitrary_stored_bytes_decode_or_fail_cleanly(
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            tagged in proptest::prelude::any::<bool>(),
+        ) {
+            let mut v = if tagged { b"\xFFTKh\x01".to_vec() } else { Vec::new() };
+            v.extend_from_slice(&body);
+            if let Ok(Stored::Hash(h)) = decode(&v) {
+                let bytes: usize = h.iter().map(|(f, x)| f.len() + x.len()).sum();
+                proptest::prop_assert!(bytes <= v.len());
+                proptest::prop_assert_eq!(h.iter().count(), h.len());
+            }
+        }
+    }
+
+    #[test]
+    fn malformed_tagged_values_are_errors_not_panics() {
+        let good = hash(&[(b"f", b"v")]);
+        let mut cases: Vec<Vec<u8>> = vec![
+            b"\xFFTK".to_vec(),
+            b"\xFFTKh\x02".to_vec(),
+            b"\xFFTKq\x01".to_vec(),
+            b"\xFFTKs\x01needs no escape".to_vec(),
+            b"\xFFTKh\x01\x00\x00\x00\x00".to_vec(),
+        ];
+        for cut in HEADER_LEN..good.len() {
+            cases.push(good[..cut].to_vec());
+        }
+        let mut trailing = good.clone();
+        trailing.push(0);
+        cases.push(trailing);
+        let mut huge = good.clone();
+        huge[HEADER_LEN + LEN_SIZE] = 0xFF;
+        cases.push(huge);
+        for c in cases {
+            assert!(decode(&c).is_err(), "{c:?} decoded");
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! # tierkv-server
+//!
+//! `tierkv serve`: a Redis-protocol (RESP2 and RESP3) server over any tierkv engine, so
+//! that Redis clients, `redis-cli`, `redis-benchmark` and sharding proxies work unchanged
+//! (DESIGN §7, issue 8). The user documentation (commands, replies, hash encoding, limits,
+//! durability compared with Redis's `appendfsync`) is this crate's `README.md`.
+//!
+//! Map of the crate:
+//! - [`resp`]: the protocol: an incremental, bounded request parser and the reply writer;
+//! - [`commands`] (private): one module per command family, one command table;
+//! - [`encoding`]: how strings and hashes are stored as one value per key;
+//! - [`locks`]: the striped lock table that makes commands atomic per key;
+//! - [`cursors`]: the resume keys of SCAN cursors;
+//! - [`server`]: listener, connections, pipelining, throttling, max clients, shutdown;
+//! - [`config`]: the `--config FILE` and the server's settings;
+//! - [`cli`]: [`ServeArgs`] and [`run`], the front the `tierkv` binary mounts as
+//!   `tierkv serve`.
+//!
+//! ```
+//! # fn main() -> anyhow::Result<()> {
+//! let dir = tempfile::tempdir()?;
+//! let db = tierkv::Db::open(dir.path(), tierkv::Options::default().engine("dram:hash"))?;
+//! let config = tierkv_server::ServerConfig {
+//!     bind: "127.0.0.1:0".parse()?,
+//!     ..Default::default()
+//! };
+//! let server = tierkv_server::spawn(db, tierkv::DurabilityMode::default(), config)?;
+//! println!("serving on {}", server.addr());
+//! server.shutdown()?; // graceful: in-flight commands finish, the store is closed
+//! # Ok(()) }
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub(crate) mod commands;
+pub mod config;
+pub mod cursors;
+pub mod encoding;
+pub mod glob;
+pub mod locks;
+pub mod resp;
+pub mod server;
+pub mod shared;
+
+pub use cli::{ServeArgs, run};
+pub use config::{ConfigFile, ServerConfig};
+pub use server::{Server, ServerHandle, spawn};

@@ -1,0 +1,153 @@
+//! [`Shared`]: what every connection and every command sees (the store, the key locks, the
+//! SCAN cursors, the settings, the server's counters), and [`Session`]: what one connection
+//! remembers between commands.
+//!
+//! Thread-safety: `Shared` is `Sync` (the store is, the lock table and cursor table lock
+//! internally, counters are relaxed atomics: they order nothing). A `Session` belongs to
+//! one connection and travels with its batch to the thread that runs it.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
+
+use tierkv::{Db, DurabilityMode};
+
+use crate::config::ServerConfig;
+use crate::cursors::CursorTable;
+use crate::locks::KeyLocks;
+
+/// Counters the server keeps for INFO.
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    /// Connections open now.
+    pub connected_clients: AtomicUsize,
+    /// Connections accepted since start (refused ones included).
+    pub total_connections: AtomicU64,
+    /// Connections refused by `max_clients`.
+    pub rejected_connections: AtomicU64,
+    /// Commands run.
+    pub total_commands: AtomicU64,
+    /// Key lookups that found the key.
+    pub keyspace_hits: AtomicU64,
+    /// Key lookups that did not.
+    pub keyspace_misses: AtomicU64,
+    /// Bytes read from clients.
+    pub net_input_bytes: AtomicU64,
+    /// Bytes written to clients.
+    pub net_output_bytes: AtomicU64,
+    /// Times a connection stopped reading because its client had not read its replies.
+    pub output_throttles: AtomicU64,
+    /// Connections closed for a protocol error.
+    pub protocol_errors: AtomicU64,
+    /// Source of client ids.
+    next_client_id: AtomicU64,
+}
+
+impl ServerStats {
+    /// A fresh client id (1, 2, ...).
+    pub fn next_client_id(&self) -> u64 {
+        self.next_client_id.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Reads a counter.
+    pub fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+
+    /// Adds the tally of one batch.
+    pub fn add(&self, t: &Tally) {
+        let add = |c: &AtomicU64, n: u64| {
+            if n > 0 {
+                c.fetch_add(n, Ordering::Relaxed);
+            }
+        };
+        add(&self.total_commands, t.commands);
+        add(&self.keyspace_hits, t.hits);
+        add(&self.keyspace_misses, t.misses);
+    }
+}
+
+/// Counters of one batch, added to [`ServerStats`] once per batch (not per command, to keep
+/// shared cache lines quiet).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Tally {
+    /// Commands run.
+    pub commands: u64,
+    /// Lookups that found their key.
+    pub hits: u64,
+    /// Lookups that did not.
+    pub misses: u64,
+}
+
+/// Everything the connections share.
+#[derive(Debug)]
+pub struct Shared {
+    /// The store.
+    pub db: Db,
+    /// Per-key atomicity.
+    pub locks: KeyLocks,
+    /// Resume keys of unfinished SCANs.
+    pub cursors: CursorTable,
+    /// Settings.
+    pub config: ServerConfig,
+    /// Counters.
+    pub stats: ServerStats,
+    /// When the server started.
+    pub started: Instant,
+    /// The port actually bound (for INFO).
+    pub port: u16,
+    /// The pmem durability mode the store was opened with (for INFO).
+    pub pmem_mode: DurabilityMode,
+}
+
+impl Shared {
+    /// Shared state over an open store.
+    pub fn new(db: Db, pmem_mode: DurabilityMode, config: ServerConfig, port: u16) -> Shared {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        Shared {
+            db,
+            locks: KeyLocks::default(),
+            cursors: CursorTable::new(seed.rotate_left(17) ^ u64::from(std::process::id())),
+            config,
+            stats: ServerStats::default(),
+            started: Instant::now(),
+            port,
+            pmem_mode,
+        }
+    }
+
+    /// The longest argument a request may carry: a key or a value.
+    pub fn max_arg_len(&self) -> usize {
+        let l = self.db.limits();
+        l.max_value_len.max(l.max_key_len)
+    }
+}
+
+/// What one connection remembers.
+#[derive(Debug, Default)]
+pub struct Session {
+    /// `CLIENT ID`.
+    pub id: u64,
+    /// False until `AUTH` succeeds when a password is required.
+    pub authenticated: bool,
+    /// `CLIENT SETNAME`.
+    pub name: Option<Vec<u8>>,
+    /// `CLIENT SETINFO LIB-NAME`.
+    pub lib_name: Option<Vec<u8>>,
+    /// `CLIENT SETINFO LIB-VER`.
+    pub lib_ver: Option<Vec<u8>>,
+    /// Set by `QUIT`: close after the reply.
+    pub quit: bool,
+}
+
+impl Session {
+    /// A new connection's session.
+    pub fn new(id: u64, password_required: bool) -> Session {
+        Session {
+            id,
+            authenticated: !password_required,
+            ..Session::default()
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! End to end with the real binary: start `tierkv-server` on a temp dir, write through it,
+//! stop it with SIGTERM while a pipeline is in flight (it must answer whole replies and
+//! exit 0), restart it on the same directory, read back.
+//!
+//! The engine is a parameter: `TIERKV_E2E_ENGINES=spec,spec` (default: the engines of this
+//! build that exist today, `dram:btree` and `dram:hash`). For a volatile engine the
+//! restarted store must be empty and healthy; for a persistent one every acknowledged
+//! write must be there.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers: a failure here is a test failure"
+)]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use redis::{Commands, cmd};
+
+/// A running `tierkv-server` process.
+struct Proc {
+    child: Child,
+    addr: SocketAddr,
+    log: std::thread::JoinHandle<String>,
+}
+
+fn start(dir: &Path, engine: Option<&str>) -> Proc {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tierkv-server"));
+    c.arg("--dir").arg(dir).arg("--bind").arg("127.0.0.1:0");
+    if let Some(e) = engine {
+        c.arg("--engine").arg(e);
+    }
+    let mut child = c.stderr(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = String::new();
+    let addr = loop {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("server exited before listening:\n{seen}"))
+            .unwrap();
+        seen.push_str(&line);
+        seen.push('\n');
+        if let Some(a) = line.strip_prefix("tierkv serve: listening on ") {
+            break a.parse().unwrap();
+        }
+    };
+    let log = std::thread::spawn(move || {
+        for l in lines.map_while(Result::ok) {
+            seen.push_str(&l);
+            seen.push('\n');
+        }
+        seen
+    });
+    Proc { child, addr, log }
+}
+
+impl Proc {
+    fn client(&self) -> redis::Connection {
+        redis::Client::open(format!("redis://{}/", self.addr))
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    }
+
+    fn sigterm(&self) {
+        let ok = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+
+    /// Waits for the process to exit; returns its status and its stderr.
+    fn wait(mut self) -> (ExitStatus, String) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return (status, self.log.join().unwrap());
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("the server did not exit after SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn engines() -> Vec<String> {
+    std::env::var("TIERKV_E2E_ENGINES")
+        .map(|v| v.split(',').map(str::to_owned).collect())
+        .unwrap_or_else(|_| vec!["dram:btree".into(), "dram:hash".into()])
+}
+
+#[test]
+fn sigterm_finishes_in_flight_work_exits_0_and_the_store_reopens() {
+    for engine in engines() {
+        let name = engine.split([':', '@']).next().unwrap();
+        let volatile = tierkv::descriptor(name).unwrap().volatile;
+        let dir = tempfile::tempdir().unwrap();
+        let p = start(dir.path(), Some(&engine));
+        let mut c = p.client();
+        c.set::<_, _, ()>("greeting", "hello").unwrap();
+        c.hset::<_, _, _, i64>("h", "f", "v").unwrap();
+        c.incr::<_, _, i64>("n", 41).unwrap();
+        let acked = sigterm_during_a_pipeline(&p);
+        let (status, log) = p.wait();
+        assert!(status.success(), "{engine}: exit status {status}\n{log}");
+        assert!(
+            log.contains("SIGTERM: finishing in-flight commands"),
+            "{log}"
+        );
+        assert!(log.contains("stopped; the store is closed"), "{log}");
+
+        // Restart without --engine: the store's own engine is used.
+        let p = start(dir.path(), None);
+        let mut c = p.client();
+        if volatile {
+            assert_eq!(cmd("DBSIZE").query::<i64>(&mut c).unwrap(), 0, "{engine}");
+            assert_eq!(c.get::<_, Option<String>>("greeting").unwrap(), None);
+        } else {
+            assert_eq!(c.get::<_, String>("greeting").unwrap(), "hello", "{engine}");
+            assert_eq!(c.hget::<_, _, String>("h", "f").unwrap(), "v");
+            assert_eq!(c.get::<_, i64>("n").unwrap(), 41);
+            for i in 0..acked {
+                assert!(
+                    c.exists::<_, bool>(format!("p{i}")).unwrap(),
+                    "{engine}: acked p{i} lost"
+                );
+            }
+        }
+        // Healthy either way.
+        c.set::<_, _, ()>("after", "restart").unwrap();
+        assert_eq!(c.get::<_, String>("after").unwrap(), "restart");
+        drop(c);
+        p.sigterm();
+        let (status, log) = p.wait();
+        assert!(status.success(), "{engine}: second exit {status}\n{log}");
+    }
+}
+
+/// Sends a large pipeline, SIGTERMs the server once replies flow, reads what comes back;
+/// returns how many writes were acknowledged (all replies must be whole).
+fn sigterm_during_a_pipeline(p: &Proc) -> usize {
+    let mut s = TcpStream::connect(p.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut burst = Vec::new();
+    for i in 0..50_000 {
+        burst.extend(common::resp(&[b"SET", format!("p{i}").as_bytes(), b"x"]));
+    }
+    let mut w = s.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        let _ = w.write_all(&burst);
+    });
+    let mut first = [0u8; 5];
+    s.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"+OK\r\n");
+    p.sigterm();
+    let rest = common::read_until(&mut s, |_| false);
+    assert_eq!(rest.len() % 5, 0, "a torn reply");
+    assert!(rest.chunks(5).all(|r| r == b"+OK\r\n"));
+    writer.join().unwrap();
+    1 + rest.len() / 5
+}

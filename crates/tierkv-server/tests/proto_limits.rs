@@ -1,0 +1,206 @@
+//! Limits: the store's key and value limits as Redis-style errors, over-long bulk lengths
+//! refused before buffering, the request, reply and client bounds, and the throttle of a
+//! client that sends without reading.
+
+mod common;
+
+use std::io::{ErrorKind, Write};
+use std::time::{Duration, Instant};
+
+use redis::{Commands, cmd};
+use tierkv::{ByteSize, Limits, Options};
+use tierkv_server::ServerConfig;
+
+const VALUE_LIMIT: usize = 64 << 10;
+
+fn small_limits(config: ServerConfig) -> common::TestServer {
+    let options = Options::default().engine("dram:btree").limits(Limits {
+        max_key_len: 1024,
+        max_value_len: VALUE_LIMIT,
+    });
+    common::start_with(options, config)
+}
+
+#[test]
+fn key_and_value_limits_are_errors_and_write_nothing() {
+    let srv = small_limits(common::test_config());
+    let mut c = srv.client();
+    let long_key = "k".repeat(1025);
+    let e = common::error_of(&mut c, cmd("SET").arg(&long_key).arg("v"));
+    assert_eq!(
+        e,
+        "ERR key of 1025 bytes is longer than the limit of 1024 bytes"
+    );
+    let e = common::error_of(&mut c, cmd("SET").arg("").arg("v"));
+    assert_eq!(e, "ERR empty key");
+    // MSET checks every pair before writing any.
+    let e = common::error_of(
+        &mut c,
+        cmd("MSET").arg("ok").arg("1").arg(&long_key).arg("2"),
+    );
+    assert!(e.contains("longer than the limit"), "{e}");
+    assert!(
+        !c.exists::<_, bool>("ok").unwrap(),
+        "a refused MSET wrote nothing"
+    );
+    // Growing a value past the limit.
+    c.set::<_, _, ()>("s", vec![b'x'; VALUE_LIMIT - 10])
+        .unwrap();
+    let e = common::error_of(&mut c, cmd("APPEND").arg("s").arg("0123456789A"));
+    assert!(
+        e.starts_with("ERR string exceeds maximum allowed size"),
+        "{e}"
+    );
+    assert_eq!(
+        cmd("STRLEN").arg("s").query::<usize>(&mut c).unwrap(),
+        VALUE_LIMIT - 10
+    );
+    let half = vec![b'y'; VALUE_LIMIT / 2];
+    c.hset::<_, _, _, i64>("h", "a", &half).unwrap();
+    let e = common::error_of(&mut c, cmd("HSET").arg("h").arg("b").arg(&half));
+    assert!(e.contains("over the store's value limit"), "{e}");
+    assert_eq!(c.hlen::<_, i64>("h").unwrap(), 1);
+}
+
+#[test]
+fn bulk_length_over_the_limit_is_refused_before_the_bytes_arrive() {
+    let srv = small_limits(common::test_config());
+    let mut s = srv.raw();
+    // Only the header is sent: the refusal cannot depend on buffering the value.
+    let header = format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n${}\r\n", VALUE_LIMIT + 1);
+    let got = common::exchange(&mut s, header.as_bytes(), |_| false);
+    let want = format!(
+        "-ERR Protocol error: invalid bulk length {}: arguments are limited to {VALUE_LIMIT} bytes\r\n",
+        VALUE_LIMIT + 1
+    );
+    assert_eq!(String::from_utf8_lossy(&got), want);
+    // The server lives on, nothing was written.
+    let mut c = srv.client();
+    assert!(!c.exists::<_, bool>("k").unwrap());
+    // A client library sending the whole value gets the error too (not a reset).
+    let e = c
+        .set::<_, _, ()>("k", vec![b'v'; VALUE_LIMIT + 1])
+        .unwrap_err();
+    assert!(e.to_string().contains("invalid bulk length"), "{e}");
+}
+
+#[test]
+fn request_and_reply_bounds() {
+    let srv = small_limits(ServerConfig {
+        max_request_bytes: ByteSize::kib(200),
+        max_reply_bytes: ByteSize::kib(300),
+        ..common::test_config()
+    });
+    let mut c = srv.client();
+    let v = vec![b'v'; VALUE_LIMIT];
+    for i in 0..8 {
+        c.set::<_, _, ()>(format!("v{i}"), &v).unwrap();
+    }
+    let keys: Vec<String> = (0..8).map(|i| format!("v{i}")).collect();
+    let e = common::error_of(&mut c, cmd("MGET").arg(&keys));
+    assert!(
+        e.starts_with("ERR the reply would exceed max_reply_bytes"),
+        "{e}"
+    );
+    let few: Vec<Vec<u8>> = c.mget(&keys[..2]).unwrap();
+    assert_eq!(few.len(), 2, "the connection still works");
+    let mut s = srv.raw();
+    let pairs: Vec<&[u8]> = [&b"MSET"[..]]
+        .into_iter()
+        .chain((0..4).flat_map(|_| [&b"k"[..], v.as_slice()]))
+        .collect();
+    let got = common::exchange(&mut s, &common::resp(&pairs), |_| false);
+    assert!(
+        got.starts_with(b"-ERR Protocol error: request too large"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+}
+
+#[test]
+fn max_clients_is_enforced() {
+    let srv = small_limits(ServerConfig {
+        max_clients: 2,
+        ..common::test_config()
+    });
+    let mut a = srv.client();
+    let b = srv.client();
+    let mut third = srv.raw();
+    let got = common::read_until(&mut third, |_| false);
+    assert_eq!(got, b"-ERR max number of clients reached\r\n");
+    drop(b);
+    // The slot frees once the server sees the departure.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut c = loop {
+        let client = redis::Client::open(format!("redis://{}/", srv.addr)).unwrap();
+        if let Ok(mut c) = client.get_connection()
+            && cmd("PING").query::<String>(&mut c).is_ok()
+        {
+            break c;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the freed slot never became usable"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(cmd("PING").query::<String>(&mut c).unwrap(), "PONG");
+    let info: String = cmd("INFO").arg("stats").query(&mut a).unwrap();
+    assert!(!info.contains("rejected_connections:0\r\n"), "{info}");
+}
+
+#[test]
+fn a_client_that_does_not_read_is_throttled_not_buffered() {
+    let srv = small_limits(common::test_config());
+    let mut c = srv.client();
+    const VALUE: usize = 16 << 10;
+    const PAD: usize = 4000;
+    c.set::<_, _, ()>("mid", vec![b'b'; VALUE]).unwrap();
+    // Each round is a 4 KiB ECHO and a GET of a 16 KiB value: unthrottled, the server would
+    // buffer five times what the client sends, without end.
+    let pad = "p".repeat(PAD);
+    let mut one = format!("*2\r\n$4\r\nECHO\r\n${PAD}\r\n{pad}\r\n").into_bytes();
+    one.extend_from_slice(b"*2\r\n$3\r\nGET\r\n$3\r\nmid\r\n");
+    let mut s = srv.raw();
+    s.set_nonblocking(true).unwrap();
+    // `sent` counts bytes of the endless stream `one one one ...` written so far.
+    let (mut sent, mut stalled_since) = (0usize, None::<Instant>);
+    let cap = 256 << 20;
+    while sent < cap {
+        let at = sent % one.len();
+        match s.write(&one[at..]) {
+            Ok(n) => {
+                sent += n;
+                stalled_since = None;
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                let since = *stalled_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_millis(500) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("write failed: {e}"),
+        }
+    }
+    assert!(
+        sent < cap,
+        "the server kept reading a client that never reads"
+    );
+    let requests = sent.div_ceil(one.len());
+    println!("client stalled after {sent} bytes ({requests} rounds)");
+    let info: String = cmd("INFO").arg("stats").query(&mut c).unwrap();
+    assert!(!info.contains("tierkv_output_throttles:0\r\n"), "{info}");
+    // Now read every reply (in order, intact) while the last round is completed.
+    s.set_nonblocking(false).unwrap();
+    let echo_reply = PAD + format!("${PAD}\r\n").len() + 2;
+    let get_reply = VALUE + format!("${VALUE}\r\n").len() + 2;
+    let total = requests * (echo_reply + get_reply);
+    let mut reader = s.try_clone().unwrap();
+    let replies = std::thread::spawn(move || common::read_until(&mut reader, |b| b.len() >= total));
+    let rest = (requests * one.len()) - sent;
+    s.write_all(&one[one.len() - rest..]).unwrap();
+    let got = replies.join().unwrap();
+    assert_eq!(got.len(), total);
+    assert!(got.ends_with(b"bbbb\r\n"));
+}

@@ -1,0 +1,445 @@
+//! The command-line front of the harness: [`StressArgs`] (a clap `Args` struct the `tierkv`
+//! binary embeds as `tierkv stress`, and the `tierkv-stress` binary parses on its own) and
+//! [`run`], which prints the seed first, runs the mode and prints the verdict last (issue 5,
+//! item 4).
+//!
+//! Output (stdout): `tierkv stress: seed S`, a header line describing the run, one line per
+//! round with `--verbose`, then any failures and violations (one per line, each naming the
+//! key, what it should have held and what was found) and a one-line verdict with the
+//! counters. `run` returns the verdict; the binaries exit non-zero when it is false.
+//!
+//! Thread safety: `run` runs on the caller's thread.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+use tierkv::{ByteSize, DurabilityMode, IoBackend, Tier};
+
+use crate::expected_state::KeySpace;
+use crate::modes::{self, Budget, RunConfig};
+use crate::report::RunReport;
+use crate::target::{Target, TierConfig};
+use crate::value_codec::{MIN_VALUE_LEN, ValueSizes};
+use crate::workload::{OpMix, WorkloadConfig};
+
+/// The crash modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// A child process runs the workload; the parent SIGKILLs it at a random moment,
+    /// reopens the store and verifies it (with `--pmem-mode tracked`: a power-loss kill).
+    Kill,
+    /// In-process crash images of a Tracked pmem pool, each recovered and verified.
+    PmemImage,
+    /// In-process flash crashes (unsynced writes dropped or torn) and injected EIO/ENOSPC.
+    FlashFaults,
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mode::Kill => "kill",
+            Mode::PmemImage => "pmem-image",
+            Mode::FlashFaults => "flash-faults",
+        })
+    }
+}
+
+/// A duration as people write it: `90`, `90s`, `500ms`, `2m`, `1h`, `1.5s`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HumanDuration(pub Duration);
+
+impl FromStr for HumanDuration {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let n: f64 = num
+            .parse()
+            .map_err(|_| format!("duration {s:?}: expected a number with s, ms, m or h"))?;
+        let secs = match unit.trim() {
+            "" | "s" => n,
+            "ms" => n / 1e3,
+            "m" | "min" => n * 60.0,
+            "h" => n * 3600.0,
+            u => {
+                return Err(format!(
+                    "duration {s:?}: unknown unit {u:?} (use ms, s, m, h)"
+                ));
+            }
+        };
+        Duration::try_from_secs_f64(secs)
+            .map(HumanDuration)
+            .map_err(|e| format!("duration {s:?}: {e}"))
+    }
+}
+
+/// `tierkv stress`: crash, fault and bad-input testing of an engine.
+#[derive(Args, Debug, Clone)]
+pub struct StressArgs {
+    /// Engine spec to stress (`tierkv engines` lists them; volatile engines are refused).
+    #[arg(long, value_name = "SPEC")]
+    pub engine: String,
+    /// Crash mode.
+    #[arg(long, value_enum, default_value_t = Mode::Kill)]
+    pub mode: Mode,
+    /// Client threads.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub threads: usize,
+    /// Run for this long (e.g. 2m); with --rounds, whichever ends first. Default: 20
+    /// rounds when neither is given.
+    #[arg(long, value_name = "DURATION")]
+    pub duration: Option<HumanDuration>,
+    /// Run this many rounds (crash + recovery + verification each).
+    #[arg(long, value_name = "N")]
+    pub rounds: Option<u64>,
+    /// Working directory (must be absent or empty; kept when the run fails). Default: a
+    /// new directory under the system's temporary directory.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Seed of every random choice; printed first, so that a failure can be replayed.
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// Size of the key space (small, so that overwrites and deletes of a key are frequent).
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    pub keys: u32,
+    /// Longest value (lengths are skewed: half are at most 64 bytes).
+    #[arg(long, default_value = "16KiB", value_name = "SIZE")]
+    pub max_value: ByteSize,
+    /// Operation weights PUT,DELETE,GET,SCAN.
+    #[arg(long, default_value = "45,15,30,10", value_name = "WEIGHTS")]
+    pub mix: OpMix,
+    /// Longest scan (rows).
+    #[arg(long, default_value_t = 32, value_name = "N")]
+    pub max_scan: usize,
+    /// Longest workload phase of a round; the crash comes at a random moment within it.
+    #[arg(long, default_value = "500ms", value_name = "DURATION")]
+    pub round_time: HumanDuration,
+    /// Directory for pmem pool files (e.g. /dev/shm). Default: inside the working directory.
+    #[arg(long, value_name = "DIR")]
+    pub pmem_path: Option<PathBuf>,
+    /// Pmem pool size.
+    #[arg(long, default_value = "64MiB", value_name = "SIZE")]
+    pub pmem_size: ByteSize,
+    /// Pool mode for kill mode: msync (default), volatile, or tracked (a power-loss kill:
+    /// the store is recovered from a crash image taken at the moment of the kill). The
+    /// in-process modes always use tracked.
+    #[arg(long, value_name = "MODE")]
+    pub pmem_mode: Option<DurabilityMode>,
+    /// Directory for flash directories. Default: inside the working directory.
+    #[arg(long, value_name = "DIR")]
+    pub flash_path: Option<PathBuf>,
+    /// Flash capacity.
+    #[arg(long, default_value = "1GiB", value_name = "SIZE")]
+    pub flash_size: ByteSize,
+    /// Flash I/O back end: auto, uring or threads.
+    #[arg(long, default_value = "auto", value_name = "BACKEND")]
+    pub io_backend: IoBackend,
+    /// Fraction of pmem crash images whose 8-byte words are torn independently (the rest
+    /// are line-level).
+    #[arg(long, default_value_t = 0.5, value_name = "F")]
+    pub tear_fraction: f64,
+    /// Fraction of flash-faults rounds with an injected EIO or ENOSPC.
+    #[arg(long, default_value_t = 0.5, value_name = "F")]
+    pub fault_fraction: f64,
+    /// Keep the working directory after a passing run.
+    #[arg(long)]
+    pub keep: bool,
+    /// Print one line per round.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Internal: run as the child of kill mode, in this working directory.
+    #[arg(long, hide = true, value_name = "DIR")]
+    pub kill_child: Option<PathBuf>,
+}
+
+impl StressArgs {
+    /// Checks the numbers that clap cannot.
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.threads == 0 || self.threads > 1024 {
+            bail!("--threads {}: between 1 and 1024", self.threads);
+        }
+        if self.keys == 0 || self.keys > 10_000_000 {
+            bail!("--keys {}: between 1 and 10000000", self.keys);
+        }
+        if self.rounds == Some(0) {
+            bail!("--rounds 0 runs nothing");
+        }
+        for (name, f) in [
+            ("--tear-fraction", self.tear_fraction),
+            ("--fault-fraction", self.fault_fraction),
+        ] {
+            if !(0.0..=1.0).contains(&f) {
+                bail!("{name} {f}: a fraction between 0 and 1");
+            }
+        }
+        if self.round_time.0 < Duration::from_millis(1) {
+            bail!("--round-time must be at least 1ms");
+        }
+        Ok(())
+    }
+}
+
+/// Builds the run's configuration (shared by the parent and the child of kill mode).
+pub(crate) fn config(args: &StressArgs, seed: u64, work_dir: PathBuf) -> anyhow::Result<RunConfig> {
+    args.validate()?;
+    let target = Target::resolve(&args.engine)?;
+    let max_value = usize::try_from(args.max_value.bytes())
+        .unwrap_or(usize::MAX)
+        .min(target.max_value_len());
+    if max_value < MIN_VALUE_LEN {
+        bail!(
+            "--max-value {}: stress values need at least {MIN_VALUE_LEN} bytes",
+            args.max_value
+        );
+    }
+    let rounds = match (args.rounds, args.duration) {
+        (None, None) => Some(20),
+        (r, _) => r,
+    };
+    Ok(RunConfig {
+        tiers: TierConfig {
+            pmem_dir: args.pmem_path.clone(),
+            pmem_size: args.pmem_size,
+            flash_dir: args.flash_path.clone(),
+            flash_size: args.flash_size,
+            io_backend: args.io_backend,
+        },
+        pmem_mode: args.pmem_mode,
+        workload: WorkloadConfig {
+            threads: args.threads,
+            mix: args.mix,
+            max_scan: args.max_scan,
+            sizes: ValueSizes::up_to(max_value),
+            seed,
+        },
+        space: KeySpace::new(args.keys),
+        work_dir,
+        round_time: args.round_time.0,
+        budget: Budget {
+            rounds,
+            duration: args.duration.map(|d| d.0),
+            start: Instant::now(),
+        },
+        tear_fraction: args.tear_fraction,
+        fault_fraction: args.fault_fraction,
+        seed,
+        verbose: args.verbose,
+        target,
+    })
+}
+
+/// Creates the working directory, refusing one that holds anything.
+fn prepare_work_dir(args: &StressArgs, seed: u64) -> anyhow::Result<PathBuf> {
+    let dir = args.dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("tierkv-stress-{seed}-{}", std::process::id()))
+    });
+    if let Ok(mut entries) = std::fs::read_dir(&dir)
+        && entries.next().is_some()
+    {
+        bail!(
+            "--dir {} is not empty; give an empty or new directory (the harness never \
+             deletes what it did not create)",
+            dir.display()
+        );
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Refuses engine/mode combinations that cannot work, with the reason.
+fn check_engine(cfg: &RunConfig, mode: Mode) -> anyhow::Result<()> {
+    let d = cfg.target.desc;
+    if d.volatile {
+        bail!(
+            "engine {} is volatile (nothing survives a restart): there is nothing to \
+             recover, so no crash mode applies to it",
+            d.name
+        );
+    }
+    match mode {
+        Mode::Kill => modes::kill::check_engine(cfg),
+        Mode::PmemImage => modes::pmem_image::check_engine(cfg),
+        Mode::FlashFaults => modes::flash_faults::check_engine(cfg),
+    }
+}
+
+fn describe(cfg: &RunConfig, mode: Mode) -> String {
+    let t = &cfg.target;
+    let mut tiers = Vec::new();
+    if t.uses(Tier::Pmem) {
+        let m = match mode {
+            Mode::Kill => cfg.pmem_mode.unwrap_or_default(),
+            _ => DurabilityMode::Tracked,
+        };
+        tiers.push(format!(
+            "pmem {} in mode {m} ({})",
+            cfg.tiers.pmem_size,
+            m.guarantee()
+        ));
+    }
+    if t.uses(Tier::Flash) {
+        tiers.push(format!("flash {}", cfg.tiers.flash_size));
+    }
+    let budget = match (cfg.budget.rounds, cfg.budget.duration) {
+        (Some(r), Some(d)) => format!("{r} rounds or {:.0} s", d.as_secs_f64()),
+        (Some(r), None) => format!("{r} rounds"),
+        (None, Some(d)) => format!("{:.0} s", d.as_secs_f64()),
+        (None, None) => "unbounded".to_owned(),
+    };
+    format!(
+        "engine {}, mode {mode}, {} threads, {} keys, values {MIN_VALUE_LEN} B..{} B, mix \
+         put,delete,get,scan = {}, {budget}, rounds up to {:.0} ms; {}; dir {}",
+        t.spec,
+        cfg.workload.threads,
+        cfg.space.count(),
+        cfg.workload.sizes.max,
+        cfg.workload.mix,
+        cfg.round_time.as_secs_f64() * 1e3,
+        tiers.join(", "),
+        cfg.work_dir.display()
+    )
+}
+
+/// Runs `tierkv stress`; returns the verdict (true: no violation, no failure). `Err` is for
+/// runs that could not start (bad arguments, an engine the mode cannot test, an unusable
+/// directory) or a harness failure.
+pub fn run(args: &StressArgs) -> anyhow::Result<bool> {
+    if let Some(work) = &args.kill_child {
+        return modes::kill::child_main(args, work);
+    }
+    let seed = args.seed.unwrap_or_else(rand::random);
+    println!("tierkv stress: seed {seed}");
+    // Validate before touching the file system.
+    let probe = config(args, seed, PathBuf::new())?;
+    check_engine(&probe, args.mode)?;
+    let work_dir = prepare_work_dir(args, seed)?;
+    let cfg = config(args, seed, work_dir.clone())?;
+    println!("{}", describe(&cfg, args.mode));
+    let mut report = RunReport::default();
+    let started = Instant::now();
+    let outcome = match args.mode {
+        Mode::Kill => modes::kill::run(&cfg, &mut report),
+        Mode::PmemImage => modes::pmem_image::run(&cfg, &mut report),
+        Mode::FlashFaults => modes::flash_faults::run(&cfg, &mut report),
+    };
+    report.elapsed = started.elapsed();
+    if let Err(e) = outcome {
+        report.fail(format!("the harness stopped: {e:#}"));
+    }
+    print!("{}", report.render(seed));
+    if report.passed() && !args.keep {
+        modes::remove_path(&work_dir)
+            .with_context(|| format!("removing {}", work_dir.display()))?;
+    } else {
+        println!("data kept in {}", work_dir.display());
+        for k in &report.kept {
+            println!("data kept: {k}");
+        }
+    }
+    Ok(report.passed())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: StressArgs,
+    }
+
+    fn parse(line: &[&str]) -> Result<StressArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("tierkv-stress").chain(line.iter().copied()))
+            .map(|c| c.args)
+    }
+
+    #[test]
+    fn durations_parse_with_units() {
+        let d = |s: &str| s.parse::<HumanDuration>().map(|d| d.0);
+        assert_eq!(d("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(d("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(d("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(d("1.5s"), Ok(Duration::from_millis(1500)));
+        assert!(d("soon").is_err());
+        assert!(d("5 fortnights").is_err());
+    }
+
+    #[test]
+    fn flags_parse_and_defaults_hold() {
+        let a = parse(&[
+            "--engine",
+            "reflog",
+            "--mode",
+            "pmem-image",
+            "--seed",
+            "7",
+            "--duration",
+            "2m",
+        ])
+        .unwrap();
+        assert_eq!(a.mode, Mode::PmemImage);
+        assert_eq!(a.seed, Some(7));
+        assert_eq!(a.duration, Some(HumanDuration(Duration::from_secs(120))));
+        assert_eq!(a.threads, 4);
+        assert_eq!(a.mix, OpMix::default());
+        assert!(parse(&["--mode", "kill"]).is_err(), "--engine is required");
+        assert!(parse(&["--engine", "x", "--mode", "bogus"]).is_err());
+    }
+
+    #[test]
+    fn nonsense_numbers_are_refused_before_anything_runs() {
+        for bad in [
+            &["--engine", "dram", "--threads", "0"][..],
+            &["--engine", "dram", "--keys", "0"],
+            &["--engine", "dram", "--rounds", "0"],
+            &["--engine", "dram", "--tear-fraction", "1.5"],
+            &["--engine", "dram", "--max-value", "4"],
+        ] {
+            let a = parse(bad).unwrap();
+            assert!(config(&a, 1, PathBuf::new()).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn volatile_engines_are_refused_with_the_reason() {
+        let a = parse(&["--engine", "dram", "--rounds", "1"]).unwrap();
+        let cfg = config(&a, 1, PathBuf::new()).unwrap();
+        let e = check_engine(&cfg, Mode::Kill).unwrap_err().to_string();
+        assert!(e.contains("volatile"), "{e}");
+        assert!(e.contains("nothing to recover"), "{e}");
+    }
+
+    #[cfg(feature = "reference-engine")]
+    #[test]
+    fn modes_refuse_engines_without_their_tier() {
+        let a = parse(&["--engine", "reflog"]).unwrap();
+        let cfg = config(&a, 1, PathBuf::new()).unwrap();
+        let e = check_engine(&cfg, Mode::FlashFaults)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("writes nothing to flash"), "{e}");
+        let a = parse(&["--engine", "reflog-flash"]).unwrap();
+        let cfg = config(&a, 1, PathBuf::new()).unwrap();
+        let e = check_engine(&cfg, Mode::PmemImage).unwrap_err().to_string();
+        assert!(e.contains("keeps nothing on pmem"), "{e}");
+        check_engine(&cfg, Mode::Kill).unwrap();
+    }
+
+    #[test]
+    fn a_non_empty_dir_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("precious"), b"x").unwrap();
+        let a = parse(&["--engine", "dram", "--dir", d.path().to_str().unwrap()]).unwrap();
+        let e = prepare_work_dir(&a, 1).unwrap_err().to_string();
+        assert!(e.contains("not empty"), "{e}");
+        assert!(d.path().join("precious").exists());
+    }
+}

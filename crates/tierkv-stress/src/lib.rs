@@ -1,0 +1,40 @@
+//! # tierkv-stress
+//!
+//! The reliability harness of tierkv (issue 5; DESIGN §4, "Failure model"; STYLE §7,
+//! "Crash" and "Fault"): the checks the most trusted stores run on themselves — RocksDB's
+//! db_stress with its expected-state oracle and crash test, LevelDB's fault-injection test,
+//! PMDK's pmreorder — built once, generic over the engine name, so every engine registered
+//! in `tierkv::ENGINES` gets them for free.
+//!
+//! - [`expected_state`]: a word per key (acknowledged version, pending bits), so the
+//!   verifier tells "acknowledged and lost" from "in flight";
+//! - [`value_codec`]: values that carry their key's hash, their version and a checksum;
+//! - [`workload`]: N threads of put / delete / get / scan, every read checked live;
+//! - [`verify`]: the per-key windows, the full verification after recovery, [`Violation`];
+//! - [`modes`]: `kill`, `pmem-image`, `flash-faults`;
+//! - [`report`]: the counters and the verdict;
+//! - `reference` (feature `reference-engine`): a small correct persistent engine and two
+//!   broken variants, which prove that the harness catches bugs.
+//!
+//! The command line ([`StressArgs`], [`run`]) is `tierkv stress` and the `tierkv-stress`
+//! binary. See the crate's README for the modes, the flags, what a violation report looks
+//! like and the long runs to do by hand.
+//!
+//! Thread safety: see each module; [`run`] owns every thread it starts and joins them.
+
+#![forbid(unsafe_code)]
+
+mod cli;
+pub mod expected_state;
+pub mod modes;
+#[cfg(feature = "reference-engine")]
+pub mod reference;
+pub mod report;
+pub mod target;
+pub mod value_codec;
+pub mod verify;
+pub mod workload;
+
+pub use cli::{HumanDuration, Mode, StressArgs, run};
+pub use report::RunReport;
+pub use verify::Violation;

@@ -1,0 +1,94 @@
+//! The reference engines: small but correct persistent engines that exist only to prove
+//! that the stress harness catches bugs (issue 5, first acceptance point), plus
+//! deliberately broken variants of them. They are compiled only with the
+//! `reference-engine` feature and are never registered in `tierkv::ENGINES`; the harness
+//! resolves them by name ([`descriptor`]) after the registry.
+//!
+//! - `reflog` ([`pmem_log`]): an append-only record log on the pmem pool, committed by an
+//!   8-byte commit word, with a DRAM index rebuilt by replaying the log at open;
+//! - `reflog-flash` ([`flash_log`]): the same log in segment files on the flash tier,
+//!   committed by fdatasync, with a ping-pong superblock for compaction.
+//!
+//! Variants (after `:`): `correct` (the default), `ack-before-persist` (acknowledges a
+//! write before it is durable), `skip-persist` (skips one persist of its protocol). Each
+//! engine module's doc states its protocol and exactly what its broken variants skip.
+//!
+//! Records share one codec ([`record`]), which has a fuzz target.
+//!
+//! Thread safety: both engines are `Send + Sync`; see each module.
+
+pub mod flash_log;
+mod log_core;
+pub mod pmem_log;
+pub mod record;
+
+use std::sync::Arc;
+
+use tierkv_core::{EngineContext, EngineDescriptor, KvStore, Result, Tier};
+
+/// The deliberate bug of a variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The correct engine.
+    None,
+    /// Acknowledges writes before they are durable.
+    AckBeforePersist,
+    /// Skips one persist (or sync) of the commit protocol.
+    SkipPersist,
+}
+
+/// The variants, default first.
+pub const VARIANTS: &[&str] = &["correct", "ack-before-persist", "skip-persist"];
+
+fn fault_of(desc: &EngineDescriptor, ctx: &EngineContext) -> Result<Fault> {
+    Ok(match desc.variant(&ctx.spec)? {
+        "ack-before-persist" => Fault::AckBeforePersist,
+        "skip-persist" => Fault::SkipPersist,
+        _ => Fault::None,
+    })
+}
+
+/// The pmem reference engine.
+pub static REFLOG: EngineDescriptor = EngineDescriptor {
+    name: "reflog",
+    variants: VARIANTS,
+    summary: "TEST ONLY: append-only record log on pmem (the stress harness's reference engine)",
+    tiers: &[Tier::Pmem],
+    volatile: false,
+    min_pmem_size: 64 << 10,
+    max_value_len: None,
+    open: open_reflog,
+};
+
+/// The flash reference engine.
+pub static REFLOG_FLASH: EngineDescriptor = EngineDescriptor {
+    name: "reflog-flash",
+    variants: VARIANTS,
+    summary: "TEST ONLY: append-only record log on flash (the stress harness's reference engine)",
+    tiers: &[Tier::Flash],
+    volatile: false,
+    min_pmem_size: 0,
+    max_value_len: None,
+    open: open_reflog_flash,
+};
+
+fn open_reflog(ctx: EngineContext) -> Result<Arc<dyn KvStore>> {
+    let fault = fault_of(&REFLOG, &ctx)?;
+    ctx.spec.params().finish()?;
+    pmem_log::open(ctx, fault)
+}
+
+fn open_reflog_flash(ctx: EngineContext) -> Result<Arc<dyn KvStore>> {
+    let fault = fault_of(&REFLOG_FLASH, &ctx)?;
+    let mut params = ctx.spec.params();
+    let segment = params.take("segment", tierkv_core::ByteSize(flash_log::DEFAULT_SEGMENT))?;
+    params.finish()?;
+    flash_log::open(ctx, fault, segment.bytes())
+}
+
+/// The reference engine called `name`, if any.
+pub fn descriptor(name: &str) -> Option<&'static EngineDescriptor> {
+    [&REFLOG, &REFLOG_FLASH]
+        .into_iter()
+        .find(|d| d.name == name)
+}

@@ -1,0 +1,469 @@
+//! `reflog`: the reference engine on pmem, an append-only record log with a DRAM index.
+//!
+//! Layout in the pool (root word 0 holds the offset of the log header, `data_start()`):
+//!
+//! ```text
+//! header line (64 bytes at data_start):
+//!   0   8  magic     b"TKREFLOG"
+//!   8   8  commit    bit 63: the active half; bits 0..63: the committed tail (bytes)
+//!   16  8  half_len  bytes per half
+//! half 0: [data_start + 64, + half_len)      half 1: [data_start + 64 + half_len, + half_len)
+//! ```
+//! Records ([`super::record`]) are appended to the active half; the commit word is the only
+//! thing that makes them part of the store.
+//!
+//! # Commit protocol (correct variant)
+//! put/delete, under the writer lock: (1) write the record after the committed tail,
+//! (2) persist it, (3) store the new commit word (one aligned 8-byte store: never torn),
+//! (4) persist the commit word, (5) update the DRAM index, (6) return (acknowledged).
+//! Crash cases: before (3) persisted, the commit word still holds the old tail and the
+//! record is ignored (an unacknowledged write, absent); after (4) the record is persisted
+//! and committed. Recovery scans `[0, tail)` of the active half: every record there must
+//! decode with a valid checksum and consecutive sequence numbers, else the pool is
+//! corrupt ([`Error::Corruption`]) — a correct writer never commits a torn record.
+//!
+//! Compaction (when the active half is full): write every live pair as a record into the
+//! other half, persist it, then switch halves and tail with one commit-word store + persist.
+//! A crash before the switch leaves the old half active and intact.
+//!
+//! # Broken variants (to prove the stress harness catches bugs)
+//! - `ack-before-persist`: steps (2) and (4) are deferred and done for 16 writes at once
+//!   (a group commit that acknowledges before the group is durable);
+//! - `skip-persist`: step (4) is skipped: the commit word is stored but never persisted.
+//!
+//! Thread safety: writers serialise on `writer`; readers only take the index's read lock
+//! (values are served from DRAM; pmem is read only at recovery).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use tierkv_core::media::pmem::PmemPool;
+use tierkv_core::{EngineContext, Error, KvPair, KvStore, Result, Stats, Tier};
+
+use super::Fault;
+use super::log_core::{Index, LogCore, apply};
+use super::record::{self, Kind};
+
+/// The log header's magic, as a little-endian word.
+const MAGIC: u64 = u64::from_le_bytes(*b"TKREFLOG");
+const MAGIC_OFF: u64 = 0;
+const COMMIT_OFF: u64 = MAGIC_OFF + 8;
+const HALF_LEN_OFF: u64 = COMMIT_OFF + 8;
+/// The header takes one cache line; the halves start after it.
+const HEADER_LEN: u64 = 64;
+const HALF_BIT: u64 = 1 << 63;
+/// The root word that points at the log header.
+const ROOT_LOG: usize = 0;
+/// Writes per deferred group in the `ack-before-persist` variant.
+const DEFERRED_GROUP: u32 = 16;
+
+fn corrupt(off: u64, what: impl Into<String>) -> Error {
+    Error::corruption(Tier::Pmem, off, what)
+}
+
+/// Where things are in the pool.
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    header: u64,
+    half_len: u64,
+}
+
+impl Layout {
+    fn for_pool(pool: &PmemPool) -> Result<Layout> {
+        let header = pool.data_start();
+        let room = pool.len().saturating_sub(header + HEADER_LEN);
+        let half_len = room / 2 / 64 * 64;
+        if half_len < 4096 {
+            return Err(Error::invalid(format!(
+                "reflog needs a pmem pool of at least {} bytes",
+                header + HEADER_LEN + 2 * 4096
+            )));
+        }
+        Ok(Layout { header, half_len })
+    }
+    fn commit_off(&self) -> u64 {
+        self.header + COMMIT_OFF
+    }
+    fn half_start(&self, half: usize) -> u64 {
+        self.header + HEADER_LEN + half as u64 * self.half_len
+    }
+}
+
+/// The writer's view of the log (guarded by `PmemLog::writer`).
+#[derive(Debug)]
+struct Writer {
+    half: usize,
+    tail: u64,
+    next_seq: u64,
+    /// `ack-before-persist`: the start of the record bytes not yet persisted, and how many
+    /// writes wait.
+    deferred_from: Option<u64>,
+    deferred: u32,
+}
+
+/// The engine.
+pub struct PmemLog {
+    pool: Arc<PmemPool>,
+    layout: Layout,
+    fault: Fault,
+    writer: Mutex<Writer>,
+    core: LogCore,
+}
+
+/// Opens (formats or recovers) the log on the context's pool.
+pub(super) fn open(ctx: EngineContext, fault: Fault) -> Result<Arc<dyn KvStore>> {
+    let pool = ctx.media.require_pmem()?.clone();
+    let layout = Layout::for_pool(&pool)?;
+    let started = Instant::now();
+    let (writer, index) = if ctx.created {
+        format(&pool, layout)?
+    } else {
+        recover(&pool, layout)?
+    };
+    Ok(Arc::new(PmemLog {
+        pool,
+        layout,
+        fault,
+        writer: Mutex::new(writer),
+        core: LogCore::new(index, ctx.options.limits, started),
+    }))
+}
+
+type Opened = (Writer, Index);
+
+fn fresh_writer(half: usize, tail: u64, next_seq: u64) -> Writer {
+    Writer {
+        half,
+        tail,
+        next_seq,
+        deferred_from: None,
+        deferred: 0,
+    }
+}
+
+fn format(pool: &PmemPool, l: Layout) -> Result<Opened> {
+    let mut header = [0u8; 24];
+    header[..8].copy_from_slice(&MAGIC.to_le_bytes());
+    header[16..24].copy_from_slice(&l.half_len.to_le_bytes());
+    pool.write_persist(l.header, &header)?;
+    // IMPORTANT: the root word is set (and persisted) last: a pool whose root is 0 holds no
+    // log, whatever the header line says.
+    pool.set_root(ROOT_LOG, l.header)?;
+    Ok((fresh_writer(0, 0, 1), Index::new()))
+}
+
+fn recover(pool: &PmemPool, l: Layout) -> Result<Opened> {
+    if pool.root(ROOT_LOG)? != l.header {
+        return Err(corrupt(0, "root word 0 does not point at a reflog header"));
+    }
+    if pool.load_u64(l.header + MAGIC_OFF)? != MAGIC {
+        return Err(corrupt(l.header, "bad reflog magic"));
+    }
+    let half_len = pool.load_u64(l.header + HALF_LEN_OFF)?;
+    if half_len != l.half_len {
+        return Err(corrupt(
+            l.header + HALF_LEN_OFF,
+            format!("half length {half_len}, expected {}", l.half_len),
+        ));
+    }
+    let commit = pool.load_u64(l.commit_off())?;
+    let half = usize::from(commit & HALF_BIT != 0);
+    let tail = commit & !HALF_BIT;
+    if tail > l.half_len {
+        return Err(corrupt(
+            l.commit_off(),
+            format!("committed tail {tail} beyond the half ({})", l.half_len),
+        ));
+    }
+    let start = l.half_start(half);
+    let bytes = pool.read(
+        start,
+        usize::try_from(tail).map_err(|_| corrupt(start, "tail"))?,
+    )?;
+    let mut index = Index::new();
+    let mut off = 0usize;
+    let mut last_seq: Option<u64> = None;
+    while off < bytes.len() {
+        let at = start + off as u64;
+        let rest = bytes.get(off..).unwrap_or_default();
+        let (rec, n) = record::decode(rest).map_err(|e| corrupt(at, e.to_string()))?;
+        if let Some(prev) = last_seq
+            && rec.seq != prev.wrapping_add(1)
+        {
+            return Err(corrupt(
+                at,
+                format!("record seq {} after {prev}: not consecutive", rec.seq),
+            ));
+        }
+        last_seq = Some(rec.seq);
+        apply(&mut index, rec.kind, rec.key, rec.value);
+        off += n;
+    }
+    let next_seq = last_seq.map_or(1, |s| s.wrapping_add(1));
+    Ok((fresh_writer(half, tail, next_seq), index))
+}
+
+fn commit_word(half: usize, tail: u64) -> u64 {
+    if half == 1 { tail | HALF_BIT } else { tail }
+}
+
+impl PmemLog {
+    fn append(&self, kind: Kind, key: &[u8], value: &[u8]) -> Result<()> {
+        self.core.check_write(key, value)?;
+        let mut w = self.writer.lock();
+        let len = record::encoded_len(key.len(), value.len()) as u64;
+        if w.tail + len > self.layout.half_len {
+            self.compact(&mut w)?;
+            if w.tail + len > self.layout.half_len {
+                return Err(Error::no_space(
+                    Tier::Pmem,
+                    "the live data fills half of the reflog pool",
+                ));
+            }
+        }
+        // NOTE: encoded after a compaction, which moves the sequence numbers on.
+        let rec = record::encode(w.next_seq, kind, key, value)
+            .ok_or_else(|| Error::invalid("key or value too long for a reflog record"))?;
+        let r = self.write_record(&mut w, &rec);
+        self.core.poison_on_error(r)?;
+        self.core.applied(kind, key, value);
+        w.next_seq += 1;
+        Ok(())
+    }
+
+    /// Steps (1)-(4) of the commit protocol, as the variant does them.
+    fn write_record(&self, w: &mut Writer, rec: &[u8]) -> Result<()> {
+        let off = self.layout.half_start(w.half) + w.tail;
+        self.pool.write(off, rec)?;
+        let new_tail = w.tail + rec.len() as u64;
+        match self.fault {
+            Fault::None => {
+                self.pool.persist(off, rec.len())?;
+                self.publish(w.half, new_tail, true)?;
+            }
+            Fault::SkipPersist => {
+                self.pool.persist(off, rec.len())?;
+                // BUG (deliberate): the commit word is never persisted.
+                self.publish(w.half, new_tail, false)?;
+            }
+            Fault::AckBeforePersist => {
+                // BUG (deliberate): acknowledged before the group is persisted.
+                w.deferred_from.get_or_insert(off);
+                w.deferred += 1;
+                self.publish(w.half, new_tail, false)?;
+                if w.deferred >= DEFERRED_GROUP {
+                    self.persist_deferred(w, new_tail)?;
+                }
+            }
+        }
+        w.tail = new_tail;
+        Ok(())
+    }
+
+    fn persist_deferred(&self, w: &mut Writer, tail: u64) -> Result<()> {
+        if let Some(from) = w.deferred_from.take() {
+            let end = self.layout.half_start(w.half) + tail;
+            let len = usize::try_from(end - from).map_err(|_| corrupt(from, "range"))?;
+            self.pool.persist(from, len)?;
+            self.pool.persist(self.layout.commit_off(), 8)?;
+        }
+        w.deferred = 0;
+        Ok(())
+    }
+
+    fn publish(&self, half: usize, tail: u64, persist: bool) -> Result<()> {
+        let off = self.layout.commit_off();
+        // IMPORTANT: one aligned 8-byte store: the commit word is never torn.
+        self.pool.store_u64(off, commit_word(half, tail))?;
+        if persist {
+            self.pool.persist(off, 8)?;
+        }
+        Ok(())
+    }
+
+    /// Copies the live pairs into the other half and switches to it.
+    fn compact(&self, w: &mut Writer) -> Result<()> {
+        let other = 1 - w.half;
+        let start = self.layout.half_start(other);
+        let mut tail = 0u64;
+        let mut seq = w.next_seq;
+        {
+            let index = self.core.index();
+            for (k, v) in index.iter() {
+                let rec = record::encode(seq, Kind::Put, k, v)
+                    .ok_or_else(|| Error::invalid("pair too long for a reflog record"))?;
+                if tail + rec.len() as u64 > self.layout.half_len {
+                    return Err(Error::no_space(
+                        Tier::Pmem,
+                        "the live data does not fit half of the reflog pool",
+                    ));
+                }
+                let r = self.pool.write(start + tail, &rec);
+                self.core.poison_on_error(r)?;
+                tail += rec.len() as u64;
+                seq += 1;
+            }
+        }
+        let len = usize::try_from(tail).map_err(|_| corrupt(start, "tail"))?;
+        let r = self
+            .pool
+            .persist(start, len)
+            .and_then(|()| self.publish(other, tail, true));
+        self.core.poison_on_error(r)?;
+        *w = fresh_writer(other, tail, seq);
+        self.core.compacted();
+        Ok(())
+    }
+}
+
+impl KvStore for PmemLog {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.core.get(key)
+    }
+
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.append(Kind::Put, key, value)
+    }
+
+    fn delete(&self, key: &[u8]) -> Result<()> {
+        self.append(Kind::Delete, key, &[])
+    }
+
+    fn scan(&self, start: &[u8], limit: usize) -> Result<Vec<KvPair>> {
+        self.core.scan(start, limit)
+    }
+
+    fn flush(&self) -> Result<()> {
+        self.core.check_writable()?;
+        let mut w = self.writer.lock();
+        let tail = w.tail;
+        let r = self.persist_deferred(&mut w, tail);
+        self.core.poison_on_error(r)
+    }
+
+    fn stats(&self) -> Stats {
+        self.core.stats()
+    }
+
+    fn close(&self) -> Result<()> {
+        if self.core.close() || self.core.is_poisoned() {
+            return Ok(());
+        }
+        let mut w = self.writer.lock();
+        let tail = w.tail;
+        self.persist_deferred(&mut w, tail)
+    }
+
+    fn check(&self) -> Result<Vec<String>> {
+        let w = self.writer.lock();
+        let (again, index) = recover(&self.pool, self.layout)?;
+        if again.tail != w.tail || index != *self.core.index() {
+            return Err(corrupt(
+                self.layout.commit_off(),
+                "the committed log does not replay to the live index",
+            ));
+        }
+        Ok(vec![format!(
+            "reflog: half {}, {} of {} bytes committed, {} keys; replay matches",
+            w.half,
+            w.tail,
+            self.layout.half_len,
+            index.len()
+        )])
+    }
+}
+
+impl Drop for PmemLog {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    use tierkv::{ByteSize, Db, DurabilityMode, Options};
+    use tierkv_core::media::pmem::DATA_START;
+
+    use super::super::REFLOG;
+    use super::HEADER_LEN;
+
+    fn open(dir: &Path, variant: &str) -> tierkv::Result<Db> {
+        let o = Options::default()
+            .engine(&format!("reflog:{variant}"))
+            .pmem_mode(DurabilityMode::Volatile)
+            .pmem_size(ByteSize::kib(256));
+        Db::open_with_engine(dir, o, &REFLOG)
+    }
+
+    #[test]
+    fn reopen_replays_puts_deletes_and_compactions() {
+        let d = tempfile::tempdir().unwrap();
+        let db = open(d.path(), "correct").unwrap();
+        let mut model = BTreeMap::new();
+        for i in 0..3000u32 {
+            let key = format!("key{:03}", i % 40).into_bytes();
+            if i % 7 == 3 {
+                db.delete(&key).unwrap();
+                model.remove(&key);
+            } else {
+                let value = vec![(i % 251) as u8; (i as usize * 13) % 900];
+                db.put(&key, &value).unwrap();
+                model.insert(key, value);
+            }
+        }
+        assert!(db.stats().counters["reflog_compactions"] > 0);
+        let lines = db.check().unwrap();
+        assert!(
+            lines.iter().any(|l| l.contains("replay matches")),
+            "{lines:?}"
+        );
+        drop(db);
+        let db = open(d.path(), "correct").unwrap();
+        let all = db.scan::<Vec<u8>, _>(.., 1000).unwrap();
+        assert_eq!(all, model.into_iter().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_torn_committed_record_is_corruption_not_silent_loss() {
+        let d = tempfile::tempdir().unwrap();
+        let db = open(d.path(), "correct").unwrap();
+        db.put(b"a", &[1; 100]).unwrap();
+        db.put(b"b", &[2; 100]).unwrap();
+        drop(db);
+        let pool = d.path().join("pmem.pool");
+        let mut bytes = std::fs::read(&pool).unwrap();
+        // Inside the value of the first record of half 0.
+        let off = (DATA_START + HEADER_LEN) as usize + 60;
+        bytes[off] ^= 0x40;
+        std::fs::write(&pool, &bytes).unwrap();
+        let e = open(d.path(), "correct").unwrap_err();
+        assert!(e.is_corruption(), "{e}");
+        assert!(e.to_string().contains("checksum"), "{e}");
+    }
+
+    #[test]
+    fn a_full_pool_is_no_space_and_the_store_stays_usable() {
+        let d = tempfile::tempdir().unwrap();
+        let db = open(d.path(), "correct").unwrap();
+        let big = vec![9u8; 40 << 10];
+        let mut stored = 0;
+        let err = loop {
+            match db.put(format!("k{stored}").as_bytes(), &big) {
+                Ok(()) => stored += 1,
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(err, tierkv::Error::NoSpace { .. }), "{err}");
+        assert!(stored > 0);
+        db.delete(b"k0").unwrap();
+        db.put(b"k0", b"small").unwrap();
+        drop(db);
+        let db = open(d.path(), "correct").unwrap();
+        assert_eq!(db.get(b"k0").unwrap().as_deref(), Some(&b"small"[..]));
+        assert_eq!(db.get(b"k1").unwrap().map(|v| v.len()), Some(big.len()));
+    }
+}

@@ -1,0 +1,586 @@
+//! The workload: N threads of random put / delete / get / scan over a small key space, every
+//! read checked against the expected state while it runs (issue 5, item 2).
+//!
+//! - Writes: a thread takes the key's lock (one write in flight per key, as in RocksDB's
+//!   db_stress), announces the new version ([`ExpectedState::begin_write`] and
+//!   [`WriteObserver::announce`]), calls the engine, and on success records the
+//!   acknowledgement ([`ExpectedState::commit`], [`WriteObserver::acked`]). A failed write
+//!   stays *in flight* (its outcome is unknown) and stops the workload: after a failed write
+//!   an engine may refuse writes until it is reopened (STYLE §5).
+//! - Reads take no lock, so they race with writers of the same key; each is checked against
+//!   a [`Window`] (state before and after the read).
+//! - Scans start at a random key; the engine's answer must be ordered, free of phantoms and
+//!   of keys deleted (and acknowledged) throughout the scan, and must not skip a key that was
+//!   present and acknowledged throughout. Engines whose scans are `Unsupported` skip scans.
+//!
+//! The mode that drives the workload may *crash* the store under it (take a pmem crash
+//! image, roll back unsynced flash writes): it calls [`Workload::mark_crashed`] first, and
+//! from then on nothing the engine returns is judged (a rolled-back file under a live engine
+//! can make it return anything).
+//!
+//! Thread safety: a [`Workload`] is shared by its worker threads and the mode's thread; all
+//! fields are atomics or locks.
+
+use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tierkv::{Db, Error};
+use tierkv_core::Counter;
+
+use crate::expected_state::{ExpectedState, KeySpace, KeyState};
+use crate::value_codec::ValueSizes;
+use crate::verify::{Violation, Window, violation};
+
+/// Percentages of each operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpMix {
+    /// Puts.
+    pub put: u32,
+    /// Deletes.
+    pub delete: u32,
+    /// Gets.
+    pub get: u32,
+    /// Scans (turned into gets on engines without scans).
+    pub scan: u32,
+}
+
+impl Default for OpMix {
+    fn default() -> Self {
+        OpMix {
+            put: 45,
+            delete: 15,
+            get: 30,
+            scan: 10,
+        }
+    }
+}
+
+impl std::str::FromStr for OpMix {
+    type Err = String;
+    /// `PUT,DELETE,GET,SCAN` weights, e.g. `45,15,30,10`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let parts: Vec<u32> = s
+            .split(',')
+            .map(|p| p.trim().parse::<u32>())
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("op mix {s:?}: {e}"))?;
+        let [put, delete, get, scan] = parts[..] else {
+            return Err(format!(
+                "op mix {s:?}: expected four weights PUT,DELETE,GET,SCAN"
+            ));
+        };
+        if put + delete == 0 {
+            return Err(format!("op mix {s:?}: a stress run needs puts or deletes"));
+        }
+        Ok(OpMix {
+            put,
+            delete,
+            get,
+            scan,
+        })
+    }
+}
+
+impl std::fmt::Display for OpMix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{},{},{},{}", self.put, self.delete, self.get, self.scan)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    Put,
+    Delete,
+    Get,
+    Scan,
+}
+
+impl OpMix {
+    fn pick(&self, rng: &mut impl Rng, scans: bool) -> Op {
+        let scan = if scans { self.scan } else { 0 };
+        let total = self.put + self.delete + self.get + scan;
+        let mut x = rng.random_range(0..total.max(1));
+        for (w, op) in [
+            (self.put, Op::Put),
+            (self.delete, Op::Delete),
+            (self.get, Op::Get),
+        ] {
+            if x < w {
+                return op;
+            }
+            x -= w;
+        }
+        if scans { Op::Scan } else { Op::Get }
+    }
+}
+
+/// The shape of a workload.
+#[derive(Clone, Debug)]
+pub struct WorkloadConfig {
+    /// Worker threads.
+    pub threads: usize,
+    /// Operation weights.
+    pub mix: OpMix,
+    /// Longest scan (limit drawn uniformly from 1..=max_scan).
+    pub max_scan: usize,
+    /// Value lengths.
+    pub sizes: ValueSizes,
+    /// The seed of this round (each thread derives its own from it).
+    pub seed: u64,
+}
+
+/// Told about every write before the engine is called and after it acknowledged: kill
+/// mode's child reports these to its parent over a pipe.
+pub trait WriteObserver: Send + Sync {
+    /// `version` of key `id` is about to be written.
+    fn announce(&self, id: u32, version: u32, delete: bool);
+    /// `version` of key `id` was acknowledged.
+    fn acked(&self, id: u32, version: u32, delete: bool);
+}
+
+/// An observer that ignores everything (in-process modes).
+pub struct NoObserver;
+
+impl WriteObserver for NoObserver {
+    fn announce(&self, _: u32, _: u32, _: bool) {}
+    fn acked(&self, _: u32, _: u32, _: bool) {}
+}
+
+/// Operation counters of a workload.
+#[derive(Debug, Default)]
+pub struct OpCounts {
+    /// Acknowledged puts.
+    pub puts: Counter,
+    /// Acknowledged deletes.
+    pub deletes: Counter,
+    /// Checked gets.
+    pub gets: Counter,
+    /// Checked scans.
+    pub scans: Counter,
+    /// Rows returned by checked scans.
+    pub scan_rows: Counter,
+}
+
+impl OpCounts {
+    /// All operations.
+    pub fn total(&self) -> u64 {
+        self.puts.get() + self.deletes.get() + self.gets.get() + self.scans.get()
+    }
+}
+
+/// How a workload ended.
+#[derive(Debug, Default)]
+pub struct WorkloadEnd {
+    /// Broken guarantees seen by reads (before any crash).
+    pub violations: Vec<Violation>,
+    /// The first failed write (its message), if any.
+    pub write_error: Option<String>,
+}
+
+/// A running workload over one open store.
+pub struct Workload<'a> {
+    db: &'a Db,
+    state: &'a ExpectedState,
+    cfg: WorkloadConfig,
+    observer: &'a dyn WriteObserver,
+    context: String,
+    locks: Box<[Mutex<()>]>,
+    stop: AtomicBool,
+    crashed: AtomicBool,
+    scans: AtomicBool,
+    /// Counters of checked operations.
+    pub counts: OpCounts,
+    violations: Mutex<Vec<Violation>>,
+    write_error: Mutex<Option<String>>,
+}
+
+/// Keys past a scan's start whose windows are taken (bounds the work per scan on large key
+/// spaces).
+const SCAN_WINDOW: u32 = 4096;
+
+/// The most violations kept per workload (the first ones are what matters).
+const MAX_VIOLATIONS: usize = 32;
+
+impl<'a> Workload<'a> {
+    /// A workload over `db`, recording writes in `state`; `context` labels violations.
+    pub fn new(
+        db: &'a Db,
+        state: &'a ExpectedState,
+        cfg: WorkloadConfig,
+        observer: &'a dyn WriteObserver,
+        context: String,
+    ) -> Self {
+        let n = state.space().count() as usize;
+        Workload {
+            db,
+            state,
+            cfg,
+            observer,
+            context,
+            locks: (0..n).map(|_| Mutex::new(())).collect(),
+            stop: AtomicBool::new(false),
+            crashed: AtomicBool::new(false),
+            scans: AtomicBool::new(true),
+            counts: OpCounts::default(),
+            violations: Mutex::new(Vec::new()),
+            write_error: Mutex::new(None),
+        }
+    }
+
+    /// Asks the workers to stop after their current operation.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// True once the workload was asked to stop (or stopped itself on a failed write or a
+    /// violation).
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// From now on nothing the engine returns is judged (the store is being crashed under
+    /// the workers); also stops the workers.
+    pub fn mark_crashed(&self) {
+        self.crashed.store(true, Ordering::SeqCst);
+        self.stop();
+    }
+
+    /// Sleeps until `deadline` or until the workload stops, whichever comes first; true if
+    /// the deadline was reached with the workload still running.
+    pub fn run_until(&self, deadline: Instant) -> bool {
+        loop {
+            if self.stopped() {
+                return false;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return true;
+            }
+            std::thread::sleep((deadline - now).min(Duration::from_millis(2)));
+        }
+    }
+
+    /// Runs the worker threads until [`Workload::stop`]; returns what went wrong.
+    pub fn run(&self) -> WorkloadEnd {
+        std::thread::scope(|s| {
+            for t in 0..self.cfg.threads.max(1) {
+                let seed = self.cfg.seed ^ (t as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                s.spawn(move || self.worker(seed));
+            }
+        });
+        WorkloadEnd {
+            violations: std::mem::take(&mut *self.violations.lock()),
+            write_error: self.write_error.lock().take(),
+        }
+    }
+
+    fn worker(&self, seed: u64) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let count = self.state.space().count();
+        while !self.stopped() {
+            let id = rng.random_range(0..count);
+            match self
+                .cfg
+                .mix
+                .pick(&mut rng, self.scans.load(Ordering::Relaxed))
+            {
+                Op::Put => self.write(id, false),
+                Op::Delete => self.write(id, true),
+                Op::Get => self.get(id),
+                Op::Scan => {
+                    let limit = rng.random_range(1..=self.cfg.max_scan.max(1));
+                    self.scan(id, limit);
+                }
+            }
+        }
+    }
+
+    fn report(&self, v: Violation) {
+        if self.crashed.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut all = self.violations.lock();
+        if all.len() < MAX_VIOLATIONS {
+            all.push(v);
+        }
+        drop(all);
+        self.stop();
+    }
+
+    fn write(&self, id: u32, delete: bool) {
+        let space = self.state.space();
+        let key = space.key(id);
+        let _guard = self.locks.get(id as usize).map(Mutex::lock);
+        let version = match self.state.begin_write(id, delete) {
+            Ok(v) => v,
+            Err(e) => {
+                self.fail_write(e.to_string());
+                return;
+            }
+        };
+        self.observer.announce(id, version, delete);
+        let result = if delete {
+            self.db.delete(&key)
+        } else {
+            self.db.put(&key, &self.cfg.sizes.value(&key, version))
+        };
+        match result {
+            Ok(()) => {
+                self.state.commit(id, version);
+                self.observer.acked(id, version, delete);
+                if delete {
+                    self.counts.deletes.incr();
+                } else {
+                    self.counts.puts.incr();
+                }
+            }
+            Err(e) => {
+                let op = if delete { "delete" } else { "put" };
+                self.fail_write(format!("{op} of {} v#{version}: {e}", KeySpace::show(&key)));
+            }
+        }
+    }
+
+    fn fail_write(&self, msg: String) {
+        if !self.crashed.load(Ordering::SeqCst) {
+            let mut first = self.write_error.lock();
+            if first.is_none() {
+                *first = Some(msg);
+            }
+        }
+        self.stop();
+    }
+
+    fn get(&self, id: u32) {
+        let space = self.state.space();
+        let key = space.key(id);
+        let before = self.state.load(id);
+        let result = self.db.get(&key);
+        let window = Window::close(self.state, id, before);
+        let ctx = format!("{}, get", self.context);
+        match result {
+            Ok(found) => {
+                if let Err((exp, got)) = window.check(space, &self.cfg.sizes, id, found.as_deref())
+                {
+                    self.report(violation(&ctx, &key, exp, got));
+                }
+                self.counts.gets.incr();
+            }
+            Err(e) => self.report(violation(
+                &ctx,
+                &key,
+                window.expected(),
+                format!("an error: {e}"),
+            )),
+        }
+    }
+
+    fn scan(&self, start: u32, limit: usize) {
+        let space = self.state.space();
+        let start_key = space.key(start);
+        // NOTE: windows for at most SCAN_WINDOW keys from the start; rows past them are
+        // checked for order and phantoms only.
+        let end = space.count().min(start.saturating_add(SCAN_WINDOW));
+        let befores: Vec<KeyState> = (start..end).map(|id| self.state.load(id)).collect();
+        let result = self.db.scan::<Vec<u8>, _>(
+            (Bound::Included(start_key.clone()), Bound::Unbounded),
+            limit,
+        );
+        let windows: Vec<Window> = (start..end)
+            .zip(befores)
+            .map(|(id, b)| Window::close(self.state, id, b))
+            .collect();
+        let ctx = format!(
+            "{}, scan from {} limit {limit}",
+            self.context,
+            KeySpace::show(&start_key)
+        );
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(Error::Unsupported(_)) => {
+                self.scans.store(false, Ordering::Relaxed);
+                return;
+            }
+            Err(e) => {
+                self.report(violation(
+                    &ctx,
+                    &start_key,
+                    "a scan".to_owned(),
+                    format!("an error: {e}"),
+                ));
+                return;
+            }
+        };
+        for v in check_scan(space, &self.cfg.sizes, start, limit, &rows, &windows, &ctx) {
+            self.report(v);
+        }
+        self.counts.scans.incr();
+        self.counts.scan_rows.add(rows.len() as u64);
+    }
+}
+
+/// Checks a scan's rows: `windows[i]` is the window of key `start + i` (rows past the
+/// windows are checked for order and phantoms only).
+pub(crate) fn check_scan(
+    space: KeySpace,
+    sizes: &ValueSizes,
+    start: u32,
+    limit: usize,
+    rows: &[(Vec<u8>, Vec<u8>)],
+    windows: &[Window],
+    ctx: &str,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    if rows.len() > limit {
+        out.push(violation(
+            ctx,
+            b"(scan)",
+            format!("at most {limit} rows"),
+            format!("{} rows", rows.len()),
+        ));
+    }
+    let mut listed = vec![false; windows.len()];
+    let mut prev: Option<u32> = None;
+    for (k, v) in rows {
+        let Some(id) = space.id_of(k).filter(|id| *id >= start) else {
+            out.push(violation(
+                ctx,
+                k,
+                "no such key in the scanned range".to_owned(),
+                format!("a phantom with {} bytes", v.len()),
+            ));
+            continue;
+        };
+        if let Some(p) = prev
+            && p >= id
+        {
+            out.push(violation(
+                ctx,
+                k,
+                "keys in strictly ascending order".to_owned(),
+                format!("this key after {}", KeySpace::show(&space.key(p))),
+            ));
+        }
+        prev = Some(id);
+        let i = (id - start) as usize;
+        if let Some(l) = listed.get_mut(i) {
+            *l = true;
+        }
+        if let Some(w) = windows.get(i)
+            && let Err((exp, got)) = w.check(space, sizes, id, Some(v))
+        {
+            out.push(violation(ctx, k, exp, got));
+        }
+    }
+    // The scan covered [start, last row] when it was cut by the limit, else everything from
+    // start on: a key present and acknowledged throughout must not be skipped there.
+    let covered = if rows.len() >= limit {
+        prev.map_or(0, |p| (p - start) as usize + 1)
+    } else {
+        windows.len()
+    };
+    for (i, w) in windows.iter().enumerate().take(covered) {
+        let stable = w.before == w.after;
+        if stable && w.must_be_present() && !listed.get(i).copied().unwrap_or(true) {
+            let id = start + i as u32;
+            out.push(violation(
+                ctx,
+                &space.key(id),
+                w.expected(),
+                "missing from the scan".to_owned(),
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::expected_state::KeySpace;
+
+    #[test]
+    fn op_mix_parses_and_refuses_nonsense() {
+        let m: OpMix = "50,10,30,10".parse().unwrap();
+        assert_eq!(m.to_string(), "50,10,30,10");
+        assert!("1,2,3".parse::<OpMix>().is_err());
+        assert!("0,0,50,50".parse::<OpMix>().is_err());
+        assert!("a,b,c,d".parse::<OpMix>().is_err());
+    }
+
+    #[test]
+    fn op_mix_without_scans_never_picks_scan() {
+        let m = OpMix {
+            put: 0,
+            delete: 1,
+            get: 0,
+            scan: 99,
+        };
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        assert!((0..1000).all(|_| m.pick(&mut rng, false) != Op::Scan));
+        assert!((0..1000).any(|_| m.pick(&mut rng, true) == Op::Scan));
+    }
+
+    fn scan_setup() -> (ExpectedState, ValueSizes, KeySpace) {
+        let space = KeySpace::new(6);
+        let st = ExpectedState::new(space);
+        for id in [1, 2, 4] {
+            let v = st.begin_write(id, false).unwrap();
+            st.commit(id, v);
+        }
+        let d = st.begin_write(4, true).unwrap();
+        st.commit(4, d);
+        (st, ValueSizes::default(), space)
+    }
+
+    fn windows(st: &ExpectedState, start: u32) -> Vec<Window> {
+        (start..st.space().count())
+            .map(|id| Window::quiescent(st, id))
+            .collect()
+    }
+
+    fn row(space: KeySpace, sizes: &ValueSizes, id: u32, v: u32) -> (Vec<u8>, Vec<u8>) {
+        let k = space.key(id);
+        let val = sizes.value(&k, v);
+        (k, val)
+    }
+
+    #[test]
+    fn a_correct_scan_passes() {
+        let (st, sizes, space) = scan_setup();
+        let rows = vec![row(space, &sizes, 1, 1), row(space, &sizes, 2, 1)];
+        let w = windows(&st, 0);
+        assert!(check_scan(space, &sizes, 0, 10, &rows, &w, "t").is_empty());
+        // Cut by the limit after key 1: key 2 is outside the covered range.
+        assert!(check_scan(space, &sizes, 0, 1, &rows[..1], &w, "t").is_empty());
+    }
+
+    #[test]
+    fn a_scan_with_a_deleted_key_a_gap_or_disorder_is_caught() {
+        let (st, sizes, space) = scan_setup();
+        let w = windows(&st, 0);
+        let deleted = vec![
+            row(space, &sizes, 1, 1),
+            row(space, &sizes, 2, 1),
+            row(space, &sizes, 4, 1),
+        ];
+        let v = check_scan(space, &sizes, 0, 10, &deleted, &w, "t");
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].found.contains("resurrected"), "{}", v[0]);
+        let gap = vec![row(space, &sizes, 2, 1)];
+        let v = check_scan(space, &sizes, 0, 10, &gap, &w, "t");
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].key, "k00000001");
+        assert_eq!(v[0].found, "missing from the scan");
+        let disorder = vec![row(space, &sizes, 2, 1), row(space, &sizes, 1, 1)];
+        let v = check_scan(space, &sizes, 0, 10, &disorder, &w, "t");
+        assert!(v.iter().any(|v| v.expected.contains("ascending")), "{v:?}");
+        let phantom = vec![(b"zzz".to_vec(), b"v".to_vec())];
+        let v = check_scan(space, &sizes, 3, 10, &phantom, &windows(&st, 3), "t");
+        assert!(v[0].found.contains("phantom"), "{v:?}");
+    }
+}

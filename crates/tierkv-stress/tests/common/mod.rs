@@ -1,0 +1,127 @@
+//! Runs the `tierkv-stress` binary (kill mode needs a real executable to re-run as its
+//! child) with fixed seeds and CI-sized budgets, and reads its verdict.
+
+#![allow(dead_code)]
+
+use std::process::Command;
+
+/// What a run printed and how it ended.
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// The verdict line (`PASS: ...` or `FAIL ...`).
+    pub fn verdict(&self) -> &str {
+        self.stdout
+            .lines()
+            .find(|l| l.starts_with("PASS") || l.starts_with("FAIL"))
+            .unwrap_or("")
+    }
+
+    /// The violation lines.
+    pub fn violations(&self) -> Vec<&str> {
+        self.stdout
+            .lines()
+            .filter(|l| l.starts_with("VIOLATION"))
+            .collect()
+    }
+
+    /// A counter from the verdict line, e.g. `count("rounds")`.
+    pub fn count(&self, what: &str) -> u64 {
+        let v = self.verdict();
+        let words: Vec<&str> = v
+            .split([' ', ',', '(', ')', ':'])
+            .filter(|w| !w.is_empty())
+            .collect();
+        words
+            .windows(2)
+            .find(|w| w[1] == what)
+            .and_then(|w| w[0].parse().ok())
+            .unwrap_or_else(|| panic!("no {what:?} in {v:?}"))
+    }
+}
+
+/// Runs `tierkv-stress` with `args` in a fresh working directory and prints what it said
+/// (the seed comes first).
+pub fn stress(args: &[&str]) -> Run {
+    let work = tempfile::tempdir().expect("temp dir");
+    let dir = work.path().join("run");
+    let out = Command::new(env!("CARGO_BIN_EXE_tierkv-stress"))
+        .args(args)
+        .arg("--dir")
+        .arg(&dir)
+        .output()
+        .expect("running tierkv-stress");
+    let run = Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    println!(
+        "$ tierkv-stress {}\n{}{}",
+        args.join(" "),
+        run.stdout,
+        run.stderr
+    );
+    run
+}
+
+/// A CI-sized run: `engine` in `mode` for `rounds` rounds of at most 200 ms, 3 threads,
+/// 300 keys, a 4 MiB pool, with `seed` and any `extra` flags.
+pub fn ci_run(engine: &str, mode: &str, seed: u64, rounds: u64, extra: &[&str]) -> Run {
+    let (seed, rounds) = (seed.to_string(), rounds.to_string());
+    let mut args = vec![
+        "--engine",
+        engine,
+        "--mode",
+        mode,
+        "--seed",
+        &seed,
+        "--rounds",
+        &rounds,
+        "--round-time",
+        "200ms",
+        "--threads",
+        "3",
+        "--keys",
+        "300",
+        "--pmem-size",
+        "4MiB",
+    ];
+    args.extend_from_slice(extra);
+    stress(&args)
+}
+
+/// Asserts that a run passed and did real work.
+pub fn assert_passed(run: &Run, rounds: u64) {
+    assert_eq!(run.code, 0, "the run failed:\n{}{}", run.stdout, run.stderr);
+    assert!(run.verdict().starts_with("PASS"), "{}", run.stdout);
+    assert_eq!(run.count("rounds"), rounds, "{}", run.verdict());
+    assert!(run.count("operations") > 0, "{}", run.verdict());
+    assert_eq!(run.count("recoveries"), rounds, "{}", run.verdict());
+}
+
+/// Asserts that a run found acknowledged writes lost, naming the key, the expected and the
+/// found value.
+pub fn assert_caught(run: &Run) {
+    assert_eq!(
+        run.code, 1,
+        "the broken engine passed:\n{}{}",
+        run.stdout, run.stderr
+    );
+    assert!(run.verdict().starts_with("FAIL"), "{}", run.stdout);
+    let v = run.violations();
+    assert!(!v.is_empty(), "no violation reported:\n{}", run.stdout);
+    for line in v {
+        // A key with what it should hold, or the whole store when it cannot be reopened.
+        let per_key = line.contains(" key k")
+            && (line.contains("expected v#") || line.contains("expected absent"));
+        let whole = line.contains(" key (every key): expected the store in ")
+            && line.contains("reopening failed: ");
+        assert!(per_key || whole, "{line}");
+        assert!(line.contains("; found "), "{line}");
+    }
+}
