@@ -47,6 +47,9 @@ pub trait ConcurrentIndex<V>: Send + Sync {
     }
     /// True when [`ConcurrentIndex::scan`] is supported.
     fn is_ordered(&self) -> bool;
+    /// Calls `f` for every entry (in key order on an ordered index). Entries inserted or
+    /// removed meanwhile may or may not be seen.
+    fn for_each(&self, f: &mut dyn FnMut(&[u8], &V));
 }
 
 /// Builds the index a variant name selects.
@@ -120,6 +123,11 @@ impl<V: Clone + Send + Sync> ConcurrentIndex<V> for BTreeIndex<V> {
     fn is_ordered(&self) -> bool {
         true
     }
+    fn for_each(&self, f: &mut dyn FnMut(&[u8], &V)) {
+        for (k, v) in self.map.read().iter() {
+            f(k, v);
+        }
+    }
 }
 
 type FastHasher = BuildHasherDefault<std::hash::DefaultHasher>;
@@ -184,6 +192,11 @@ impl<V: Clone + Send + Sync> ConcurrentIndex<V> for HashIndex<V> {
     fn is_ordered(&self) -> bool {
         false
     }
+    fn for_each(&self, f: &mut dyn FnMut(&[u8], &V)) {
+        for r in self.map.iter() {
+            f(r.key(), r.value());
+        }
+    }
 }
 
 /// An unordered lock-free index: papaya's hash map.
@@ -235,6 +248,11 @@ impl<V: Clone + Send + Sync> ConcurrentIndex<V> for LockFreeIndex<V> {
     fn is_ordered(&self) -> bool {
         false
     }
+    fn for_each(&self, f: &mut dyn FnMut(&[u8], &V)) {
+        for (k, v) in self.map.pin().iter() {
+            f(k, v);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -257,6 +275,9 @@ mod tests {
         assert_eq!(idx.get(b"c"), None);
         assert_eq!(idx.remove(b"a"), Some(11));
         assert_eq!(idx.remove(b"a"), None);
+        let mut seen = Vec::new();
+        idx.for_each(&mut |k, v| seen.push((k.to_vec(), *v)));
+        assert_eq!(seen, vec![(b"b".to_vec(), 3)]);
         if idx.is_ordered() {
             idx.insert(b"c", 4);
             let s = idx.scan(b"b", 10).unwrap();

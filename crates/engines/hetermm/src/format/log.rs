@@ -1,0 +1,276 @@
+//! The operation log (spec: `FORMAT.md` § Operation log; HeterMM §5.3): log blocks of
+//! 2^m bytes cut into pages of 2^k bytes; each writer thread appends to its own page
+//! (Algorithm 2), so a page holds one thread's entries in the order they were made durable.
+//!
+//! Log block header (page 0, bytes 0..64; the layout of `format::NumberedHead`):
+//! ```text
+//! 0   8  magic      "HMMOPLOG"
+//! 8   4  version    u32 (VERSION)
+//! 12  1  page_bits  k: entries never cross a 2^k boundary
+//! 13  1  block_bits m
+//! 14  2  reserved   0
+//! 16  8  seq        the block's sequence number (also in its directory word)
+//! 24  36 reserved   0
+//! 60  4  crc        masked CRC-32C of bytes 0..60
+//! ```
+//! Entry (8-byte aligned; page 0 starts at 64, other pages at 0):
+//! ```text
+//! 0   8  ts         timestamp; 0 = not committed
+//! 8   8  address    the logical address the entry covers (log reclamation, §5.3.1)
+//! 16  2  key_len    >= 1
+//! 18  1  kind       1 = put, 2 = delete
+//! 19  1  reserved   0
+//! 20  4  value_len  0 for a delete
+//! 24  4  crc        masked CRC-32C of: seq (u64 LE), bytes 8..24, key, value
+//! 28  4  reserved   0
+//! 32  ..            key, value, zero padding to 8 bytes
+//! ```
+//! **Two-step write** (§5.3.2): the entry is written with ts = 0 and persisted, then the
+//! 8-byte ts is stored and persisted. A reader of a page stops at the first entry whose ts is
+//! 0 or whose checksum fails: that entry and everything after it were never acknowledged
+//! (a thread finishes one entry's second persist before it starts the next), and stale
+//! bytes from an earlier use of the chunks carry another block's seq in their checksum.
+//!
+//! Thread safety: pure functions.
+
+use super::{HEADER_LEN, NumberedHead, align8, put_at, u16_at, u32_at, u64_at};
+use tierkv_core::Result;
+use tierkv_core::format::checksum::{crc32c_append, mask};
+
+/// Magic bytes of a log block.
+pub const MAGIC: [u8; 8] = *b"HMMOPLOG";
+/// The version this build writes and the newest it reads.
+pub const VERSION: u32 = 1;
+/// Bytes of an entry header.
+pub const ENTRY_HEADER_LEN: u64 = 32;
+
+const E_ADDRESS_OFF: usize = 8;
+const E_KEY_LEN_OFF: usize = E_ADDRESS_OFF + 8;
+const E_KIND_OFF: usize = E_KEY_LEN_OFF + 2;
+const E_VALUE_LEN_OFF: usize = E_KIND_OFF + 2;
+const E_CRC_OFF: usize = E_VALUE_LEN_OFF + 4;
+
+/// What an entry records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A put of `key` = `value`.
+    Put,
+    /// A delete of `key`.
+    Delete,
+}
+
+impl EntryKind {
+    fn code(self) -> u8 {
+        match self {
+            EntryKind::Put => 1,
+            EntryKind::Delete => 2,
+        }
+    }
+}
+
+/// Bytes of an entry with this key and value.
+pub const fn entry_len(key_len: u64, value_len: u64) -> u64 {
+    align8(ENTRY_HEADER_LEN + key_len + value_len)
+}
+
+/// The header of a log block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogHeader {
+    /// k.
+    pub page_bits: u8,
+    /// m.
+    pub block_bits: u8,
+    /// Sequence number.
+    pub seq: u64,
+}
+
+impl LogHeader {
+    /// Encodes the header.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        NumberedHead {
+            page_bits: self.page_bits,
+            block_bits: self.block_bits,
+            number: self.seq,
+        }
+        .encode(&MAGIC, VERSION)
+    }
+
+    /// Decodes the header of the log block at `at`, which the directory says has `seq`.
+    pub fn decode(bytes: &[u8], at: u64, seq: u64, block_bits: u32) -> Result<LogHeader> {
+        let h = NumberedHead::decode(
+            bytes,
+            at,
+            "hetermm log block",
+            &MAGIC,
+            VERSION,
+            seq,
+            block_bits,
+        )?;
+        Ok(LogHeader {
+            page_bits: h.page_bits,
+            block_bits: h.block_bits,
+            seq,
+        })
+    }
+}
+
+/// A committed entry read back from a log page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry<'a> {
+    /// Timestamp (>= 1).
+    pub ts: u64,
+    /// The logical address it covers.
+    pub address: u64,
+    /// Put or delete.
+    pub kind: EntryKind,
+    /// The key.
+    pub key: &'a [u8],
+    /// The value (empty for a delete).
+    pub value: &'a [u8],
+    /// Bytes the entry occupies.
+    pub len: u64,
+}
+
+fn entry_crc(seq: u64, head: &[u8], key: &[u8], value: &[u8]) -> u32 {
+    let c = crc32c_append(0, &seq.to_le_bytes());
+    let c = crc32c_append(c, head.get(E_ADDRESS_OFF..E_CRC_OFF).unwrap_or_default());
+    mask(crc32c_append(crc32c_append(c, key), value))
+}
+
+/// Encodes an entry of a block with sequence `seq`, with its ts left 0 (step 1 of the
+/// two-step write).
+pub fn encode_entry(seq: u64, address: u64, kind: EntryKind, key: &[u8], value: &[u8]) -> Vec<u8> {
+    let len = entry_len(key.len() as u64, value.len() as u64) as usize;
+    let mut out = vec![0u8; len];
+    put_at(&mut out, E_ADDRESS_OFF, &address.to_le_bytes());
+    put_at(&mut out, E_KEY_LEN_OFF, &(key.len() as u16).to_le_bytes());
+    out[E_KIND_OFF] = kind.code();
+    put_at(
+        &mut out,
+        E_VALUE_LEN_OFF,
+        &(value.len() as u32).to_le_bytes(),
+    );
+    let crc = entry_crc(seq, &out, key, value);
+    put_at(&mut out, E_CRC_OFF, &crc.to_le_bytes());
+    let k = ENTRY_HEADER_LEN as usize;
+    put_at(&mut out, k, key);
+    put_at(&mut out, k + key.len(), value);
+    out
+}
+
+/// Decodes the entry at the start of `bytes` (the rest of its page, at pool offset `at`)
+/// in a block with sequence `seq`. `None` means the page ends here: unused space, an
+/// uncommitted (ts = 0) or torn entry, or bytes left from another block.
+pub fn decode_entry(bytes: &[u8], seq: u64) -> Option<Entry<'_>> {
+    let ts = u64_at(bytes, 0)?;
+    let key_len = u16_at(bytes, E_KEY_LEN_OFF)?;
+    let kind = match bytes.get(E_KIND_OFF)? {
+        1 => EntryKind::Put,
+        2 => EntryKind::Delete,
+        _ => return None,
+    };
+    let value_len = u32_at(bytes, E_VALUE_LEN_OFF)?;
+    let len = entry_len(u64::from(key_len), u64::from(value_len));
+    if ts == 0 || key_len == 0 || len > bytes.len() as u64 || bytes.get(E_KIND_OFF + 1) != Some(&0)
+    {
+        return None;
+    }
+    let k = ENTRY_HEADER_LEN as usize;
+    let key = bytes.get(k..k + usize::from(key_len))?;
+    let value = bytes.get(k + key.len()..k + key.len() + value_len as usize)?;
+    if u32_at(bytes, E_CRC_OFF)? != entry_crc(seq, bytes, key, value)
+        || (kind == EntryKind::Delete && !value.is_empty())
+    {
+        return None;
+    }
+    Some(Entry {
+        ts,
+        address: u64_at(bytes, E_ADDRESS_OFF)?,
+        kind,
+        key,
+        value,
+        len,
+    })
+}
+
+/// Every committed entry of a log block (`block` = its whole bytes), page by page.
+pub fn walk(block: &[u8], header: &LogHeader, mut f: impl FnMut(Entry<'_>)) {
+    let page = 1usize << header.page_bits;
+    let mut page_start = 0;
+    while page_start + page <= block.len() {
+        let mut off = if page_start == 0 {
+            HEADER_LEN
+        } else {
+            page_start
+        };
+        while let Some(e) = block
+            .get(off..page_start + page)
+            .and_then(|b| decode_entry(b, header.seq))
+        {
+            off += e.len as usize;
+            f(e);
+        }
+        page_start += page;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn committed(seq: u64, ts: u64, key: &[u8], value: &[u8]) -> Vec<u8> {
+        let mut e = encode_entry(seq, 4096, EntryKind::Put, key, value);
+        e[..8].copy_from_slice(&ts.to_le_bytes());
+        e
+    }
+
+    #[test]
+    fn committed_entry_round_trips_and_uncommitted_one_ends_the_page() {
+        let e = committed(3, 10, b"key", b"value");
+        let d = decode_entry(&e, 3).unwrap();
+        assert_eq!(
+            (d.ts, d.address, d.key, d.value),
+            (10, 4096, &b"key"[..], &b"value"[..])
+        );
+        assert_eq!(d.kind, EntryKind::Put);
+        let step1 = encode_entry(3, 4096, EntryKind::Put, b"key", b"value");
+        assert!(decode_entry(&step1, 3).is_none(), "ts 0 is not committed");
+    }
+
+    #[test]
+    fn entry_of_another_incarnation_or_torn_is_not_read() {
+        let e = committed(3, 10, b"key", b"value");
+        assert!(decode_entry(&e, 4).is_none(), "another block's seq");
+        let mut torn = e.clone();
+        torn[35] ^= 1;
+        assert!(decode_entry(&torn, 3).is_none());
+        assert!(decode_entry(&e[..20], 3).is_none());
+        let mut long = e;
+        long[20] = 0xff;
+        assert!(decode_entry(&long, 3).is_none(), "value past the page");
+    }
+
+    #[test]
+    fn walk_reads_each_page_until_its_first_uncommitted_entry() {
+        let h = LogHeader {
+            page_bits: 12,
+            block_bits: 14,
+            seq: 7,
+        };
+        let mut b = vec![0u8; 1 << 14];
+        b[..64].copy_from_slice(&h.encode());
+        let e1 = committed(7, 1, b"a", b"1");
+        let e2 = encode_entry(7, 0, EntryKind::Delete, b"b", b"");
+        let e3 = committed(7, 3, b"c", b"3");
+        b[64..64 + e1.len()].copy_from_slice(&e1);
+        let at = 64 + e1.len();
+        b[at..at + e2.len()].copy_from_slice(&e2);
+        b[at + e2.len()..at + e2.len() + e3.len()].copy_from_slice(&e3);
+        b[8192..8192 + e3.len()].copy_from_slice(&e3);
+        let mut seen = Vec::new();
+        walk(&b, &h, |e| seen.push(e.ts));
+        assert_eq!(seen, vec![1, 3], "page 0 stops at the uncommitted delete");
+        assert!(LogHeader::decode(&b, 0, 7, 14).is_ok());
+        assert!(LogHeader::decode(&b, 0, 8, 14).is_err());
+    }
+}

@@ -1,0 +1,259 @@
+//! get_value / set_value / delete (HeterMM §4.2, §4.3) on a [`HeterMem`].
+//!
+//! - **get**: Eq. 1 — above off_DRAM the record is read from its DRAM page (seqlock);
+//!   below it the read cache is asked first, then the pmem block (checksum-verified), and
+//!   one in SampleFreq such reads is admitted to the cache.
+//! - **set**: a record above off_ReadOnly is updated in place if the value fits; anything
+//!   else gets a new record at a new logical address from the thread's page (Algorithm 2),
+//!   after sealing the old record if it is still in DRAM. The operation-log entry is then
+//!   written and made durable before the call returns.
+//! - **delete**: seals the record, logs the delete, and registers its invalidation.
+//!
+//! Every timestamp is taken while the index's own synchronization (or the record's lock,
+//! for in-place updates) orders it after the version it replaces (invariant 5 in `mod.rs`).
+//!
+//! Thread safety: called inside a pinned [`Guard`] by any number of threads.
+
+use std::sync::atomic::Ordering;
+
+use tierkv_core::{Error, Result, Tier};
+
+use super::guard::Outcome;
+use super::{Guard, HeterMem};
+use crate::dram::record as dram_record;
+use crate::format::log::EntryKind;
+use crate::format::record::{self, record_len};
+use crate::nvm::read as nvm_read;
+
+impl HeterMem {
+    /// get_value: the value of the record at `addr`, which must belong to `key`.
+    pub fn read_value(&self, g: &Guard<'_>, addr: u64, key: &[u8]) -> Result<Vec<u8>> {
+        self.health.check_open()?;
+        let slot = self.threads.slot(g.slot());
+        slot.reads.fetch_add(1, Ordering::Relaxed);
+        let ops = &self.counters.ops;
+        if addr >= self.off_dram() {
+            let value =
+                dram_record::read_value(self.dram_page(addr)?, self.geo.page_offset(addr), key)?;
+            ops.reads_from_dram.incr();
+            ops.user_bytes_read.add(value.len() as u64);
+            return Ok(value);
+        }
+        if let Some(cache) = &self.cache {
+            if let Some(value) = cache.lookup(&self.pages, addr, key) {
+                cache.counters.hits.incr();
+                ops.reads_from_dram.incr();
+                ops.user_bytes_read.add(value.len() as u64);
+                return Ok(value);
+            }
+            cache.counters.misses.incr();
+        }
+        let loc = nvm_read::locate(self.pool(), &self.blocks, &self.geo, addr)?;
+        let rec = nvm_read::read_record(self.pool(), &loc)?;
+        if rec.key != key {
+            return Err(Error::corruption(
+                Tier::Pmem,
+                loc.off,
+                "an index entry points at another key's record",
+            ));
+        }
+        ops.reads_from_pmem.incr();
+        ops.user_bytes_read.add(rec.value.len() as u64);
+        let value = rec.value.to_vec();
+        if let Some(cache) = &self.cache
+            && slot
+                .pmem_reads
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(u64::from(self.opts.sample_freq))
+        {
+            cache.admit(
+                &self.pages,
+                slot,
+                addr,
+                self.pool().read(loc.off, loc.len as usize)?,
+            );
+        }
+        Ok(value)
+    }
+
+    /// The DRAM page holding `addr` (which is above off_DRAM, in a pinned operation).
+    pub fn dram_page(&self, addr: u64) -> Result<&crate::dram::Page> {
+        let phys = self.ring.lookup(self.geo.page_of(addr)).ok_or_else(|| {
+            Error::corruption(
+                Tier::Dram,
+                addr,
+                format!("address {addr:#x} is in no DRAM page"),
+            )
+        })?;
+        Ok(self.pages.page(phys))
+    }
+
+    /// set_value: stores `key` = `value`; `old` is the key's current address. Returns the
+    /// address the index must hold.
+    pub fn write_value(
+        &self,
+        g: &Guard<'_>,
+        old: Option<u64>,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<u64> {
+        let r = self.write_value_inner(g, old, key, value);
+        match r {
+            Ok(addr) => g.record(key, old, Outcome::Installed(addr)),
+            Err(_) => g.record(key, old, Outcome::Unchanged),
+        }
+        r
+    }
+
+    fn write_value_inner(
+        &self,
+        g: &Guard<'_>,
+        old: Option<u64>,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<u64> {
+        self.health.check_writable()?;
+        self.check_payload(key, value)?;
+        self.threads
+            .slot(g.slot())
+            .writes
+            .fetch_add(1, Ordering::Relaxed);
+        if let Some(a) = old {
+            if let Some(ts) = self.try_in_place(a, key, value)? {
+                self.log(g, ts, EntryKind::Put, key, value, a)?;
+                self.counters.in_place.incr();
+                self.count_put(key, value);
+                return Ok(a);
+            }
+            self.seal(a)?;
+        }
+        let len = record_len(key.len() as u64, value.len() as u64);
+        let cap = (len - record::HEADER_LEN - key.len() as u64) as u32;
+        let addr = self.claim(g, len)?;
+        let ts = self.next_ts();
+        if let Err(e) = dram_record::write_new(
+            self.dram_page(addr)?,
+            self.geo.page_offset(addr),
+            ts,
+            key,
+            value,
+            cap,
+        ) {
+            // A hole in the middle of a page would hide the records after it.
+            self.health
+                .poison(format!("hetermm: a record could not be written: {e}"));
+            return Err(e);
+        }
+        if let Err(e) = self.log(g, ts, EntryKind::Put, key, value, addr) {
+            g.invalidate(addr, addr);
+            return Err(e);
+        }
+        self.counters.out_of_place.incr();
+        self.count_put(key, value);
+        Ok(addr)
+    }
+
+    fn count_put(&self, key: &[u8], value: &[u8]) {
+        self.counters
+            .ops
+            .user_bytes_written
+            .add((key.len() + value.len()) as u64);
+    }
+
+    /// Updates the record at `a` in place if it is in the mutable region and the value
+    /// fits; returns its new timestamp.
+    fn try_in_place(&self, a: u64, key: &[u8], value: &[u8]) -> Result<Option<u64>> {
+        if a < self.off_read_only() {
+            return Ok(None);
+        }
+        dram_record::update_in_place(
+            self.dram_page(a)?,
+            self.geo.page_offset(a),
+            key,
+            value,
+            || self.next_ts(),
+        )
+    }
+
+    /// Seals the record at `a` if it is still in DRAM (no in-place update after this).
+    fn seal(&self, a: u64) -> Result<()> {
+        if a < self.off_dram() {
+            return Ok(());
+        }
+        dram_record::seal(self.dram_page(a)?, self.geo.page_offset(a))
+    }
+
+    /// Deletes the record at `old` (the key's current address).
+    pub fn delete_value(&self, g: &Guard<'_>, old: u64, key: &[u8]) -> Result<()> {
+        self.health.check_writable()?;
+        self.threads
+            .slot(g.slot())
+            .writes
+            .fetch_add(1, Ordering::Relaxed);
+        self.seal(old)?;
+        let ts = self.next_ts();
+        let frontier = self.off_read_only();
+        self.log(g, ts, EntryKind::Delete, key, &[], old.max(frontier))?;
+        g.invalidate(old, frontier);
+        self.counters.deletes.incr();
+        Ok(())
+    }
+
+    /// Appends the operation-log entry of a write (unless the log is off, or recovery is
+    /// replaying the old log) and marks the DRAM record as logged.
+    fn log(
+        &self,
+        g: &Guard<'_>,
+        ts: u64,
+        kind: EntryKind,
+        key: &[u8],
+        value: &[u8],
+        address: u64,
+    ) -> Result<()> {
+        let Some(log) = &self.oplog else {
+            return Ok(());
+        };
+        if self.replaying.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        log.append(&self.nvm, g.slot(), ts, kind, key, value, address)?;
+        if kind == EntryKind::Put && address >= self.off_dram() {
+            dram_record::set_logged(self.dram_page(address)?, self.geo.page_offset(address), ts);
+        }
+        Ok(())
+    }
+
+    /// Recovery's setAddr (Algorithm 1, lines 19-26): of the key's current address and a
+    /// candidate found in a pmem block, the one with the newer timestamp stays; the other is
+    /// collected as a loser.
+    pub fn recover_value(
+        &self,
+        g: &Guard<'_>,
+        current: Option<u64>,
+        key: &[u8],
+        candidate: u64,
+    ) -> Result<u64> {
+        let winner = match current {
+            None => candidate,
+            Some(c) if c == candidate => c,
+            Some(c) => {
+                if self.persisted_ts(candidate)? > self.persisted_ts(c)? {
+                    candidate
+                } else {
+                    g.invalidate(candidate, candidate);
+                    c
+                }
+            }
+        };
+        if current != Some(winner) {
+            g.record(key, current, Outcome::Installed(winner));
+        }
+        Ok(winner)
+    }
+
+    /// The timestamp of the record at `addr` in the persisted region.
+    pub fn persisted_ts(&self, addr: u64) -> Result<u64> {
+        let loc = nvm_read::locate(self.pool(), &self.blocks, &self.geo, addr)?;
+        Ok(nvm_read::read_record(self.pool(), &loc)?.header.ts())
+    }
+}

@@ -1,0 +1,177 @@
+//! Thread-oriented allocation of logical addresses (HeterMM §5.4, Algorithm 2).
+//!
+//! A thread allocates records from its own DRAM page with one compare-and-swap on its own
+//! cursor. When the page is full — or the *alarm* says it is about to become read-only
+//! (Eq. 2: its start is below the address the flusher will next move off_ReadOnly to) —
+//! the thread leaves it (the unused rest is a hole that reorganisation absorbs, standing in
+//! for the paper's `addInvalid` of the wasted space) and gets the next logical page:
+//! a free physical page from the pool, then a page number from the global counter
+//! (GlobalAllocated), then the mapping in the pages array.
+//!
+//! Waiting: with no free page (or no room in the pages array) the thread wakes the
+//! flusher and waits *unpinned*, so the flusher's epoch synchronization never waits for it.
+//! Nothing the operation read before the wait is used after it, and it holds no page
+//! number while it waits.
+//!
+//! Thread safety: each thread uses its own cursor; the page counter and free list are
+//! shared.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tierkv_core::{Error, Result, Tier};
+
+use super::{Guard, HeterMem};
+use crate::dram::record as dram_record;
+use crate::format::record::record_len;
+use crate::threads::{CLOSED, bump, cursor};
+
+impl HeterMem {
+    /// Reserves the space of a record with this key and value length for the guard's next
+    /// out-of-place write (may wait for the flusher; call it before taking an index lock).
+    pub fn reserve(&self, g: &Guard<'_>, key_len: usize, value_len: usize) -> Result<()> {
+        self.check_payload_len(key_len, value_len)?;
+        let len = record_len(key_len as u64, value_len as u64);
+        if g.reserved_len() == Some(len) {
+            return Ok(());
+        }
+        self.release_reservation(g);
+        let addr = self.alloc_record(g, len)?;
+        g.set_reserved(Some((addr, len)));
+        Ok(())
+    }
+
+    /// Space for a record of `len` bytes: the guard's reservation, or a fresh allocation
+    /// (which may wait: only without a reservation).
+    pub fn claim(&self, g: &Guard<'_>, len: u64) -> Result<u64> {
+        match g.take_reserved() {
+            Some((addr, l)) if l == len => Ok(addr),
+            other => {
+                if let Some(r) = other {
+                    self.give_back(g, r);
+                }
+                self.alloc_record(g, len)
+            }
+        }
+    }
+
+    /// Gives an unused reservation back.
+    pub fn release_reservation(&self, g: &Guard<'_>) {
+        if let Some(r) = g.take_reserved() {
+            self.give_back(g, r);
+        }
+    }
+
+    /// Un-bumps the thread's cursor if the reservation is its last allocation; otherwise
+    /// fills it with a padding record (so its page stays walkable) and marks it invalid.
+    fn give_back(&self, g: &Guard<'_>, (addr, len): (u64, u64)) {
+        let slot = self.threads.slot(g.slot());
+        let (page, off) = (self.geo.page_of(addr), self.geo.page_offset(addr));
+        let undone = slot
+            .write_cursor
+            .compare_exchange(
+                cursor(page, off + len),
+                cursor(page, off),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok();
+        if undone {
+            return;
+        }
+        match self
+            .dram_page(addr)
+            .and_then(|p| dram_record::write_padding(p, off, len))
+        {
+            Ok(()) => g.invalidate(addr, addr),
+            Err(e) => self
+                .health
+                .poison(format!("hetermm: a reservation could not be padded: {e}")),
+        }
+    }
+
+    /// Allocates `len` bytes (<= page size) in the thread's page; returns the address.
+    pub fn alloc_record(&self, g: &Guard<'_>, len: u64) -> Result<u64> {
+        let slot = self.threads.slot(g.slot());
+        loop {
+            let alarm = self.regions.alarm.load(Ordering::SeqCst);
+            let in_time = |p: u64| self.geo.page_start(p) >= alarm;
+            if let Some((page, off)) = bump(&slot.write_cursor, len, self.geo.page_size(), in_time)
+            {
+                return Ok(self.geo.page_start(page) + off);
+            }
+            let c = slot.write_cursor.load(Ordering::Acquire);
+            if c != CLOSED && !in_time(crate::threads::cursor_page(c)) {
+                self.counters.alarms.incr();
+            }
+            self.next_write_page(g)?;
+        }
+    }
+
+    /// Leaves the thread's page and maps the next logical page for it.
+    fn next_write_page(&self, g: &Guard<'_>) -> Result<()> {
+        let slot = self.threads.slot(g.slot());
+        slot.write_cursor.store(CLOSED, Ordering::SeqCst);
+        let phys = self.take_free_page(g)?;
+        let mapped = self
+            .reserve_page(g)
+            .and_then(|lp| self.ring.map(lp, phys).map(|()| lp));
+        let lp = match mapped {
+            Ok(lp) => lp,
+            Err(e) => {
+                self.pages.give_back(&[phys]);
+                return Err(e);
+            }
+        };
+        let first = self.geo.first_usable(lp) - self.geo.page_start(lp);
+        slot.write_cursor.store(cursor(lp, first), Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// A free physical page, waiting for the flusher (unpinned) when there is none.
+    fn take_free_page(&self, g: &Guard<'_>) -> Result<u32> {
+        let mut waited = false;
+        loop {
+            if let Some(p) = self.pages.try_take() {
+                if waited {
+                    self.counters.page_waits.incr();
+                }
+                return Ok(p);
+            }
+            self.health.check_writable()?;
+            if let Some(why) = self.health.stalled.lock().clone() {
+                return Err(Error::no_space(Tier::Pmem, why));
+            }
+            waited = true;
+            self.wake_flusher.raise();
+            g.unpinned(|| self.pages.wait_for_free(Duration::from_millis(5)));
+        }
+    }
+
+    /// Takes the next logical page number (GlobalAllocated), waiting (unpinned) while its
+    /// slot in the pages array still holds the page `P` before it. The number is taken
+    /// with a compare-and-swap only once it has room, so from reservation to mapping the
+    /// thread stays pinned and the flusher never copies a block with a page half-mapped.
+    fn reserve_page(&self, g: &Guard<'_>) -> Result<u64> {
+        loop {
+            let np = self.regions.next_page.load(Ordering::SeqCst);
+            if np < self.geo.page_of(self.off_dram()) + self.ring.len() as u64 {
+                if self
+                    .regions
+                    .next_page
+                    .compare_exchange(np, np + 1, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+                {
+                    return Ok(np);
+                }
+                continue;
+            }
+            self.health.check_writable()?;
+            if let Some(why) = self.health.stalled.lock().clone() {
+                return Err(Error::no_space(Tier::Pmem, why));
+            }
+            self.wake_flusher.raise();
+            g.unpinned(|| self.pages.wait_for_free(Duration::from_millis(5)));
+        }
+    }
+}

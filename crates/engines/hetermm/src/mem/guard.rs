@@ -1,0 +1,173 @@
+//! [`Guard`]: one index operation's pin (epoch) and the invalidations it causes.
+//!
+//! A guard is created by [`HeterMemory::pin`](crate::HeterMemory::pin) before the index is
+//! touched and dropped after it. While it lives, every logical address the thread read
+//! from its index stays readable (no page or block is freed under it).
+//!
+//! **Effects.** `set_value` does not register the invalidation of the record it replaces
+//! right away: a lock-free index may call it several times for one key (retrying a lost
+//! race) and only the last call's address is installed. So each call records an *effect*
+//! (old address → outcome) per key, and when a new effect arrives for the same key the
+//! earlier one is resolved:
+//! - if the new call starts from the address the earlier call produced, the earlier one
+//!   was installed: the address it replaced is invalidated now;
+//! - otherwise the earlier call's new record was never installed: it is invalidated as an
+//!   orphan (and the address it replaced is someone else's business).
+//!
+//! When the guard drops, each remaining effect's replaced address is invalidated. Deletes
+//! register at once (a retried delete removes whatever is current, so the first removal
+//! always stands). An invalidation's key block is
+//! `max(block(target), block(superseder), block(off_ReadOnly now))`, always a block that is
+//! not yet flushed (`invalid.rs`).
+//!
+//! **Reservation.** A writer reserves the space of its record with `reserve` *before* it
+//! takes its index's lock (that is where it may have to wait for the flusher, unpinned);
+//! `set_value` then writes into the reservation and never waits. A thread blocked on an
+//! index lock is pinned, so if the lock's holder waited for the flusher, and the flusher for
+//! the epoch, nobody would move. A reservation left unused (the update went in place) is
+//! given back, or becomes a padding record if the thread allocated after it.
+//!
+//! Thread safety: a guard belongs to its thread (it is `!Send`).
+
+use std::cell::{Cell, RefCell};
+use std::marker::PhantomData;
+
+use super::HeterMem;
+use crate::invalid::Invalidation;
+
+/// What a `set_value` did for a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// It produced this address (equal to the old one for an in-place update).
+    Installed(u64),
+    /// It failed and changed nothing.
+    Unchanged,
+}
+
+#[derive(Debug)]
+struct Effect {
+    key: Box<[u8]>,
+    old: Option<u64>,
+    outcome: Outcome,
+}
+
+/// An operation in progress on a [`HeterMem`] (see the module doc).
+pub struct Guard<'a> {
+    mem: &'a HeterMem,
+    slot: usize,
+    recovery: bool,
+    effects: RefCell<Vec<Effect>>,
+    /// Space reserved by `reserve` for the next out-of-place record: (address, length).
+    reserved: Cell<Option<(u64, u64)>>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<'a> Guard<'a> {
+    pub(super) fn new(mem: &'a HeterMem, slot: usize, recovery: bool) -> Guard<'a> {
+        Guard {
+            mem,
+            slot,
+            recovery,
+            effects: RefCell::new(Vec::new()),
+            reserved: Cell::new(None),
+            _not_send: PhantomData,
+        }
+    }
+
+    /// The thread's slot index.
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+
+    /// True in recovery.
+    pub fn is_recovery(&self) -> bool {
+        self.recovery
+    }
+
+    /// Takes the reservation, if any.
+    pub fn take_reserved(&self) -> Option<(u64, u64)> {
+        self.reserved.take()
+    }
+
+    /// Sets the reservation.
+    pub fn set_reserved(&self, r: Option<(u64, u64)>) {
+        self.reserved.set(r);
+    }
+
+    /// The reservation's length, if any.
+    pub fn reserved_len(&self) -> Option<u64> {
+        self.reserved.get().map(|(_, len)| len)
+    }
+
+    /// Runs `f` unpinned (a wait for background progress), then pins again.
+    pub fn unpinned<T>(&self, f: impl FnOnce() -> T) -> T {
+        self.mem.threads.unpin(self.slot);
+        let r = f();
+        // Re-pinning cannot fail: the slot was just unpinned by this thread.
+        let _ = self.mem.threads.pin(self.slot);
+        r
+    }
+
+    /// Records what a `set_value` for `key` did (see the module doc).
+    pub fn record(&self, key: &[u8], old: Option<u64>, outcome: Outcome) {
+        let mut effects = self.effects.borrow_mut();
+        if let Some(e) = effects.iter_mut().find(|e| &*e.key == key) {
+            if let Outcome::Installed(made) = e.outcome
+                && Some(made) != e.old
+            {
+                if old == Some(made) {
+                    if let Some(replaced) = e.old {
+                        self.invalidate(replaced, made);
+                    }
+                } else {
+                    self.invalidate(made, made);
+                }
+            }
+            e.old = old;
+            e.outcome = outcome;
+            return;
+        }
+        effects.push(Effect {
+            key: key.into(),
+            old,
+            outcome,
+        });
+    }
+
+    /// Registers that the record at `target` is no longer current because of `superseder`
+    /// (a record, or the delete frontier; `target` itself for an orphan).
+    pub fn invalidate(&self, target: u64, superseder: u64) {
+        let mem = self.mem;
+        if let Some(cache) = &mem.cache {
+            cache.invalidate(target);
+        }
+        if self.recovery {
+            mem.recovery_losers.lock().push(target);
+            return;
+        }
+        let g = &mem.geo;
+        let key_block = g
+            .block_of(target)
+            .max(g.block_of(superseder))
+            .max(g.block_of(mem.off_read_only()));
+        mem.threads
+            .slot(self.slot)
+            .pending
+            .lock()
+            .push(Invalidation { target, key_block });
+    }
+}
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        self.mem.release_reservation(self);
+        for e in std::mem::take(&mut *self.effects.borrow_mut()) {
+            if let (Outcome::Installed(made), Some(replaced)) = (e.outcome, e.old)
+                && made != replaced
+            {
+                self.invalidate(replaced, made);
+            }
+        }
+        self.mem.threads.unpin(self.slot);
+    }
+}

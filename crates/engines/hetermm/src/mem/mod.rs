@@ -1,0 +1,286 @@
+//! [`HeterMem`]: the heterogeneous memory of HeterMM (§4) — one logical address space over
+//! a ring of DRAM pages and pmem blocks, with the region markers that split it:
+//!
+//! ```text
+//!  persisted region        | overlap region (read-only)  | in-place-update region
+//!  pmem blocks             | DRAM pages, being flushed   | DRAM pages
+//! -------------------------+-----------------------------+----------------------------> addr
+//!                       off_DRAM                   off_ReadOnly                  next page
+//! ```
+//!
+//! Invariants (checked by `check.rs`):
+//! 1. `off_DRAM <= off_ReadOnly <= start of the next logical page to hand out`, and both
+//!    markers are block aligned (blocks are flushed whole).
+//! 2. Every logical page in `[off_DRAM, next page)` that was handed out is mapped in the
+//!    write region's pages array until its block is flushed; every block below off_DRAM
+//!    that holds a live record is published (directory word + `blocks` array).
+//! 3. A record above off_ReadOnly may be updated in place; below it only out of place.
+//! 4. Addresses never change: flushing copies pages into a block at the same offsets and
+//!    reorganisation keeps the address as the compact block's hash key, so the index is
+//!    never touched by background work.
+//! 5. Timestamps are unique and, for each key, grow in the order the index installs its
+//!    versions.
+//!
+//! Submodules: `guard` (an operation's pin and its effects), `access` (get_value /
+//! set_value / delete, Eq. 1 and §4.2-4.3), `alloc` (Algorithm 2 for logical addresses).
+//! Flushing, reorganisation, recovery and the checks are in their own top-level modules.
+//!
+//! Thread safety: `Send + Sync`. Region markers are `SeqCst` atomics written only by the
+//! flusher; see `threads.rs` for the epoch argument.
+
+pub mod access;
+pub mod alloc;
+pub mod guard;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+use tierkv_core::media::pmem::PmemPool;
+use tierkv_core::{Error, Result};
+
+use crate::cache::ReadCache;
+use crate::dram::PagePool;
+use crate::dram::ring::{MAX_PAGES, Ring};
+use crate::flush::FlushState;
+use crate::format::record::MAX_TS;
+use crate::geometry::Geometry;
+use crate::nvm::Nvm;
+use crate::nvm::blocks::BlockTable;
+use crate::oplog::OpLog;
+use crate::options::HeterOptions;
+use crate::signal::Signal;
+use crate::stats::HeterCounters;
+use crate::threads::SlotTable;
+
+pub use guard::Guard;
+
+/// The region markers and the page counter of the logical space.
+#[derive(Debug, Default)]
+pub struct Regions {
+    /// off_DRAM: addresses below it are in pmem blocks.
+    pub off_dram: AtomicU64,
+    /// off_ReadOnly: addresses below it are updated out of place.
+    pub off_read_only: AtomicU64,
+    /// The alarm (Eq. 2): a thread whose page starts below this leaves it.
+    pub alarm: AtomicU64,
+    /// GlobalAllocated of Algorithm 2: the next logical page to hand out.
+    pub next_page: AtomicU64,
+}
+
+/// Whether the store accepts operations.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// Set by close.
+    pub closed: AtomicBool,
+    /// The first background failure that makes writes unsafe.
+    pub poisoned: OnceLock<String>,
+    /// Why the flusher cannot make progress right now (pmem full), if it cannot.
+    pub stalled: Mutex<Option<String>>,
+}
+
+impl Health {
+    /// Fails if the store is closed.
+    pub fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    /// Fails if the store is closed or poisoned.
+    pub fn check_writable(&self) -> Result<()> {
+        self.check_open()?;
+        match self.poisoned.get() {
+            Some(why) => Err(Error::Poisoned(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Records a failure that makes further writes unsafe.
+    pub fn poison(&self, why: String) {
+        let _ = self.poisoned.set(why);
+    }
+}
+
+/// The heterogeneous memory of one store.
+pub struct HeterMem {
+    /// k and m.
+    pub geo: Geometry,
+    /// The options.
+    pub opts: HeterOptions,
+    /// freePages.
+    pub free_pages: usize,
+    /// Live log blocks before the oldest is compressed.
+    pub log_blocks_max: usize,
+    /// The pmem side.
+    pub nvm: Nvm,
+    /// The `blocks` array and block bookkeeping.
+    pub blocks: BlockTable,
+    /// Physical DRAM pages.
+    pub pages: PagePool,
+    /// The write region's pages array.
+    pub ring: Ring,
+    /// Per-thread slots and epochs.
+    pub threads: Arc<SlotTable>,
+    /// Region markers.
+    pub regions: Regions,
+    /// The next timestamp.
+    pub clock: AtomicU64,
+    /// The operation log (`None` with `oplog=off`).
+    pub oplog: Option<OpLog>,
+    /// The read cache (`None` with `read_cache=off`).
+    pub cache: Option<ReadCache>,
+    /// Counters.
+    pub counters: HeterCounters,
+    /// Open / poisoned / stalled.
+    pub health: Health,
+    /// The flusher's own state (taken by whoever flushes).
+    pub flusher: Mutex<FlushState>,
+    /// True while recovery replays the log (replayed writes are not logged again: the old
+    /// log stays until they are flushed).
+    pub replaying: AtomicBool,
+    /// True while recovery rebuilds the index from pmem (guards collect losers).
+    pub recovering: AtomicBool,
+    /// Losers found by recovery (marked at its end).
+    pub recovery_losers: Mutex<Vec<u64>>,
+    /// Wakes the flusher (a writer waits for a page, a flush is requested).
+    pub wake_flusher: Signal,
+    /// Wakes the reclaimer (a block crossed the reorganisation threshold).
+    pub wake_reclaimer: Signal,
+}
+
+impl HeterMem {
+    /// A memory over `nvm` with empty DRAM, its logical space starting at block
+    /// `first_block` and its log at sequence `next_log_seq`.
+    pub fn new(
+        nvm: Nvm,
+        opts: HeterOptions,
+        first_block: u64,
+        next_log_seq: u64,
+    ) -> Result<HeterMem> {
+        let geo = Geometry {
+            page_bits: opts.page_bits,
+            block_bits: nvm.block_bits(),
+        };
+        opts.check_geometry(geo.block_bits)?;
+        let ppb = geo.pages_per_block() as usize;
+        let pool_pages =
+            (nvm.alloc.layout().chunk_count * nvm.sb.chunk_size / geo.page_size()) as usize;
+        let pages = ((opts.dram_budget / geo.page_size()) as usize)
+            .min(pool_pages / 4)
+            .min(MAX_PAGES);
+        let free_pages = opts.free_pages.map_or(ppb, |f| f as usize).max(1);
+        let needed = (opts.overlap_blocks as usize + 3) * ppb + free_pages;
+        if pages < needed {
+            return Err(Error::invalid(format!(
+                "hetermm needs at least {needed} DRAM pages of {} bytes ({} bytes: {} blocks of \
+                 2^{} bytes plus freePages), but dram_budget = {} bytes and a quarter of the pmem \
+                 pool allow {pages}; raise dram_budget or the pool size, or lower block_bits",
+                geo.page_size(),
+                needed as u64 * geo.page_size(),
+                opts.overlap_blocks + 3,
+                geo.block_bits,
+                opts.dram_budget,
+            )));
+        }
+        let pool_blocks = (pool_pages / ppb).max(1);
+        let log_blocks_max = match opts.log_blocks {
+            0 => (2 * pages / ppb + 2).min(pool_blocks / 4).max(4),
+            n => n as usize,
+        };
+        let start = geo.block_start(first_block);
+        let regions = Regions {
+            off_dram: AtomicU64::new(start),
+            off_read_only: AtomicU64::new(start),
+            alarm: AtomicU64::new(start),
+            next_page: AtomicU64::new(geo.first_page(first_block)),
+        };
+        Ok(HeterMem {
+            geo,
+            free_pages,
+            log_blocks_max,
+            blocks: BlockTable::default(),
+            pages: PagePool::new(pages, geo.page_size()),
+            ring: Ring::new(pages),
+            threads: SlotTable::new(),
+            regions,
+            clock: AtomicU64::new(1),
+            oplog: opts.oplog.then(|| OpLog::new(geo, next_log_seq)),
+            cache: opts.read_cache.then(|| ReadCache::new(geo, pages)),
+            counters: HeterCounters::default(),
+            health: Health::default(),
+            flusher: Mutex::new(FlushState::default()),
+            replaying: AtomicBool::new(false),
+            recovering: AtomicBool::new(false),
+            recovery_losers: Mutex::new(Vec::new()),
+            wake_flusher: Signal::default(),
+            wake_reclaimer: Signal::default(),
+            nvm,
+            opts,
+        })
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &PmemPool {
+        &self.nvm.pool
+    }
+
+    /// A new timestamp.
+    pub fn next_ts(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Makes every later timestamp larger than `ts`.
+    pub fn observe_ts(&self, ts: u64) {
+        self.clock
+            .fetch_max(ts.saturating_add(1).min(MAX_TS), Ordering::Relaxed);
+    }
+
+    /// off_DRAM (`SeqCst`: see `threads.rs`).
+    pub fn off_dram(&self) -> u64 {
+        self.regions.off_dram.load(Ordering::SeqCst)
+    }
+
+    /// off_ReadOnly (`SeqCst`).
+    pub fn off_read_only(&self) -> u64 {
+        self.regions.off_read_only.load(Ordering::SeqCst)
+    }
+
+    /// The largest key + value a record (and its log entry) can hold.
+    pub fn max_payload(&self) -> u64 {
+        self.geo.page_size() - 128
+    }
+
+    /// Refuses a key and value that do not fit one page.
+    pub fn check_payload(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.check_payload_len(key.len(), value.len())
+    }
+
+    /// [`HeterMem::check_payload`] by lengths.
+    pub fn check_payload_len(&self, key_len: usize, value_len: usize) -> Result<()> {
+        let n = (key_len + value_len) as u64;
+        if n > self.max_payload() || key_len > usize::from(u16::MAX) || key_len == 0 {
+            return Err(Error::invalid(format!(
+                "a key and value of {n} bytes do not fit a hetermm page of {} bytes (at most {} \
+                 bytes; raise page_bits for larger values)",
+                self.geo.page_size(),
+                self.max_payload()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Starts an operation of the calling thread (during recovery, one whose losers are
+    /// collected for marking rather than registered).
+    pub fn pin(&self) -> Result<Guard<'_>> {
+        self.health.check_open()?;
+        let slot = self.threads.current()?;
+        self.threads.pin(slot)?;
+        Ok(Guard::new(
+            self,
+            slot,
+            self.recovering.load(Ordering::Acquire),
+        ))
+    }
+}

@@ -1,0 +1,209 @@
+//! The `blocks` array of Eq. 1 (HeterMM §4.2): logical block number → base offset of its
+//! pmem copy, with the "compressed" bit of §5.2; and the per-block bookkeeping that
+//! flushing, marking and reorganisation share.
+//!
+//! The array is a two-level radix table of atomic words (leaves made on first use), so the
+//! read path translates an address with two loads and no lock, however sparse the live
+//! block numbers become (old cold blocks live on while new numbers keep growing). A word is
+//! `base | COMPACT` (bases are chunk aligned) or 0. Reorganisation swaps a block's word to
+//! its compact copy with one store; the old copy is freed only after the epochs show that
+//! no reader can still use the old base.
+//!
+//! Thread safety: the radix words are atomics (stored `Release` by the flusher and the
+//! reclaimer, loaded `Acquire` by readers). [`BlockInfo`]s sit behind a mutex each; the
+//! flusher (marks) and the reclaimer (reorganisation) take it, so a mark never lands on a
+//! copy that is being replaced.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+use tierkv_core::{Error, Result, Tier};
+
+const LEAF_BITS: u32 = 12;
+const TOP_BITS: u32 = 14;
+/// Block numbers this table can hold.
+pub const MAX_BLOCKS: u64 = 1 << (LEAF_BITS + TOP_BITS);
+/// The "compressed" bit of a radix word.
+const COMPACT: u64 = 1;
+
+/// How a block is stored on pmem.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// A full block: records at their offsets, an invalid bitmap in the prefix.
+    Full,
+    /// A compact block of `slots` records found through its hash table.
+    Compact {
+        /// Records (= hash slots).
+        slots: u32,
+    },
+}
+
+/// What the background threads know about one published block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockInfo {
+    /// Offset of the run holding it.
+    pub off: u64,
+    /// Bytes of that run.
+    pub run_len: u64,
+    /// Full or compact.
+    pub layout: Layout,
+    /// Bytes of records in it that are not marked invalid.
+    pub live: u64,
+    /// Bytes of records it can hold (full) or held when it was made (compact).
+    pub capacity: u64,
+    /// Reorganisation generation (in its directory word).
+    pub generation: u16,
+}
+
+impl BlockInfo {
+    /// The fraction of its capacity that is invalid.
+    pub fn invalid_fraction(&self) -> f64 {
+        if self.capacity == 0 {
+            return 1.0;
+        }
+        1.0 - self.live.min(self.capacity) as f64 / self.capacity as f64
+    }
+}
+
+/// One block's lock and state.
+pub type BlockCell = Arc<Mutex<BlockInfo>>;
+
+/// The blocks array and the block bookkeeping.
+pub struct BlockTable {
+    radix: Box<[OnceLock<Box<[AtomicU64]>>]>,
+    infos: Mutex<BTreeMap<u64, BlockCell>>,
+}
+
+impl Default for BlockTable {
+    fn default() -> Self {
+        BlockTable {
+            radix: (0..1usize << TOP_BITS).map(|_| OnceLock::new()).collect(),
+            infos: Mutex::new(BTreeMap::new()),
+        }
+    }
+}
+
+impl BlockTable {
+    fn word(&self, b: u64, make: bool) -> Option<&AtomicU64> {
+        if b >= MAX_BLOCKS {
+            return None;
+        }
+        let top = &self.radix[(b >> LEAF_BITS) as usize];
+        let leaf = if make {
+            top.get_or_init(|| {
+                (0..1usize << LEAF_BITS)
+                    .map(|_| AtomicU64::new(0))
+                    .collect()
+            })
+        } else {
+            top.get()?
+        };
+        leaf.get((b & ((1 << LEAF_BITS) - 1)) as usize)
+    }
+
+    /// Eq. 1, lower half: the base of block `b` and whether it is compact.
+    pub fn base(&self, b: u64) -> Option<(u64, bool)> {
+        let w = self.word(b, false)?.load(Ordering::Acquire);
+        (w != 0).then_some((w & !COMPACT, w & COMPACT != 0))
+    }
+
+    /// Publishes (or swaps) block `b`'s copy in the array and records its info.
+    pub fn publish(&self, b: u64, info: BlockInfo) -> Result<()> {
+        let w = self.word(b, true).ok_or_else(|| {
+            Error::no_space(
+                Tier::Pmem,
+                format!("logical block {b} is past the {MAX_BLOCKS} blocks the table holds"),
+            )
+        })?;
+        let compact = matches!(info.layout, Layout::Compact { .. });
+        w.store(
+            info.off | if compact { COMPACT } else { 0 },
+            Ordering::Release,
+        );
+        let mut infos = self.infos.lock();
+        match infos.get(&b) {
+            Some(cell) => *cell.lock() = info,
+            None => {
+                infos.insert(b, Arc::new(Mutex::new(info)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Updates the array word of block `b` to its (new) copy without touching its info
+    /// (the caller holds the info's lock and updates it).
+    pub fn swap_base(&self, b: u64, off: u64, compact: bool) {
+        if let Some(w) = self.word(b, true) {
+            w.store(off | if compact { COMPACT } else { 0 }, Ordering::Release);
+        }
+    }
+
+    /// Removes block `b` from the array and the bookkeeping.
+    pub fn remove(&self, b: u64) {
+        if let Some(w) = self.word(b, false) {
+            w.store(0, Ordering::Release);
+        }
+        self.infos.lock().remove(&b);
+    }
+
+    /// Block `b`'s cell.
+    pub fn info(&self, b: u64) -> Option<BlockCell> {
+        self.infos.lock().get(&b).cloned()
+    }
+
+    /// A snapshot of every block's info (for policies, stats and checks).
+    pub fn snapshot(&self) -> Vec<(u64, BlockInfo)> {
+        let cells: Vec<(u64, BlockCell)> = self
+            .infos
+            .lock()
+            .iter()
+            .map(|(b, c)| (*b, c.clone()))
+            .collect();
+        cells.into_iter().map(|(b, c)| (b, *c.lock())).collect()
+    }
+
+    /// Published blocks.
+    pub fn len(&self) -> usize {
+        self.infos.lock().len()
+    }
+
+    /// True when no block is published.
+    pub fn is_empty(&self) -> bool {
+        self.infos.lock().is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(off: u64, layout: Layout) -> BlockInfo {
+        BlockInfo {
+            off,
+            run_len: 4096,
+            layout,
+            live: 10,
+            capacity: 40,
+            generation: 0,
+        }
+    }
+
+    #[test]
+    fn sparse_block_numbers_translate() {
+        let t = BlockTable::default();
+        assert_eq!(t.base(3), None);
+        t.publish(3, info(8192, Layout::Full)).unwrap();
+        t.publish(1 << 20, info(16384, Layout::Compact { slots: 2 }))
+            .unwrap();
+        assert_eq!(t.base(3), Some((8192, false)));
+        assert_eq!(t.base(1 << 20), Some((16384, true)));
+        assert!(t.publish(MAX_BLOCKS, info(4096, Layout::Full)).is_err());
+        assert_eq!(t.len(), 2);
+        t.remove(3);
+        assert_eq!(t.base(3), None);
+        assert_eq!(t.snapshot().len(), 1);
+        assert_eq!(info(0, Layout::Full).invalid_fraction(), 0.75);
+    }
+}

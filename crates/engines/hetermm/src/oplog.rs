@@ -1,0 +1,336 @@
+//! The operation log (HeterMM §5.3): durability for the records that are still in DRAM.
+//!
+//! Log blocks (runs of 2^m bytes from the allocator, published in the block directory
+//! with a sequence number) are cut into pages of 2^k bytes. Each thread appends to its own
+//! page (Algorithm 2: a page is handed to a thread, which then appends without contention),
+//! writing every entry in two steps — data with ts = 0, persist; ts, persist — so a torn
+//! entry is never replayed (`format::log`). Each block keeps `max_address`, the highest
+//! logical address its entries cover.
+//!
+//! **Reclamation** (§5.3.1): the oldest block is reclaimed once every page of it has been
+//! handed out, no thread still appends to it (pages of idle threads are taken away — the
+//! alarm), and `off_DRAM` has passed its `max_address`: everything it protects is in the
+//! persisted region. **Compression** of the oldest block (when updates stay in the
+//! mutable region, off_DRAM does not move and the log grows) copies only the entries that
+//! may still be the newest durable version of their record and retires the block; the
+//! policy and the copy are in `flush.rs`, which can see the DRAM records.
+//!
+//! Thread safety: `Send + Sync`. The block list is a mutex taken when a page or a block
+//! is handed out, reclaimed or compressed; each thread's page is a mutex of its own, taken
+//! by its owner on append and by the reclaimer when it freezes a block.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use tierkv_core::{Counter, Error, Result, Tier};
+
+use crate::format::HEADER_LEN;
+use crate::format::dir::DirEntry;
+use crate::format::log::{self, EntryKind, LogHeader};
+use crate::geometry::Geometry;
+use crate::nvm::Nvm;
+use crate::threads::MAX_THREADS;
+
+/// One log block.
+#[derive(Debug)]
+pub struct LogBlock {
+    /// Its sequence number.
+    pub seq: u64,
+    /// Offset of its run.
+    pub off: u64,
+    /// The highest logical address its entries cover.
+    pub max_address: AtomicU64,
+    /// Global number of its first page.
+    first_page: u64,
+}
+
+#[derive(Debug, Default)]
+struct ThreadLog {
+    block: Option<Arc<LogBlock>>,
+    /// Global log page number, and the next free offset in it.
+    page: u64,
+    next: u64,
+}
+
+#[derive(Debug, Default)]
+struct LogState {
+    blocks: VecDeque<Arc<LogBlock>>,
+    next_page: u64,
+    next_seq: u64,
+    /// A run allocated ahead of need.
+    spare: Option<u64>,
+}
+
+/// Log counters.
+#[derive(Debug, Default)]
+pub struct LogCounters {
+    /// Bytes of entries written.
+    pub bytes: Counter,
+    /// Entries written.
+    pub entries: Counter,
+    /// Blocks reclaimed.
+    pub reclaimed: Counter,
+    /// Blocks compressed.
+    pub compressed: Counter,
+    /// Entries copied by compression.
+    pub copied: Counter,
+}
+
+/// The operation log.
+pub struct OpLog {
+    geo: Geometry,
+    state: Mutex<LogState>,
+    threads: Box<[Mutex<ThreadLog>]>,
+    /// Counters.
+    pub counters: LogCounters,
+}
+
+impl OpLog {
+    /// An empty log whose blocks get sequence numbers from `next_seq` on.
+    pub fn new(geo: Geometry, next_seq: u64) -> OpLog {
+        OpLog {
+            geo,
+            state: Mutex::new(LogState {
+                next_seq,
+                ..LogState::default()
+            }),
+            threads: (0..MAX_THREADS)
+                .map(|_| Mutex::new(ThreadLog::default()))
+                .collect(),
+            counters: LogCounters::default(),
+        }
+    }
+
+    fn pages_per_block(&self) -> u64 {
+        self.geo.pages_per_block()
+    }
+
+    /// The largest key + value an entry can carry.
+    pub fn max_payload(&self) -> u64 {
+        self.geo.page_size() - HEADER_LEN as u64 - log::ENTRY_HEADER_LEN
+    }
+
+    /// Appends a committed entry for the thread of slot `slot` (two-step write).
+    #[allow(clippy::too_many_arguments)]
+    pub fn append(
+        &self,
+        nvm: &Nvm,
+        slot: usize,
+        ts: u64,
+        kind: EntryKind,
+        key: &[u8],
+        value: &[u8],
+        address: u64,
+    ) -> Result<()> {
+        let len = log::entry_len(key.len() as u64, value.len() as u64);
+        if len > self.max_payload() + log::ENTRY_HEADER_LEN {
+            return Err(Error::invalid(format!(
+                "log entry of {len} bytes does not fit a log page"
+            )));
+        }
+        let mut t = self.threads[slot % MAX_THREADS].lock();
+        if t.block.is_none() || t.next + len > self.geo.page_size() {
+            self.next_page(nvm, &mut t)?;
+        }
+        let Some(block) = t.block.clone() else {
+            return Err(Error::corruption(
+                Tier::Pmem,
+                0,
+                "log page missing after allocation",
+            ));
+        };
+        let off = block.off + ((t.page - block.first_page) << self.geo.page_bits) + t.next;
+        block.max_address.fetch_max(address, Ordering::AcqRel);
+        let bytes = log::encode_entry(block.seq, address, kind, key, value);
+        // IMPORTANT: step 1 — everything but the timestamp (which stays 0), persisted.
+        nvm.pool.write(off, &bytes)?;
+        nvm.pool.persist(off, bytes.len())?;
+        // IMPORTANT: step 2 — the timestamp commits the entry.
+        nvm.pool.store_u64(off, ts)?;
+        nvm.pool.persist(off, 8)?;
+        t.next += len;
+        self.counters.bytes.add(len);
+        self.counters.entries.incr();
+        Ok(())
+    }
+
+    /// Hands the thread a fresh log page (and starts a new block when needed).
+    fn next_page(&self, nvm: &Nvm, t: &mut ThreadLog) -> Result<()> {
+        let mut st = self.state.lock();
+        let ppb = self.pages_per_block();
+        let lp = st.next_page;
+        let needs_block = st.blocks.back().is_none_or(|b| lp >= b.first_page + ppb);
+        if needs_block {
+            let first_page = lp.div_ceil(ppb) * ppb;
+            let block = self.start_block(nvm, &mut st, first_page)?;
+            st.next_page = block.first_page;
+            st.blocks.push_back(block);
+        }
+        let lp = st.next_page;
+        st.next_page += 1;
+        let block = st.blocks.back().cloned();
+        drop(st);
+        t.block = block;
+        t.page = lp;
+        t.next = if lp.is_multiple_of(ppb) {
+            HEADER_LEN as u64
+        } else {
+            0
+        };
+        Ok(())
+    }
+
+    fn start_block(&self, nvm: &Nvm, st: &mut LogState, first_page: u64) -> Result<Arc<LogBlock>> {
+        let off = match st.spare.take() {
+            Some(off) => off,
+            None => nvm.alloc_log_block()?,
+        };
+        let seq = st.next_seq;
+        let header = LogHeader {
+            page_bits: self.geo.page_bits as u8,
+            block_bits: self.geo.block_bits as u8,
+            seq,
+        };
+        let made = nvm
+            .pool
+            .write_persist(off, &header.encode())
+            .and_then(|()| nvm.set_dir_entry(off, DirEntry::Log { seq }));
+        if let Err(e) = made {
+            let _ = nvm.free_run(off);
+            return Err(e);
+        }
+        st.next_seq += 1;
+        Ok(Arc::new(LogBlock {
+            seq,
+            off,
+            max_address: AtomicU64::new(0),
+            first_page,
+        }))
+    }
+
+    /// Allocates a run ahead of need (the flusher calls this while idle).
+    pub fn prepare(&self, nvm: &Nvm) -> Result<()> {
+        let mut st = self.state.lock();
+        if st.spare.is_none() {
+            st.spare = Some(nvm.alloc_log_block()?);
+        }
+        Ok(())
+    }
+
+    /// Live log blocks.
+    pub fn block_count(&self) -> usize {
+        self.state.lock().blocks.len()
+    }
+
+    /// The `max_address` of the oldest block, if there is one.
+    pub fn oldest_max_address(&self) -> Option<u64> {
+        let st = self.state.lock();
+        st.blocks
+            .front()
+            .map(|b| b.max_address.load(Ordering::Acquire))
+    }
+
+    /// Hands out no more pages of the newest block (a forced flush is about to make all of
+    /// it reclaimable); the next append starts a new block.
+    pub fn close_current(&self) {
+        let mut st = self.state.lock();
+        let ppb = self.pages_per_block();
+        if let Some(end) = st.blocks.back().map(|b| b.first_page + ppb) {
+            st.next_page = st.next_page.max(end);
+        }
+    }
+
+    /// The oldest block, frozen — every page handed out and none held by a thread — or
+    /// `None` if the log has not moved past it yet.
+    pub fn frozen_oldest(&self) -> Option<Arc<LogBlock>> {
+        let st = self.state.lock();
+        let front = st.blocks.front()?.clone();
+        if st.next_page < front.first_page + self.pages_per_block() {
+            return None;
+        }
+        drop(st);
+        for t in self.threads.iter() {
+            let mut t = t.lock();
+            if t.block.as_ref().is_some_and(|b| Arc::ptr_eq(b, &front)) {
+                // The alarm: an idle thread's page is taken away; the rest of it stays
+                // unused (a reader stops at its first invalid entry).
+                t.block = None;
+            }
+        }
+        Some(front)
+    }
+
+    /// Retires the oldest block if it is `block`: unpublishes and frees it.
+    pub fn retire(&self, nvm: &Nvm, block: &Arc<LogBlock>) -> Result<()> {
+        let mut st = self.state.lock();
+        if !st.blocks.front().is_some_and(|b| Arc::ptr_eq(b, block)) {
+            return Ok(());
+        }
+        // IMPORTANT: unpublish first; a crash before the free leaves an unnamed run that
+        // recovery frees.
+        nvm.set_dir_entry(block.off, DirEntry::None)?;
+        nvm.free_run(block.off)?;
+        st.blocks.pop_front();
+        self.counters.reclaimed.incr();
+        Ok(())
+    }
+
+    /// Reclaims every oldest block whose entries are all below `off_dram`; returns how many.
+    pub fn reclaim(&self, nvm: &Nvm, off_dram: u64) -> Result<u64> {
+        let mut n = 0;
+        while let Some(front) = self.frozen_oldest() {
+            if front.max_address.load(Ordering::Acquire) >= off_dram {
+                break;
+            }
+            self.retire(nvm, &front)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// The committed entries of `block`, with their bytes copied out.
+    pub fn entries(&self, nvm: &Nvm, block: &LogBlock) -> Result<Vec<OwnedEntry>> {
+        let bytes = nvm.pool.read(block.off, self.geo.block_size() as usize)?;
+        let header = LogHeader::decode(bytes, block.off, block.seq, self.geo.block_bits)?;
+        let mut out = Vec::new();
+        log::walk(bytes, &header, |e| out.push(OwnedEntry::from(e)));
+        Ok(out)
+    }
+
+    /// Releases the spare run (at close).
+    pub fn release_spare(&self, nvm: &Nvm) -> Result<()> {
+        if let Some(off) = self.state.lock().spare.take() {
+            nvm.free_run(off)?;
+        }
+        Ok(())
+    }
+}
+
+/// An entry copied out of pmem.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnedEntry {
+    /// Timestamp.
+    pub ts: u64,
+    /// Covered address.
+    pub address: u64,
+    /// Put or delete.
+    pub kind: EntryKind,
+    /// Key.
+    pub key: Vec<u8>,
+    /// Value.
+    pub value: Vec<u8>,
+}
+
+impl From<log::Entry<'_>> for OwnedEntry {
+    fn from(e: log::Entry<'_>) -> Self {
+        OwnedEntry {
+            ts: e.ts,
+            address: e.address,
+            kind: e.kind,
+            key: e.key.to_vec(),
+            value: e.value.to_vec(),
+        }
+    }
+}

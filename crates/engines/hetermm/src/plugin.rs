@@ -1,0 +1,337 @@
+//! The plug-in programming model (HeterMM §3.2, Fig. 3 and Fig. 4): the boundary between an
+//! in-DRAM index and the heterogeneous memory that holds its values.
+//!
+//! An index plugged into HeterMM stores a [`LogicalAddress`] where it used to store a
+//! value, and replaces its value reads and writes with two calls of [`HeterMemory`]:
+//! `get_value(addr)` and `set_value(addr, key, value) -> addr`. Everything else — the
+//! index's structure, its locking, its scans — is unchanged. Two additions to the paper's
+//! C API make it safe in Rust:
+//!
+//! - **A guard.** [`HeterMemory::pin`] starts an operation; every address read from the
+//!   index must be used under the guard it was read under (the guard keeps the page or
+//!   block it points to from being recycled; the paper waits 5 seconds instead).
+//! - **A reservation.** Call [`HeterMemory::reserve`] before taking the index's lock: it may
+//!   wait for the flusher to free DRAM, and `set_value` under the lock then never waits.
+//!   (A thread waiting for your lock is pinned, and the flusher waits for pinned threads.)
+//! - **Retries.** Call `set_value` under the index's own per-key synchronization (a bucket
+//!   lock, a node lock, or the compare-and-swap loop of a lock-free index) and install the
+//!   address it returns. A lock-free index that loses a race calls `set_value` again in
+//!   the same guard; only the address of the *last* call for a key may be installed (the
+//!   earlier records are reclaimed).
+//!
+//! Deletes call [`HeterMemory::remove_value`] with the address being removed, and recovery
+//! rebuilds the index through [`PluggedIndex::recover`], which calls
+//! [`HeterMemory::recover_value`] (Algorithm 1's `setAddr`: the newer of two versions wins).
+//!
+//! # Plugging in an index of your own
+//!
+//! ```
+//! use std::collections::HashMap;
+//! use std::sync::Mutex;
+//! use tierkv_core::{Error, KvPair, Result};
+//! use tierkv_hetermm::{HeterMemory, LogicalAddress, PluggedIndex};
+//!
+//! /// A plain hash map behind a mutex, holding logical addresses instead of values.
+//! #[derive(Default)]
+//! struct MyIndex(Mutex<HashMap<Vec<u8>, LogicalAddress>>);
+//!
+//! impl MyIndex {
+//!     fn map(&self) -> Result<std::sync::MutexGuard<'_, HashMap<Vec<u8>, LogicalAddress>>> {
+//!         self.0.lock().map_err(|_| Error::Poisoned("index lock".into()))
+//!     }
+//! }
+//!
+//! impl<M: HeterMemory> PluggedIndex<M> for MyIndex {
+//!     fn get(&self, hm: &M, key: &[u8]) -> Result<Option<Vec<u8>>> {
+//!         let g = hm.pin()?;
+//!         let addr = self.map()?.get(key).copied();
+//!         // Was: `Ok(map.get(key).cloned())`.
+//!         addr.map(|a| hm.get_value(&g, a, key)).transpose()
+//!     }
+//!     fn put(&self, hm: &M, key: &[u8], value: &[u8]) -> Result<()> {
+//!         let g = hm.pin()?;
+//!         hm.reserve(&g, key.len(), value.len())?; // may wait: before the lock
+//!         let mut map = self.map()?; // the index's own lock orders writers of a key
+//!         let old = map.get(key).copied();
+//!         // Was: `map.insert(key.to_vec(), value.to_vec())`.
+//!         let addr = hm.set_value(&g, old, key, value)?;
+//!         map.insert(key.to_vec(), addr);
+//!         Ok(())
+//!     }
+//!     fn delete(&self, hm: &M, key: &[u8]) -> Result<()> {
+//!         let g = hm.pin()?;
+//!         let mut map = self.map()?;
+//!         if let Some(&old) = map.get(key) {
+//!             hm.remove_value(&g, old, key)?;
+//!             map.remove(key);
+//!         }
+//!         Ok(())
+//!     }
+//!     fn scan(&self, _hm: &M, _start: &[u8], _limit: usize) -> Result<Vec<KvPair>> {
+//!         Err(Error::Unsupported("scan on a hash index".into()))
+//!     }
+//!     fn recover(&self, hm: &M, key: &[u8], addr: LogicalAddress) -> Result<()> {
+//!         let g = hm.pin()?;
+//!         let mut map = self.map()?;
+//!         let current = map.get(key).copied();
+//!         let winner = hm.recover_value(&g, current, key, addr)?;
+//!         map.insert(key.to_vec(), winner);
+//!         Ok(())
+//!     }
+//!     fn address(&self, key: &[u8]) -> Option<LogicalAddress> {
+//!         self.0.lock().ok()?.get(key).copied()
+//!     }
+//!     fn for_each(&self, f: &mut dyn FnMut(&[u8], LogicalAddress)) {
+//!         if let Ok(map) = self.0.lock() {
+//!             map.iter().for_each(|(k, a)| f(k, *a));
+//!         }
+//!     }
+//!     fn len(&self) -> usize {
+//!         self.0.lock().map_or(0, |m| m.len())
+//!     }
+//! }
+//!
+//! # fn main() -> Result<()> {
+//! // Open a store over a pmem pool with this index.
+//! use std::sync::Arc;
+//! use tierkv_core::media::pmem::{DurabilityMode, EmulatedLatency, PmemConfig, PmemPool};
+//! use tierkv_core::{KvStore, Limits};
+//! use tierkv_hetermm::{HeterOptions, HeterStore};
+//!
+//! let dir = tempfile::tempdir().map_err(|e| Error::io("tempdir", "/tmp", e))?;
+//! let pool = PmemPool::create(&PmemConfig {
+//!     path: dir.path().join("pool"),
+//!     size: 64 << 20,
+//!     mode: DurabilityMode::Volatile,
+//!     latency: EmulatedLatency::default(),
+//! })?;
+//! let options = HeterOptions { dram_budget: 16 << 20, ..HeterOptions::default() };
+//! let store = HeterStore::open(pool, options, Limits::default(), Arc::new(MyIndex::default()), true)?;
+//! store.put(b"hello", b"world")?;
+//! assert_eq!(store.get(b"hello")?.as_deref(), Some(&b"world"[..]));
+//! store.close()?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Thread safety: both traits are `Send + Sync`; every method may be called from any
+//! thread.
+
+use std::sync::Arc;
+
+use tierkv_core::common::index::{ConcurrentIndex, new_index};
+use tierkv_core::{KvPair, Result};
+
+pub use crate::geometry::LogicalAddress;
+use crate::mem::{Guard, HeterMem};
+
+/// The HeterMM API of Fig. 3: what a plugged-in index calls instead of reading and writing
+/// its values.
+pub trait HeterMemory: Send + Sync {
+    /// An operation in progress (see the module doc).
+    type Guard<'a>
+    where
+        Self: 'a;
+
+    /// Starts an operation of the calling thread. Do not nest operations on one memory in
+    /// one thread.
+    fn pin(&self) -> Result<Self::Guard<'_>>;
+
+    /// Reserves room for the record of a `set_value` with these key and value lengths. Call
+    /// it *before* taking the index's lock: it may wait for DRAM to be flushed, while
+    /// `set_value` under a reservation never waits (a `set_value` without one may, which
+    /// can deadlock with operations blocked on your lock).
+    fn reserve(&self, g: &Self::Guard<'_>, key_len: usize, value_len: usize) -> Result<()>;
+
+    /// `get_value`: the value stored at `addr`, which the index holds for `key`.
+    fn get_value(&self, g: &Self::Guard<'_>, addr: LogicalAddress, key: &[u8]) -> Result<Vec<u8>>;
+
+    /// `set_value`: stores `value` for `key`, whose current address is `addr` (`None` for a
+    /// new key); returns the address the index must now hold (the same one when the value
+    /// was updated in place). Durable (under the memory's durability settings) when it
+    /// returns.
+    fn set_value(
+        &self,
+        g: &Self::Guard<'_>,
+        addr: Option<LogicalAddress>,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<LogicalAddress>;
+
+    /// Removes the value at `addr` (the key's current address): call it, then remove the
+    /// key from the index.
+    fn remove_value(&self, g: &Self::Guard<'_>, addr: LogicalAddress, key: &[u8]) -> Result<()>;
+
+    /// Recovery's `setAddr`: of the key's `current` address and a `candidate` found in
+    /// pmem, returns the one the index must hold (the newer version).
+    fn recover_value(
+        &self,
+        g: &Self::Guard<'_>,
+        current: Option<LogicalAddress>,
+        key: &[u8],
+        candidate: LogicalAddress,
+    ) -> Result<LogicalAddress>;
+}
+
+impl HeterMemory for HeterMem {
+    type Guard<'a> = Guard<'a>;
+
+    fn pin(&self) -> Result<Guard<'_>> {
+        HeterMem::pin(self)
+    }
+
+    fn reserve(&self, g: &Guard<'_>, key_len: usize, value_len: usize) -> Result<()> {
+        HeterMem::reserve(self, g, key_len, value_len)
+    }
+
+    fn get_value(&self, g: &Guard<'_>, addr: LogicalAddress, key: &[u8]) -> Result<Vec<u8>> {
+        self.read_value(g, addr.0, key)
+    }
+
+    fn set_value(
+        &self,
+        g: &Guard<'_>,
+        addr: Option<LogicalAddress>,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<LogicalAddress> {
+        self.write_value(g, addr.map(|a| a.0), key, value)
+            .map(LogicalAddress)
+    }
+
+    fn remove_value(&self, g: &Guard<'_>, addr: LogicalAddress, key: &[u8]) -> Result<()> {
+        self.delete_value(g, addr.0, key)
+    }
+
+    fn recover_value(
+        &self,
+        g: &Guard<'_>,
+        current: Option<LogicalAddress>,
+        key: &[u8],
+        candidate: LogicalAddress,
+    ) -> Result<LogicalAddress> {
+        HeterMem::recover_value(self, g, current.map(|a| a.0), key, candidate.0).map(LogicalAddress)
+    }
+}
+
+/// An in-DRAM index plugged into a [`HeterMemory`] (Fig. 4): the index's get/set/delete/
+/// scan with its value accesses replaced by the memory's calls.
+pub trait PluggedIndex<M: HeterMemory>: Send + Sync {
+    /// The value of `key`.
+    fn get(&self, hm: &M, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Sets `key` to `value`.
+    fn put(&self, hm: &M, key: &[u8], value: &[u8]) -> Result<()>;
+    /// Removes `key` (nothing if absent).
+    fn delete(&self, hm: &M, key: &[u8]) -> Result<()>;
+    /// Up to `limit` pairs with keys `>= start` in key order, or `Error::Unsupported`.
+    fn scan(&self, hm: &M, start: &[u8], limit: usize) -> Result<Vec<KvPair>>;
+    /// Offers a record found in pmem at recovery (Algorithm 1, line 24).
+    fn recover(&self, hm: &M, key: &[u8], addr: LogicalAddress) -> Result<()>;
+    /// The address the index holds for `key` (no value read).
+    fn address(&self, key: &[u8]) -> Option<LogicalAddress>;
+    /// Every (key, address) pair (for `check`).
+    fn for_each(&self, f: &mut dyn FnMut(&[u8], LogicalAddress));
+    /// Keys in the index.
+    fn len(&self) -> usize;
+    /// True when there are no keys.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One of tierkv's concurrent indexes (`btree`, `hash`, `lockfree`) plugged in through the
+/// API: `set_value` runs inside the index's atomic per-key `compute`, as Fig. 4 runs it
+/// under the bucket lock.
+pub struct CoreIndex {
+    inner: Box<dyn ConcurrentIndex<LogicalAddress>>,
+}
+
+impl CoreIndex {
+    /// The index a variant names.
+    pub fn new(variant: &str) -> Result<Arc<CoreIndex>> {
+        Ok(Arc::new(CoreIndex {
+            inner: new_index(variant)?,
+        }))
+    }
+
+    /// Installs what `make(current address)` returns for `key`, inside the index's atomic
+    /// per-key compute. The closure may run more than once on a lock-free index; the last
+    /// run counts (its error, or its address). On an error the entry is left as it was.
+    fn install(
+        &self,
+        key: &[u8],
+        mut make: impl FnMut(Option<LogicalAddress>) -> Result<LogicalAddress>,
+    ) -> Result<()> {
+        let mut failed = None;
+        self.inner
+            .compute(key, &mut |cur| match make(cur.copied()) {
+                Ok(a) => {
+                    failed = None;
+                    Some(a)
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    cur.copied()
+                }
+            });
+        failed.map_or(Ok(()), Err)
+    }
+}
+
+impl<M: HeterMemory> PluggedIndex<M> for CoreIndex {
+    fn get(&self, hm: &M, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let g = hm.pin()?;
+        match self.inner.get(key) {
+            None => Ok(None),
+            Some(a) => hm.get_value(&g, a, key).map(Some),
+        }
+    }
+
+    fn put(&self, hm: &M, key: &[u8], value: &[u8]) -> Result<()> {
+        let g = hm.pin()?;
+        hm.reserve(&g, key.len(), value.len())?;
+        self.install(key, |cur| hm.set_value(&g, cur, key, value))
+    }
+
+    fn delete(&self, hm: &M, key: &[u8]) -> Result<()> {
+        let g = hm.pin()?;
+        let mut failed = None;
+        self.inner.compute(key, &mut |cur| {
+            failed = None;
+            let a = *cur?;
+            match hm.remove_value(&g, a, key) {
+                Ok(()) => None,
+                Err(e) => {
+                    failed = Some(e);
+                    Some(a)
+                }
+            }
+        });
+        failed.map_or(Ok(()), Err)
+    }
+
+    fn scan(&self, hm: &M, start: &[u8], limit: usize) -> Result<Vec<KvPair>> {
+        let g = hm.pin()?;
+        let rows = self.inner.scan(start, limit)?;
+        rows.into_iter()
+            .map(|(k, a)| hm.get_value(&g, a, &k).map(|v| (k, v)))
+            .collect()
+    }
+
+    fn recover(&self, hm: &M, key: &[u8], addr: LogicalAddress) -> Result<()> {
+        let g = hm.pin()?;
+        self.install(key, |cur| hm.recover_value(&g, cur, key, addr))
+    }
+
+    fn address(&self, key: &[u8]) -> Option<LogicalAddress> {
+        self.inner.get(key)
+    }
+
+    fn for_each(&self, f: &mut dyn FnMut(&[u8], LogicalAddress)) {
+        self.inner.for_each(&mut |k, a| f(k, *a));
+    }
+
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+}

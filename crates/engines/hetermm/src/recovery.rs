@@ -1,0 +1,402 @@
+//! Opening a store and recovering it (HeterMM §5.3.2, Algorithm 1), parallel over blocks.
+//!
+//! 1. **Directory.** Read the block directory: every data block (keeping, for a block
+//!    named twice after a crash in the middle of a reorganisation, the newer generation),
+//!    every log block. Runs the allocator holds under our tags but no directory word names
+//!    (prepared, or being written at the crash) are freed, as the allocator's contract asks.
+//! 2. **recoverWAL.** Read every log block (in parallel) and keep, per key, the entry with
+//!    the latest timestamp (`ht` of Algorithm 1; a delete is an entry too). An entry whose
+//!    second persist did not happen has ts = 0 and is not read (`format::log`).
+//! 3. **recoverNVM.** Walk every published block (in parallel), skipping records whose
+//!    invalid bit is set. A record older than the key's log entry is a loser; any other is
+//!    offered to the index ([`PluggedIndex::recover`]), which keeps the newer of it and the
+//!    key's current address. Losers are then marked invalid (durably), as lines 22 and 26
+//!    require. Live bytes per block are recounted.
+//! 4. **Replay.** Log entries newer than the key's record in pmem are applied through the
+//!    index's normal put and delete (the paper's `set`), without logging them again: the old
+//!    log blocks stay until a forced flush has persisted the replayed records, and are
+//!    retired only then.
+//!
+//! Deletes: the paper's recovery would resurrect a deleted key from an older version in
+//! pmem. Here a delete is a log entry until the deleted record's invalid bit is durable
+//! (its entry is not reclaimed before), and a record with its bit set is never offered.
+//!
+//! Thread safety: runs before the store is shared (the background threads start between
+//! steps 3 and 4).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tierkv_core::media::pmem::PmemPool;
+use tierkv_core::{Error, Result, Tier};
+
+use crate::format::HEADER_LEN;
+use crate::format::block::BlockHeader;
+use crate::format::compact::CompactHeader;
+use crate::format::dir::{DirEntry, is_next_generation};
+use crate::format::log::{self, EntryKind, LogHeader};
+use crate::mem::HeterMem;
+use crate::nvm::blocks::{BlockInfo, Layout};
+use crate::nvm::walk::records;
+use crate::nvm::{COMPACT_TAG, DATA_TAG, LOG_TAG, Nvm};
+use crate::options::HeterOptions;
+use crate::plugin::{LogicalAddress, PluggedIndex};
+
+/// What recovery found in the directory.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// Published data blocks: (block number, info without live bytes).
+    pub blocks: Vec<(u64, BlockInfo)>,
+    /// Log blocks: (run offset, sequence number), oldest first.
+    pub logs: Vec<(u64, u64)>,
+}
+
+/// The newest log entry of a key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogWinner {
+    /// Its timestamp.
+    pub ts: u64,
+    /// The value put, or `None` for a delete.
+    pub value: Option<Vec<u8>>,
+}
+
+/// Formats a new store or opens an existing one: the memory with its published blocks, and
+/// what recovery must do.
+pub fn open_memory(
+    pool: Arc<PmemPool>,
+    opts: HeterOptions,
+    created: bool,
+) -> Result<(HeterMem, Plan)> {
+    if created {
+        let nvm = Nvm::format(pool, opts.block_bits_or_default(), opts.page_bits)?;
+        return Ok((HeterMem::new(nvm, opts, 0, 1)?, Plan::default()));
+    }
+    let nvm = Nvm::open(pool)?;
+    if let Some(m) = opts.block_bits
+        && m != nvm.block_bits()
+    {
+        return Err(Error::invalid(format!(
+            "this hetermm store was created with block_bits={}; it cannot be opened with block_bits={m}",
+            nvm.block_bits()
+        )));
+    }
+    let (data, logs) = read_directory(&nvm)?;
+    let sizes = collect_garbage(&nvm, &data, &logs)?;
+    let first_block = data.keys().next_back().map_or(0, |b| b + 1);
+    let next_seq = logs.iter().map(|(_, s)| s + 1).max().unwrap_or(1);
+    let mem = HeterMem::new(nvm, opts, first_block, next_seq)?;
+    let mut plan = Plan {
+        blocks: Vec::new(),
+        logs,
+    };
+    for (b, (off, compact, generation)) in data {
+        let run_len = sizes.get(&off).copied().unwrap_or_default();
+        let info = block_info(&mem, b, off, compact, generation, run_len)?;
+        mem.blocks.publish(b, info)?;
+        plan.blocks.push((b, info));
+    }
+    Ok((mem, plan))
+}
+
+type DataBlocks = BTreeMap<u64, (u64, bool, u16)>;
+
+/// Step 1: the data blocks (newest generation of each) and log blocks the directory names;
+/// the words of superseded generations are cleared and their runs freed.
+fn read_directory(nvm: &Nvm) -> Result<(DataBlocks, Vec<(u64, u64)>)> {
+    let mut data: DataBlocks = BTreeMap::new();
+    let mut logs = Vec::new();
+    let mut stale = Vec::new();
+    for (off, e) in nvm.published()? {
+        match e {
+            DirEntry::None => {}
+            DirEntry::Log { seq } => logs.push((off, seq)),
+            DirEntry::Data {
+                block_no,
+                compact,
+                generation,
+            } => match data.get(&block_no).copied() {
+                None => {
+                    data.insert(block_no, (off, compact, generation));
+                }
+                Some((prev, _, g)) if is_next_generation(generation, g) => {
+                    stale.push(prev);
+                    data.insert(block_no, (off, compact, generation));
+                }
+                Some((_, _, g)) if is_next_generation(g, generation) => stale.push(off),
+                Some((prev, _, g)) => {
+                    return Err(Error::corruption(
+                        Tier::Pmem,
+                        off,
+                        format!(
+                            "block {block_no} is named at {prev} (generation {g}) and at {off} (generation {generation})"
+                        ),
+                    ));
+                }
+            },
+        }
+    }
+    for off in stale {
+        nvm.set_dir_entry(off, DirEntry::None)?;
+        nvm.free_run(off)?;
+    }
+    logs.sort_by_key(|(_, seq)| *seq);
+    Ok((data, logs))
+}
+
+/// Frees every run of ours that no directory word names; returns the sizes of the named.
+fn collect_garbage(nvm: &Nvm, data: &DataBlocks, logs: &[(u64, u64)]) -> Result<HashMap<u64, u64>> {
+    let named: HashSet<u64> = data
+        .values()
+        .map(|d| d.0)
+        .chain(logs.iter().map(|l| l.0))
+        .collect();
+    let mut sizes = HashMap::new();
+    for tag in [DATA_TAG, COMPACT_TAG, LOG_TAG] {
+        for a in nvm.alloc.iter_chunks(tag) {
+            if named.contains(&a.offset) {
+                sizes.insert(a.offset, a.size);
+            } else {
+                nvm.free_run(a.offset)?;
+            }
+        }
+    }
+    if let Some(missing) = named.iter().find(|o| !sizes.contains_key(o)) {
+        return Err(Error::corruption(
+            Tier::Pmem,
+            *missing,
+            "the block directory names a run the allocator does not hold",
+        ));
+    }
+    Ok(sizes)
+}
+
+fn block_info(
+    mem: &HeterMem,
+    b: u64,
+    off: u64,
+    compact: bool,
+    generation: u16,
+    run_len: u64,
+) -> Result<BlockInfo> {
+    let pool = mem.pool();
+    let head = pool.read(off, HEADER_LEN)?;
+    let layout = if compact {
+        let h = CompactHeader::decode(head, off, b, mem.geo.block_bits, run_len)?;
+        Layout::Compact { slots: h.slots }
+    } else {
+        if run_len < mem.geo.block_size() {
+            return Err(Error::corruption(
+                Tier::Pmem,
+                off,
+                format!("block {b}'s run is shorter than a block"),
+            ));
+        }
+        BlockHeader::decode(head, off, b, mem.geo.block_bits)?;
+        Layout::Full
+    };
+    Ok(BlockInfo {
+        off,
+        run_len,
+        layout,
+        live: 0,
+        capacity: if compact { 0 } else { mem.geo.block_capacity() },
+        generation,
+    })
+}
+
+fn threads(mem: &HeterMem) -> usize {
+    match mem.opts.recovery_threads {
+        0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+        n => n,
+    }
+}
+
+/// Steps 2 and 3: rebuilds the index from the log and the persisted region; returns the
+/// log entries to replay.
+pub fn rebuild_index(
+    mem: &HeterMem,
+    index: &dyn PluggedIndex<HeterMem>,
+    plan: &Plan,
+) -> Result<Vec<(Vec<u8>, LogWinner)>> {
+    let ht = read_logs(mem, &plan.logs)?;
+    mem.recovering.store(true, Ordering::Release);
+    let scanned = scan_blocks(mem, index, &plan.blocks, &ht);
+    mem.recovering.store(false, Ordering::Release);
+    let (lives, mut losers) = scanned?;
+    for (b, live, total) in lives {
+        if let Some(cell) = mem.blocks.info(b) {
+            let mut info = cell.lock();
+            info.live = live;
+            if matches!(info.layout, Layout::Compact { .. }) {
+                info.capacity = total;
+            }
+        }
+    }
+    losers.append(&mut mem.recovery_losers.lock());
+    mem.apply_marks(&losers)?;
+    let mut winners = Vec::new();
+    for (key, w) in ht {
+        let newer_in_pmem = match index.address(&key) {
+            Some(a) => mem.persisted_ts(a.0)? >= w.ts,
+            None => false,
+        };
+        if !newer_in_pmem {
+            winners.push((key, w));
+        }
+    }
+    Ok(winners)
+}
+
+/// Runs `work` over `items` on the recovery threads (item i on thread i mod n), each thread
+/// with its own state from `init`; returns the states.
+fn in_parallel<I: Sync, T: Send>(
+    mem: &HeterMem,
+    items: &[I],
+    init: impl Fn() -> T + Sync,
+    work: impl Fn(&mut T, &I) -> Result<()> + Sync,
+) -> Result<Vec<T>> {
+    let n = threads(mem).min(items.len()).max(1);
+    let (init, work) = (&init, &work);
+    let parts: Vec<Result<T>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|t| {
+                s.spawn(move || {
+                    let mut state = init();
+                    for item in items.iter().skip(t).step_by(n) {
+                        work(&mut state, item)?;
+                    }
+                    Ok(state)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(panicked())))
+            .collect()
+    });
+    parts.into_iter().collect()
+}
+
+/// Step 2 (recoverWAL): the newest entry of every key in the log blocks.
+fn read_logs(mem: &HeterMem, logs: &[(u64, u64)]) -> Result<HashMap<Vec<u8>, LogWinner>> {
+    let parts = in_parallel(mem, logs, HashMap::new, |ht, (off, seq)| {
+        read_log_block(mem, *off, *seq, ht)
+    })?;
+    let mut ht = HashMap::new();
+    for part in parts {
+        for (k, w) in part {
+            keep_newer(&mut ht, k, w);
+        }
+    }
+    Ok(ht)
+}
+
+fn read_log_block(
+    mem: &HeterMem,
+    off: u64,
+    seq: u64,
+    ht: &mut HashMap<Vec<u8>, LogWinner>,
+) -> Result<()> {
+    let bytes = mem.pool().read(off, mem.geo.block_size() as usize)?;
+    let header = LogHeader::decode(bytes, off, seq, mem.geo.block_bits)?;
+    log::walk(bytes, &header, |e| {
+        mem.observe_ts(e.ts);
+        let value = (e.kind == EntryKind::Put).then(|| e.value.to_vec());
+        keep_newer(ht, e.key.to_vec(), LogWinner { ts: e.ts, value });
+    });
+    Ok(())
+}
+
+fn keep_newer(ht: &mut HashMap<Vec<u8>, LogWinner>, key: Vec<u8>, w: LogWinner) {
+    match ht.get(&key) {
+        Some(old) if old.ts >= w.ts => {}
+        _ => {
+            ht.insert(key, w);
+        }
+    }
+}
+
+type Lives = Vec<(u64, u64, u64)>;
+
+/// Step 3 (recoverNVM): offers every valid record to the index; returns per block (live
+/// bytes, all record bytes) and the records that lost to a log entry.
+fn scan_blocks(
+    mem: &HeterMem,
+    index: &dyn PluggedIndex<HeterMem>,
+    blocks: &[(u64, BlockInfo)],
+    ht: &HashMap<Vec<u8>, LogWinner>,
+) -> Result<(Lives, Vec<u64>)> {
+    let parts = in_parallel(
+        mem,
+        blocks,
+        || (Lives::new(), Vec::new()),
+        |(lives, losers), (b, info)| {
+            let (live, total) = scan_block(mem, index, *b, info, ht, losers)?;
+            lives.push((*b, live, total));
+            Ok(())
+        },
+    )?;
+    let mut lives = Vec::new();
+    let mut losers = Vec::new();
+    for (l, x) in parts {
+        lives.extend(l);
+        losers.extend(x);
+    }
+    Ok((lives, losers))
+}
+
+fn scan_block(
+    mem: &HeterMem,
+    index: &dyn PluggedIndex<HeterMem>,
+    b: u64,
+    info: &BlockInfo,
+    ht: &HashMap<Vec<u8>, LogWinner>,
+    losers: &mut Vec<u64>,
+) -> Result<(u64, u64)> {
+    let (mut live, mut total) = (0, 0);
+    for r in records(mem.pool(), &mem.geo, b, info)? {
+        let size = r.record.header.size();
+        total += size;
+        if r.marked {
+            continue;
+        }
+        live += size;
+        let addr = mem.geo.block_start(b) + r.rel;
+        let ts = r.record.header.ts();
+        if r.record.header.is_padding() || ht.get(r.record.key).is_some_and(|w| w.ts > ts) {
+            losers.push(addr);
+            continue;
+        }
+        mem.observe_ts(ts);
+        mem.counters.recovered_records.incr();
+        index.recover(mem, r.record.key, LogicalAddress(addr))?;
+    }
+    Ok((live, total))
+}
+
+/// Step 4: applies the log winners through the index, without logging them again.
+pub fn replay(
+    mem: &HeterMem,
+    index: &dyn PluggedIndex<HeterMem>,
+    winners: Vec<(Vec<u8>, LogWinner)>,
+) -> Result<()> {
+    mem.replaying.store(true, Ordering::Release);
+    let mut result = Ok(());
+    for (key, w) in winners {
+        result = match &w.value {
+            Some(v) => index.put(mem, &key, v),
+            None => index.delete(mem, &key),
+        };
+        if result.is_err() {
+            break;
+        }
+        mem.counters.replayed_entries.incr();
+    }
+    mem.replaying.store(false, Ordering::Release);
+    result
+}
+
+fn panicked() -> Error {
+    Error::Poisoned("a recovery thread panicked".into())
+}

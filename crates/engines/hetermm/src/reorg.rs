@@ -1,0 +1,124 @@
+//! Space reclamation, reorganising stage (HeterMM §5.2, Fig. 7b): a published block more
+//! than `reorg_threshold` invalid is replaced by a compact block holding only its valid
+//! records, found through a coalesced hash table keyed by their offsets — so their logical
+//! addresses, and the index, stay as they are. A block with no valid record left is freed
+//! outright.
+//!
+//! Steps, under the block's lock (so the flusher's marks wait and land on the new copy):
+//! 1. collect the records whose invalid bit is clear;
+//! 2. build the compact block, write it to a new run, persist it;
+//! 3. publish it: its directory word (generation + 1, compact), persisted; then clear the
+//!    old block's word, persisted (a crash between leaves both words; recovery keeps the
+//!    newer generation and frees the other);
+//! 4. swap the base address in the `blocks` array (one atomic store).
+//!
+//! Then, with the lock released, synchronize the epochs — no reader can still be using the
+//! old base — and free the old run. The paper waits a fixed 5 seconds here instead.
+//!
+//! Thread safety: one reclaimer thread; it shares blocks with the flusher through each
+//! block's lock.
+
+use std::time::Instant;
+
+use tierkv_core::Result;
+
+use crate::format::compact;
+use crate::format::dir::{DirEntry, next_generation};
+use crate::mem::HeterMem;
+use crate::nvm::blocks::{BlockInfo, Layout};
+use crate::nvm::walk::records;
+use crate::policy;
+
+impl HeterMem {
+    /// Reorganises the most invalid block over the threshold, if any; returns whether it did.
+    pub fn reclaimer_step(&self) -> Result<bool> {
+        let Some(b) = policy::choose_reorg(&self.blocks.snapshot(), self.opts.reorg_threshold)
+        else {
+            return Ok(false);
+        };
+        self.reorganise(b)?;
+        Ok(true)
+    }
+
+    /// Reorganises block `b` (see the module doc).
+    pub fn reorganise(&self, b: u64) -> Result<()> {
+        let started = Instant::now();
+        let Some(cell) = self.blocks.info(b) else {
+            return Ok(());
+        };
+        let mut info = cell.lock();
+        if info.invalid_fraction() <= self.opts.reorg_threshold {
+            return Ok(());
+        }
+        let old = *info;
+        let records = self.valid_records(b, &old)?;
+        let refs: Vec<(u32, &[u8])> = records.iter().map(|(o, r)| (*o, *r)).collect();
+        let new_len = if refs.is_empty() {
+            self.nvm.set_dir_entry(old.off, DirEntry::None)?;
+            self.blocks.remove(b);
+            drop(info);
+            self.counters.blocks_freed.incr();
+            0
+        } else {
+            let image = compact::build(b, self.geo.block_bits, &refs);
+            let off = self.nvm.alloc_compact(image.len() as u64)?;
+            let pool = self.pool();
+            let written = pool
+                .write(off, &image)
+                .and_then(|()| pool.persist(off, image.len()));
+            let generation = next_generation(old.generation);
+            // IMPORTANT: the compact copy is durable and published before the old word goes.
+            let published = written.and_then(|()| {
+                self.nvm.set_dir_entry(
+                    off,
+                    DirEntry::Data {
+                        block_no: b,
+                        compact: true,
+                        generation,
+                    },
+                )
+            });
+            if let Err(e) = published {
+                let _ = self.nvm.free_run(off);
+                return Err(e);
+            }
+            self.nvm.set_dir_entry(old.off, DirEntry::None)?;
+            let live: u64 = refs.iter().map(|(_, r)| r.len() as u64).sum();
+            *info = BlockInfo {
+                off,
+                run_len: self.nvm.chunks_for(image.len() as u64) * self.nvm.sb.chunk_size,
+                layout: Layout::Compact {
+                    slots: refs.len() as u32,
+                },
+                live,
+                capacity: live,
+                generation,
+            };
+            self.blocks.swap_base(b, off, true);
+            let new_len = info.run_len;
+            drop(info);
+            self.counters.reorganisations.incr();
+            new_len
+        };
+        self.counters
+            .reclaimed_bytes
+            .add(old.run_len.saturating_sub(new_len));
+        // IMPORTANT: no reader can still hold the old base after this.
+        self.threads.synchronize();
+        self.nvm.free_run(old.off)?;
+        self.counters
+            .reorg_micros
+            .add(started.elapsed().as_micros() as u64);
+        Ok(())
+    }
+
+    /// The records of block `b` whose invalid bit is clear: (offset in the logical block,
+    /// record bytes).
+    fn valid_records(&self, b: u64, info: &BlockInfo) -> Result<Vec<(u32, &[u8])>> {
+        Ok(records(self.pool(), &self.geo, b, info)?
+            .into_iter()
+            .filter(|r| !r.marked)
+            .map(|r| (r.rel as u32, r.bytes))
+            .collect())
+    }
+}

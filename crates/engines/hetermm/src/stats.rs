@@ -1,0 +1,144 @@
+//! HeterMM's counters (DESIGN §5 plus the paper's own: DRAM hit ratio, read-cache size and
+//! hit ratio, flushes, reorganisations, log bytes, recovery time) and how they become a
+//! [`Stats`] snapshot.
+//!
+//! Thread safety: every counter is a relaxed atomic.
+
+use std::sync::atomic::Ordering;
+
+use tierkv_core::{Counter, OpCounters, Stats};
+
+use crate::mem::HeterMem;
+
+/// Engine counters (the media layer counts bytes per tier itself).
+#[derive(Debug, Default)]
+pub struct HeterCounters {
+    /// User-facing operation counters.
+    pub ops: OpCounters,
+    /// Puts that updated a record in place (mutable region).
+    pub in_place: Counter,
+    /// Puts that wrote a new record (inserts and out-of-place updates).
+    pub out_of_place: Counter,
+    /// Deletes.
+    pub deletes: Counter,
+    /// Blocks persisted by the flusher.
+    pub flushes: Counter,
+    /// Bytes of records persisted by the flusher.
+    pub flushed_bytes: Counter,
+    /// Forced flushes (flush(), close, recovery).
+    pub forced_flushes: Counter,
+    /// Time spent flushing, in microseconds.
+    pub flush_micros: Counter,
+    /// Records marked invalid in a pmem bitmap.
+    pub marks: Counter,
+    /// Blocks reorganised into compact blocks.
+    pub reorganisations: Counter,
+    /// Blocks freed because every record in them was invalid.
+    pub blocks_freed: Counter,
+    /// Bytes of pmem given back by reorganisation.
+    pub reclaimed_bytes: Counter,
+    /// Time spent reorganising, in microseconds.
+    pub reorg_micros: Counter,
+    /// Writers that had to wait for a free DRAM page.
+    pub page_waits: Counter,
+    /// Pages a writer left because the alarm said it was about to become read-only.
+    pub alarms: Counter,
+    /// Changes of the read cache's target size.
+    pub cache_resizes: Counter,
+    /// Records installed from pmem at the last recovery.
+    pub recovered_records: Counter,
+    /// Log entries replayed at the last recovery.
+    pub replayed_entries: Counter,
+    /// Microseconds the last recovery took.
+    pub recovery_micros: Counter,
+}
+
+impl HeterMem {
+    /// A snapshot of the counters and gauges.
+    pub fn stats(&self) -> Stats {
+        let c = &self.counters;
+        let mut s = Stats::default();
+        c.ops.fill(&mut s);
+        s.recovery_micros = c.recovery_micros.get();
+        let cache_pages = self.cache.as_ref().map_or(0, |x| x.pages());
+        let write_pages = self.pages.count() - self.pages.free_count() - cache_pages;
+        s.dram_bytes = self.pages.allocated() as u64 * self.geo.page_size()
+            + self.cache.as_ref().map_or(0, |x| x.entries() as u64 * 24);
+        let mut counter = |name: &str, v: u64| {
+            s.counters.insert(format!("hetermm_{name}"), v);
+        };
+        counter("in_place_updates", c.in_place.get());
+        counter("out_of_place_writes", c.out_of_place.get());
+        counter("deletes", c.deletes.get());
+        counter("flushes", c.flushes.get());
+        counter("flushed_bytes", c.flushed_bytes.get());
+        counter("forced_flushes", c.forced_flushes.get());
+        counter("flush_micros", c.flush_micros.get());
+        counter("marks", c.marks.get());
+        counter("reorganisations", c.reorganisations.get());
+        counter("blocks_freed", c.blocks_freed.get());
+        counter("reclaimed_bytes", c.reclaimed_bytes.get());
+        counter("reorg_micros", c.reorg_micros.get());
+        counter("page_waits", c.page_waits.get());
+        counter("alarms", c.alarms.get());
+        counter("cache_resizes", c.cache_resizes.get());
+        counter("recovered_records", c.recovered_records.get());
+        counter("replayed_entries", c.replayed_entries.get());
+        if let Some(log) = &self.oplog {
+            counter("log_bytes", log.counters.bytes.get());
+            counter("log_entries", log.counters.entries.get());
+            counter("log_blocks_reclaimed", log.counters.reclaimed.get());
+            counter("log_compressions", log.counters.compressed.get());
+            counter("log_entries_copied", log.counters.copied.get());
+        }
+        if let Some(cache) = &self.cache {
+            let k = &cache.counters;
+            counter("cache_hits", k.hits.get());
+            counter("cache_misses", k.misses.get());
+            counter("cache_admissions", k.admissions.get());
+            counter("cache_invalidations", k.invalidations.get());
+            counter("cache_evictions", k.evictions.get());
+            counter("cache_grows", k.grows.get());
+            counter("cache_shrinks", k.shrinks.get());
+        }
+        let mut gauge = |name: &str, v: f64| {
+            s.gauges.insert(format!("hetermm_{name}"), v);
+        };
+        let (dram, pmem) = (c.ops.reads_from_dram.get(), c.ops.reads_from_pmem.get());
+        gauge("dram_hit_ratio", ratio(dram, dram + pmem));
+        if let Some(cache) = &self.cache {
+            let (h, m) = (cache.counters.hits.get(), cache.counters.misses.get());
+            gauge("read_cache_hit_ratio", ratio(h, h + m));
+            gauge("read_cache_pages", cache.pages() as f64);
+            gauge(
+                "read_cache_bytes",
+                (cache.pages() as u64 * self.geo.page_size()) as f64,
+            );
+            gauge("read_cache_entries", cache.entries() as f64);
+        }
+        gauge("write_region_pages", write_pages as f64);
+        gauge("free_pages", self.pages.free_count() as f64);
+        gauge("pmem_blocks", self.blocks.len() as f64);
+        gauge(
+            "log_blocks",
+            self.oplog.as_ref().map_or(0, |l| l.block_count()) as f64,
+        );
+        gauge(
+            "off_dram",
+            self.regions.off_dram.load(Ordering::Relaxed) as f64,
+        );
+        gauge(
+            "off_read_only",
+            self.regions.off_read_only.load(Ordering::Relaxed) as f64,
+        );
+        s
+    }
+}
+
+fn ratio(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}

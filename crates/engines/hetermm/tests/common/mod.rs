@@ -1,0 +1,312 @@
+//! Helpers shared by the hetermm integration tests: pools on tmpfs, stores with small pages
+//! and blocks (so flushing, reorganisation and log reclamation happen many times in a short
+//! test), printed seeds, and a phased model driver (read-write phases alternating with
+//! read-only ones, so the read cache grows and shrinks) checked against per-thread oracles.
+
+#![allow(dead_code)] // each test file uses a subset
+#![allow(clippy::unwrap_used, reason = "test helpers fail the test on errors")]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::{Rng, RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tierkv_core::media::pmem::{DurabilityMode, EmulatedLatency, PmemConfig, PmemPool};
+use tierkv_core::{EngineSpec, KvStore, Limits, Stats};
+use tierkv_hetermm::{CoreIndex, HeterOptions, HeterStore};
+use tierkv_testkit::{ModelConfig, run_model};
+
+/// A scratch directory, on /dev/shm when it exists.
+pub fn scratch_dir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir()
+        && let Ok(d) = tempfile::tempdir_in(shm)
+    {
+        return d;
+    }
+    tempfile::tempdir().expect("temp dir")
+}
+
+/// The seed of a random test: `TIERKV_SEED` if set, else a fresh one; printed either way.
+pub fn seed(test: &str) -> u64 {
+    let seed = std::env::var("TIERKV_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    println!("{test}: seed {seed} (replay with TIERKV_SEED={seed})");
+    seed
+}
+
+/// A pool configuration.
+pub fn config(path: impl Into<PathBuf>, size: u64, mode: DurabilityMode) -> PmemConfig {
+    PmemConfig {
+        path: path.into(),
+        size,
+        mode,
+        latency: EmulatedLatency::default(),
+    }
+}
+
+/// Creates a pool.
+pub fn create_pool(path: &Path, size: u64, mode: DurabilityMode) -> Arc<PmemPool> {
+    PmemPool::create(&config(path, size, mode)).expect("create pool")
+}
+
+/// Options with 4 KiB pages, 32 KiB blocks and `pages` pages of DRAM, plus `extra`
+/// (spec-style `key=value` options).
+pub fn small_options(pages: u64, extra: &str) -> HeterOptions {
+    let spec = if extra.is_empty() {
+        "hetermm@page_bits=12,block_bits=15".to_owned()
+    } else {
+        format!("hetermm@page_bits=12,block_bits=15,{extra}")
+    };
+    let spec: EngineSpec = spec.parse().expect("spec");
+    HeterOptions::from_params(spec.params(), pages * 4096).expect("options")
+}
+
+/// Opens (or creates) a store with the index `variant`.
+pub fn open(
+    pool: Arc<PmemPool>,
+    opts: HeterOptions,
+    variant: &str,
+    created: bool,
+) -> Arc<HeterStore> {
+    try_open(pool, opts, variant, created).expect("open store")
+}
+
+/// Opens (or creates) a store, returning the error.
+pub fn try_open(
+    pool: Arc<PmemPool>,
+    opts: HeterOptions,
+    variant: &str,
+    created: bool,
+) -> tierkv_core::Result<Arc<HeterStore>> {
+    HeterStore::open(
+        pool,
+        opts,
+        Limits::default(),
+        CoreIndex::new(variant)?,
+        created,
+    )
+}
+
+/// An engine counter (0 if absent).
+pub fn counter(s: &Stats, name: &str) -> u64 {
+    s.counters
+        .get(&format!("hetermm_{name}"))
+        .copied()
+        .unwrap_or(0)
+}
+
+/// An engine gauge (0 if absent).
+pub fn gauge(s: &Stats, name: &str) -> f64 {
+    s.gauges
+        .get(&format!("hetermm_{name}"))
+        .copied()
+        .unwrap_or(0.0)
+}
+
+/// Shape of a phased model run.
+#[derive(Clone, Debug)]
+pub struct Phases {
+    /// Client threads.
+    pub threads: usize,
+    /// Rounds of (read-write phase, read-only phase).
+    pub rounds: usize,
+    /// Operations per thread per read-write phase.
+    pub ops: usize,
+    /// How long each read-only phase lasts.
+    pub read_only: Duration,
+    /// Keys per thread.
+    pub keys: u64,
+    /// Largest value.
+    pub max_value: usize,
+    /// Percent scans in read-write phases (0 for hash indexes).
+    pub scan_pct: u32,
+}
+
+/// One thread's oracle and what it saw.
+type ThreadResult = (BTreeMap<Vec<u8>, Vec<u8>>, PhaseReport);
+
+/// What a phased run saw.
+#[derive(Debug, Default)]
+pub struct PhaseReport {
+    /// Operations executed.
+    pub ops: u64,
+    /// Gets that found their key.
+    pub hits: u64,
+}
+
+fn key(t: usize, n: u64) -> Vec<u8> {
+    format!("t{t:02}/{n:06}").into_bytes()
+}
+
+/// Runs `p` against `store` from `p.threads` threads, each checking every result against
+/// its own oracle (its partition of the keys); verifies the whole store at the end.
+pub fn run_phases(store: &Arc<HeterStore>, p: &Phases, seed: u64) -> PhaseReport {
+    let barrier = std::sync::Barrier::new(p.threads);
+    let oracles: Vec<ThreadResult> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..p.threads)
+            .map(|t| {
+                let barrier = &barrier;
+                let store = store.clone();
+                s.spawn(move || worker(&*store, p, t, seed, barrier))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("worker"))
+            .collect()
+    });
+    let mut report = PhaseReport::default();
+    for (oracle, r) in &oracles {
+        report.ops += r.ops;
+        report.hits += r.hits;
+        for (k, v) in oracle {
+            assert_eq!(
+                store.get(k).unwrap().as_ref(),
+                Some(v),
+                "seed {seed}: final get"
+            );
+        }
+    }
+    report
+}
+
+fn worker(
+    store: &dyn KvStore,
+    p: &Phases,
+    t: usize,
+    seed: u64,
+    barrier: &std::sync::Barrier,
+) -> ThreadResult {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (t as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mut oracle = BTreeMap::new();
+    let mut rep = PhaseReport::default();
+    for round in 0..p.rounds {
+        for i in 0..p.ops {
+            let k = key(t, rng.random_range(0..p.keys));
+            let ctx = format!("seed {seed}, thread {t}, round {round}, op {i}");
+            let dice = rng.random_range(0..100);
+            rep.ops += 1;
+            if dice < 45 {
+                let mut v = vec![0u8; rng.random_range(0..=p.max_value)];
+                rng.fill_bytes(&mut v);
+                store
+                    .put(&k, &v)
+                    .unwrap_or_else(|e| panic!("{ctx}: put: {e}"));
+                oracle.insert(k, v);
+            } else if dice < 55 {
+                store
+                    .delete(&k)
+                    .unwrap_or_else(|e| panic!("{ctx}: delete: {e}"));
+                oracle.remove(&k);
+            } else if dice < 55 + p.scan_pct {
+                let got = store
+                    .scan(&k, 20)
+                    .unwrap_or_else(|e| panic!("{ctx}: scan: {e}"));
+                let want: Vec<_> = oracle.range(k.clone()..).take(20).collect();
+                let own: Vec<_> = got
+                    .iter()
+                    .take_while(|(g, _)| g.starts_with(&k[..4]))
+                    .collect();
+                assert!(
+                    own.len() == want.len() || own.len() == got.len(),
+                    "{ctx}: scan length"
+                );
+                for ((gk, gv), (wk, wv)) in own.iter().map(|x| (&x.0, &x.1)).zip(want) {
+                    assert_eq!((gk, gv), (wk, wv), "{ctx}: scan");
+                }
+            } else {
+                check_get(store, &oracle, &k, &ctx, &mut rep);
+            }
+        }
+        barrier.wait();
+        let until = Instant::now() + p.read_only;
+        while Instant::now() < until {
+            let k = key(t, rng.random_range(0..p.keys));
+            check_get(
+                store,
+                &oracle,
+                &k,
+                &format!("seed {seed}, thread {t}, read-only {round}"),
+                &mut rep,
+            );
+            rep.ops += 1;
+        }
+        barrier.wait();
+    }
+    (oracle, rep)
+}
+
+fn check_get(
+    store: &dyn KvStore,
+    oracle: &BTreeMap<Vec<u8>, Vec<u8>>,
+    k: &[u8],
+    ctx: &str,
+    rep: &mut PhaseReport,
+) {
+    let got = store.get(k).unwrap_or_else(|e| panic!("{ctx}: get: {e}"));
+    assert_eq!(
+        got.as_ref(),
+        oracle.get(k),
+        "{ctx}: get {}",
+        String::from_utf8_lossy(k)
+    );
+    if got.is_some() {
+        rep.hits += 1;
+    }
+}
+
+/// The model scenario of one index: the shared testkit driver (concurrent partitions +
+/// racing writers of shared keys, scans when `scan_pct` > 0), then a phased run whose
+/// read-only phases grow the read cache and whose write phases take its pages back; every
+/// mechanism must have run many times (counters), and `check` must pass.
+pub fn model_scenario(variant: &str, scan_pct: u32) {
+    let dir = scratch_dir();
+    let pool = create_pool(&dir.path().join("pool"), 16 << 20, DurabilityMode::Volatile);
+    let store = open(pool, small_options(64, ""), variant, true);
+    let cfg = ModelConfig {
+        scan_pct,
+        seed: seed(&format!("model_{variant}")),
+        ..ModelConfig::default()
+    };
+    let r = run_model(store.clone(), &cfg);
+    assert!(r.hits > 1_000, "{r:?}");
+    let phased = Phases {
+        threads: 3,
+        rounds: 4,
+        ops: 2_500,
+        read_only: std::time::Duration::from_millis(120),
+        keys: 250,
+        max_value: 300,
+        scan_pct,
+    };
+    store.flush().unwrap();
+    let p = run_phases(&store, &phased, cfg.seed);
+    assert!(p.hits > 1_000, "{p:?}");
+    let s = store.stats();
+    println!("{variant}: {:#?}", s.counters);
+    println!("{variant}: {:#?}", s.gauges);
+    for (name, at_least) in [
+        ("flushes", 50),
+        ("reorganisations", 10),
+        ("log_blocks_reclaimed", 20),
+        ("cache_resizes", 4),
+        ("cache_grows", 2),
+        ("cache_hits", 10),
+        ("in_place_updates", 100),
+        ("marks", 1_000),
+    ] {
+        assert!(
+            counter(&s, name) >= at_least,
+            "{variant}: {name} = {} < {at_least}",
+            counter(&s, name)
+        );
+    }
+    let lines = store.check().unwrap();
+    println!("{}", lines.join("\n"));
+    store.close().unwrap();
+}
