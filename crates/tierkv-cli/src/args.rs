@@ -64,6 +64,9 @@ pub enum Command {
     Check(CheckArgs),
     /// List the engines of this build.
     Engines,
+    /// YCSB benchmark (Load, A-F) of one or more engines on the same generated workload, with
+    /// ratios against the first; `rocksdb` is a peer when built with `--features rocksdb`.
+    Bench(Box<tierkv_ycsb::BenchArgs>),
     /// Flash I/O microbenchmark: random 4 KiB reads/writes and sequential 512 KiB writes
     /// through tierkv's flash tier (io_uring + O_DIRECT), in fio's units.
     BenchIo(tierkv_iobench::IoBenchArgs),

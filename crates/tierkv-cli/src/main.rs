@@ -46,6 +46,7 @@ fn main() -> ExitCode {
         Command::Stats(a) => cmd::stats(&a.store, a).map_err(Into::into),
         Command::Check(a) => cmd::check(&a.store).map_err(Into::into),
         Command::Engines => cmd::engines().map_err(Into::into),
+        Command::Bench(a) => tierkv_ycsb::run(a).map(|()| 0),
         Command::BenchIo(a) => tierkv_iobench::run(a).map(|()| 0),
         Command::Serve(a) => tierkv_server::run(a).map(|()| 0),
         Command::Stress(a) => tierkv_stress::run(a).map(|passed| if passed { 0 } else { 1 }),

@@ -2,8 +2,8 @@
 //! stop it with SIGTERM while a pipeline is in flight (it must answer whole replies and
 //! exit 0), restart it on the same directory, read back.
 //!
-//! The engine is a parameter: `TIERKV_E2E_ENGINES=spec,spec` (default: the engines of this
-//! build that exist today, `dram:btree` and `dram:hash`). For a volatile engine the
+//! The engine is a parameter: `TIERKV_E2E_ENGINES=spec,spec` (default: `dram:btree`,
+//! `dram:hash` and `prism` with small buffers, so PWB reclamation runs during the test). For a volatile engine the
 //! restarted store must be empty and healthy; for a persistent one every acknowledged
 //! write must be there.
 
@@ -32,6 +32,10 @@ struct Proc {
 fn start(dir: &Path, engine: Option<&str>) -> Proc {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tierkv-server"));
     c.arg("--dir").arg(dir).arg("--bind").arg("127.0.0.1:0");
+    // Small tiers; the pool in volatile mode (it survives the server process, which is what
+    // a restart tests, without an msync per write).
+    c.args(["--pmem-mode", "volatile", "--pmem-size", "64MiB"]);
+    c.args(["--flash-size", "256MiB", "--dram", "64MiB"]);
     if let Some(e) = engine {
         c.arg("--engine").arg(e);
     }
@@ -95,7 +99,13 @@ impl Proc {
 fn engines() -> Vec<String> {
     std::env::var("TIERKV_E2E_ENGINES")
         .map(|v| v.split(',').map(str::to_owned).collect())
-        .unwrap_or_else(|_| vec!["dram:btree".into(), "dram:hash".into()])
+        .unwrap_or_else(|_| {
+            vec![
+                "dram:btree".into(),
+                "dram:hash".into(),
+                "prism@pwb_count=2,pwb_size=256KiB,chunk_size=64KiB".into(),
+            ]
+        })
 }
 
 #[test]

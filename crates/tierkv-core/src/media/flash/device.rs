@@ -147,11 +147,15 @@ impl DeviceCore {
             // SAFETY: `fd` is an open descriptor owned by the caller for the whole call.
             #[expect(unsafe_code, reason = "fdatasync(2) on a descriptor we own")]
             let rc = unsafe { libc::fdatasync(fd) };
-            if rc == 0 {
+            let r = if rc == 0 {
                 Ok(())
             } else {
                 Err(std::io::Error::last_os_error())
+            };
+            if let Some(f) = &self.faults {
+                f.sync_done(path, r.is_ok());
             }
+            r
         });
         match outcome {
             Ok(()) => {

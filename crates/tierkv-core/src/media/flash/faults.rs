@@ -119,6 +119,8 @@ struct State {
     created: Vec<PathBuf>,
     /// Writes admitted but not yet completed.
     writes_in_flight: usize,
+    /// Syncs admitted but not yet completed.
+    syncs_in_flight: usize,
     injected: InjectedFaults,
 }
 
@@ -193,14 +195,15 @@ impl FaultInjector {
     }
 
     /// Simulates a power cut: freezes every device using this injector (later writes and
-    /// syncs fail; reads still work), waits for writes in flight, then rolls back what was
+    /// syncs fail; reads still work), waits for writes and syncs in flight (a sync that
+    /// returns success made its writes durable before the cut), then rolls back what was
     /// not durable (see the module doc). Reopen the directory to see the crash image.
     pub fn crash(&self, mode: CrashMode) -> Result<CrashReport> {
         let (unsynced, created) = {
             let mut s = self.state.lock();
             s.crashed = true;
             s.injected.crashes += 1;
-            while s.writes_in_flight > 0 {
+            while s.writes_in_flight > 0 || s.syncs_in_flight > 0 {
                 self.idle.wait(&mut s);
             }
             (
@@ -269,7 +272,7 @@ impl FaultInjector {
     pub(crate) fn write_done(&self) {
         let mut s = self.state.lock();
         s.writes_in_flight = s.writes_in_flight.saturating_sub(1);
-        if s.writes_in_flight == 0 {
+        if s.writes_in_flight == 0 && s.syncs_in_flight == 0 {
             self.idle.notify_all();
         }
     }
@@ -285,7 +288,23 @@ impl FaultInjector {
             s.injected.syncs_failed += 1;
             return Err(io::Error::from_raw_os_error(errno));
         }
+        s.syncs_in_flight += 1;
         Ok(())
+    }
+
+    /// An admitted sync of `path` (a file or a directory) completed; when it succeeded,
+    /// what it covers is durable. Applied before the sync counts as done, so a crash never
+    /// rolls back writes whose sync returned success.
+    pub(crate) fn sync_done(&self, path: &Path, ok: bool) {
+        let mut s = self.state.lock();
+        if ok {
+            s.unsynced.remove(path);
+            s.created.retain(|p| p.parent() != Some(path));
+        }
+        s.syncs_in_flight = s.syncs_in_flight.saturating_sub(1);
+        if s.syncs_in_flight == 0 && s.writes_in_flight == 0 {
+            self.idle.notify_all();
+        }
     }
 
     /// `path` was synced: its earlier writes are durable.
@@ -407,6 +426,35 @@ mod tests {
         let r = f.crash(CrashMode::DropUnsynced).unwrap();
         assert_eq!(r, CrashReport::default());
         assert!(p.exists());
+    }
+
+    #[test]
+    fn a_sync_in_flight_at_a_crash_keeps_the_writes_it_reported_durable() {
+        // Found by PRISM's crash tests: a sync admitted before a crash but returning after
+        // it used to report success for writes the crash had already rolled back.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        fs::write(&p, vec![0u8; 4096]).unwrap();
+        let f = std::sync::Arc::new(FaultInjector::new());
+        f.before_write(&p, 0, 4096).unwrap();
+        fs::write(&p, vec![7u8; 4096]).unwrap();
+        f.write_done();
+        f.before_sync().unwrap();
+        let crasher = {
+            let f = f.clone();
+            std::thread::spawn(move || f.crash(CrashMode::DropUnsynced).unwrap())
+        };
+        // The crash waits for the sync in flight...
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            !crasher.is_finished(),
+            "the crash did not wait for the sync in flight"
+        );
+        // ...which succeeds: its write is durable and must survive the crash.
+        f.sync_done(&p, true);
+        let r = crasher.join().unwrap();
+        assert_eq!(r.writes_undone, 0);
+        assert_eq!(fs::read(&p).unwrap(), vec![7u8; 4096]);
     }
 
     #[test]

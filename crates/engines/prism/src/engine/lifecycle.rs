@@ -1,0 +1,132 @@
+//! The engine's lifecycle state (open, closed, poisoned) and the wake-up signal of its
+//! background threads (STYLE §5, §8).
+//!
+//! - After `close`, every call returns [`Error::Closed`].
+//! - The first failure of a background job or of a durability step *poisons* the engine:
+//!   writes are refused with [`Error::Poisoned`] until the store is reopened (reads still
+//!   work). A failed persist or sync is never retried.
+//!
+//! Thread safety: atomics, a `OnceLock` and a mutex/condvar pair; all `&self`.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+use tierkv_core::{Error, Result};
+
+/// Open / closed / poisoned.
+#[derive(Debug, Default)]
+pub struct Lifecycle {
+    closed: AtomicBool,
+    poison: OnceLock<String>,
+}
+
+impl Lifecycle {
+    /// `Err(Closed)` after close.
+    pub fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(Error::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// `Err(Closed)` after close, `Err(Poisoned)` after a failure.
+    pub fn check_writable(&self) -> Result<()> {
+        self.check_open()?;
+        match self.poison.get() {
+            Some(why) => Err(Error::Poisoned(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Records the first failure; later ones are ignored. Returns the poison message.
+    pub fn poison(&self, why: &Error) -> String {
+        self.poison.get_or_init(|| why.to_string()).clone()
+    }
+
+    /// The failure that poisoned the engine, if any.
+    pub fn poisoned(&self) -> Option<&str> {
+        self.poison.get().map(String::as_str)
+    }
+
+    /// Marks the engine closed; true if it was open.
+    pub fn close(&self) -> bool {
+        !self.closed.swap(true, Ordering::AcqRel)
+    }
+
+    /// True once closed.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+}
+
+/// A level-triggered wake-up for a background thread.
+#[derive(Debug, Default)]
+pub struct Signal {
+    pending: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Signal {
+    /// Wakes the waiters (or makes the next wait return at once).
+    pub fn raise(&self) {
+        let mut p = self.pending.lock();
+        if !*p {
+            *p = true;
+            self.cv.notify_all();
+        }
+    }
+
+    /// Waits until raised or `timeout` passes; returns true if it was raised.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        let mut p = self.pending.lock();
+        if !*p {
+            self.cv.wait_for(&mut p, timeout);
+        }
+        std::mem::replace(&mut *p, false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poison_refuses_writes_but_not_reads_and_keeps_the_first_cause() {
+        let l = Lifecycle::default();
+        l.check_writable().unwrap();
+        l.poison(&Error::invalid("first"));
+        l.poison(&Error::invalid("second"));
+        assert!(l.check_open().is_ok());
+        match l.check_writable() {
+            Err(Error::Poisoned(why)) => assert!(why.contains("first"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn close_is_idempotent_and_refuses_everything() {
+        let l = Lifecycle::default();
+        assert!(l.close());
+        assert!(!l.close());
+        assert!(matches!(l.check_open(), Err(Error::Closed)));
+        assert!(matches!(l.check_writable(), Err(Error::Closed)));
+    }
+
+    #[test]
+    fn a_raised_signal_is_seen_once() {
+        let s = Signal::default();
+        s.raise();
+        assert!(s.wait(Duration::from_millis(1)));
+        assert!(!s.wait(Duration::from_millis(1)));
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                std::thread::sleep(Duration::from_millis(20));
+                s.raise();
+            });
+            assert!(s.wait(Duration::from_secs(10)));
+        });
+    }
+}

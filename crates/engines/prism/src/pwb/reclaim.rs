@@ -1,0 +1,156 @@
+//! PWB reclamation: the policy (when, and how much) and the walk that finds the
+//! well-coupled records to move (PRISM §4.3, §5.2 "Asynchronous reclamation of PWB").
+//!
+//! The mechanism that writes the records to Value Storage and re-points HSIT lives in the
+//! engine (`engine/background.rs`), which owns both sides; this module knows only the ring.
+//! [`choose`] is a pure function of a ring snapshot; [`collect_live`] walks `[from, to)` —
+//! records whose puts have all completed (PWB invariant 2) — and asks its caller whether
+//! each record is well-coupled (HSIT points back at it). Only those are moved: later
+//! versions of a key supersede earlier ones, deleted keys' records are dropped (§4.3).
+//!
+//! Thread safety: pure functions; `collect_live` reads the ring through the pool.
+
+use std::ops::Range;
+
+use tierkv_core::{Error, Result, Tier};
+
+use super::Pwb;
+use super::record::pad_verifies;
+use super::ring::Ring;
+
+/// What to do with one PWB now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// Nothing.
+    Idle,
+    /// Reclaim `[head, upto)`.
+    Reclaim {
+        /// The tail at the time of the decision.
+        upto: u64,
+    },
+}
+
+/// Reclaim once use reaches `watermark` bytes, or whatever is there when `force`d (flush,
+/// close, a writer waiting for space).
+pub fn choose(ring: &Ring, watermark: u64, force: bool) -> Choice {
+    let used = ring.used();
+    if used > 0 && (force || used >= watermark) {
+        Choice::Reclaim { upto: ring.tail }
+    } else {
+        Choice::Idle
+    }
+}
+
+/// A record to move to Value Storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveRecord {
+    /// Its HSIT slot.
+    pub slot: u64,
+    /// Absolute pool offset of the record.
+    pub off: u64,
+    /// Value length.
+    pub len: u32,
+}
+
+/// Walks the records in logical positions `[from, to)` of `pwb` and returns those for
+/// which `coupled(slot, record offset)` holds, checksums verified.
+pub fn collect_live(
+    pwb: &Pwb,
+    from: u64,
+    to: u64,
+    coupled: &mut dyn FnMut(u64, u64) -> Result<bool>,
+) -> Result<Vec<LiveRecord>> {
+    let mut live = Vec::new();
+    let mut pos = from;
+    while pos < to {
+        let off = pwb.abs(pos);
+        let (h, value) = pwb.record_at(off)?;
+        let next = pos + h.footprint();
+        let bad = |what: &str| {
+            Error::corruption(
+                Tier::Pmem,
+                off,
+                format!("PWB {} record at position {pos}: {what}", pwb.id()),
+            )
+        };
+        if next > to {
+            return Err(bad("runs past the tail"));
+        }
+        if h.is_pad() {
+            if !pad_verifies(&h) || pwb.ring_offset(off) + h.footprint() != pwb.size() {
+                return Err(bad("torn pad"));
+            }
+        } else if coupled(h.backptr, off)? {
+            if !h.verifies(value) {
+                return Err(bad("checksum mismatch"));
+            }
+            live.push(LiveRecord {
+                slot: h.backptr,
+                off,
+                len: h.len,
+            });
+        }
+        pos = next;
+    }
+    Ok(live)
+}
+
+/// Splits `lens` (in order) into consecutive batches whose total `cost` fits `capacity`;
+/// an item costlier than `capacity` alone is an error (values are limited below a chunk).
+pub fn batches(
+    lens: &[u32],
+    cost: impl Fn(u32) -> u64,
+    capacity: u64,
+) -> Result<Vec<Range<usize>>> {
+    let mut out = Vec::new();
+    let (mut start, mut used) = (0usize, 0u64);
+    for (i, &len) in lens.iter().enumerate() {
+        let c = cost(len);
+        if c > capacity {
+            return Err(Error::invalid(format!(
+                "a value of {len} bytes does not fit in a Value Storage chunk"
+            )));
+        }
+        if used + c > capacity {
+            out.push(start..i);
+            start = i;
+            used = 0;
+        }
+        used += c;
+    }
+    if start < lens.len() {
+        out.push(start..lens.len());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reclaims_at_the_watermark_or_when_forced() {
+        let r = Ring {
+            size: 1000,
+            head: 100,
+            tail: 500,
+        };
+        assert_eq!(choose(&r, 500, false), Choice::Idle);
+        assert_eq!(choose(&r, 400, false), Choice::Reclaim { upto: 500 });
+        assert_eq!(choose(&r, 500, true), Choice::Reclaim { upto: 500 });
+        let empty = Ring { tail: 100, ..r };
+        assert_eq!(choose(&empty, 1, true), Choice::Idle);
+    }
+
+    #[test]
+    fn batches_fill_chunks_in_order() {
+        let b = batches(&[10, 10, 10, 25, 5], |l| u64::from(l) + 2, 30).unwrap();
+        assert_eq!(b, vec![0..2, 2..3, 3..4, 4..5]);
+        assert!(batches(&[], u64::from, 30).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_value_larger_than_a_chunk_is_refused() {
+        assert!(batches(&[31], u64::from, 30).is_err());
+    }
+}

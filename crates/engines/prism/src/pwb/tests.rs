@@ -1,0 +1,166 @@
+//! Unit tests of the PWB on a Tracked pool: append and read, rebinding, the watermark wake-up,
+//! a full ring, wrap-around with pads, damaged records, reopen, and the thread mapping.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::reclaim::{LiveRecord, collect_live};
+use super::*;
+use crate::test_support::pmem_fixture;
+
+fn no_wake() {}
+fn ok() -> Result<()> {
+    Ok(())
+}
+
+#[test]
+fn appended_records_read_back_and_check_their_slot() {
+    let f = pmem_fixture(8 << 20, 2, 64 << 10);
+    let p = Pwb::create(f.pool.clone(), &f.sb, 1, 0.5).unwrap();
+    let off = p.append(7, b"value", &no_wake, &ok).unwrap().record_off();
+    assert_eq!(p.read(off, 7).unwrap(), b"value");
+    assert!(p.read(off, 8).unwrap_err().is_corruption());
+    assert_eq!(p.ring().tail, 32);
+}
+
+#[test]
+fn rebind_moves_the_record_to_another_slot() {
+    let f = pmem_fixture(8 << 20, 1, 64 << 10);
+    let p = Pwb::create(f.pool.clone(), &f.sb, 0, 0.5).unwrap();
+    let a = p.append(1, b"v", &no_wake, &ok).unwrap();
+    a.rebind(2, b"v").unwrap();
+    let off = a.record_off();
+    drop(a);
+    assert_eq!(p.read(off, 2).unwrap(), b"v");
+}
+
+#[test]
+fn crossing_the_watermark_wakes_the_reclaimer() {
+    let f = pmem_fixture(8 << 20, 1, 64 << 10);
+    let p = Pwb::create(f.pool.clone(), &f.sb, 0, 0.5).unwrap();
+    let woken = AtomicUsize::new(0);
+    let wake = || {
+        woken.fetch_add(1, Ordering::Relaxed);
+    };
+    let v = vec![1u8; 1000];
+    while p.ring().used() < p.watermark() {
+        assert_eq!(woken.load(Ordering::Relaxed), 0);
+        drop(p.append(0, &v, &wake, &ok).unwrap());
+    }
+    assert_eq!(woken.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn a_full_ring_waits_for_the_head_and_gives_up_on_check() {
+    let f = pmem_fixture(8 << 20, 1, 64 << 10);
+    let p = Pwb::create(f.pool.clone(), &f.sb, 0, 0.5).unwrap();
+    let v = vec![1u8; 4000];
+    for _ in 0..16 {
+        drop(p.append(0, &v, &no_wake, &ok).unwrap());
+    }
+    let stop = || Err(Error::Closed);
+    assert!(matches!(
+        p.append(0, &v, &no_wake, &stop),
+        Err(Error::Closed)
+    ));
+    // Reclaim everything, and the writer gets through.
+    let tail = p.ring().tail;
+    p.advance_head(tail).unwrap();
+    drop(p.append(0, &v, &no_wake, &ok).unwrap());
+}
+
+#[test]
+fn values_larger_than_half_the_ring_are_refused() {
+    let f = pmem_fixture(8 << 20, 1, 64 << 10);
+    let p = Pwb::create(f.pool.clone(), &f.sb, 0, 0.5).unwrap();
+    let v = vec![0u8; 33 << 10];
+    assert!(matches!(
+        p.append(0, &v, &no_wake, &ok),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn collect_live_keeps_coupled_records_across_a_wrap() {
+    let f = pmem_fixture(8 << 20, 1, 64 << 10);
+    let p = Pwb::create(f.pool.clone(), &f.sb, 0, 0.5).unwrap();
+    let mut offs = Vec::new();
+    let v = vec![9u8; 3000];
+    for round in 0..60u64 {
+        let off = p.append(round, &v, &no_wake, &ok).unwrap().record_off();
+        offs.push(off);
+        let ring = p.ring();
+        if ring.used() > 40_000 {
+            // Reclaim: everything but odd slots is dead.
+            let live =
+                collect_live(&p, ring.head, ring.tail, &mut |slot, _| Ok(slot % 2 == 1)).unwrap();
+            assert!(live.iter().all(|r| r.slot % 2 == 1 && r.len == 3000));
+            p.advance_head(ring.tail).unwrap();
+        }
+    }
+    let ring = p.ring();
+    let live = collect_live(&p, ring.head, ring.tail, &mut |_, _| Ok(true)).unwrap();
+    let last = offs.last().copied().unwrap();
+    assert_eq!(
+        live.last().copied(),
+        Some(LiveRecord {
+            slot: 59,
+            off: last,
+            len: 3000
+        })
+    );
+    assert!(ring.tail > 64 << 10, "the test never wrapped");
+}
+
+#[test]
+fn collect_live_reports_a_damaged_live_record() {
+    let f = pmem_fixture(8 << 20, 1, 64 << 10);
+    let p = Pwb::create(f.pool.clone(), &f.sb, 0, 0.5).unwrap();
+    let off = p.append(3, b"abcdef", &no_wake, &ok).unwrap().record_off();
+    f.pool.write(off + 16, b"X").unwrap();
+    let ring = p.ring();
+    let err = collect_live(&p, ring.head, ring.tail, &mut |_, _| Ok(true)).unwrap_err();
+    assert!(err.is_corruption(), "{err}");
+    // A dead record's damage is irrelevant.
+    assert!(collect_live(&p, ring.head, ring.tail, &mut |_, _| Ok(false)).is_ok());
+}
+
+#[test]
+fn reopen_keeps_the_persisted_head() {
+    let f = pmem_fixture(8 << 20, 2, 64 << 10);
+    let p = Pwb::create(f.pool.clone(), &f.sb, 1, 0.5).unwrap();
+    drop(p.append(0, b"x", &no_wake, &ok).unwrap());
+    drop(p.append(0, b"y", &no_wake, &ok).unwrap());
+    p.advance_head(32).unwrap();
+    let q = Pwb::open(f.pool.clone(), &f.sb, 1, 0.5).unwrap();
+    assert_eq!(q.ring().head, 32);
+    assert_eq!(q.ring().tail, 32);
+    q.set_recovered_tail(64);
+    assert_eq!(q.ring().used(), 32);
+}
+
+#[test]
+fn threads_map_onto_pwbs_and_offsets_onto_their_ring() {
+    let f = pmem_fixture(8 << 20, 3, 64 << 10);
+    let set = PwbSet::new(
+        (0..3)
+            .map(|i| Pwb::create(f.pool.clone(), &f.sb, i, 0.5).unwrap())
+            .collect(),
+    );
+    let mine = set.for_current_thread().unwrap().id();
+    assert_eq!(set.for_current_thread().unwrap().id(), mine);
+    let set = Arc::new(set);
+    let ids: Vec<u32> = (0..6)
+        .map(|_| {
+            let s = set.clone();
+            std::thread::spawn(move || s.for_current_thread().unwrap().id())
+                .join()
+                .unwrap()
+        })
+        .collect();
+    assert!(ids.iter().all(|&i| i < 3));
+    assert!(ids.windows(2).any(|w| w[0] != w[1]));
+    assert_eq!(set.holding(f.sb.pwb_ring(2) + 100).unwrap().id(), 2);
+    assert!(set.holding(f.sb.pwb_ring(0) - 1).is_none());
+    assert!(set.holding(f.sb.pwb_ring(2) + f.sb.pwb_size).is_none());
+}

@@ -1,0 +1,287 @@
+//! What a benchmark drives: [`BenchTarget`], implemented by [`tierkv::Db`] (every engine of
+//! the registry, through the one `KvStore` API) and by the peers other stores are compared
+//! through (RocksDB, behind the `rocksdb` feature: [`rocksdb`]).
+//!
+//! A target is named on the command line by a [`TargetSpec`]: an engine spec string as
+//! `Options` takes it (`dram:btree`, `prism@queue_depth=1`), or a peer's name (`rocksdb`).
+//! The same string labels it in every report.
+//!
+//! Each target is opened in its own fresh directories ([`TargetPlacement`]) with the same
+//! media settings ([`MediaSettings`]): the same DRAM budget, pmem pool and flash capacity.
+//!
+//! Thread safety: a `BenchTarget` is `Send + Sync` and called from every client thread at
+//! once, as `KvStore` is.
+
+#[cfg(feature = "rocksdb")]
+pub mod rocksdb;
+
+use std::path::PathBuf;
+
+use tierkv::{ByteSize, Db, DurabilityMode, EngineSpec, Options, Stats, Tier};
+
+/// The name of the RocksDB peer in `--engines`.
+pub const ROCKSDB: &str = "rocksdb";
+
+/// The operations a benchmark issues, and the counters it reads.
+pub trait BenchTarget: Send + Sync {
+    /// The value under `key`.
+    fn get(&self, key: &[u8]) -> tierkv::Result<Option<Vec<u8>>>;
+    /// Stores `value` under `key`; returns once acknowledged (durable under the target's
+    /// durability settings).
+    fn put(&self, key: &[u8], value: &[u8]) -> tierkv::Result<()>;
+    /// Reads up to `limit` pairs from `start` in key order; returns how many it read.
+    /// [`tierkv::Error::Unsupported`] when the target cannot scan.
+    fn scan(&self, start: &[u8], limit: usize) -> tierkv::Result<usize>;
+    /// The target's counters now.
+    fn stats(&self) -> Stats;
+    /// Closes the target (joins its threads, makes everything durable).
+    fn close(&self) -> tierkv::Result<()>;
+}
+
+impl BenchTarget for Db {
+    fn get(&self, key: &[u8]) -> tierkv::Result<Option<Vec<u8>>> {
+        Db::get(self, key)
+    }
+    fn put(&self, key: &[u8], value: &[u8]) -> tierkv::Result<()> {
+        Db::put(self, key, value)
+    }
+    fn scan(&self, start: &[u8], limit: usize) -> tierkv::Result<usize> {
+        Db::scan(self, start.., limit).map(|rows| rows.len())
+    }
+    fn stats(&self) -> Stats {
+        Db::stats(self)
+    }
+    fn close(&self) -> tierkv::Result<()> {
+        Db::close(self)
+    }
+}
+
+/// What a target is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TargetKind {
+    /// An engine of this build's registry ([`tierkv::ENGINES`]).
+    Engine(EngineSpec),
+    /// The RocksDB peer.
+    RocksDb,
+}
+
+/// A target as named on the command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TargetSpec {
+    /// The string as given: the label of every report line.
+    pub label: String,
+    /// What it names.
+    pub kind: TargetKind,
+}
+
+impl TargetSpec {
+    /// Parses one target: a peer name or an engine spec of a registered engine with a valid
+    /// variant (engine options are checked when it opens).
+    pub fn parse(label: &str) -> Result<Self, String> {
+        let label = label.trim();
+        if label == ROCKSDB {
+            if !cfg!(feature = "rocksdb") {
+                return Err(
+                    "the rocksdb peer is not in this build: build tierkv with `--features rocksdb` \
+                     (it compiles RocksDB from source: clang and libclang-dev, ~11 minutes on 2 cores)"
+                        .to_owned(),
+                );
+            }
+            return Ok(TargetSpec {
+                label: label.to_owned(),
+                kind: TargetKind::RocksDb,
+            });
+        }
+        let spec: EngineSpec = label.parse().map_err(|e: tierkv::Error| e.to_string())?;
+        let desc = tierkv::descriptor(&spec.name).map_err(|e| e.to_string())?;
+        desc.variant(&spec).map_err(|e| e.to_string())?;
+        Ok(TargetSpec {
+            label: label.to_owned(),
+            kind: TargetKind::Engine(spec),
+        })
+    }
+
+    /// True when the target keeps data on `tier`.
+    pub fn uses(&self, tier: Tier) -> bool {
+        match &self.kind {
+            TargetKind::Engine(spec) => tierkv::descriptor(&spec.name).is_ok_and(|d| d.uses(tier)),
+            TargetKind::RocksDb => matches!(tier, Tier::Pmem | Tier::Flash),
+        }
+    }
+
+    /// One line for the report header: what it is and where it keeps data.
+    pub fn describe(&self) -> String {
+        match &self.kind {
+            TargetKind::RocksDb => "RocksDB peer: WAL and L0 on the pmem path, L1 and below on \
+                                    the flash path, direct I/O, every write synced"
+                .to_owned(),
+            TargetKind::Engine(spec) => match tierkv::descriptor(&spec.name) {
+                Err(e) => e.to_string(),
+                Ok(d) => {
+                    let tiers: Vec<String> = d.tiers.iter().map(ToString::to_string).collect();
+                    let tiers = if tiers.is_empty() {
+                        "DRAM only".to_owned()
+                    } else {
+                        format!("DRAM + {}", tiers.join(" + "))
+                    };
+                    let volatile = if d.volatile {
+                        "; VOLATILE: nothing survives the process"
+                    } else {
+                        ""
+                    };
+                    format!("{} ({tiers}{volatile})", d.summary)
+                }
+            },
+        }
+    }
+}
+
+/// Parses `--engines`: specs separated by commas. A piece of the form `key=value` without
+/// `@` continues the previous spec's options, so `prism@a=1,b=2,dram` is two targets.
+pub fn parse_targets(list: &str) -> Result<Vec<TargetSpec>, String> {
+    let mut labels: Vec<String> = Vec::new();
+    for piece in list.split(',').map(str::trim) {
+        let continues_options = piece.contains('=') && !piece.contains('@');
+        match labels.last_mut() {
+            Some(prev) if continues_options && prev.contains('@') => {
+                prev.push(',');
+                prev.push_str(piece);
+            }
+            _ => labels.push(piece.to_owned()),
+        }
+    }
+    labels.iter().map(|l| TargetSpec::parse(l)).collect()
+}
+
+/// Every engine of this build's registry, by name (the default of `--engines`).
+pub fn default_targets() -> Vec<TargetSpec> {
+    tierkv::ENGINES
+        .iter()
+        .map(|d| TargetSpec {
+            label: d.name.to_owned(),
+            kind: TargetKind::Engine(EngineSpec::named(d.name)),
+        })
+        .collect()
+}
+
+/// Where one target keeps its data (all fresh, all its own).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TargetPlacement {
+    /// The data directory.
+    pub data_dir: PathBuf,
+    /// The directory of its pmem pool (or, for RocksDB, its WAL and L0 tables).
+    pub pmem_dir: PathBuf,
+    /// Its flash directory.
+    pub flash_dir: PathBuf,
+}
+
+/// The media every target gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MediaSettings {
+    /// DRAM budget (caches and buffers).
+    pub dram: ByteSize,
+    /// Pmem pool size (for RocksDB: the target size of the pmem path).
+    pub pmem_size: ByteSize,
+    /// Pmem durability mode.
+    pub pmem_mode: DurabilityMode,
+    /// Flash capacity.
+    pub flash_size: ByteSize,
+}
+
+impl MediaSettings {
+    /// The `Options` an engine is opened with.
+    pub fn options(&self, spec: &EngineSpec, place: &TargetPlacement) -> Options {
+        Options::default()
+            .engine(&spec.to_string())
+            .dram_budget(self.dram)
+            .pmem_dir(&place.pmem_dir)
+            .pmem_size(self.pmem_size)
+            .pmem_mode(self.pmem_mode)
+            .flash_dir(&place.flash_dir)
+            .flash_size(self.flash_size)
+    }
+}
+
+/// Opens `spec` in `place` with `media`.
+pub fn open_target(
+    spec: &TargetSpec,
+    place: &TargetPlacement,
+    media: &MediaSettings,
+) -> anyhow::Result<Box<dyn BenchTarget>> {
+    use anyhow::Context as _;
+    match &spec.kind {
+        TargetKind::Engine(engine) => {
+            if spec.uses(Tier::Pmem) {
+                std::fs::create_dir_all(&place.pmem_dir).with_context(|| {
+                    format!("creating pmem directory {}", place.pmem_dir.display())
+                })?;
+            }
+            let db =
+                Db::open(&place.data_dir, media.options(engine, place)).with_context(|| {
+                    format!("opening {} in {}", spec.label, place.data_dir.display())
+                })?;
+            Ok(Box::new(db))
+        }
+        TargetKind::RocksDb => open_rocksdb(place, media),
+    }
+}
+
+#[cfg(feature = "rocksdb")]
+fn open_rocksdb(
+    place: &TargetPlacement,
+    media: &MediaSettings,
+) -> anyhow::Result<Box<dyn BenchTarget>> {
+    Ok(Box::new(rocksdb::RocksDbPeer::open(place, media)?))
+}
+
+#[cfg(not(feature = "rocksdb"))]
+fn open_rocksdb(
+    _place: &TargetPlacement,
+    _media: &MediaSettings,
+) -> anyhow::Result<Box<dyn BenchTarget>> {
+    anyhow::bail!("the rocksdb peer is not in this build (build with --features rocksdb)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_lists_split_on_commas_but_keep_spec_options_together() {
+        let t = parse_targets("dram:btree,dram@x=1,y=2,dram:hash").unwrap();
+        let labels: Vec<&str> = t.iter().map(|t| t.label.as_str()).collect();
+        assert_eq!(labels, ["dram:btree", "dram@x=1,y=2", "dram:hash"]);
+    }
+
+    #[test]
+    fn unknown_engines_and_variants_are_refused_before_anything_runs() {
+        let e = parse_targets("dram,nosuchengine").unwrap_err();
+        assert!(e.contains("unknown engine"), "{e}");
+        let e = parse_targets("dram:nosuchvariant").unwrap_err();
+        assert!(e.contains("no variant"), "{e}");
+    }
+
+    #[test]
+    fn defaults_are_every_registered_engine() {
+        let names: Vec<String> = default_targets().into_iter().map(|t| t.label).collect();
+        let registry: Vec<&str> = tierkv::ENGINES.iter().map(|d| d.name).collect();
+        assert_eq!(names, registry);
+    }
+
+    #[test]
+    fn rocksdb_is_refused_with_a_rebuild_hint_when_not_built() {
+        let r = TargetSpec::parse(ROCKSDB);
+        if cfg!(feature = "rocksdb") {
+            assert_eq!(r.unwrap().kind, TargetKind::RocksDb);
+        } else {
+            assert!(r.unwrap_err().contains("--features rocksdb"));
+        }
+    }
+
+    #[test]
+    fn dram_engine_is_described_as_volatile() {
+        let t = TargetSpec::parse("dram:btree").unwrap();
+        assert!(t.describe().contains("VOLATILE"), "{}", t.describe());
+        assert!(!t.uses(Tier::Pmem));
+    }
+}

@@ -1,0 +1,333 @@
+//! The RocksDB peer (cargo feature `rocksdb`; `--engines rocksdb`): the LSM tree users would
+//! otherwise pick, configured to use the same machine the way our engines do (DESIGN §6).
+//!
+//! # Configuration (every option this peer sets; everything else is RocksDB's default)
+//! - **DRAM budget `B` = `--dram`**, split so that RocksDB's memory stays inside it:
+//!   memtables get `M = B / 4` (a `WriteBufferManager` of `M`, `write_buffer_size = M / 2`,
+//!   `max_write_buffer_number = 2`), the LRU block cache gets `B - M`, and index and filter
+//!   blocks live in the block cache (`cache_index_and_filter_blocks`), so they are inside
+//!   the budget too.
+//! - Bloom filters of 10 bits per key (full filters), no compression (our engines do not
+//!   compress, and the peer is built without compression libraries).
+//! - **Direct I/O**: `use_direct_reads` and `use_direct_io_for_flush_and_compaction`.
+//! - **Tiers**: the WAL (`wal_dir`) and the first `db_paths` entry on the pmem path; the
+//!   second `db_paths` entry on the flash path with target size `--flash-size`.
+//!   `max_bytes_for_level_base = 4 × write_buffer_size` and the first path's target size is
+//!   exactly that, so by RocksDB's placement rule (`CompactionPicker::GetPathId`: L0 is
+//!   estimated at `max_bytes_for_level_base`, each level takes the first path with room)
+//!   L0, the flush output, lives on the pmem path and L1 and below on flash.
+//!   `level_compaction_dynamic_level_bytes` is off (RocksDB ignores it with several paths).
+//! - **Every write synced** (`WriteOptions::set_sync(true)`): a put returns once its WAL
+//!   record is synced, which is what "acknowledged" means for our engines.
+//! - Statistics on (`enable_statistics`), read back as tickers.
+//!
+//! # Counters (how RocksDB's statistics map onto [`Stats`])
+//! - `user_bytes_written` / `user_bytes_read`: key + value bytes of acknowledged puts / value
+//!   bytes returned, counted by this peer (as our engines count them).
+//! - `pmem_bytes_written` = `rocksdb.wal.bytes` + `rocksdb.flush.write.bytes`: the WAL and the
+//!   flushed L0 tables, the only files on the pmem path.
+//! - `flash_bytes_written` = `rocksdb.compact.write.bytes`: every compaction writes L1 or
+//!   below, which live on the flash path (an intra-L0 compaction, which RocksDB runs only
+//!   when L0 is congested, would be counted here though it writes the pmem path).
+//! - `flash_bytes_read` = `rocksdb.last.level.read.bytes` + `rocksdb.non.last.level.read.bytes`:
+//!   every byte read from table files, by gets, scans and compactions. RocksDB does not split
+//!   file reads by path, so reads of the L0 tables on the pmem path are included here and
+//!   `pmem_bytes_read` stays 0.
+//! - `pmem_persists` = `rocksdb.wal.synced`; `flash_syncs` is not counted by RocksDB (0).
+//! - `reads_from_dram` = `rocksdb.memtable.hit`, `reads_from_pmem` = `rocksdb.l0.hit`,
+//!   `reads_from_flash` = `rocksdb.l1.hit` + `rocksdb.l2andup.hit`: gets by the level that
+//!   held the key (a block-cache hit counts under its level's tier).
+//! - `dram_bytes` = `rocksdb.estimate-table-readers-mem` + `rocksdb.cur-size-all-mem-tables`
+//!   + block cache usage.
+//! - The raw tickers are in the engine counters, under their RocksDB names.
+//!
+//! Thread safety: `DB` is `Send + Sync` (RocksDB's own locking); the counters are atomics.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use anyhow::Context as _;
+use rocksdb::statistics::Ticker;
+use rocksdb::{
+    BlockBasedOptions, Cache, DB, DBCompressionType, DBPath, Direction, IteratorMode, Options,
+    WriteBufferManager, WriteOptions,
+};
+use tierkv::{Error, Stats};
+
+use super::{BenchTarget, MediaSettings, TargetPlacement};
+
+/// The tickers copied into the engine counters.
+const RAW_TICKERS: &[Ticker] = &[
+    Ticker::WalFileBytes,
+    Ticker::WalFileSynced,
+    Ticker::FlushWriteBytes,
+    Ticker::CompactReadBytes,
+    Ticker::CompactWriteBytes,
+    Ticker::LastLevelReadBytes,
+    Ticker::NonLastLevelReadBytes,
+    Ticker::MemtableHit,
+    Ticker::GetHitL0,
+    Ticker::GetHitL1,
+    Ticker::GetHitL2AndUp,
+    Ticker::BlockCacheHit,
+    Ticker::BlockCacheMiss,
+    Ticker::StallMicros,
+];
+
+/// The DRAM split: memtables get a quarter of the budget, the block cache the rest.
+const MEMTABLE_SHARE: u64 = 4;
+/// Bloom filter bits per key.
+const BLOOM_BITS_PER_KEY: f64 = 10.0;
+/// `max_bytes_for_level_base` in write buffers (L0 holds about four before compacting).
+const LEVEL_BASE_IN_BUFFERS: u64 = 4;
+
+/// RocksDB, opened for a benchmark.
+pub struct RocksDbPeer {
+    db: DB,
+    options: Options,
+    cache: Cache,
+    sync: WriteOptions,
+    dir: PathBuf,
+    closed: AtomicBool,
+    user_bytes_written: AtomicU64,
+    user_bytes_read: AtomicU64,
+}
+
+/// The options this peer opens RocksDB with, and its block cache.
+pub fn options(place: &TargetPlacement, media: &MediaSettings) -> anyhow::Result<(Options, Cache)> {
+    let budget = usize::try_from(media.dram.bytes()).context("--dram does not fit in memory")?;
+    let memtables = budget / MEMTABLE_SHARE as usize;
+    let write_buffer = memtables / 2;
+    let level_base = write_buffer as u64 * LEVEL_BASE_IN_BUFFERS;
+    let cache = Cache::new_lru_cache(budget - memtables);
+    let mut table = BlockBasedOptions::default();
+    table.set_block_cache(&cache);
+    table.set_cache_index_and_filter_blocks(true);
+    table.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
+    let mut o = Options::default();
+    o.create_if_missing(true);
+    o.set_block_based_table_factory(&table);
+    o.set_write_buffer_manager(&WriteBufferManager::new_write_buffer_manager(
+        memtables, false,
+    ));
+    o.set_write_buffer_size(write_buffer);
+    o.set_max_write_buffer_number(2);
+    o.set_compression_type(DBCompressionType::None);
+    o.set_use_direct_reads(true);
+    o.set_use_direct_io_for_flush_and_compaction(true);
+    o.set_level_compaction_dynamic_level_bytes(false);
+    o.set_max_bytes_for_level_base(level_base);
+    o.set_wal_dir(wal_dir(place));
+    o.set_db_paths(&[
+        DBPath::new(sst_pmem_dir(place), level_base)?,
+        DBPath::new(&place.flash_dir, media.flash_size.bytes())?,
+    ]);
+    o.enable_statistics();
+    Ok((o, cache))
+}
+
+fn wal_dir(place: &TargetPlacement) -> PathBuf {
+    place.pmem_dir.join("wal")
+}
+
+fn sst_pmem_dir(place: &TargetPlacement) -> PathBuf {
+    place.pmem_dir.join("sst")
+}
+
+impl RocksDbPeer {
+    /// Opens a fresh RocksDB in `place`.
+    pub fn open(place: &TargetPlacement, media: &MediaSettings) -> anyhow::Result<Self> {
+        for d in [wal_dir(place), sst_pmem_dir(place), place.flash_dir.clone()] {
+            std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+        }
+        let (options, cache) = options(place, media)?;
+        let db = DB::open(&options, &place.data_dir)
+            .with_context(|| format!("opening RocksDB in {}", place.data_dir.display()))?;
+        let mut sync = WriteOptions::default();
+        sync.set_sync(true);
+        Ok(RocksDbPeer {
+            db,
+            options,
+            cache,
+            sync,
+            dir: place.data_dir.clone(),
+            closed: AtomicBool::new(false),
+            user_bytes_written: AtomicU64::new(0),
+            user_bytes_read: AtomicU64::new(0),
+        })
+    }
+
+    fn check_open(&self) -> tierkv::Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(Error::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn error(&self, op: &'static str, e: rocksdb::Error) -> Error {
+        Error::io(op, &self.dir, std::io::Error::other(e.into_string()))
+    }
+
+    fn ticker(&self, t: Ticker) -> u64 {
+        self.options.get_ticker_count(t)
+    }
+
+    fn property(&self, name: &str) -> u64 {
+        self.db.property_int_value(name).ok().flatten().unwrap_or(0)
+    }
+
+    /// The directory RocksDB keeps its manifest in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl BenchTarget for RocksDbPeer {
+    fn get(&self, key: &[u8]) -> tierkv::Result<Option<Vec<u8>>> {
+        self.check_open()?;
+        let v = self.db.get(key).map_err(|e| self.error("rocksdb get", e))?;
+        if let Some(v) = &v {
+            self.user_bytes_read
+                .fetch_add(v.len() as u64, Ordering::Relaxed);
+        }
+        Ok(v)
+    }
+
+    fn put(&self, key: &[u8], value: &[u8]) -> tierkv::Result<()> {
+        self.check_open()?;
+        self.db
+            .put_opt(key, value, &self.sync)
+            .map_err(|e| self.error("rocksdb put", e))?;
+        self.user_bytes_written
+            .fetch_add((key.len() + value.len()) as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn scan(&self, start: &[u8], limit: usize) -> tierkv::Result<usize> {
+        self.check_open()?;
+        let mut rows = 0;
+        let mut bytes = 0u64;
+        for item in self
+            .db
+            .iterator(IteratorMode::From(start, Direction::Forward))
+            .take(limit)
+        {
+            let (_, v) = item.map_err(|e| self.error("rocksdb scan", e))?;
+            rows += 1;
+            bytes += v.len() as u64;
+        }
+        self.user_bytes_read.fetch_add(bytes, Ordering::Relaxed);
+        Ok(rows)
+    }
+
+    fn stats(&self) -> Stats {
+        let t = |x| self.ticker(x);
+        let mut s = Stats {
+            user_bytes_written: self.user_bytes_written.load(Ordering::Relaxed),
+            user_bytes_read: self.user_bytes_read.load(Ordering::Relaxed),
+            pmem_bytes_written: t(Ticker::WalFileBytes) + t(Ticker::FlushWriteBytes),
+            pmem_persists: t(Ticker::WalFileSynced),
+            flash_bytes_written: t(Ticker::CompactWriteBytes),
+            flash_bytes_read: t(Ticker::LastLevelReadBytes) + t(Ticker::NonLastLevelReadBytes),
+            reads_from_dram: t(Ticker::MemtableHit),
+            reads_from_pmem: t(Ticker::GetHitL0),
+            reads_from_flash: t(Ticker::GetHitL1) + t(Ticker::GetHitL2AndUp),
+            dram_bytes: self.property("rocksdb.estimate-table-readers-mem")
+                + self.property("rocksdb.cur-size-all-mem-tables")
+                + self.cache.get_usage() as u64,
+            ..Stats::default()
+        };
+        for ticker in RAW_TICKERS {
+            s.counters.insert(ticker.name().to_owned(), t(*ticker));
+        }
+        s
+    }
+
+    fn close(&self) -> tierkv::Result<()> {
+        if !self.closed.swap(true, Ordering::AcqRel) {
+            // Acknowledged writes are already synced; stop compactions and wait for them.
+            // The files are released when the peer is dropped.
+            self.db.cancel_all_background_work(true);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tierkv::{ByteSize, DurabilityMode};
+
+    fn open(tmp: &Path) -> RocksDbPeer {
+        let place = TargetPlacement {
+            data_dir: tmp.join("data"),
+            pmem_dir: tmp.join("pmem"),
+            flash_dir: tmp.join("flash"),
+        };
+        let media = MediaSettings {
+            dram: ByteSize::mib(16),
+            pmem_size: ByteSize::mib(64),
+            pmem_mode: DurabilityMode::Volatile,
+            flash_size: ByteSize::gib(1),
+        };
+        RocksDbPeer::open(&place, &media).unwrap()
+    }
+
+    #[test]
+    fn puts_gets_and_scans_round_trip_and_count_user_bytes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = open(tmp.path());
+        for i in 0..100u32 {
+            p.put(format!("k{i:03}").as_bytes(), &[7; 10]).unwrap();
+        }
+        assert_eq!(p.get(b"k042").unwrap(), Some(vec![7; 10]));
+        assert_eq!(p.get(b"nope").unwrap(), None);
+        assert_eq!(p.scan(b"k090", 50).unwrap(), 10);
+        let s = p.stats();
+        assert_eq!(s.user_bytes_written, 100 * (4 + 10));
+        assert!(
+            s.pmem_bytes_written > s.user_bytes_written,
+            "WAL bytes on the pmem path"
+        );
+        assert!(s.pmem_persists >= 100, "every put synced its WAL record");
+        assert_eq!(s.reads_from_dram, 1, "the one hit came from the memtable");
+        assert!(s.dram_bytes > 0);
+        p.close().unwrap();
+        assert!(matches!(p.get(b"k001"), Err(Error::Closed)));
+    }
+
+    #[test]
+    fn tables_go_to_pmem_then_flash_by_level() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = open(tmp.path());
+        // 16 MiB budget: 2 MiB write buffers, an 8 MiB L0; write ~40 MiB.
+        let value = [1u8; 1000];
+        for i in 0..40_000u32 {
+            p.put(
+                &crate::generator::fnvhash64(u64::from(i)).to_le_bytes(),
+                &value,
+            )
+            .unwrap();
+        }
+        p.db.flush().unwrap();
+        // Automatic compactions (a manual compact_range would write path 0, its default
+        // target_path_id) move L0 into L1, on the flash path.
+        let count = |d: &str| std::fs::read_dir(tmp.path().join(d)).unwrap().count();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while count("flash") == 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert!(count("flash") > 0, "L1 tables live on the flash path");
+        let s = p.stats();
+        assert!(
+            s.flash_bytes_written > 0,
+            "compactions wrote the flash path: {s:?}"
+        );
+        assert!(
+            s.pmem_bytes_written > s.user_bytes_written,
+            "WAL and L0 flushes on the pmem path: {s:?}"
+        );
+        p.close().unwrap();
+    }
+}

@@ -1,0 +1,203 @@
+//! The runner: one target, all phases (DESIGN §6). The load always comes first (measured
+//! and reported when `load` is among the workloads), then each workload in the order given,
+//! on the same store, so that the inserts of D and E extend the key space for the workloads
+//! after them, as in YCSB's run sequence on one loaded database.
+//!
+//! Every target gets the same seed, so the same key and value streams; per workload a
+//! warm-up (not measured), then the measured operations.
+//!
+//! Thread safety: [`run_target`] blocks its caller and runs the client threads itself
+//! ([`phase`]); nothing outlives the call.
+
+pub mod phase;
+pub mod progress;
+pub mod worker;
+
+use std::time::Duration;
+
+use tierkv::Stats;
+
+use crate::histogram::OpHistograms;
+use crate::keys::KeyFormat;
+use crate::peer::BenchTarget;
+use crate::values::{ValueShape, ValueSource};
+use crate::workload::{Distribution, KeyChooser, KeySpace, OpKind, Phase};
+use phase::{PhaseSetup, PhaseWork, Quota, run_phase};
+use progress::Progress;
+
+/// What every target is run with.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunSettings {
+    /// Records loaded.
+    pub records: u64,
+    /// Operations (and/or time) per workload.
+    pub quota: Quota,
+    /// Warm-up per workload (not measured).
+    pub warmup: Quota,
+    /// Client threads.
+    pub threads: usize,
+    /// Overrides every workload's request distribution.
+    pub distribution: Option<Distribution>,
+    /// How keys are spelt.
+    pub keys: KeyFormat,
+    /// What values look like.
+    pub values: ValueShape,
+    /// The seed of every stream.
+    pub seed: u64,
+}
+
+impl RunSettings {
+    /// The request distribution `phase` runs with.
+    pub fn distribution_of(&self, phase: &Phase) -> Option<Distribution> {
+        match phase {
+            Phase::Load => None,
+            Phase::Run(w) => Some(self.distribution.unwrap_or(w.distribution)),
+        }
+    }
+
+    /// YCSB's expected inserts of a workload: `ops × insert proportion × 2` (with a time
+    /// quota only, the record count stands in for the operation count).
+    fn expected_inserts(&self, phase: &Phase) -> u64 {
+        match phase {
+            Phase::Load => 0,
+            Phase::Run(w) => {
+                let ops = self.quota.ops.unwrap_or(self.records);
+                (ops as f64 * w.mix.share(OpKind::Insert) * 2.0) as u64
+            }
+        }
+    }
+}
+
+/// How a phase ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PhaseStatus {
+    /// Every operation completed.
+    Ok,
+    /// The target cannot run it (e.g. scans on a hash index); the message says why.
+    Unsupported(String),
+    /// Some operations failed; the first failure's message.
+    Failed(String),
+}
+
+impl PhaseStatus {
+    /// `ok`, `unsupported` or `failed`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            PhaseStatus::Ok => "ok",
+            PhaseStatus::Unsupported(_) => "unsupported",
+            PhaseStatus::Failed(_) => "failed",
+        }
+    }
+
+    /// The message, if any.
+    pub fn message(&self) -> Option<&str> {
+        match self {
+            PhaseStatus::Ok => None,
+            PhaseStatus::Unsupported(m) | PhaseStatus::Failed(m) => Some(m),
+        }
+    }
+}
+
+/// One target's measurements of one phase.
+#[derive(Debug)]
+pub struct PhaseResult {
+    /// The target's label.
+    pub engine: String,
+    /// The phase.
+    pub phase: Phase,
+    /// The request distribution it ran with (none for the load).
+    pub distribution: Option<Distribution>,
+    /// How it ended.
+    pub status: PhaseStatus,
+    /// Wall-clock time of the measured part.
+    pub duration: Duration,
+    /// Latencies, errors and misses per operation kind.
+    pub ops: OpHistograms,
+    /// The target's counters over the measured part.
+    pub counters: Stats,
+}
+
+impl PhaseResult {
+    /// Operations completed (not failed) per second of the measured part.
+    pub fn ops_per_sec(&self) -> f64 {
+        let secs = self.duration.as_secs_f64();
+        if secs > 0.0 {
+            self.ops.completed() as f64 / secs
+        } else {
+            0.0
+        }
+    }
+
+    /// Failed operations, all kinds.
+    pub fn errors(&self) -> u64 {
+        OpKind::ALL.iter().map(|k| self.ops.errors(*k)).sum()
+    }
+}
+
+/// Runs the load and `phases` against `target`; one result per phase listed (the load is
+/// run even when not listed, unmeasured in the report).
+pub fn run_target(
+    target: &dyn BenchTarget,
+    label: &str,
+    phases: &[Phase],
+    settings: &RunSettings,
+    progress: Progress,
+) -> Result<Vec<PhaseResult>, String> {
+    let keys = KeySpace::new(settings.records);
+    let values = ValueSource::new(settings.values, settings.seed);
+    let setup = PhaseSetup {
+        target,
+        keys: &keys,
+        key_format: settings.keys,
+        values: &values,
+        threads: settings.threads,
+        seed: settings.seed,
+    };
+    let mut results = Vec::with_capacity(phases.len());
+    let load = run_one(&setup, label, &Phase::Load, settings, progress)?;
+    if phases.contains(&Phase::Load) {
+        results.push(load);
+    }
+    for phase in phases.iter().filter(|p| **p != Phase::Load) {
+        results.push(run_one(&setup, label, phase, settings, progress)?);
+    }
+    Ok(results)
+}
+
+fn run_one(
+    setup: &PhaseSetup<'_>,
+    label: &str,
+    phase: &Phase,
+    settings: &RunSettings,
+    progress: Progress,
+) -> Result<PhaseResult, String> {
+    let distribution = settings.distribution_of(phase);
+    let (work, warmup, quota) = match (phase, distribution) {
+        (Phase::Run(w), Some(d)) => {
+            let chooser = KeyChooser::new(
+                d,
+                setup.keys.acknowledged(),
+                settings.expected_inserts(phase),
+            );
+            (PhaseWork::Mix(*w, chooser), settings.warmup, settings.quota)
+        }
+        _ => (PhaseWork::Load, Quota::NONE, Quota::default()),
+    };
+    let bar = progress.bar(label, phase.name(), quota, settings.records);
+    let out = run_phase(setup, &work, warmup, quota, &bar)?;
+    bar.finish_and_clear();
+    let status = match (out.unsupported, out.first_error) {
+        (Some(why), _) => PhaseStatus::Unsupported(why),
+        (None, Some(first)) => PhaseStatus::Failed(first),
+        (None, None) => PhaseStatus::Ok,
+    };
+    Ok(PhaseResult {
+        engine: label.to_owned(),
+        phase: *phase,
+        distribution,
+        status,
+        duration: out.duration,
+        ops: out.hist,
+        counters: out.counters,
+    })
+}

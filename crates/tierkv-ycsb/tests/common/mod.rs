@@ -1,0 +1,23 @@
+//! Shared by the integration tests: the flags of a tiny real run whose every directory is
+//! inside a temporary directory.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+
+use tierkv_ycsb::BenchArgs;
+
+/// A run of every default workload over `engines` small enough for a debug build: 2 000
+/// records and 2 000 operations per workload, 2 threads, pmem and data under `tmp`.
+pub fn tiny_args(tmp: &Path, engines: &str) -> BenchArgs {
+    BenchArgs {
+        engines: Some(engines.to_owned()),
+        records: 2_000,
+        ops: Some(2_000),
+        threads: Some(2),
+        value_size: Some(tierkv::ByteSize(256)),
+        dir: tmp.join("data"),
+        pmem_path: Some(tmp.join("pmem")),
+        ..BenchArgs::defaults()
+    }
+}
