@@ -3,7 +3,11 @@
 use tierkv_core::{EngineDescriptor, Error, Result};
 
 /// Every engine in this build, default first.
-pub static ENGINES: &[EngineDescriptor] = &[tierkv_prism::DESCRIPTOR, tierkv_dram::DESCRIPTOR];
+pub static ENGINES: &[EngineDescriptor] = &[
+    tierkv_prism::DESCRIPTOR,
+    tierkv_dram::DESCRIPTOR,
+    tierkv_hetermm::DESCRIPTOR,
+];
 
 /// The engine called `name`, or an error listing the known ones.
 pub fn descriptor(name: &str) -> Result<&'static EngineDescriptor> {

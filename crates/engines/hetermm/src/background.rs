@@ -118,6 +118,7 @@ impl Drop for Background {
 
 /// What the flusher does with a step's error.
 fn report(mem: &HeterMem, e: Error) {
+    mem.note_no_space(&e);
     match e {
         Error::NoSpace { .. } => {
             *mem.health.stalled.lock() = Some(e.to_string());

@@ -130,6 +130,14 @@ fn check_blocks(mem: &HeterMem) -> Result<String> {
             continue;
         };
         let info = cell.lock();
+        // The reclaimer may have freed the block while this waited for its lock.
+        if !mem
+            .blocks
+            .info(b)
+            .is_some_and(|c| std::sync::Arc::ptr_eq(&c, &cell))
+        {
+            continue;
+        }
         check_block(mem, b, &info)?;
         live_total += info.live;
         n += 1;

@@ -279,7 +279,13 @@ impl HeterMem {
         self.counters.forced_flushes.incr();
         let ppb = self.geo.pages_per_block();
         let np = self.regions.next_page.load(Ordering::SeqCst);
-        let end_block = np.div_ceil(ppb);
+        // IMPORTANT: up to the last block a drained invalidation is keyed to, even if no
+        // page of it was handed out: a delete of a record already in pmem is keyed to the
+        // block at off_ReadOnly (`invalid.rs`).
+        st.marks.drain_from(&self.threads);
+        let end_block = np
+            .div_ceil(ppb)
+            .max(st.marks.last_key().map_or(0, |k| k + 1));
         self.regions
             .next_page
             .fetch_max(end_block * ppb, Ordering::SeqCst);

@@ -13,10 +13,13 @@
 //! - a record written but not installed (a failed put, a lost race of a lock-free index):
 //!   `block(X)`.
 //!
-//! Each key block is at or beyond the mutable region when the (pinned) operation registers
-//! it, and the flusher drains the registrations only after making that block read-only
-//! and synchronizing the epochs, so no invalidation keyed at a block arrives after that
-//! block is flushed. Threads buffer their registrations in their own slot (no shared lock
+//! Each key block is at or beyond the mutable region at some moment of the (pinned)
+//! operation that registers it — the new record was allocated there, or the delete read
+//! off_ReadOnly there — and the flusher drains the registrations only after making that
+//! block read-only and synchronizing the epochs, so no invalidation keyed at a block arrives
+//! after that block is flushed. (One arriving late anyway, e.g. an effect of a guard that
+//! waited unpinned for a page before it dropped, is applied at the next flush; that only
+//! delays a mark whose replacement is already durable.) Threads buffer their registrations in their own slot (no shared lock
 //! on the write path); the flusher drains every slot before each flush.
 //!
 //! Thread safety: `PendingMarks` belongs to the flusher (behind its mutex).
@@ -65,6 +68,11 @@ impl PendingMarks {
         due.into_values().flatten().collect()
     }
 
+    /// The highest key block with invalidations waiting.
+    pub fn last_key(&self) -> Option<u64> {
+        self.by_block.keys().next_back().copied()
+    }
+
     /// Invalidations waiting.
     pub fn len(&self) -> usize {
         self.by_block.values().map(Vec::len).sum()
@@ -98,6 +106,7 @@ mod tests {
             },
         ]);
         assert_eq!(p.len(), 3);
+        assert_eq!(p.last_key(), Some(5));
         let mut due = p.take_through(3);
         due.sort_unstable();
         assert_eq!(due, vec![1, 2]);

@@ -1,7 +1,7 @@
 //! The operation log (HeterMM §5.3): durability for the records that are still in DRAM.
 //!
-//! Log blocks (runs of 2^m bytes from the allocator, published in the block directory
-//! with a sequence number) are cut into pages of 2^k bytes. Each thread appends to its own
+//! Log blocks (runs of 2^m bytes from the allocator, zeroed, then published in the block
+//! directory with a sequence number) are cut into pages of 2^k bytes. Each thread appends to its own
 //! page (Algorithm 2: a page is handed to a thread, which then appends without contention),
 //! writing every entry in two steps — data with ts = 0, persist; ts, persist — so a torn
 //! entry is never replayed (`format::log`). Each block keeps `max_address`, the highest
@@ -156,6 +156,24 @@ impl OpLog {
         Ok(())
     }
 
+    /// Makes sure the thread of slot `slot` can append an entry of this key and value
+    /// length without starting a page (so the append, under an index lock, does not
+    /// allocate pmem).
+    pub fn ensure_room(
+        &self,
+        nvm: &Nvm,
+        slot: usize,
+        key_len: usize,
+        value_len: usize,
+    ) -> Result<()> {
+        let len = log::entry_len(key_len as u64, value_len as u64);
+        let mut t = self.threads[slot % MAX_THREADS].lock();
+        if t.block.is_none() || t.next + len > self.geo.page_size() {
+            self.next_page(nvm, &mut t)?;
+        }
+        Ok(())
+    }
+
     /// Hands the thread a fresh log page (and starts a new block when needed).
     fn next_page(&self, nvm: &Nvm, t: &mut ThreadLog) -> Result<()> {
         let mut st = self.state.lock();
@@ -185,7 +203,7 @@ impl OpLog {
     fn start_block(&self, nvm: &Nvm, st: &mut LogState, first_page: u64) -> Result<Arc<LogBlock>> {
         let off = match st.spare.take() {
             Some(off) => off,
-            None => nvm.alloc_log_block()?,
+            None => self.zeroed_run(nvm)?,
         };
         let seq = st.next_seq;
         let header = LogHeader {
@@ -212,11 +230,35 @@ impl OpLog {
 
     /// Allocates a run ahead of need (the flusher calls this while idle).
     pub fn prepare(&self, nvm: &Nvm) -> Result<()> {
+        if self.state.lock().spare.is_some() {
+            return Ok(());
+        }
+        let off = self.zeroed_run(nvm)?;
         let mut st = self.state.lock();
-        if st.spare.is_none() {
-            st.spare = Some(nvm.alloc_log_block()?);
+        match st.spare {
+            None => st.spare = Some(off),
+            Some(_) => nvm.free_run(off)?,
         }
         Ok(())
+    }
+
+    /// A run for a log block, zeroed and persisted.
+    ///
+    /// IMPORTANT: until step 1 of an entry's write is persisted, a crash may keep any of its
+    /// words as they were before it; zeroed pages make the timestamp word of an unfinished
+    /// entry read 0 (not committed) and never bytes left by an earlier use of the chunks.
+    fn zeroed_run(&self, nvm: &Nvm) -> Result<u64> {
+        let off = nvm.alloc_log_block()?;
+        let len = self.geo.block_size() as usize;
+        let zeroed = nvm
+            .pool
+            .fill(off, len, 0)
+            .and_then(|()| nvm.pool.persist(off, len));
+        if let Err(e) = zeroed {
+            let _ = nvm.free_run(off);
+            return Err(e);
+        }
+        Ok(off)
     }
 
     /// Live log blocks.
@@ -332,5 +374,49 @@ impl From<log::Entry<'_>> for OwnedEntry {
             key: e.key.to_vec(),
             value: e.value.to_vec(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tierkv_core::media::pmem::{DurabilityMode, EmulatedLatency, PmemConfig, PmemPool};
+
+    /// Regression (found by the crash-image test): a log block is zeroed before it is used,
+    /// so the timestamp word of an entry whose first step is not yet durable can only read
+    /// 0 — never bytes an earlier block left in the same chunks.
+    #[test]
+    fn a_new_log_block_holds_nothing_of_what_its_chunks_held_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = PmemPool::create(&PmemConfig {
+            path: dir.path().join("p"),
+            size: 8 << 20,
+            mode: DurabilityMode::Volatile,
+            latency: EmulatedLatency::default(),
+        })
+        .unwrap();
+        let nvm = Nvm::format(pool.clone(), 15, 12).unwrap();
+        let layout = nvm.alloc.layout();
+        let area = layout.chunk_count * layout.chunk_size;
+        pool.fill(layout.chunks_off, area as usize, 0xAB).unwrap();
+        let geo = Geometry {
+            page_bits: 12,
+            block_bits: 15,
+        };
+        let log = OpLog::new(geo, 1);
+        log.append(&nvm, 0, 5, EntryKind::Put, b"k", b"v", 4096)
+            .unwrap();
+        let front = log.frozen_oldest();
+        assert!(front.is_none(), "the block is still being written");
+        let st = log.state.lock();
+        let block = st.blocks.front().unwrap().clone();
+        drop(st);
+        let bytes = pool.read(block.off, 1 << 15).unwrap();
+        let entry_end = 64 + log::entry_len(1, 1) as usize;
+        assert!(
+            bytes[entry_end..].iter().all(|b| *b == 0),
+            "stale bytes survived"
+        );
+        assert_eq!(log.entries(&nvm, &block).unwrap().len(), 1);
     }
 }

@@ -60,6 +60,7 @@
 //!     }
 //!     fn delete(&self, hm: &M, key: &[u8]) -> Result<()> {
 //!         let g = hm.pin()?;
+//!         hm.reserve(&g, key.len(), 0)?;
 //!         let mut map = self.map()?;
 //!         if let Some(&old) = map.get(key) {
 //!             hm.remove_value(&g, old, key)?;
@@ -137,9 +138,10 @@ pub trait HeterMemory: Send + Sync {
     /// one thread.
     fn pin(&self) -> Result<Self::Guard<'_>>;
 
-    /// Reserves room for the record of a `set_value` with these key and value lengths. Call
-    /// it *before* taking the index's lock: it may wait for DRAM to be flushed, while
-    /// `set_value` under a reservation never waits (a `set_value` without one may, which
+    /// Reserves room for the record and the log entry of a `set_value` (or, with
+    /// `value_len` 0, the log entry of a `remove_value`) with these lengths. Call it
+    /// *before* taking the index's lock: it may wait for DRAM to be flushed or pmem to be
+    /// defragmented, while a write under a reservation never waits (one without may, which
     /// can deadlock with operations blocked on your lock).
     fn reserve(&self, g: &Self::Guard<'_>, key_len: usize, value_len: usize) -> Result<()>;
 
@@ -295,6 +297,7 @@ impl<M: HeterMemory> PluggedIndex<M> for CoreIndex {
 
     fn delete(&self, hm: &M, key: &[u8]) -> Result<()> {
         let g = hm.pin()?;
+        hm.reserve(&g, key.len(), 0)?;
         let mut failed = None;
         self.inner.compute(key, &mut |cur| {
             failed = None;

@@ -97,6 +97,14 @@ pub fn choose_reorg(blocks: &[(u64, BlockInfo)], threshold: f64) -> Option<u64> 
         .map(|(b, _)| *b)
 }
 
+/// Defragmentation: the blocks placed highest in the pool, highest first, at most `n` (the
+/// ones whose moves free the top of the allocator's region).
+pub fn choose_relocation(blocks: &[(u64, BlockInfo)], n: usize) -> Vec<u64> {
+    let mut by_off: Vec<(u64, u64)> = blocks.iter().map(|(b, i)| (i.off, *b)).collect();
+    by_off.sort_unstable_by(|a, b| b.cmp(a));
+    by_off.into_iter().take(n).map(|(_, b)| b).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,5 +182,20 @@ mod tests {
         let blocks = [(1, info(60)), (2, info(10)), (3, info(30))];
         assert_eq!(choose_reorg(&blocks, 0.5), Some(2));
         assert_eq!(choose_reorg(&blocks, 0.95), None);
+    }
+
+    #[test]
+    fn relocation_picks_the_highest_placed_block() {
+        let info = |off| BlockInfo {
+            off,
+            run_len: 0,
+            layout: Layout::Full,
+            live: 1,
+            capacity: 1,
+            generation: 0,
+        };
+        let blocks = [(1, info(900)), (2, info(4000)), (3, info(100))];
+        assert_eq!(choose_relocation(&blocks, 2), vec![2, 1]);
+        assert!(choose_relocation(&[], 2).is_empty());
     }
 }

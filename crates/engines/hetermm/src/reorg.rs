@@ -15,9 +15,16 @@
 //! Then, with the lock released, synchronize the epochs — no reader can still be using the
 //! old base — and free the old run. The paper waits a fixed 5 seconds here instead.
 //!
+//! **Defragmentation** (ours): blocks are runs of chunks and compact blocks are shorter runs,
+//! so free chunks can end up in holes too short for a new block while plenty are free. When
+//! a run cannot be allocated, the reclaimer relocates the block placed highest in the pool
+//! — rewriting it compact, by the same steps — into the lowest hole that fits it (the
+//! allocator is first-fit from the bottom), until a run is free again or nothing moves down.
+//!
 //! Thread safety: one reclaimer thread; it shares blocks with the flusher through each
 //! block's lock.
 
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use tierkv_core::Result;
@@ -29,26 +36,48 @@ use crate::nvm::blocks::{BlockInfo, Layout};
 use crate::nvm::walk::records;
 use crate::policy;
 
+/// Blocks tried (highest first) before defragmentation gives up for now.
+const RELOCATION_TRIES: usize = 8;
+
+/// Why a block is reorganised.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// It is more invalid than the threshold (§5.2).
+    Sparse,
+    /// Defragmentation: its copy must land lower in the pool than it is, so that the free
+    /// chunks at the top join into runs long enough for new blocks.
+    Relocate,
+}
+
 impl HeterMem {
-    /// Reorganises the most invalid block over the threshold, if any; returns whether it did.
+    /// One step of the reclaimer: defragment if a run could not be allocated, else
+    /// reorganise the most invalid block over the threshold; returns whether it did work.
     pub fn reclaimer_step(&self) -> Result<bool> {
+        if self.defrag.load(Ordering::Acquire) {
+            for b in policy::choose_relocation(&self.blocks.snapshot(), RELOCATION_TRIES) {
+                if self.reorganise(b, Reason::Relocate)? {
+                    self.counters.relocations.incr();
+                    return Ok(true);
+                }
+            }
+            self.defrag.store(false, Ordering::Release);
+        }
         let Some(b) = policy::choose_reorg(&self.blocks.snapshot(), self.opts.reorg_threshold)
         else {
             return Ok(false);
         };
-        self.reorganise(b)?;
-        Ok(true)
+        self.reorganise(b, Reason::Sparse)
     }
 
-    /// Reorganises block `b` (see the module doc).
-    pub fn reorganise(&self, b: u64) -> Result<()> {
+    /// Reorganises block `b` (see the module doc); returns whether it did.
+    pub fn reorganise(&self, b: u64, reason: Reason) -> Result<bool> {
         let started = Instant::now();
         let Some(cell) = self.blocks.info(b) else {
-            return Ok(());
+            return Ok(false);
         };
         let mut info = cell.lock();
-        if info.invalid_fraction() <= self.opts.reorg_threshold {
-            return Ok(());
+        if reason == Reason::Sparse && info.invalid_fraction() <= self.opts.reorg_threshold {
+            return Ok(false);
         }
         let old = *info;
         let records = self.valid_records(b, &old)?;
@@ -61,7 +90,16 @@ impl HeterMem {
             0
         } else {
             let image = compact::build(b, self.geo.block_bits, &refs);
+            if reason == Reason::Relocate
+                && self.nvm.chunks_for(image.len() as u64) * self.nvm.sb.chunk_size > old.run_len
+            {
+                return Ok(false);
+            }
             let off = self.nvm.alloc_compact(image.len() as u64)?;
+            if reason == Reason::Relocate && off > old.off {
+                self.nvm.free_run(off)?;
+                return Ok(false);
+            }
             let pool = self.pool();
             let written = pool
                 .write(off, &image)
@@ -109,7 +147,7 @@ impl HeterMem {
         self.counters
             .reorg_micros
             .add(started.elapsed().as_micros() as u64);
-        Ok(())
+        Ok(true)
     }
 
     /// The records of block `b` whose invalid bit is clear: (offset in the logical block,

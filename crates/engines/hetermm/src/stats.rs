@@ -39,6 +39,8 @@ pub struct HeterCounters {
     pub reclaimed_bytes: Counter,
     /// Time spent reorganising, in microseconds.
     pub reorg_micros: Counter,
+    /// Blocks moved down the pool to defragment it.
+    pub relocations: Counter,
     /// Writers that had to wait for a free DRAM page.
     pub page_waits: Counter,
     /// Pages a writer left because the alarm said it was about to become read-only.
@@ -79,6 +81,7 @@ impl HeterMem {
         counter("blocks_freed", c.blocks_freed.get());
         counter("reclaimed_bytes", c.reclaimed_bytes.get());
         counter("reorg_micros", c.reorg_micros.get());
+        counter("relocations", c.relocations.get());
         counter("page_waits", c.page_waits.get());
         counter("alarms", c.alarms.get());
         counter("cache_resizes", c.cache_resizes.get());

@@ -153,8 +153,14 @@ fn verify_image(
     std::fs::write(path, image).unwrap();
     let pool = PmemPool::open(&config(path, 0, DurabilityMode::Volatile)).unwrap();
     let ctx = format!("seed {seed}, image {i}");
-    let store = try_open(pool, small_options(64, ""), "btree", false)
-        .unwrap_or_else(|e| panic!("{ctx}: recovery failed: {e}"));
+    let store = try_open(pool, small_options(64, ""), "btree", false).unwrap_or_else(|e| {
+        let kept = std::env::temp_dir().join(format!("hetermm-failed-image-{seed}-{i}"));
+        let _ = std::fs::copy(path, &kept);
+        panic!(
+            "{ctx}: recovery failed: {e} (image kept in {})",
+            kept.display()
+        )
+    });
     for (t, keys) in acked.iter().enumerate() {
         for (k, last) in keys.iter().enumerate() {
             let got = store.get(&key(t, k as u64)).unwrap();

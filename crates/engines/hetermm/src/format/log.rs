@@ -27,12 +27,16 @@
 //! ```
 //! **Two-step write** (§5.3.2): the entry is written with ts = 0 and persisted, then the
 //! 8-byte ts is stored and persisted. A reader of a page stops at the first entry whose ts is
-//! 0 or whose checksum fails: that entry and everything after it were never acknowledged
-//! (a thread finishes one entry's second persist before it starts the next), and stale
-//! bytes from an earlier use of the chunks carry another block's seq in their checksum.
+//! 0 (or above the largest timestamp) or whose checksum fails: that entry and everything
+//! after it were never acknowledged (a thread finishes one entry's second persist before it
+//! starts the next). Log blocks are zeroed and persisted before they are published, so the
+//! ts word of an entry whose first step did not finish reads 0 — never bytes left by an
+//! earlier use of the chunks, which the checksum (it does not cover ts) could not catch;
+//! other stale bytes carry another block's seq in their checksum.
 //!
 //! Thread safety: pure functions.
 
+use super::record::MAX_TS;
 use super::{HEADER_LEN, NumberedHead, align8, put_at, u16_at, u32_at, u64_at};
 use tierkv_core::Result;
 use tierkv_core::format::checksum::{crc32c_append, mask};
@@ -171,7 +175,11 @@ pub fn decode_entry(bytes: &[u8], seq: u64) -> Option<Entry<'_>> {
     };
     let value_len = u32_at(bytes, E_VALUE_LEN_OFF)?;
     let len = entry_len(u64::from(key_len), u64::from(value_len));
-    if ts == 0 || key_len == 0 || len > bytes.len() as u64 || bytes.get(E_KIND_OFF + 1) != Some(&0)
+    if ts == 0
+        || ts > MAX_TS
+        || key_len == 0
+        || len > bytes.len() as u64
+        || bytes.get(E_KIND_OFF + 1) != Some(&0)
     {
         return None;
     }
@@ -248,6 +256,15 @@ mod tests {
         let mut long = e;
         long[20] = 0xff;
         assert!(decode_entry(&long, 3).is_none(), "value past the page");
+    }
+
+    #[test]
+    fn an_entry_with_an_impossible_timestamp_is_not_read() {
+        // Regression (crash-image test): a torn first step left stale bytes in the ts word.
+        let e = committed(3, u64::MAX, b"key", b"value");
+        assert!(decode_entry(&e, 3).is_none());
+        let e = committed(3, MAX_TS, b"key", b"value");
+        assert!(decode_entry(&e, 3).is_some());
     }
 
     #[test]

@@ -216,7 +216,8 @@ impl HeterMem {
         if self.replaying.load(Ordering::Relaxed) {
             return Ok(());
         }
-        log.append(&self.nvm, g.slot(), ts, kind, key, value, address)?;
+        log.append(&self.nvm, g.slot(), ts, kind, key, value, address)
+            .inspect_err(|e| self.note_no_space(e))?;
         if kind == EntryKind::Put && address >= self.off_dram() {
             dram_record::set_logged(self.dram_page(address)?, self.geo.page_offset(address), ts);
         }

@@ -31,6 +31,7 @@ impl HeterMem {
     /// out-of-place write (may wait for the flusher; call it before taking an index lock).
     pub fn reserve(&self, g: &Guard<'_>, key_len: usize, value_len: usize) -> Result<()> {
         self.check_payload_len(key_len, value_len)?;
+        self.reserve_log(g, key_len, value_len)?;
         let len = record_len(key_len as u64, value_len as u64);
         if g.reserved_len() == Some(len) {
             return Ok(());
@@ -39,6 +40,44 @@ impl HeterMem {
         let addr = self.alloc_record(g, len)?;
         g.set_reserved(Some((addr, len)));
         Ok(())
+    }
+
+    /// Makes room in the thread's log page for the entry of a write (a new page, and a new
+    /// log block, may be needed), waiting unpinned while the reclaimer defragments pmem.
+    fn reserve_log(&self, g: &Guard<'_>, key_len: usize, value_len: usize) -> Result<()> {
+        let Some(log) = &self.oplog else {
+            return Ok(());
+        };
+        if self.replaying.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        loop {
+            match log.ensure_room(&self.nvm, g.slot(), key_len, value_len) {
+                Err(e @ Error::NoSpace { .. }) => {
+                    self.note_no_space(&e);
+                    self.wait_for_space(g, e)?;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// After an allocation failed for lack of pmem: waits (unpinned) while the reclaimer
+    /// defragments; returns the error once it has given up, or the store stops.
+    fn wait_for_space(&self, g: &Guard<'_>, e: Error) -> Result<()> {
+        self.health.check_writable()?;
+        if !self.defrag.load(Ordering::Acquire) {
+            return Err(e);
+        }
+        self.wake_flusher.raise();
+        g.unpinned(|| self.pages.wait_for_free(Duration::from_millis(5)));
+        Ok(())
+    }
+
+    /// The flusher's stall, as an error, unless defragmentation may still end it.
+    fn stall_error(&self) -> Option<Error> {
+        let why = self.health.stalled.lock().clone()?;
+        (!self.defrag.load(Ordering::Acquire)).then(|| Error::no_space(Tier::Pmem, why))
     }
 
     /// Space for a record of `len` bytes: the guard's reservation, or a fresh allocation
@@ -139,8 +178,8 @@ impl HeterMem {
                 return Ok(p);
             }
             self.health.check_writable()?;
-            if let Some(why) = self.health.stalled.lock().clone() {
-                return Err(Error::no_space(Tier::Pmem, why));
+            if let Some(e) = self.stall_error() {
+                return Err(e);
             }
             waited = true;
             self.wake_flusher.raise();
@@ -167,8 +206,8 @@ impl HeterMem {
                 continue;
             }
             self.health.check_writable()?;
-            if let Some(why) = self.health.stalled.lock().clone() {
-                return Err(Error::no_space(Tier::Pmem, why));
+            if let Some(e) = self.stall_error() {
+                return Err(e);
             }
             self.wake_flusher.raise();
             g.unpinned(|| self.pages.wait_for_free(Duration::from_millis(5)));

@@ -16,9 +16,8 @@
 //!
 //! When the guard drops, each remaining effect's replaced address is invalidated. Deletes
 //! register at once (a retried delete removes whatever is current, so the first removal
-//! always stands). An invalidation's key block is
-//! `max(block(target), block(superseder), block(off_ReadOnly now))`, always a block that is
-//! not yet flushed (`invalid.rs`).
+//! always stands). An invalidation's key block is `max(block(target), block(superseder))`,
+//! a block that cannot be flushed before the guard drops (`invalid.rs`).
 //!
 //! **Reservation.** A writer reserves the space of its record with `reserve` *before* it
 //! takes its index's lock (that is where it may have to wait for the flusher, unpinned);
@@ -146,10 +145,11 @@ impl<'a> Guard<'a> {
             return;
         }
         let g = &mem.geo;
-        let key_block = g
-            .block_of(target)
-            .max(g.block_of(superseder))
-            .max(g.block_of(mem.off_read_only()));
+        // NOTE: exactly the superseder's block, not a later one: a delete's log entry covers
+        // `max(target, frontier)` and is reclaimed once off_DRAM passes it, so its mark must
+        // be applied by then. The block is not flushed yet: the superseder was allocated (or
+        // the frontier read) in this still-pinned operation.
+        let key_block = g.block_of(target).max(g.block_of(superseder));
         mem.threads
             .slot(self.slot)
             .pending

@@ -148,6 +148,8 @@ pub struct HeterMem {
     pub wake_flusher: Signal,
     /// Wakes the reclaimer (a block crossed the reorganisation threshold).
     pub wake_reclaimer: Signal,
+    /// Set when a run could not be allocated: the reclaimer defragments the pool.
+    pub defrag: AtomicBool,
 }
 
 impl HeterMem {
@@ -216,6 +218,7 @@ impl HeterMem {
             recovery_losers: Mutex::new(Vec::new()),
             wake_flusher: Signal::default(),
             wake_reclaimer: Signal::default(),
+            defrag: AtomicBool::new(false),
             nvm,
             opts,
         })
@@ -269,6 +272,14 @@ impl HeterMem {
             )));
         }
         Ok(())
+    }
+
+    /// Notes that pmem could not serve an allocation: asks the reclaimer to defragment.
+    pub fn note_no_space(&self, e: &Error) {
+        if matches!(e, Error::NoSpace { .. }) {
+            self.defrag.store(true, Ordering::Release);
+            self.wake_reclaimer.raise();
+        }
     }
 
     /// Starts an operation of the calling thread (during recovery, one whose losers are

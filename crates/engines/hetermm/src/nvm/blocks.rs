@@ -12,7 +12,7 @@
 //! Thread safety: the radix words are atomics (stored `Release` by the flusher and the
 //! reclaimer, loaded `Acquire` by readers). [`BlockInfo`]s sit behind a mutex each; the
 //! flusher (marks) and the reclaimer (reorganisation) take it, so a mark never lands on a
-//! copy that is being replaced.
+//! copy that is being replaced. Lock order: a block's mutex, then the table's map.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -122,13 +122,15 @@ impl BlockTable {
             info.off | if compact { COMPACT } else { 0 },
             Ordering::Release,
         );
-        let mut infos = self.infos.lock();
-        match infos.get(&b) {
-            Some(cell) => *cell.lock() = info,
-            None => {
-                infos.insert(b, Arc::new(Mutex::new(info)));
-            }
-        }
+        // Lock order: a block's cell before the table's map (the reclaimer holds a cell
+        // while it removes its block), so the cell is locked only after the map is released.
+        let cell = self
+            .infos
+            .lock()
+            .entry(b)
+            .or_insert_with(|| Arc::new(Mutex::new(info)))
+            .clone();
+        *cell.lock() = info;
         Ok(())
     }
 
