@@ -6,7 +6,7 @@
 //! | option | paper | default | meaning |
 //! |---|---|---|---|
 //! | `page_bits` (k) | 20 | 15 | DRAM pages are 2^k bytes; a record (24 + key + value, rounded to 8) must fit one page |
-//! | `block_bits` (m) | 30 | 21 | pmem blocks are 2^m bytes; fixed when the store is created |
+//! | `block_bits` (m) | 30 | 21 (less in small pools) | pmem blocks are 2^m bytes; fixed when the store is created |
 //! | `free_pages` | 2^(m-k) | 2^(m-k) | the flusher starts when fewer DRAM pages are free |
 //! | `overlap_blocks` | - | 1 | blocks kept read-only in DRAM before they are persisted (the overlap region) |
 //! | `oplog` | on | on | the operation log; `off` trades durability of writes still in DRAM for speed |
@@ -45,6 +45,8 @@ pub const DEFAULT_PAGE_BITS: u32 = 15;
 pub const DEFAULT_BLOCK_BITS: u32 = 21;
 /// Default SampleFreq (§5.1).
 pub const DEFAULT_SAMPLE_FREQ: u32 = 100;
+/// Blocks a pool should hold at least when m is chosen for it.
+pub const BLOCKS_PER_POOL: u64 = 32;
 /// Default reorganisation threshold (§5.2).
 pub const DEFAULT_REORG_THRESHOLD: f64 = 0.5;
 
@@ -151,13 +153,22 @@ impl HeterOptions {
         Ok(o)
     }
 
-    /// m for a new store.
-    pub fn block_bits_or_default(&self) -> u32 {
-        self.block_bits.unwrap_or(DEFAULT_BLOCK_BITS)
+    /// m for a new store in a pool whose allocator region holds `capacity` bytes: the one
+    /// given, or the largest m from k + 1 up to [`DEFAULT_BLOCK_BITS`] for which the region
+    /// holds at least [`BLOCKS_PER_POOL`] blocks (so that small pools still work).
+    pub fn block_bits_for(&self, capacity: u64) -> u32 {
+        if let Some(m) = self.block_bits {
+            return m;
+        }
+        let k = self.page_bits;
+        (k + 1..=DEFAULT_BLOCK_BITS.max(k + 1))
+            .rev()
+            .find(|m| capacity >= BLOCKS_PER_POOL << m)
+            .unwrap_or(k + 1)
     }
 
-    /// Checks ranges and the relations between the options (m is checked against k with
-    /// [`HeterOptions::check_geometry`] once it is known).
+    /// Checks ranges and the relations between the options (m, when it is not given, is
+    /// chosen valid for k and checked again once it is known).
     pub fn validate(&self) -> Result<()> {
         let range = |what: &str, v: String, req: &str| {
             Err(Error::invalid(format!("hetermm option {what}={v}: {req}")))
@@ -181,7 +192,10 @@ impl HeterOptions {
         if self.free_pages == Some(0) {
             return range("free_pages", "0".into(), "must be at least 1");
         }
-        self.check_geometry(self.block_bits_or_default())
+        match self.block_bits {
+            Some(m) => self.check_geometry(m),
+            None => Ok(()),
+        }
     }
 
     /// Checks k against the store's m: 2^(m-k) pages per block, and a block's header and
@@ -221,7 +235,7 @@ mod tests {
         assert_eq!(o.sample_freq, 100);
         assert_eq!(o.reorg_threshold, 0.5);
         assert!(o.oplog && o.read_cache);
-        assert_eq!((o.page_bits, o.block_bits_or_default()), (15, 21));
+        assert_eq!((o.page_bits, o.block_bits_for(1 << 30)), (15, 21));
         assert_eq!(o.block_bits, None);
     }
 
@@ -239,6 +253,27 @@ mod tests {
                 o.sample_freq
             ),
             (12, Some(15), false, false, 7)
+        );
+    }
+
+    #[test]
+    fn blocks_shrink_to_fit_small_pools_unless_given() {
+        let o = parse("hetermm").unwrap();
+        assert_eq!(o.block_bits_for(1 << 30), 21);
+        assert_eq!(o.block_bits_for((4 << 20) - (12 << 10)), 16, "a 4 MiB pool");
+        assert_eq!(o.block_bits_for(4 << 20), 17);
+        assert_eq!(o.block_bits_for(1 << 20), 16, "never below k + 1");
+        assert_eq!(
+            parse("hetermm@block_bits=18")
+                .unwrap()
+                .block_bits_for(4 << 20),
+            18
+        );
+        assert_eq!(
+            parse("hetermm@page_bits=24")
+                .unwrap()
+                .block_bits_for(1 << 40),
+            25
         );
     }
 

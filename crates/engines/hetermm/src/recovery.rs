@@ -69,7 +69,8 @@ pub fn open_memory(
     created: bool,
 ) -> Result<(HeterMem, Plan)> {
     if created {
-        let nvm = Nvm::format(pool, opts.block_bits_or_default(), opts.page_bits)?;
+        let block_bits = opts.block_bits_for(Nvm::capacity(&pool));
+        let nvm = Nvm::format(pool, block_bits, opts.page_bits)?;
         return Ok((HeterMem::new(nvm, opts, 0, 1)?, Plan::default()));
     }
     let nvm = Nvm::open(pool)?;

@@ -87,6 +87,12 @@ impl Nvm {
         Ok(Nvm { pool, alloc, sb })
     }
 
+    /// Roughly the bytes a formatted pool's allocator region will hold (for choosing m).
+    pub fn capacity(pool: &PmemPool) -> u64 {
+        pool.len()
+            .saturating_sub(pool.data_start() + 2 * AREA_ALIGN)
+    }
+
     /// Opens the store in `pool`.
     pub fn open(pool: Arc<PmemPool>) -> Result<Nvm> {
         let sb_off = pool.root(ROOT_SUPERBLOCK)?;
