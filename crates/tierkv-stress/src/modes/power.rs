@@ -82,8 +82,14 @@ impl CutPlan {
 pub(crate) trait Policy {
     /// How this round's power cut is made.
     fn plan(&mut self, rng: &mut ChaCha8Rng) -> CutPlan;
-    /// Called before the workload starts: arm injected faults (and say which).
-    fn arm(&mut self, _rng: &mut ChaCha8Rng, _live: &LiveStore) -> Option<String> {
+    /// Called before the workload starts: arm injected faults (and say which). `delay` is
+    /// how long the workload will run before this round's power cut.
+    fn arm(
+        &mut self,
+        _rng: &mut ChaCha8Rng,
+        _live: &LiveStore,
+        _delay: Duration,
+    ) -> Option<String> {
         None
     }
     /// True when a write error of this round was injected on purpose.
@@ -323,7 +329,7 @@ impl Rounds<'_> {
         let delay = self.cfg.crash_delay(&mut self.rng);
         let mut plan = self.policy.plan(&mut self.rng);
         plan.tear_words &= self.uses_pmem;
-        let armed = self.policy.arm(&mut self.rng, &live);
+        let armed = self.policy.arm(&mut self.rng, &live, delay);
         let phase = self.workload_phase(&live, wl_cfg, delay, &plan, &next, round)?;
         if !phase.end.violations.is_empty() {
             self.report.add_violations(phase.end.violations);

@@ -77,6 +77,18 @@ pub struct InjectedFaults {
     pub crashes: u64,
 }
 
+/// How many operations the injector has seen issued (failed ones included): lets a test
+/// aim a fault at an operation that will actually happen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoSeen {
+    /// Reads issued.
+    pub reads: u64,
+    /// Writes issued.
+    pub writes: u64,
+    /// File and directory syncs issued.
+    pub syncs: u64,
+}
+
 /// A pending "fail the n-th operation" switch.
 #[derive(Clone, Copy, Debug)]
 struct Countdown {
@@ -122,6 +134,7 @@ struct State {
     /// Syncs admitted but not yet completed.
     syncs_in_flight: usize,
     injected: InjectedFaults,
+    seen: IoSeen,
 }
 
 /// The fault-injecting double; share it (`Arc`) between the test and the device(s).
@@ -184,6 +197,11 @@ impl FaultInjector {
         self.state.lock().injected
     }
 
+    /// The reads, writes and syncs issued through the injector so far.
+    pub fn seen(&self) -> IoSeen {
+        self.state.lock().seen
+    }
+
     /// Writes recorded since their file's last sync (all files).
     pub fn unsynced_writes(&self) -> usize {
         self.state.lock().unsynced.values().map(Vec::len).sum()
@@ -239,6 +257,7 @@ impl FaultInjector {
     /// A read is about to be issued.
     pub(crate) fn before_read(&self) -> io::Result<()> {
         let mut s = self.state.lock();
+        s.seen.reads += 1;
         if let Some(errno) = Countdown::tick(&mut s.fail_read) {
             s.injected.reads_failed += 1;
             return Err(io::Error::from_raw_os_error(errno));
@@ -250,6 +269,7 @@ impl FaultInjector {
     /// counts as in flight until [`FaultInjector::write_done`].
     pub(crate) fn before_write(&self, path: &Path, offset: u64, len: usize) -> io::Result<()> {
         let mut s = self.state.lock();
+        s.seen.writes += 1;
         if s.crashed {
             s.injected.writes_failed += 1;
             return Err(frozen());
@@ -280,6 +300,7 @@ impl FaultInjector {
     /// A file or directory sync is about to be issued.
     pub(crate) fn before_sync(&self) -> io::Result<()> {
         let mut s = self.state.lock();
+        s.seen.syncs += 1;
         if s.crashed {
             s.injected.syncs_failed += 1;
             return Err(frozen());
@@ -467,5 +488,31 @@ mod tests {
         assert!(f.before_read().is_ok(), "reads still work after a crash");
         let i = f.injected();
         assert_eq!((i.writes_failed, i.syncs_failed, i.crashes), (1, 1, 1));
+    }
+
+    #[test]
+    fn seen_counts_every_operation_issued_failed_or_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        fs::write(&p, vec![0u8; 4096]).unwrap();
+        let f = FaultInjector::new();
+        f.fail_nth_write(2, libc::EIO);
+        for _ in 0..3 {
+            if f.before_write(&p, 0, 4096).is_ok() {
+                f.write_done();
+            }
+        }
+        f.before_read().unwrap();
+        f.before_sync().unwrap();
+        f.sync_done(&p, true);
+        assert_eq!(
+            f.seen(),
+            IoSeen {
+                reads: 1,
+                writes: 3,
+                syncs: 1
+            }
+        );
+        assert_eq!(f.injected().writes_failed, 1);
     }
 }

@@ -51,7 +51,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 pub use aligned::{AlignedBuf, FLASH_BLOCK};
-pub use faults::{CrashMode, CrashReport, FaultInjector, InjectedFaults};
+pub use faults::{CrashMode, CrashReport, FaultInjector, InjectedFaults, IoSeen};
 pub use file::FlashFile;
 pub use probe::{direct_io_fallback_announced, uring_fallback_announced, uring_supported};
 pub use queue::IoQueue;
