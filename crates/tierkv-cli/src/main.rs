@@ -54,8 +54,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            // `{:#}` prints the whole cause chain on one line.
-            eprintln!("tierkv: {e:#}");
+            eprintln!("tierkv: {}", tierkv::core::api::error::report(e.chain()));
             ExitCode::from(1)
         }
     }

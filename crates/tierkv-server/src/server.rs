@@ -232,7 +232,10 @@ impl ServerHandle {
 impl Drop for ServerHandle {
     fn drop(&mut self) {
         if let Err(e) = self.stop_and_join() {
-            eprintln!("tierkv serve: {e:#}");
+            eprintln!(
+                "tierkv serve: {}",
+                tierkv::core::api::error::report(e.chain())
+            );
         }
     }
 }

@@ -171,9 +171,40 @@ impl Error {
     }
 }
 
+/// One line for an error and its causes, outermost first, joined by `": "`. A cause whose
+/// text the message before it already ends with is skipped: [`Error::Io`] prints its
+/// `io::Error` and also exposes it as its source, and printing both (as `{:#}` on an
+/// `anyhow::Error` does) would say everything twice.
+pub fn report<'a>(
+    chain: impl IntoIterator<Item = &'a (dyn std::error::Error + 'static)>,
+) -> String {
+    let mut out = String::new();
+    for cause in chain {
+        let text = cause.to_string();
+        if out.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn report_says_each_cause_once() {
+        let e = Error::io("open", "/x/y", io::Error::from_raw_os_error(libc::ENOENT));
+        let mut chain: Vec<&(dyn std::error::Error + 'static)> = vec![&e];
+        chain.extend(std::error::Error::source(&e));
+        let line = report(chain);
+        assert_eq!(line.matches("os error 2").count(), 1, "{line}");
+        assert!(line.starts_with("open /x/y: "), "{line}");
+    }
 
     #[test]
     fn io_error_names_operation_and_path() {

@@ -18,7 +18,10 @@ fn main() -> std::process::ExitCode {
     match tierkv_server::run(&cli.serve) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tierkv serve: error: {e:#}");
+            eprintln!(
+                "tierkv serve: error: {}",
+                tierkv::core::api::error::report(e.chain())
+            );
             std::process::ExitCode::FAILURE
         }
     }

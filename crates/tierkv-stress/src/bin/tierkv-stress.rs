@@ -23,7 +23,10 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
-            eprintln!("tierkv-stress: {e:#}");
+            eprintln!(
+                "tierkv-stress: {}",
+                tierkv::core::api::error::report(e.chain())
+            );
             ExitCode::from(2)
         }
     }

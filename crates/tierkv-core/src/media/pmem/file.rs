@@ -15,6 +15,10 @@ use crate::api::error::{Error, Result};
 /// Creates `path` (it must not exist) with length `size` (a hole: no block is written)
 /// and locks it exclusively.
 pub(super) fn create_locked(path: &Path, size: u64) -> Result<File> {
+    // The pool's directory is made on first use, as flash directories are.
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+    }
     check_free_space(path, size)?;
     let file = OpenOptions::new()
         .read(true)
@@ -144,6 +148,14 @@ fn free_bytes(dir: &Path) -> Result<Option<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn create_makes_the_pool_directory() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("a/b/pool");
+        create_locked(&p, 8192).unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 8192);
+    }
 
     #[test]
     fn create_refuses_an_existing_file() {
