@@ -135,6 +135,12 @@ pub struct BenchArgs {
     /// Keep the data after the run.
     #[arg(long)]
     pub keep: bool,
+    /// Measure recovery after a crash: once the load has ended, kill this process with
+    /// SIGKILL, leaving the store unclosed and its data kept; then `tierkv stats --dir
+    /// <the data directory printed>` reopens it and reports the engine's recovery time
+    /// (`scripts/recovery-after-kill.sh` does both). One engine only; no workload runs.
+    #[arg(long)]
+    pub crash_after_load: bool,
 }
 
 /// `30s`, `1.5s`, `500ms`, `2m`, `1h`, or bare seconds.
@@ -196,6 +202,7 @@ impl BenchArgs {
             seed: DEFAULT_SEED,
             dir: PathBuf::from("bench-data"),
             keep: false,
+            crash_after_load: false,
         }
     }
 
@@ -271,6 +278,9 @@ impl BenchArgs {
             Some(list) => parse_targets(list)?,
             None => default_targets(),
         };
+        if self.crash_after_load && targets.len() != 1 {
+            return Err("--crash-after-load needs exactly one engine in --engines".into());
+        }
         let (pmem_root, pmem_mode) = self.pmem();
         let defaults = Options::default();
         let media = MediaSettings {
@@ -297,6 +307,7 @@ impl BenchArgs {
             keys: KeyFormat::from_key_size(self.key_size)?,
             values: self.value_shape()?,
             seed: self.seed,
+            crash_after_load: self.crash_after_load,
         };
         Ok(BenchPlan {
             targets,
@@ -307,7 +318,7 @@ impl BenchArgs {
                 self.dir.clone(),
                 pmem_root,
                 self.flash_path.clone(),
-                self.keep,
+                self.keep || self.crash_after_load,
             ),
         })
     }

@@ -32,7 +32,7 @@
 //! Thread safety: [`run`] blocks its caller and owns every thread it starts; all are joined
 //! before it returns.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod cli;
 pub mod generator;

@@ -62,3 +62,55 @@ fn keep_leaves_each_engines_directory_where_the_report_says() {
     );
     assert!(text.contains("data kept in"), "{text}");
 }
+
+#[test]
+fn crash_after_load_kills_the_process_and_leaves_a_recoverable_store() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tierkv-bench"))
+        .args(["--engines", "prism", "--records", "2000", "--threads", "2"])
+        .args([
+            "--pmem-size",
+            "64MiB",
+            "--flash-size",
+            "256MiB",
+            "--crash-after-load",
+        ])
+        .arg("--dir")
+        .arg(tmp.path().join("data"))
+        .arg("--pmem-path")
+        .arg(tmp.path().join("pmem"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGKILL),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("load of 2000 records done"), "{stdout}");
+    let data = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("running prism in "))
+        .unwrap();
+    // Nothing closed the store: reopening it recovers every loaded record.
+    let manifest = tierkv::Manifest::read_from(std::path::Path::new(data))
+        .unwrap()
+        .unwrap();
+    let mut options = tierkv::Options::default();
+    options.engine = manifest.engine;
+    let db = tierkv::Db::open_existing(data, options).unwrap();
+    let rows = db.scan::<&[u8], _>(.., usize::MAX).unwrap();
+    assert_eq!(rows.len(), 2000);
+    db.close().unwrap();
+}
+
+#[test]
+fn crash_after_load_takes_exactly_one_engine() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args = common::tiny_args(tmp.path(), "dram,dram:hash");
+    args.crash_after_load = true;
+    let e = args.plan().unwrap_err();
+    assert!(e.contains("exactly one engine"), "{e}");
+}

@@ -57,6 +57,7 @@ fn settings() -> RunSettings {
         keys: KeyFormat::default(),
         values: ValueShape::Bytes(16),
         seed: 1,
+        crash_after_load: false,
     }
 }
 

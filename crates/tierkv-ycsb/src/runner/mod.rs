@@ -44,6 +44,8 @@ pub struct RunSettings {
     pub values: ValueShape,
     /// The seed of every stream.
     pub seed: u64,
+    /// SIGKILL the process once the load has ended (`--crash-after-load`).
+    pub crash_after_load: bool,
 }
 
 impl RunSettings {
@@ -155,6 +157,9 @@ pub fn run_target(
     };
     let mut results = Vec::with_capacity(phases.len());
     let load = run_one(&setup, label, &Phase::Load, settings, progress)?;
+    if settings.crash_after_load {
+        crash_now(label, settings.records, &load);
+    }
     if phases.contains(&Phase::Load) {
         results.push(load);
     }
@@ -162,6 +167,29 @@ pub fn run_target(
         results.push(run_one(&setup, label, phase, settings, progress)?);
     }
     Ok(results)
+}
+
+/// Kills this process with SIGKILL, so that the store under test is left exactly as a crash
+/// leaves it: no close, no flush, no destructor.
+#[expect(
+    unsafe_code,
+    reason = "kill(2): the one way to die exactly as a crash does"
+)]
+fn crash_now(label: &str, records: u64, load: &PhaseResult) -> ! {
+    use std::io::Write as _;
+    println!(
+        "{label}: load of {} records done in {:.2} s ({:.0} ops/s); killing this process with SIGKILL",
+        records,
+        load.duration.as_secs_f64(),
+        load.ops_per_sec()
+    );
+    let _ = std::io::stdout().flush();
+    // SAFETY: kill(2) with our own pid and a valid signal number has no memory effects.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+    // SIGKILL cannot be caught; should it somehow return, abort (no destructors either).
+    std::process::abort()
 }
 
 fn run_one(
