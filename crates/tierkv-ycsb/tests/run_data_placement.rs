@@ -98,8 +98,10 @@ fn crash_after_load_kills_the_process_and_leaves_a_recoverable_store() {
     let manifest = tierkv::Manifest::read_from(std::path::Path::new(data))
         .unwrap()
         .unwrap();
-    let mut options = tierkv::Options::default();
-    options.engine = manifest.engine;
+    let options = tierkv::Options {
+        engine: manifest.engine,
+        ..Default::default()
+    };
     let db = tierkv::Db::open_existing(data, options).unwrap();
     let rows = db.scan::<&[u8], _>(.., usize::MAX).unwrap();
     assert_eq!(rows.len(), 2000);
