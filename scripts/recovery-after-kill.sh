@@ -35,6 +35,6 @@ if [ "$status" -ne 137 ]; then
 fi
 echo "== the bench died of SIGKILL; reopening $data"
 start=$(date +%s%N)
-"$tierkv" stats --dir "$data" | grep -E -i "recover" || true
+"$tierkv" stats --dir "$data" | grep -E -i "recover|replay" || true
 end=$(date +%s%N)
 echo "reopen (open + recovery + stats + close) wall time: $(( (end - start) / 1000000 )) ms"

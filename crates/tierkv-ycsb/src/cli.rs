@@ -368,7 +368,7 @@ impl BenchArgs {
             seed: s.seed,
             dir: path(&self.dir),
             run_dir: path(&plan.layout.run_dir()),
-            keep: self.keep,
+            keep: self.keep || self.crash_after_load,
         }
     }
 }

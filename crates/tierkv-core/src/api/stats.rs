@@ -6,7 +6,7 @@
 //! ([`Stats::delta_since`]); *gauges* are point values (DRAM in use, a hit ratio).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -145,35 +145,67 @@ pub struct MediaCounters {
     pub flash_syncs: u64,
 }
 
-/// A monotonic counter shared between threads (relaxed: counters order nothing).
+/// Cells a [`Counter`] is striped over.
+const COUNTER_SHARDS: usize = 8;
+
+/// One cell of a [`Counter`], alone on its cache line.
 #[derive(Debug, Default)]
-pub struct Counter(AtomicU64);
+#[repr(align(64))]
+struct CounterShard(AtomicU64);
+
+/// The shard the calling thread adds to: threads take shards round-robin on first use.
+fn counter_shard() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % COUNTER_SHARDS;
+    }
+    SHARD.with(|s| *s)
+}
+
+/// A monotonic counter shared between threads (relaxed: counters order nothing).
+///
+/// Striped over cache-line-sized cells, one per thread (round-robin): every read of every
+/// engine bumps several counters, and on one shared word those increments bounce its cache
+/// line between cores on every operation. [`Counter::get`] sums the cells.
+#[derive(Debug, Default)]
+pub struct Counter {
+    shards: [CounterShard; COUNTER_SHARDS],
+}
 
 impl Counter {
     /// Adds `n`.
     #[inline]
     pub fn add(&self, n: u64) {
-        self.0.fetch_add(n, Ordering::Relaxed);
+        self.shards[counter_shard()]
+            .0
+            .fetch_add(n, Ordering::Relaxed);
     }
     /// Adds one.
     #[inline]
     pub fn incr(&self) {
         self.add(1);
     }
-    /// Subtracts `n` (for gauges kept in a counter cell).
+    /// Subtracts `n` (for gauges kept in a counter cell; cells wrap, their sum does not).
     #[inline]
     pub fn sub(&self, n: u64) {
-        self.0.fetch_sub(n, Ordering::Relaxed);
+        self.shards[counter_shard()]
+            .0
+            .fetch_sub(n, Ordering::Relaxed);
     }
-    /// Overwrites the value (for gauges).
+    /// Overwrites the value (for gauges: not meant to race with `add` or `sub`).
     #[inline]
     pub fn set(&self, n: u64) {
-        self.0.store(n, Ordering::Relaxed);
+        self.shards[0].0.store(n, Ordering::Relaxed);
+        for s in &self.shards[1..] {
+            s.0.store(0, Ordering::Relaxed);
+        }
     }
     /// The current value.
     #[inline]
     pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        self.shards
+            .iter()
+            .fold(0u64, |sum, s| sum.wrapping_add(s.0.load(Ordering::Relaxed)))
     }
 }
 
@@ -206,6 +238,31 @@ impl OpCounters {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn striped_counter_sums_every_threads_adds() {
+        let c = std::sync::Arc::new(Counter::default());
+        let threads: Vec<_> = (0..12)
+            .map(|_| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..10_000 {
+                        c.incr();
+                    }
+                    c.add(5);
+                    c.sub(5);
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(c.get(), 120_000);
+        c.sub(7); // a gauge may go down on a thread whose cell is at zero
+        assert_eq!(c.get(), 119_993);
+        c.set(3);
+        assert_eq!(c.get(), 3);
+    }
 
     #[test]
     fn delta_subtracts_counters_and_keeps_gauges() {

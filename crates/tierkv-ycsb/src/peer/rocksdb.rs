@@ -6,7 +6,12 @@
 //!   memtables get `M = B / 4` (a `WriteBufferManager` of `M`, `write_buffer_size = M / 2`,
 //!   `max_write_buffer_number = 2`), the LRU block cache gets `B - M`, and index and filter
 //!   blocks live in the block cache (`cache_index_and_filter_blocks`), so they are inside
-//!   the budget too.
+//!   the budget too. They are *partitioned* (`kTwoLevelIndexSearch`, `partition_filters`,
+//!   the top level pinned, L0's pinned, index and filter blocks at high priority), RocksDB's
+//!   own recipe for a block cache smaller than the index: with one monolithic index block
+//!   per table, small records (8-byte keys, 64-byte values) made each get re-read a
+//!   ~150 KiB index block from flash, and a peer configured into that thrash would be a
+//!   crippled one.
 //! - Bloom filters of 10 bits per key (full filters), no compression (our engines do not
 //!   compress, and the peer is built without compression libraries).
 //! - **Direct I/O**: `use_direct_reads` and `use_direct_io_for_flush_and_compaction`.
@@ -49,8 +54,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use anyhow::Context as _;
 use rocksdb::statistics::Ticker;
 use rocksdb::{
-    BlockBasedOptions, Cache, DB, DBCompressionType, DBPath, Direction, IteratorMode, Options,
-    WriteBufferManager, WriteOptions,
+    BlockBasedIndexType, BlockBasedOptions, Cache, DB, DBCompressionType, DBPath, Direction,
+    IteratorMode, Options, WriteBufferManager, WriteOptions,
 };
 use tierkv::{Error, Stats};
 
@@ -103,6 +108,11 @@ pub fn options(place: &TargetPlacement, media: &MediaSettings) -> anyhow::Result
     let mut table = BlockBasedOptions::default();
     table.set_block_cache(&cache);
     table.set_cache_index_and_filter_blocks(true);
+    table.set_cache_index_and_filter_blocks_with_high_priority(true);
+    table.set_index_type(BlockBasedIndexType::TwoLevelIndexSearch);
+    table.set_partition_filters(true);
+    table.set_pin_top_level_index_and_filter(true);
+    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
     table.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
     let mut o = Options::default();
     o.create_if_missing(true);
