@@ -96,17 +96,30 @@ impl<V: Clone + Send + Sync> ConcurrentIndex<V> for BTreeIndex<V> {
         self.map.write().remove(key)
     }
     fn compute(&self, key: &[u8], f: &mut dyn FnMut(Option<&V>) -> Option<V>) -> Option<V> {
+        use std::collections::btree_map::Entry;
+        // One descent of the tree (the entry), not a lookup and then an insert: the key is
+        // boxed even when it is present, which costs far less than a second descent.
         let mut m = self.map.write();
-        let old = m.get(key).cloned();
-        match f(old.as_ref()) {
-            Some(v) => {
-                m.insert(key.into(), v);
+        match m.entry(key.into()) {
+            Entry::Occupied(mut e) => {
+                let old = e.get().clone();
+                match f(Some(&old)) {
+                    Some(v) => {
+                        e.insert(v);
+                    }
+                    None => {
+                        e.remove();
+                    }
+                }
+                Some(old)
             }
-            None => {
-                m.remove(key);
+            Entry::Vacant(e) => {
+                if let Some(v) = f(None) {
+                    e.insert(v);
+                }
+                None
             }
         }
-        old
     }
     fn scan(&self, start: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, V)>> {
         let m = self.map.read();
