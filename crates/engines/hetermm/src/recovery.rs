@@ -13,8 +13,9 @@
 //!    key's current address. Losers are then marked invalid (durably), as lines 22 and 26
 //!    require. Live bytes per block are recounted.
 //!    The walk is parallel; the offers are not: each thread collects `(key, address)` pairs
-//!    (keys borrowed from the mapped pool), sorts them, and the sorted runs are merged into
-//!    the index in key order from one thread. `recover` keeps the newer version whatever the
+//!    (keys borrowed from the mapped pool), sorts them, and the sorted runs are merged and
+//!    offered in key order ([`PluggedIndex::recover_sorted`]; the btree builds itself from
+//!    them in one pass). `recover` keeps the newer version whatever the
 //!    order, so this changes only speed: parallel offers contended on the index's lock and
 //!    random-order inserts missed the cache on every tree level (4,000,000 records took 11 s
 //!    to recover; the paper's §6.5 counts on recovery being fast).
@@ -382,7 +383,12 @@ fn scan_blocks(
         runs.push(o);
     }
     let runs = sort_runs(mem, runs)?;
-    merge_runs(&runs, |key, addr| index.recover(mem, key, addr))?;
+    let mut merged = Vec::with_capacity(runs.iter().map(Vec::len).sum());
+    merge_runs(&runs, |key, addr| {
+        merged.push((key, addr));
+        Ok(())
+    })?;
+    index.recover_sorted(mem, &mut merged.into_iter())?;
     Ok((lives, losers))
 }
 
@@ -412,13 +418,13 @@ fn sort_runs<'a>(mem: &HeterMem, runs: Vec<Vec<Offer<'a>>>) -> Result<Vec<Vec<Of
 
 /// Calls `offer` for every pair of the sorted `runs`, in key order (a k-way merge; k is the
 /// number of recovery threads, so a linear pick of the smallest head is enough).
-fn merge_runs(
-    runs: &[Vec<Offer<'_>>],
-    mut offer: impl FnMut(&[u8], LogicalAddress) -> Result<()>,
+fn merge_runs<'a>(
+    runs: &[Vec<Offer<'a>>],
+    mut offer: impl FnMut(&'a [u8], LogicalAddress) -> Result<()>,
 ) -> Result<()> {
     let mut heads = vec![0usize; runs.len()];
     loop {
-        let mut next: Option<(usize, &Offer<'_>)> = None;
+        let mut next: Option<(usize, &Offer<'a>)> = None;
         for (r, run) in runs.iter().enumerate() {
             if let Some(o) = run.get(heads[r])
                 && next.is_none_or(|(_, n)| by_key(o, n).is_lt())
