@@ -165,7 +165,9 @@ pub trait HeterMemory: Send + Sync {
     fn remove_value(&self, g: &Self::Guard<'_>, addr: LogicalAddress, key: &[u8]) -> Result<()>;
 
     /// Recovery's `setAddr`: of the key's `current` address and a `candidate` found in
-    /// pmem, returns the one the index must hold (the newer version).
+    /// pmem, returns the one the index must hold (the newer version). With no `current` it
+    /// must return `candidate` and do nothing else (so that a key's first version can be
+    /// installed without a call).
     fn recover_value(
         &self,
         g: &Self::Guard<'_>,
@@ -351,19 +353,18 @@ impl<M: HeterMemory> PluggedIndex<M> for CoreIndex {
             return Ok(());
         }
         // The versions of a key arrive together: settle each key's winner exactly as
-        // `recover` would (one pinned operation per offer), then build the index from the
-        // winners in one pass.
+        // `recover` would (one pinned operation per later version), then build the index
+        // from the winners in one pass. A key's first version needs no operation:
+        // `recover_value` with no current address installs the candidate and leaves nothing
+        // to invalidate.
         let mut winners: Vec<(&'a [u8], LogicalAddress)> = Vec::new();
         for (key, addr) in offers {
-            let g = hm.pin()?;
             match winners.last_mut() {
                 Some((last, current)) if *last == key => {
+                    let g = hm.pin()?;
                     *current = hm.recover_value(&g, Some(*current), key, addr)?;
                 }
-                _ => {
-                    let w = hm.recover_value(&g, None, key, addr)?;
-                    winners.push((key, w));
-                }
+                _ => winners.push((key, addr)),
             }
         }
         self.inner.insert_sorted(&mut winners.into_iter());
