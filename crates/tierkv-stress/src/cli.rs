@@ -54,28 +54,7 @@ pub struct HumanDuration(pub Duration);
 impl FromStr for HumanDuration {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let t = s.trim();
-        let split = t
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(t.len());
-        let (num, unit) = t.split_at(split);
-        let n: f64 = num
-            .parse()
-            .map_err(|_| format!("duration {s:?}: expected a number with s, ms, m or h"))?;
-        let secs = match unit.trim() {
-            "" | "s" => n,
-            "ms" => n / 1e3,
-            "m" | "min" => n * 60.0,
-            "h" => n * 3600.0,
-            u => {
-                return Err(format!(
-                    "duration {s:?}: unknown unit {u:?} (use ms, s, m, h)"
-                ));
-            }
-        };
-        Duration::try_from_secs_f64(secs)
-            .map(HumanDuration)
-            .map_err(|e| format!("duration {s:?}: {e}"))
+        tierkv::core::api::size::parse_duration(s).map(HumanDuration)
     }
 }
 

@@ -143,25 +143,7 @@ pub struct BenchArgs {
     pub crash_after_load: bool,
 }
 
-/// `30s`, `1.5s`, `500ms`, `2m`, `1h`, or bare seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("time {s:?}: expected a number and a unit, e.g. 30s"))?;
-    let secs = match unit.trim() {
-        "" | "s" => n,
-        "ms" => n / 1_000.0,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3_600.0,
-        other => return Err(format!("time {s:?}: unknown unit {other:?} (ms, s, m, h)")),
-    };
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("time {s:?}: {e}"))
-}
+pub use tierkv::core::api::size::parse_duration;
 
 /// `--warmup`: a bare integer is operations, anything with a unit a time.
 pub fn parse_warmup(s: &str) -> Result<Warmup, String> {

@@ -72,7 +72,11 @@ fn undamaged_index_opens() {
 fn bad_node_magic_is_corruption() {
     let media = damaged_later();
     let leaf = leaves(&media)[1];
-    media.pool.write(leaf + 16, b"XXXX").unwrap();
+    // Overwrite the node's magic with bytes that are no node's magic.
+    media
+        .pool
+        .write(leaf + 16, &[0xde, 0xad, 0xbe, 0xef])
+        .unwrap();
     assert_corruption(&media, "magic");
 }
 

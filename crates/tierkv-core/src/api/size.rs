@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use super::error::Error;
 
@@ -119,9 +120,43 @@ impl<'de> serde::Deserialize<'de> for ByteSize {
     }
 }
 
+/// A time as people write it on command lines: `30s`, `1.5s`, `500ms`, `2m` (or `2min`),
+/// `1h`, or bare seconds (`90`). The one parser of the CLI's durations.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("time {s:?}: expected a number and a unit, e.g. 30s"))?;
+    let secs = match unit.trim() {
+        "" | "s" => n,
+        "ms" => n / 1_000.0,
+        "m" | "min" => n * 60.0,
+        "h" => n * 3_600.0,
+        other => return Err(format!("time {s:?}: unknown unit {other:?} (ms, s, m, h)")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("time {s:?}: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_parse_with_units_and_refuse_the_rest() {
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        for bad in ["", "soon", "5 fortnights", "-1s", "1e400s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn parses_binary_and_decimal_units() {
