@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tierkv_hetermm::format::log::{self, EntryKind, LogHeader};
+use tierkv_hetermm::format::log::{self, EntryKind, LogHeader, Place};
 
 fuzz_target!(|data: &[u8]| {
     let _ = LogHeader::decode(data, 0, 9, 14);
@@ -24,10 +24,12 @@ fuzz_target!(|data: &[u8]| {
     let (key, value) = data.split_at(1 + usize::from(data[0]) % (data.len() - 1));
     let kind = if data[1] % 2 == 0 { EntryKind::Put } else { EntryKind::Delete };
     let value = if kind == EntryKind::Delete { &[][..] } else { value };
-    let mut e = log::encode_entry(9, 4096, kind, key, value);
+    let at = Place { address: 8192, record: 4096 };
+    let mut e = log::encode_entry(9, at, kind, key, value);
     assert!(log::decode_entry(&e, 9).is_none(), "an uncommitted entry is not read");
     e[..8].copy_from_slice(&77u64.to_le_bytes());
     let d = log::decode_entry(&e, 9).expect("a committed entry is read");
     assert_eq!((d.ts, d.key, d.value, d.kind), (77, key, value, kind));
+    assert_eq!((d.address, d.record), (at.address, at.record));
     assert!(log::decode_entry(&e, 10).is_none(), "another block's entry");
 });

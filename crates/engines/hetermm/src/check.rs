@@ -1,7 +1,8 @@
 //! `tierkv check` for HeterMM: verifies the engine's invariants on a live store and says
 //! what it checked, one line each (an inconsistency is an [`Error::Corruption`]):
 //!
-//! 1. the regions are ordered (`off_DRAM <= off_ReadOnly <= next page`) and block aligned;
+//! 1. the regions are ordered (`off_DRAM <= off_ReadOnly <= next page`) and block aligned,
+//!    and so is the durable flush frontier (never past the next page);
 //! 2. every address in the index translates (Eq. 1) to a record of its key whose checksum
 //!    holds, and none points at a record marked invalid;
 //! 3. every published block is consistent: its directory word names it (kind, number,
@@ -51,17 +52,24 @@ pub fn check(mem: &HeterMem, index: &dyn PluggedIndex<HeterMem>) -> Result<Vec<S
 
 fn check_regions(mem: &HeterMem) -> Result<String> {
     let r = &mem.regions;
+    // Read first: it only grows, and never past the next page.
+    let frontier = mem.nvm.flush_frontier()?;
     let dram = r.off_dram.load(Ordering::SeqCst);
     let ro = r.off_read_only.load(Ordering::SeqCst);
     let tail = mem.geo.page_start(r.next_page.load(Ordering::SeqCst));
     let aligned = mem.geo.block_offset(dram) == 0 && mem.geo.block_offset(ro) == 0;
+    if frontier > tail {
+        return Err(bad(format!(
+            "the flush frontier {frontier:#x} is past the next page at {tail:#x}"
+        )));
+    }
     if !(dram <= ro && ro <= tail && aligned) {
         return Err(bad(format!(
             "regions out of order: off_DRAM {dram:#x}, off_ReadOnly {ro:#x}, next page at {tail:#x}"
         )));
     }
     Ok(format!(
-        "hetermm: regions ordered (off_DRAM {dram:#x} <= off_ReadOnly {ro:#x} <= tail {tail:#x}; k = {}, m = {})",
+        "hetermm: regions ordered (off_DRAM {dram:#x} <= off_ReadOnly {ro:#x} <= tail {tail:#x}; durable flush frontier {frontier:#x}; k = {}, m = {})",
         mem.geo.page_bits, mem.geo.block_bits
     ))
 }

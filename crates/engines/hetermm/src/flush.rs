@@ -31,7 +31,7 @@ use tierkv_core::{Error, Result, Tier};
 use crate::dram::record as dram_record;
 use crate::format::block::{BlockHeader, mark_position, walk};
 use crate::format::dir::DirEntry;
-use crate::format::log::EntryKind;
+use crate::format::log::{EntryKind, Place};
 use crate::format::record::RecordHeader;
 use crate::format::u64_at;
 use crate::invalid::PendingMarks;
@@ -150,6 +150,12 @@ impl HeterMem {
             self.persist_block(b, off, &mapped, &in_block)?;
         }
         self.apply_marks(&older)?;
+        // IMPORTANT: the frontier moves only after B and every mark keyed at B are durable,
+        // and never while recovery's replayed writes are unflushed (the old logs still
+        // stand for them; `flush_all` moves it when they are flushed).
+        if st.old_logs.is_empty() {
+            self.nvm.set_flush_frontier(self.geo.block_start(b + 1))?;
+        }
         // Freeing stage.
         self.regions
             .off_dram
@@ -297,6 +303,8 @@ impl HeterMem {
             log.close_current();
             log.reclaim(&self.nvm, self.off_dram())?;
         }
+        // IMPORTANT: before the old logs go: what they protected is flushed now.
+        self.nvm.set_flush_frontier(self.off_dram())?;
         for off in std::mem::take(&mut st.old_logs) {
             self.nvm.set_dir_entry(off, DirEntry::None)?;
             self.nvm.free_run(off)?;
@@ -375,7 +383,11 @@ impl HeterMem {
         let slot = self.threads.current()?;
         for e in log.entries(&self.nvm, block)? {
             if self.log_entry_needed(&e) {
-                log.append(&self.nvm, slot, e.ts, e.kind, &e.key, &e.value, e.address)?;
+                let at = Place {
+                    address: e.address,
+                    record: e.record,
+                };
+                log.append(&self.nvm, slot, e.ts, e.kind, &e.key, &e.value, at)?;
                 log.counters.copied.incr();
             }
         }
@@ -384,18 +396,19 @@ impl HeterMem {
         Ok(())
     }
 
-    /// An entry is obsolete when what it protects is persisted (its address is below
-    /// off_DRAM), or when its record was updated in place since and that newer version's
-    /// own entry is durable.
+    /// An entry is obsolete when what it protects is persisted (its covered address is
+    /// below off_DRAM), or when its record was updated in place since, that newer version's
+    /// own entry is durable, and the newer entry covers as much as this one (it does when
+    /// this entry covers only its own record: an in-place update covers its record).
     fn log_entry_needed(&self, e: &OwnedEntry) -> bool {
         if e.address < self.off_dram() {
             return false;
         }
-        if e.kind == EntryKind::Delete {
+        if e.kind == EntryKind::Delete || e.address != e.record {
             return true;
         }
-        let newer = self.ring.lookup(self.geo.page_of(e.address)).and_then(|p| {
-            dram_record::ts_and_logged(self.pages.page(p), self.geo.page_offset(e.address))
+        let newer = self.ring.lookup(self.geo.page_of(e.record)).and_then(|p| {
+            dram_record::ts_and_logged(self.pages.page(p), self.geo.page_offset(e.record))
         });
         !matches!(newer, Some((ts, true)) if ts > e.ts)
     }

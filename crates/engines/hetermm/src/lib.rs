@@ -42,6 +42,11 @@
 //!   replaced a record is durable; with them deletes survive recovery, which Algorithm 1 as
 //!   written would undo (`invalid.rs`, `recovery.rs`).
 //! - Records carry a checksum and a seal bit for lock-free indexes (`format/record.rs`).
+//! - A log entry's maxAddress covers the version its write replaced as well as its own
+//!   record, and a durable flush frontier tells recovery which put entries' records are
+//!   already in pmem: with per-thread log pages, entries of one key sit in log blocks in
+//!   any order, and reclaiming blocks by maxAddress alone lost deletes (`format/log.rs`,
+//!   `recovery.rs`, FORMAT.md § Covered address).
 //!
 //! Thread safety: [`HeterStore`] is `Send + Sync`; see each module for its contract.
 

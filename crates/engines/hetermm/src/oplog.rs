@@ -28,7 +28,7 @@ use tierkv_core::{Counter, Error, Result, Tier};
 
 use crate::format::HEADER_LEN;
 use crate::format::dir::DirEntry;
-use crate::format::log::{self, EntryKind, LogHeader};
+use crate::format::log::{self, EntryKind, LogHeader, Place};
 use crate::geometry::Geometry;
 use crate::nvm::Nvm;
 use crate::threads::MAX_THREADS;
@@ -122,7 +122,7 @@ impl OpLog {
         kind: EntryKind,
         key: &[u8],
         value: &[u8],
-        address: u64,
+        at: Place,
     ) -> Result<()> {
         let len = log::entry_len(key.len() as u64, value.len() as u64);
         if len > self.max_payload() + log::ENTRY_HEADER_LEN {
@@ -142,8 +142,8 @@ impl OpLog {
             ));
         };
         let off = block.off + ((t.page - block.first_page) << self.geo.page_bits) + t.next;
-        block.max_address.fetch_max(address, Ordering::AcqRel);
-        let bytes = log::encode_entry(block.seq, address, kind, key, value);
+        block.max_address.fetch_max(at.address, Ordering::AcqRel);
+        let bytes = log::encode_entry(block.seq, at, kind, key, value);
         // IMPORTANT: step 1 — everything but the timestamp (which stays 0), persisted.
         nvm.pool.write(off, &bytes)?;
         nvm.pool.persist(off, bytes.len())?;
@@ -357,6 +357,8 @@ pub struct OwnedEntry {
     pub ts: u64,
     /// Covered address.
     pub address: u64,
+    /// The record's address.
+    pub record: u64,
     /// Put or delete.
     pub kind: EntryKind,
     /// Key.
@@ -370,6 +372,7 @@ impl From<log::Entry<'_>> for OwnedEntry {
         OwnedEntry {
             ts: e.ts,
             address: e.address,
+            record: e.record,
             kind: e.kind,
             key: e.key.to_vec(),
             value: e.value.to_vec(),
@@ -404,7 +407,11 @@ mod tests {
             block_bits: 15,
         };
         let log = OpLog::new(geo, 1);
-        log.append(&nvm, 0, 5, EntryKind::Put, b"k", b"v", 4096)
+        let at = Place {
+            address: 4096,
+            record: 4096,
+        };
+        log.append(&nvm, 0, 5, EntryKind::Put, b"k", b"v", at)
             .unwrap();
         let front = log.frozen_oldest();
         assert!(front.is_none(), "the block is still being written");

@@ -68,6 +68,10 @@ pub struct LogWinner {
     pub ts: u64,
     /// The value put, or `None` for a delete.
     pub value: Option<Vec<u8>>,
+    /// A put whose record is below the flush frontier: the record in pmem (current, marked
+    /// invalid, or dropped by a reorganisation) stands for it, so it is not replayed; it
+    /// still outranks the key's older entries and records.
+    pub flushed: bool,
 }
 
 /// Formats a new store or opens an existing one: the memory with its published blocks, and
@@ -93,7 +97,14 @@ pub fn open_memory(
     }
     let (data, logs) = read_directory(&nvm)?;
     let sizes = collect_garbage(&nvm, &data, &logs)?;
-    let first_block = data.keys().next_back().map_or(0, |b| b + 1);
+    // IMPORTANT: never below the flush frontier — a block flushed and then freed (all of it
+    // invalid) leaves no directory word, and its logical addresses must not come back.
+    let frontier = nvm.flush_frontier()?;
+    let first_block = data
+        .keys()
+        .next_back()
+        .map_or(0, |b| b + 1)
+        .max(frontier >> nvm.block_bits());
     let next_seq = logs.iter().map(|(_, s)| s + 1).max().unwrap_or(1);
     let mem = HeterMem::new(nvm, opts, first_block, next_seq)?;
     let mut plan = Plan {
@@ -229,7 +240,8 @@ pub fn rebuild_index(
     index: &dyn PluggedIndex<HeterMem>,
     plan: &Plan,
 ) -> Result<Vec<(Vec<u8>, LogWinner)>> {
-    let ht = read_logs(mem, &plan.logs)?;
+    let frontier = mem.nvm.flush_frontier()?;
+    let ht = read_logs(mem, &plan.logs, frontier)?;
     mem.recovering.store(true, Ordering::Release);
     let scanned = scan_blocks(mem, index, &plan.blocks, &ht);
     mem.recovering.store(false, Ordering::Release);
@@ -249,6 +261,9 @@ pub fn rebuild_index(
     entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let mut winners = Vec::new();
     for (key, w) in entries {
+        if w.flushed {
+            continue;
+        }
         let newer_in_pmem = match index.address(&key) {
             Some(a) => mem.persisted_ts(a.0)? >= w.ts,
             None => false,
@@ -295,9 +310,9 @@ fn in_parallel<I: Sync, T: Send>(
 /// non-keyed hash is safe, and recovery looks every record up in it.
 type LogTable = FxHashMap<Vec<u8>, LogWinner>;
 
-fn read_logs(mem: &HeterMem, logs: &[(u64, u64)]) -> Result<LogTable> {
+fn read_logs(mem: &HeterMem, logs: &[(u64, u64)], frontier: u64) -> Result<LogTable> {
     let parts = in_parallel(mem, logs, LogTable::default, |ht, (off, seq)| {
-        read_log_block(mem, *off, *seq, ht)
+        read_log_block(mem, *off, *seq, frontier, ht)
     })?;
     let mut ht = LogTable::default();
     for part in parts {
@@ -308,13 +323,26 @@ fn read_logs(mem: &HeterMem, logs: &[(u64, u64)]) -> Result<LogTable> {
     Ok(ht)
 }
 
-fn read_log_block(mem: &HeterMem, off: u64, seq: u64, ht: &mut LogTable) -> Result<()> {
+fn read_log_block(
+    mem: &HeterMem,
+    off: u64,
+    seq: u64,
+    frontier: u64,
+    ht: &mut LogTable,
+) -> Result<()> {
     let bytes = mem.pool().read(off, mem.geo.block_size() as usize)?;
     let header = LogHeader::decode(bytes, off, seq, mem.geo.block_bits)?;
     log::walk(bytes, &header, |e| {
         mem.observe_ts(e.ts);
-        let value = (e.kind == EntryKind::Put).then(|| e.value.to_vec());
-        keep_newer(ht, e.key.to_vec(), LogWinner { ts: e.ts, value });
+        let put = e.kind == EntryKind::Put;
+        let flushed = put && e.record < frontier;
+        let value = (put && !flushed).then(|| e.value.to_vec());
+        let w = LogWinner {
+            ts: e.ts,
+            value,
+            flushed,
+        };
+        keep_newer(ht, e.key.to_vec(), w);
     });
     Ok(())
 }
@@ -499,6 +527,177 @@ fn panicked() -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plugin::CoreIndex;
+    use crate::store::HeterStore;
+    use std::sync::mpsc;
+    use tierkv_core::media::pmem::{
+        CrashImageOptions, DurabilityMode, EmulatedLatency, PmemConfig, PmemPool,
+    };
+    use tierkv_core::{EngineSpec, KvStore, Limits};
+
+    const BIG: usize = 3000;
+
+    fn options() -> HeterOptions {
+        let spec: EngineSpec = "hetermm@page_bits=12,block_bits=15".parse().unwrap();
+        HeterOptions::from_params(spec.params(), 64 * 4096).unwrap()
+    }
+
+    fn pool_config(path: std::path::PathBuf) -> PmemConfig {
+        PmemConfig {
+            path,
+            size: 8 << 20,
+            mode: DurabilityMode::Tracked,
+            latency: EmulatedLatency::default(),
+        }
+    }
+
+    /// A second writer thread (its own slot, DRAM page and log page) that runs the
+    /// closures it is sent, one at a time, while the caller waits.
+    struct Writer {
+        jobs: mpsc::Sender<Box<dyn FnOnce() + Send + 'static>>,
+        done: mpsc::Receiver<()>,
+    }
+
+    impl Writer {
+        fn run(&self, job: impl FnOnce() + Send + 'static) {
+            self.jobs.send(Box::new(job)).unwrap();
+            self.done.recv().unwrap();
+        }
+    }
+
+    fn spawn_writer() -> (Writer, std::thread::JoinHandle<()>) {
+        let (jobs, rx) = mpsc::channel::<Box<dyn FnOnce() + Send + 'static>>();
+        let (tx, done) = mpsc::channel();
+        let handle = std::thread::spawn(move || {
+            for job in rx {
+                job();
+                tx.send(()).unwrap();
+            }
+        });
+        (Writer { jobs, done }, handle)
+    }
+
+    /// A store without background threads (so the test decides when blocks are flushed
+    /// and log blocks reclaimed), with thread A = a `Writer`, thread B = the caller.
+    struct Bench {
+        mem: Arc<HeterMem>,
+        index: Arc<CoreIndex>,
+        pool: Arc<PmemPool>,
+        dir: tempfile::TempDir,
+        a: Writer,
+        a_thread: std::thread::JoinHandle<()>,
+    }
+
+    impl Bench {
+        /// Thread A holds page 0 of DRAM block 0 and of log block 1; thread B has filled
+        /// the other pages of both and holds the first pages of the next ones.
+        fn new() -> Bench {
+            let dir = tempfile::tempdir().unwrap();
+            let pool = PmemPool::create(&pool_config(dir.path().join("pool"))).unwrap();
+            let (mem, _) = open_memory(pool.clone(), options(), true).unwrap();
+            let (a, a_thread) = spawn_writer();
+            let b = Bench {
+                mem: Arc::new(mem),
+                index: CoreIndex::new("btree").unwrap(),
+                pool,
+                dir,
+                a,
+                a_thread,
+            };
+            b.put_from_a("a-filler", 16);
+            for i in 0..8 {
+                b.put(&format!("b-filler-{i}"), BIG);
+            }
+            assert_eq!(b.log_blocks(), 2, "B's log page is in the second log block");
+            b
+        }
+
+        fn put(&self, key: &str, len: usize) {
+            PluggedIndex::put(&*self.index, &*self.mem, key.as_bytes(), &vec![7; len]).unwrap();
+        }
+
+        fn put_from_a(&self, key: &'static str, len: usize) {
+            let (mem, index) = (self.mem.clone(), self.index.clone());
+            self.a.run(move || {
+                PluggedIndex::put(&*index, &*mem, key.as_bytes(), &vec![9; len]).unwrap();
+            });
+        }
+
+        fn delete_from_a(&self, key: &'static str) {
+            let (mem, index) = (self.mem.clone(), self.index.clone());
+            self.a
+                .run(move || PluggedIndex::delete(&*index, &*mem, key.as_bytes()).unwrap());
+        }
+
+        /// Flushes DRAM blocks up to (not including) `end`, then reclaims the log.
+        fn flush_until(&self, end: u64) {
+            let mut st = self.mem.flusher.lock();
+            while self.mem.geo.block_of(self.mem.off_dram()) < end {
+                self.mem.flush_oldest(&mut st).unwrap();
+            }
+            let log = self.mem.oplog.as_ref().unwrap();
+            log.reclaim(&self.mem.nvm, self.mem.off_dram()).unwrap();
+        }
+
+        fn log_blocks(&self) -> usize {
+            self.mem.oplog.as_ref().unwrap().block_count()
+        }
+
+        /// Stops thread A and recovers a crash image of the pool (every store above was
+        /// persisted).
+        fn crash_and_recover(self) -> Arc<HeterStore> {
+            drop(self.a);
+            self.a_thread.join().unwrap();
+            let path = self.dir.path().join("image");
+            let image = self.pool.crash_image(1, CrashImageOptions::torn_words());
+            std::fs::write(&path, image.unwrap()).unwrap();
+            let pool = PmemPool::open(&pool_config(path)).unwrap();
+            let index = CoreIndex::new("btree").unwrap();
+            HeterStore::open(pool, options(), Limits::default(), index, false).unwrap()
+        }
+    }
+
+    /// Regression (`tierkv stress`, kill mode, 4 MiB pool): thread A's delete went into its
+    /// log page in an older log block than thread B's earlier put of the same key. Once the
+    /// deleted record's block was flushed (and marked), the older log block was reclaimed
+    /// with the delete, the put's entry stayed, and recovery replayed it: the key came back.
+    /// A put entry whose record is below the flush frontier is not replayed now.
+    #[test]
+    fn a_delete_in_an_older_log_block_than_the_put_it_deletes_stays_deleted() {
+        let b = Bench::new();
+        b.put("k", 16);
+        b.delete_from_a("k");
+        assert_eq!(PluggedIndex::<HeterMem>::address(&*b.index, b"k"), None);
+        b.flush_until(2);
+        b.put("b-after", BIG);
+        b.flush_until(2);
+        assert_eq!(
+            b.log_blocks(),
+            1,
+            "the first log block, with the delete, is reclaimed"
+        );
+        let store = b.crash_and_recover();
+        assert_eq!(store.get(b"k").unwrap(), None, "a deleted key came back");
+        assert!(store.get(b"b-filler-3").unwrap().is_some());
+        store.close().unwrap();
+    }
+
+    /// The same loss the other way round: an older version of the key (thread B's record, in
+    /// a later DRAM block) outlived the newer version and the delete (thread A's records, in
+    /// an earlier block), whose entries went with their log block. A put's entry covers the
+    /// address of the version it replaces now, so it stays while that version's entry does.
+    #[test]
+    fn an_older_version_at_a_higher_address_does_not_outlive_its_delete() {
+        let b = Bench::new();
+        b.put("k", 16); // B's page: DRAM block 1
+        b.put_from_a("k", 600); // A's page: DRAM block 0, out of place
+        b.delete_from_a("k");
+        b.flush_until(1);
+        let store = b.crash_and_recover();
+        assert_eq!(store.get(b"k").unwrap(), None, "an older version came back");
+        assert!(store.get(b"b-filler-7").unwrap().is_some());
+        store.close().unwrap();
+    }
 
     #[test]
     fn sorted_runs_merge_in_byte_order_whatever_the_prefix() {

@@ -17,14 +17,17 @@
 //! ```text
 //! 0   8  ts         timestamp; 0 = not committed
 //! 8   8  address    the logical address the entry covers (log reclamation, §5.3.1)
-//! 16  2  key_len    >= 1
-//! 18  1  kind       1 = put, 2 = delete
-//! 19  1  reserved   0
-//! 20  4  value_len  0 for a delete
-//! 24  4  crc        masked CRC-32C of: seq (u64 LE), bytes 8..24, key, value
-//! 28  4  reserved   0
-//! 32  ..            key, value, zero padding to 8 bytes
+//! 16  8  record     put: its record's logical address; delete: the removed record's
+//! 24  2  key_len    >= 1
+//! 26  1  kind       1 = put, 2 = delete
+//! 27  1  reserved   0
+//! 28  4  value_len  0 for a delete
+//! 32  4  crc        masked CRC-32C of: seq (u64 LE), bytes 8..32, key, value
+//! 36  4  reserved   0
+//! 40  ..            key, value, zero padding to 8 bytes
 //! ```
+//! The covered address is at least the record's and at least that of the version the
+//! write replaced (`FORMAT.md` § Covered address says why).
 //! **Two-step write** (§5.3.2): the entry is written with ts = 0 and persisted, then the
 //! 8-byte ts is stored and persisted. A reader of a page stops at the first entry whose ts is
 //! 0 (or above the largest timestamp) or whose checksum fails: that entry and everything
@@ -44,12 +47,13 @@ use tierkv_core::format::checksum::{crc32c_append, mask};
 /// Magic bytes of a log block.
 pub const MAGIC: [u8; 8] = *b"HMMOPLOG";
 /// The version this build writes and the newest it reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Bytes of an entry header.
-pub const ENTRY_HEADER_LEN: u64 = 32;
+pub const ENTRY_HEADER_LEN: u64 = 40;
 
 const E_ADDRESS_OFF: usize = 8;
-const E_KEY_LEN_OFF: usize = E_ADDRESS_OFF + 8;
+const E_RECORD_OFF: usize = E_ADDRESS_OFF + 8;
+const E_KEY_LEN_OFF: usize = E_RECORD_OFF + 8;
 const E_KIND_OFF: usize = E_KEY_LEN_OFF + 2;
 const E_VALUE_LEN_OFF: usize = E_KIND_OFF + 2;
 const E_CRC_OFF: usize = E_VALUE_LEN_OFF + 4;
@@ -110,6 +114,15 @@ impl LogHeader {
             seq,
             block_bits,
         )?;
+        // Version 1 entries have another layout (FORMAT.md § Version changes): reading
+        // them as version 2 would find no entry and silently lose the log.
+        if super::u32_at(bytes, 8) != Some(VERSION) {
+            return Err(tierkv_core::Error::UnsupportedFormat {
+                what: "hetermm log block (version 1 logs have another entry layout; only version 2 is read)",
+                found: super::u32_at(bytes, 8).unwrap_or_default(),
+                supported: VERSION,
+            });
+        }
         Ok(LogHeader {
             page_bits: h.page_bits,
             block_bits: h.block_bits,
@@ -125,6 +138,8 @@ pub struct Entry<'a> {
     pub ts: u64,
     /// The logical address it covers.
     pub address: u64,
+    /// The logical address of its record (a put) or of the record it removed (a delete).
+    pub record: u64,
     /// Put or delete.
     pub kind: EntryKind,
     /// The key.
@@ -141,12 +156,22 @@ fn entry_crc(seq: u64, head: &[u8], key: &[u8], value: &[u8]) -> u32 {
     mask(crc32c_append(crc32c_append(c, key), value))
 }
 
+/// Where an entry's write happened: the address it covers and its record's address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Place {
+    /// The covered address (maxAddress; never below `record`).
+    pub address: u64,
+    /// The record's logical address (a delete: the removed record's).
+    pub record: u64,
+}
+
 /// Encodes an entry of a block with sequence `seq`, with its ts left 0 (step 1 of the
 /// two-step write).
-pub fn encode_entry(seq: u64, address: u64, kind: EntryKind, key: &[u8], value: &[u8]) -> Vec<u8> {
+pub fn encode_entry(seq: u64, at: Place, kind: EntryKind, key: &[u8], value: &[u8]) -> Vec<u8> {
     let len = entry_len(key.len() as u64, value.len() as u64) as usize;
     let mut out = vec![0u8; len];
-    put_at(&mut out, E_ADDRESS_OFF, &address.to_le_bytes());
+    put_at(&mut out, E_ADDRESS_OFF, &at.address.to_le_bytes());
+    put_at(&mut out, E_RECORD_OFF, &at.record.to_le_bytes());
     put_at(&mut out, E_KEY_LEN_OFF, &(key.len() as u16).to_le_bytes());
     out[E_KIND_OFF] = kind.code();
     put_at(
@@ -186,14 +211,17 @@ pub fn decode_entry(bytes: &[u8], seq: u64) -> Option<Entry<'_>> {
     let k = ENTRY_HEADER_LEN as usize;
     let key = bytes.get(k..k + usize::from(key_len))?;
     let value = bytes.get(k + key.len()..k + key.len() + value_len as usize)?;
+    let (address, record) = (u64_at(bytes, E_ADDRESS_OFF)?, u64_at(bytes, E_RECORD_OFF)?);
     if u32_at(bytes, E_CRC_OFF)? != entry_crc(seq, bytes, key, value)
         || (kind == EntryKind::Delete && !value.is_empty())
+        || record > address
     {
         return None;
     }
     Some(Entry {
         ts,
-        address: u64_at(bytes, E_ADDRESS_OFF)?,
+        address,
+        record,
         kind,
         key,
         value,
@@ -226,8 +254,13 @@ pub fn walk(block: &[u8], header: &LogHeader, mut f: impl FnMut(Entry<'_>)) {
 mod tests {
     use super::*;
 
+    const PLACE: Place = Place {
+        address: 8192,
+        record: 4096,
+    };
+
     fn committed(seq: u64, ts: u64, key: &[u8], value: &[u8]) -> Vec<u8> {
-        let mut e = encode_entry(seq, 4096, EntryKind::Put, key, value);
+        let mut e = encode_entry(seq, PLACE, EntryKind::Put, key, value);
         e[..8].copy_from_slice(&ts.to_le_bytes());
         e
     }
@@ -237,11 +270,11 @@ mod tests {
         let e = committed(3, 10, b"key", b"value");
         let d = decode_entry(&e, 3).unwrap();
         assert_eq!(
-            (d.ts, d.address, d.key, d.value),
-            (10, 4096, &b"key"[..], &b"value"[..])
+            (d.ts, d.address, d.record, d.key, d.value),
+            (10, 8192, 4096, &b"key"[..], &b"value"[..])
         );
         assert_eq!(d.kind, EntryKind::Put);
-        let step1 = encode_entry(3, 4096, EntryKind::Put, b"key", b"value");
+        let step1 = encode_entry(3, PLACE, EntryKind::Put, b"key", b"value");
         assert!(decode_entry(&step1, 3).is_none(), "ts 0 is not committed");
     }
 
@@ -250,11 +283,17 @@ mod tests {
         let e = committed(3, 10, b"key", b"value");
         assert!(decode_entry(&e, 4).is_none(), "another block's seq");
         let mut torn = e.clone();
-        torn[35] ^= 1;
+        torn[43] ^= 1;
         assert!(decode_entry(&torn, 3).is_none());
-        assert!(decode_entry(&e[..20], 3).is_none());
+        let mut moved = e.clone();
+        moved[17] ^= 1;
+        assert!(
+            decode_entry(&moved, 3).is_none(),
+            "the record address is checksummed"
+        );
+        assert!(decode_entry(&e[..28], 3).is_none());
         let mut long = e;
-        long[20] = 0xff;
+        long[28] = 0xff;
         assert!(decode_entry(&long, 3).is_none(), "value past the page");
     }
 
@@ -277,7 +316,7 @@ mod tests {
         let mut b = vec![0u8; 1 << 14];
         b[..64].copy_from_slice(&h.encode());
         let e1 = committed(7, 1, b"a", b"1");
-        let e2 = encode_entry(7, 0, EntryKind::Delete, b"b", b"");
+        let e2 = encode_entry(7, PLACE, EntryKind::Delete, b"b", b"");
         let e3 = committed(7, 3, b"c", b"3");
         b[64..64 + e1.len()].copy_from_slice(&e1);
         let at = 64 + e1.len();
@@ -289,5 +328,15 @@ mod tests {
         assert_eq!(seen, vec![1, 3], "page 0 stops at the uncommitted delete");
         assert!(LogHeader::decode(&b, 0, 7, 14).is_ok());
         assert!(LogHeader::decode(&b, 0, 8, 14).is_err());
+        let v1 = NumberedHead {
+            page_bits: 12,
+            block_bits: 14,
+            number: 7,
+        }
+        .encode(&MAGIC, 1);
+        assert!(matches!(
+            LogHeader::decode(&v1, 0, 7, 14),
+            Err(tierkv_core::Error::UnsupportedFormat { found: 1, .. })
+        ));
     }
 }

@@ -21,7 +21,7 @@ use tierkv_core::{Error, Result, Tier};
 use super::guard::Outcome;
 use super::{Guard, HeterMem};
 use crate::dram::record as dram_record;
-use crate::format::log::EntryKind;
+use crate::format::log::{EntryKind, Place};
 use crate::format::record::{self, record_len};
 use crate::nvm::read as nvm_read;
 
@@ -120,7 +120,11 @@ impl HeterMem {
             .fetch_add(1, Ordering::Relaxed);
         if let Some(a) = old {
             if let Some(ts) = self.try_in_place(a, key, value)? {
-                self.log(g, ts, EntryKind::Put, key, value, a)?;
+                let at = Place {
+                    address: a,
+                    record: a,
+                };
+                self.log(g, ts, EntryKind::Put, key, value, at)?;
                 self.counters.in_place.incr();
                 self.count_put(key, value);
                 return Ok(a);
@@ -144,7 +148,13 @@ impl HeterMem {
                 .poison(format!("hetermm: a record could not be written: {e}"));
             return Err(e);
         }
-        if let Err(e) = self.log(g, ts, EntryKind::Put, key, value, addr) {
+        // IMPORTANT: the entry covers the replaced version's address too (FORMAT.md §
+        // Covered address): it must outlive that version's own entry.
+        let at = Place {
+            address: old.map_or(addr, |o| o.max(addr)),
+            record: addr,
+        };
+        if let Err(e) = self.log(g, ts, EntryKind::Put, key, value, at) {
             g.invalidate(addr, addr);
             return Err(e);
         }
@@ -193,7 +203,11 @@ impl HeterMem {
         self.seal(old)?;
         let ts = self.next_ts();
         let frontier = self.off_read_only();
-        self.log(g, ts, EntryKind::Delete, key, &[], old.max(frontier))?;
+        let at = Place {
+            address: old.max(frontier),
+            record: old,
+        };
+        self.log(g, ts, EntryKind::Delete, key, &[], at)?;
         g.invalidate(old, frontier);
         self.counters.deletes.incr();
         Ok(())
@@ -208,7 +222,7 @@ impl HeterMem {
         kind: EntryKind,
         key: &[u8],
         value: &[u8],
-        address: u64,
+        at: Place,
     ) -> Result<()> {
         let Some(log) = &self.oplog else {
             return Ok(());
@@ -216,10 +230,11 @@ impl HeterMem {
         if self.replaying.load(Ordering::Relaxed) {
             return Ok(());
         }
-        log.append(&self.nvm, g.slot(), ts, kind, key, value, address)
+        log.append(&self.nvm, g.slot(), ts, kind, key, value, at)
             .inspect_err(|e| self.note_no_space(e))?;
-        if kind == EntryKind::Put && address >= self.off_dram() {
-            dram_record::set_logged(self.dram_page(address)?, self.geo.page_offset(address), ts);
+        let record = at.record;
+        if kind == EntryKind::Put && record >= self.off_dram() {
+            dram_record::set_logged(self.dram_page(record)?, self.geo.page_offset(record), ts);
         }
         Ok(())
     }

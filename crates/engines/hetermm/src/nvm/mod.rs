@@ -42,6 +42,8 @@ const CHUNKS_PER_BLOCK: u64 = 16;
 /// Full blocks a pool must hold at least.
 pub const MIN_BLOCKS: u64 = 8;
 const AREA_ALIGN: u64 = 4096;
+/// Where the flush frontier word lives: the second line of the superblock's 4 KiB.
+const FRONTIER_OFF: u64 = 64;
 
 /// The superblock, directory and allocator of a store's pool.
 pub struct Nvm {
@@ -83,6 +85,8 @@ impl Nvm {
             alloc_off,
         };
         pool.write_persist(sb_off, &sb.encode())?;
+        pool.store_u64(sb_off + FRONTIER_OFF, 0)?;
+        pool.persist(sb_off + FRONTIER_OFF, 8)?;
         pool.set_root(ROOT_SUPERBLOCK, sb_off)?;
         Ok(Nvm { pool, alloc, sb })
     }
@@ -114,6 +118,35 @@ impl Nvm {
             ));
         }
         Ok(Nvm { pool, alloc, sb })
+    }
+
+    fn sb_off(&self) -> Result<u64> {
+        self.pool.root(ROOT_SUPERBLOCK)
+    }
+
+    /// The durable flush frontier: every logical address below it was flushed, with the
+    /// marks keyed at its blocks (`FORMAT.md` § Flush frontier). 0 in a new store.
+    pub fn flush_frontier(&self) -> Result<u64> {
+        let at = self.sb_off()? + FRONTIER_OFF;
+        let v = self.pool.load_u64(at)?;
+        if !v.is_multiple_of(self.block_size()) {
+            return Err(Error::corruption(
+                Tier::Pmem,
+                at,
+                format!("flush frontier {v:#x} is not at a block boundary"),
+            ));
+        }
+        Ok(v)
+    }
+
+    /// Moves the durable flush frontier up to `addr` (a block start), persisted.
+    pub fn set_flush_frontier(&self, addr: u64) -> Result<()> {
+        let at = self.sb_off()? + FRONTIER_OFF;
+        if self.pool.load_u64(at)? >= addr {
+            return Ok(());
+        }
+        self.pool.store_u64(at, addr)?;
+        self.pool.persist(at, 8)
     }
 
     /// m.
