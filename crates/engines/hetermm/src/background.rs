@@ -118,10 +118,10 @@ impl Drop for Background {
 
 /// What the flusher does with a step's error.
 fn report(mem: &HeterMem, e: Error) {
-    mem.note_no_space(&e);
+    let _ = mem.note_no_space(&e);
     match e {
-        Error::NoSpace { .. } => {
-            *mem.health.stalled.lock() = Some(e.to_string());
+        Error::NoSpace { what, .. } => {
+            *mem.health.stalled.lock() = Some(what);
         }
         other => mem.health.poison(format!("hetermm flusher: {other}")),
     }

@@ -24,10 +24,9 @@
 //! Thread safety: one reclaimer thread; it shares blocks with the flusher through each
 //! block's lock.
 
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use tierkv_core::Result;
+use tierkv_core::{Error, Result};
 
 use crate::format::compact;
 use crate::format::dir::{DirEntry, next_generation};
@@ -53,14 +52,21 @@ impl HeterMem {
     /// One step of the reclaimer: defragment if a run could not be allocated, else
     /// reorganise the most invalid block over the threshold; returns whether it did work.
     pub fn reclaimer_step(&self) -> Result<bool> {
-        if self.defrag.load(Ordering::Acquire) {
+        if self.defrag.pending() {
+            let request = self.defrag.begin();
             for b in policy::choose_relocation(&self.blocks.snapshot(), RELOCATION_TRIES) {
-                if self.reorganise(b, Reason::Relocate)? {
-                    self.counters.relocations.incr();
-                    return Ok(true);
+                match self.reorganise(b, Reason::Relocate) {
+                    Ok(true) => {
+                        self.counters.relocations.incr();
+                        return Ok(true);
+                    }
+                    // No run for its copy: this block cannot move (a pass that ended on this
+                    // error without giving up left writers waiting for it forever).
+                    Ok(false) | Err(Error::NoSpace { .. }) => {}
+                    Err(e) => return Err(e),
                 }
             }
-            self.defrag.store(false, Ordering::Release);
+            self.defrag.gave_up(request);
         }
         let Some(b) = policy::choose_reorg(&self.blocks.snapshot(), self.opts.reorg_threshold)
         else {

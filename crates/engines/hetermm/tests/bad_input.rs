@@ -78,6 +78,48 @@ fn too_little_dram_or_pmem_is_an_invalid_argument() {
     assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
 }
 
+/// Regression (stress, `reorg_threshold=0.99`, 4 MiB pool): once pmem was full, the
+/// reclaimer's defragmentation pass ended on the `NoSpace` of a block it could not copy
+/// without giving up, and writers waited for it forever. Now a full pool is a `NoSpace`
+/// error for the writer, and the store still reads what it holds.
+#[test]
+fn a_full_pool_is_a_no_space_error_never_a_hang() {
+    let dir = scratch_dir();
+    let pool = create_pool(&dir.path().join("p"), 2 << 20, DurabilityMode::Volatile);
+    let store = try_open(
+        pool,
+        small_options(64, "reorg_threshold=0.99"),
+        "btree",
+        true,
+    )
+    .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let writer = store.clone();
+    std::thread::spawn(move || {
+        let value = [5u8; 3000];
+        let outcome = (0..100_000u32)
+            .map(|i| {
+                writer
+                    .put(format!("key{i:06}").as_bytes(), &value)
+                    .map(|()| i)
+            })
+            .find_map(|r| r.err().map(|e| (e, ())))
+            .map(|(e, ())| e);
+        let _ = tx.send(outcome);
+    });
+    let outcome = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("a writer of a full pool hung (no answer in 60 s)");
+    let e = outcome.expect("2 MiB of pmem held 300 MB of values");
+    assert!(matches!(e, Error::NoSpace { .. }), "{e}");
+    assert_eq!(store.get(b"key000000").unwrap(), Some(vec![5u8; 3000]));
+    // Closing flushes DRAM to pmem, which has no room for it: an error, said once.
+    match store.close() {
+        Ok(()) | Err(Error::NoSpace { .. }) => {}
+        Err(e) => panic!("close of a full store: {e}"),
+    }
+}
+
 #[test]
 fn a_pool_without_a_store_is_not_opened() {
     let dir = scratch_dir();

@@ -231,7 +231,9 @@ impl HeterMem {
             return Ok(());
         }
         log.append(&self.nvm, g.slot(), ts, kind, key, value, at)
-            .inspect_err(|e| self.note_no_space(e))?;
+            .inspect_err(|e| {
+                self.note_no_space(e);
+            })?;
         let record = at.record;
         if kind == EntryKind::Put && record >= self.off_dram() {
             dram_record::set_logged(self.dram_page(record)?, self.geo.page_offset(record), ts);

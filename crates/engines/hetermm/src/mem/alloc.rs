@@ -54,19 +54,20 @@ impl HeterMem {
         loop {
             match log.ensure_room(&self.nvm, g.slot(), key_len, value_len) {
                 Err(e @ Error::NoSpace { .. }) => {
-                    self.note_no_space(&e);
-                    self.wait_for_space(g, e)?;
+                    let request = self.note_no_space(&e).unwrap_or_default();
+                    self.wait_for_space(g, e, request)?;
                 }
                 other => return other,
             }
         }
     }
 
-    /// After an allocation failed for lack of pmem: waits (unpinned) while the reclaimer
-    /// defragments; returns the error once it has given up, or the store stops.
-    fn wait_for_space(&self, g: &Guard<'_>, e: Error) -> Result<()> {
+    /// After an allocation failed for lack of pmem (defragmentation request `request`):
+    /// waits (unpinned) while the reclaimer defragments; returns the error once a pass that
+    /// began after the request has given up, or the store stops.
+    fn wait_for_space(&self, g: &Guard<'_>, e: Error, request: u64) -> Result<()> {
         self.health.check_writable()?;
-        if !self.defrag.load(Ordering::Acquire) {
+        if self.defrag.answered(request) {
             return Err(e);
         }
         self.wake_flusher.raise();
@@ -74,10 +75,18 @@ impl HeterMem {
         Ok(())
     }
 
-    /// The flusher's stall, as an error, unless defragmentation may still end it.
-    fn stall_error(&self) -> Option<Error> {
+    /// The flusher's stall, as an error, once a defragmentation pass asked for by this wait
+    /// (`request`, set on the first stall it sees) has given up.
+    fn stall_error(&self, request: &mut Option<u64>) -> Option<Error> {
         let why = self.health.stalled.lock().clone()?;
-        (!self.defrag.load(Ordering::Acquire)).then(|| Error::no_space(Tier::Pmem, why))
+        let r = *request.get_or_insert_with(|| {
+            let r = self.defrag.request();
+            self.wake_reclaimer.raise();
+            r
+        });
+        self.defrag
+            .answered(r)
+            .then(|| Error::no_space(Tier::Pmem, why))
     }
 
     /// Space for a record of `len` bytes: the guard's reservation, or a fresh allocation
@@ -170,6 +179,7 @@ impl HeterMem {
     /// A free physical page, waiting for the flusher (unpinned) when there is none.
     fn take_free_page(&self, g: &Guard<'_>) -> Result<u32> {
         let mut waited = false;
+        let mut request = None;
         loop {
             if let Some(p) = self.pages.try_take() {
                 if waited {
@@ -178,7 +188,7 @@ impl HeterMem {
                 return Ok(p);
             }
             self.health.check_writable()?;
-            if let Some(e) = self.stall_error() {
+            if let Some(e) = self.stall_error(&mut request) {
                 return Err(e);
             }
             waited = true;
@@ -192,6 +202,7 @@ impl HeterMem {
     /// with a compare-and-swap only once it has room, so from reservation to mapping the
     /// thread stays pinned and the flusher never copies a block with a page half-mapped.
     fn reserve_page(&self, g: &Guard<'_>) -> Result<u64> {
+        let mut request = None;
         loop {
             let np = self.regions.next_page.load(Ordering::SeqCst);
             if np < self.geo.page_of(self.off_dram()) + self.ring.len() as u64 {
@@ -206,7 +217,7 @@ impl HeterMem {
                 continue;
             }
             self.health.check_writable()?;
-            if let Some(e) = self.stall_error() {
+            if let Some(e) = self.stall_error(&mut request) {
                 return Err(e);
             }
             self.wake_flusher.raise();

@@ -103,6 +103,57 @@ impl Health {
     }
 }
 
+/// Requests for defragmentation (`reorg.rs`) and the reclaimer's answers, numbered so that
+/// a writer waiting for pmem gets its `NoSpace` once a pass that began after its request
+/// found nothing to move — rather than waiting forever while other failures keep asking.
+///
+/// Requests made while one is pending join it; the reclaimer answers every request up to
+/// the one pending when its pass began.
+#[derive(Debug, Default)]
+pub struct Defrag {
+    requested: AtomicU64,
+    answered: AtomicU64,
+}
+
+impl Defrag {
+    /// Asks for a pass (or joins the pending one); returns the request's number.
+    pub fn request(&self) -> u64 {
+        loop {
+            let asked = self.requested.load(Ordering::Acquire);
+            if asked > self.answered.load(Ordering::Acquire) {
+                return asked;
+            }
+            if self
+                .requested
+                .compare_exchange(asked, asked + 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return asked + 1;
+            }
+        }
+    }
+
+    /// True while a request waits for a pass to give up.
+    pub fn pending(&self) -> bool {
+        self.requested.load(Ordering::Acquire) > self.answered.load(Ordering::Acquire)
+    }
+
+    /// The request a pass beginning now answers when it gives up.
+    pub fn begin(&self) -> u64 {
+        self.requested.load(Ordering::Acquire)
+    }
+
+    /// A pass that began at `request` found nothing to move.
+    pub fn gave_up(&self, request: u64) {
+        self.answered.fetch_max(request, Ordering::AcqRel);
+    }
+
+    /// True once a pass that began after request `r` gave up.
+    pub fn answered(&self, r: u64) -> bool {
+        self.answered.load(Ordering::Acquire) >= r
+    }
+}
+
 /// The heterogeneous memory of one store.
 pub struct HeterMem {
     /// k and m.
@@ -148,8 +199,8 @@ pub struct HeterMem {
     pub wake_flusher: Signal,
     /// Wakes the reclaimer (a block crossed the reorganisation threshold).
     pub wake_reclaimer: Signal,
-    /// Set when a run could not be allocated: the reclaimer defragments the pool.
-    pub defrag: AtomicBool,
+    /// Requests to defragment the pool (a run could not be allocated).
+    pub defrag: Defrag,
 }
 
 impl HeterMem {
@@ -218,7 +269,7 @@ impl HeterMem {
             recovery_losers: Mutex::new(Vec::new()),
             wake_flusher: Signal::default(),
             wake_reclaimer: Signal::default(),
-            defrag: AtomicBool::new(false),
+            defrag: Defrag::default(),
             nvm,
             opts,
         })
@@ -274,12 +325,15 @@ impl HeterMem {
         Ok(())
     }
 
-    /// Notes that pmem could not serve an allocation: asks the reclaimer to defragment.
-    pub fn note_no_space(&self, e: &Error) {
-        if matches!(e, Error::NoSpace { .. }) {
-            self.defrag.store(true, Ordering::Release);
-            self.wake_reclaimer.raise();
+    /// Notes that pmem could not serve an allocation: asks the reclaimer to defragment;
+    /// returns the request's number.
+    pub fn note_no_space(&self, e: &Error) -> Option<u64> {
+        if !matches!(e, Error::NoSpace { .. }) {
+            return None;
         }
+        let r = self.defrag.request();
+        self.wake_reclaimer.raise();
+        Some(r)
     }
 
     /// Starts an operation of the calling thread (during recovery, one whose losers are
@@ -293,5 +347,35 @@ impl HeterMem {
             slot,
             self.recovering.load(Ordering::Acquire),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Defrag;
+
+    /// Regression (stress with `reorg_threshold=0.99` on a full 4 MiB pool): writers waited
+    /// for defragmentation forever, because every new failure asked for it again.
+    #[test]
+    fn a_defragmentation_request_is_answered_by_a_pass_that_began_after_it() {
+        let d = Defrag::default();
+        assert!(!d.pending());
+        let first = d.request();
+        assert_eq!(d.request(), first, "a request joins the pending one");
+        let pass = d.begin();
+        let during = d.request();
+        assert_eq!(during, first);
+        d.gave_up(pass);
+        assert!(d.answered(first) && d.answered(during) && !d.pending());
+        let second = d.request();
+        assert!(second > first && !d.answered(second) && d.pending());
+        let older_pass = first;
+        d.gave_up(older_pass);
+        assert!(
+            !d.answered(second),
+            "a pass that began before it does not answer it"
+        );
+        d.gave_up(d.begin());
+        assert!(d.answered(second));
     }
 }
