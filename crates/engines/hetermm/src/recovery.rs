@@ -8,28 +8,33 @@
 //!    the latest timestamp (`ht` of Algorithm 1; a delete is an entry too). An entry whose
 //!    second persist did not happen has ts = 0 and is not read (`format::log`).
 //! 3. **recoverNVM.** Walk every published block (in parallel), skipping records whose
-//!    invalid bit is set. A record older than the key's log entry is a loser; any other is
-//!    offered to the index ([`PluggedIndex::recover`]), which keeps the newer of it and the
-//!    key's current address. Losers are then marked invalid (durably), as lines 22 and 26
-//!    require. Live bytes per block are recounted.
+//!    invalid bit is set. A record older than the key's log entry is a loser, and so is any
+//!    but the newest of a key's versions (setAddr of lines 19-26, done while the sorted
+//!    records are merged; [`PluggedIndex::recover`] decides the same way). Losers are then
+//!    marked invalid (durably), as lines 22 and 26 require. Live bytes per block are
+//!    recounted.
 //!    The walk is parallel; the offers are not: each thread collects `(key, address)` pairs
 //!    (keys borrowed from the mapped pool), sorts them, and the sorted runs are merged and
-//!    offered in key order ([`PluggedIndex::recover_sorted`]; the btree builds itself from
-//!    them in one pass). `recover` keeps the newer version whatever the
+//!    offered in key order after step 4 ([`PluggedIndex::recover_sorted`]; the btree builds
+//!    itself from them in one pass). `recover` keeps the newer version whatever the
 //!    order, so this changes only speed: parallel offers contended on the index's lock and
 //!    random-order inserts missed the cache on every tree level (4,000,000 records took 11 s
 //!    to recover; the paper's §6.5 counts on recovery being fast).
-//! 4. **Replay.** Log entries newer than the key's record in pmem are applied through the
-//!    index's normal put and delete (the paper's `set`), without logging them again, in key
-//!    order: the old log blocks stay until a forced flush has persisted the replayed
-//!    records, and are retired only then.
+//! 4. **Replay.** A key's newest log entry is replayed when no record of the key in pmem is
+//!    as new (a merge of the sorted entries with the sorted records, no index lookups): a
+//!    put becomes a new DRAM record with the entry's timestamp (the paper's `set`, not logged
+//!    again), a delete needs nothing (the older records lost in step 3). The replayed
+//!    records join the sorted records, and the index is built from all of them in one pass
+//!    ([`PluggedIndex::recover_sorted`]). The old log blocks stay until a forced flush has
+//!    persisted the replayed records, and are retired only then.
 //!
 //! Deletes: the paper's recovery would resurrect a deleted key from an older version in
 //! pmem. Here a delete is a log entry until the deleted record's invalid bit is durable
 //! (its entry is not reclaimed before), and a record with its bit set is never offered.
 //!
-//! Thread safety: runs before the store is shared (the background threads start between
-//! steps 3 and 4).
+//! Thread safety: runs before the store is shared. The background threads start between
+//! steps 3 and 4 (flushing and reorganisation make room for replayed records), so the keys
+//! of the records found in step 3 are copied out of the blocks into one buffer first.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -63,11 +68,11 @@ pub struct Plan {
 
 /// The newest log entry of a key.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LogWinner {
+pub struct LogWinner<'a> {
     /// Its timestamp.
     pub ts: u64,
-    /// The value put, or `None` for a delete.
-    pub value: Option<Vec<u8>>,
+    /// The value put (in the mapped pool), or `None` for a delete.
+    pub value: Option<&'a [u8]>,
     /// A put whose record is below the flush frontier: the record in pmem (current, marked
     /// invalid, or dropped by a reorganisation) stands for it, so it is not replayed; it
     /// still outranks the key's older entries and records.
@@ -233,19 +238,37 @@ fn threads(mem: &HeterMem) -> usize {
     }
 }
 
-/// Steps 2 and 3: rebuilds the index from the log and the persisted region; returns the
-/// log entries to replay.
-pub fn rebuild_index(
-    mem: &HeterMem,
-    index: &dyn PluggedIndex<HeterMem>,
-    plan: &Plan,
-) -> Result<Vec<(Vec<u8>, LogWinner)>> {
+/// What steps 2 and 3 found, before the index is built.
+pub struct Found<'a> {
+    /// The newest valid record of each key in the persisted region that no log entry
+    /// outranks, sorted by key, its key in `keys`.
+    offers: Vec<Held>,
+    /// The keys of `offers`, copied out of the blocks in one buffer: the reclaimer may
+    /// reorganise (move, free) blocks while the log is replayed, before the index is built.
+    keys: Vec<u8>,
+    /// The log entries to replay, sorted by key: each is its key's newest entry, is not
+    /// flushed, and no record in pmem is as new.
+    replay: Vec<(u64, &'a [u8], LogWinner<'a>)>,
+}
+
+impl Found<'_> {
+    /// True when the log holds writes to replay.
+    pub fn replays(&self) -> bool {
+        !self.replay.is_empty()
+    }
+}
+
+/// Steps 2 and 3 without the index: reads the logs, walks the blocks, marks the records a
+/// log entry outranks, and sorts what is left to offer and to replay.
+pub fn find<'a>(mem: &'a HeterMem, plan: &Plan) -> Result<Found<'a>> {
     let frontier = mem.nvm.flush_frontier()?;
     let ht = read_logs(mem, &plan.logs, frontier)?;
-    mem.recovering.store(true, Ordering::Release);
-    let scanned = scan_blocks(mem, index, &plan.blocks, &ht);
-    mem.recovering.store(false, Ordering::Release);
-    let (lives, mut losers) = scanned?;
+    let Scanned {
+        lives,
+        losers,
+        offers,
+        keys,
+    } = scan_blocks(mem, &plan.blocks, &ht)?;
     for (b, live, total) in lives {
         if let Some(cell) = mem.blocks.info(b) {
             let mut info = cell.lock();
@@ -255,24 +278,73 @@ pub fn rebuild_index(
             }
         }
     }
-    losers.append(&mut mem.recovery_losers.lock());
     mem.apply_marks(&losers)?;
-    let mut entries: Vec<(Vec<u8>, LogWinner)> = ht.into_iter().collect();
-    entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    let mut winners = Vec::new();
-    for (key, w) in entries {
-        if w.flushed {
-            continue;
+    // Sorted and compared by their 8-byte prefix first: the keys are scattered over the
+    // pool, and touching one costs a cache miss.
+    let mut entries: Vec<(u64, &[u8], LogWinner<'_>)> = ht
+        .into_iter()
+        .filter(|(_, w)| !w.flushed)
+        .map(|(k, w)| (key_prefix(k), k, w))
+        .collect();
+    entries.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
+    // A key's records older than its newest entry lost above; so the entry is replayed
+    // exactly when none of the key's records is offered (one as new is its own record).
+    let mut replay = Vec::new();
+    let mut at = 0;
+    for (prefix, key, w) in entries {
+        let probe = (prefix, key, LogicalAddress(0), 0);
+        let cmp = |h: &Held| by_key(&held_offer(&keys, h), &probe);
+        while offers.get(at).is_some_and(|h| cmp(h).is_lt()) {
+            at += 1;
         }
-        let newer_in_pmem = match index.address(&key) {
-            Some(a) => mem.persisted_ts(a.0)? >= w.ts,
-            None => false,
-        };
-        if !newer_in_pmem {
-            winners.push((key, w));
+        if offers.get(at).is_none_or(|h| cmp(h).is_ne()) {
+            replay.push((prefix, key, w));
         }
     }
-    Ok(winners)
+    Ok(Found {
+        offers,
+        keys,
+        replay,
+    })
+}
+
+/// Step 4: writes the replayed puts into DRAM records (not logged again: the old logs keep
+/// them durable until the forced flush that retires them), then builds the index from
+/// them and the persisted records in one sorted pass, and marks the versions that lost.
+/// Needs the background threads running (the replayed records may not fit in DRAM, or in
+/// the pmem not yet reorganised, at once).
+pub fn replay_and_build(
+    mem: &HeterMem,
+    index: &dyn PluggedIndex<HeterMem>,
+    found: Found<'_>,
+) -> Result<()> {
+    let mut replayed: Vec<Offer<'_>> = Vec::with_capacity(found.replay.len());
+    mem.replaying.store(true, Ordering::Release);
+    let written = found.replay.iter().try_for_each(|(prefix, key, w)| {
+        if let Some(value) = w.value {
+            let addr = LogicalAddress(mem.restore_value(key, value, w.ts)?);
+            replayed.push((*prefix, key, addr, w.ts));
+        }
+        mem.counters.replayed_entries.incr();
+        Ok(())
+    });
+    mem.replaying.store(false, Ordering::Release);
+    written?;
+    let keys = &found.keys;
+    let mut a = found.offers.iter().map(|h| held_offer(keys, h)).peekable();
+    let mut b = replayed.into_iter().peekable();
+    let mut merged = std::iter::from_fn(|| match (a.peek(), b.peek()) {
+        (Some(x), Some(y)) if by_key(y, x).is_lt() => b.next(),
+        (Some(_), _) => a.next(),
+        (None, _) => b.next(),
+    })
+    .map(|(_, key, addr, _)| (key, addr));
+    mem.recovering.store(true, Ordering::Release);
+    let built = index.recover_sorted(mem, &mut merged);
+    mem.recovering.store(false, Ordering::Release);
+    built?;
+    let losers = std::mem::take(&mut *mem.recovery_losers.lock());
+    mem.apply_marks(&losers)
 }
 
 /// Runs `work` over `items` on the recovery threads (item i on thread i mod n), each thread
@@ -308,13 +380,19 @@ fn in_parallel<I: Sync, T: Send>(
 /// Step 2 (recoverWAL): the newest entry of every key in the log blocks.
 /// The log table of Algorithm 1 (`ht`): keys come from our own pool, so a fast
 /// non-keyed hash is safe, and recovery looks every record up in it.
-type LogTable = FxHashMap<Vec<u8>, LogWinner>;
+/// Keys and values are borrowed from the mapped pool: no allocation per entry.
+type LogTable<'a> = FxHashMap<&'a [u8], LogWinner<'a>>;
 
-fn read_logs(mem: &HeterMem, logs: &[(u64, u64)], frontier: u64) -> Result<LogTable> {
-    let parts = in_parallel(mem, logs, LogTable::default, |ht, (off, seq)| {
+fn read_logs<'a>(mem: &'a HeterMem, logs: &[(u64, u64)], frontier: u64) -> Result<LogTable<'a>> {
+    // Entries per log block, roughly (8-byte keys, small values): sized once, not rehashed.
+    let per_block = (mem.geo.block_size() / (log::ENTRY_HEADER_LEN + 24)) as usize;
+    let share = logs.len().div_ceil(threads(mem).max(1));
+    let init = || LogTable::with_capacity_and_hasher(per_block * share, Default::default());
+    let parts = in_parallel(mem, logs, init, |ht, (off, seq)| {
         read_log_block(mem, *off, *seq, frontier, ht)
     })?;
-    let mut ht = LogTable::default();
+    let mut parts = parts.into_iter();
+    let mut ht = parts.next().unwrap_or_default();
     for part in parts {
         for (k, w) in part {
             keep_newer(&mut ht, k, w);
@@ -323,12 +401,12 @@ fn read_logs(mem: &HeterMem, logs: &[(u64, u64)], frontier: u64) -> Result<LogTa
     Ok(ht)
 }
 
-fn read_log_block(
-    mem: &HeterMem,
+fn read_log_block<'a>(
+    mem: &'a HeterMem,
     off: u64,
     seq: u64,
     frontier: u64,
-    ht: &mut LogTable,
+    ht: &mut LogTable<'a>,
 ) -> Result<()> {
     let bytes = mem.pool().read(off, mem.geo.block_size() as usize)?;
     let header = LogHeader::decode(bytes, off, seq, mem.geo.block_bits)?;
@@ -336,18 +414,18 @@ fn read_log_block(
         mem.observe_ts(e.ts);
         let put = e.kind == EntryKind::Put;
         let flushed = put && e.record < frontier;
-        let value = (put && !flushed).then(|| e.value.to_vec());
+        let value = (put && !flushed).then_some(e.value);
         let w = LogWinner {
             ts: e.ts,
             value,
             flushed,
         };
-        keep_newer(ht, e.key.to_vec(), w);
+        keep_newer(ht, e.key, w);
     });
     Ok(())
 }
 
-fn keep_newer(ht: &mut LogTable, key: Vec<u8>, w: LogWinner) {
+fn keep_newer<'a>(ht: &mut LogTable<'a>, key: &'a [u8], w: LogWinner<'a>) {
     use std::collections::hash_map::Entry;
     match ht.entry(key) {
         Entry::Occupied(mut e) => {
@@ -366,7 +444,7 @@ type Lives = Vec<(u64, u64, u64)>;
 /// A record offered to the index: the first 8 bytes of its key as a big-endian number (so
 /// that most comparisons while sorting are one integer comparison, not a `memcmp` call),
 /// its key (in the mapped pool) and its logical address.
-type Offer<'a> = (u64, &'a [u8], LogicalAddress);
+type Offer<'a> = (u64, &'a [u8], LogicalAddress, u64);
 
 #[expect(
     clippy::big_endian_bytes,
@@ -383,15 +461,10 @@ fn by_key(a: &Offer<'_>, b: &Offer<'_>) -> std::cmp::Ordering {
     a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1))
 }
 
-/// Step 3 (recoverNVM): walks every block in parallel, then offers every valid record to the
-/// index in key order; returns per block (live bytes, all record bytes) and the records that
-/// lost to a log entry.
-fn scan_blocks(
-    mem: &HeterMem,
-    index: &dyn PluggedIndex<HeterMem>,
-    blocks: &[(u64, BlockInfo)],
-    ht: &LogTable,
-) -> Result<(Lives, Vec<u64>)> {
+/// Step 3 (recoverNVM): walks every block in parallel and sorts the valid records by key;
+/// returns per block (live bytes, all record bytes), the records that lost to a log entry,
+/// and the others in key order.
+fn scan_blocks(mem: &HeterMem, blocks: &[(u64, BlockInfo)], ht: &LogTable<'_>) -> Result<Scanned> {
     let parts = in_parallel(
         mem,
         blocks,
@@ -412,12 +485,63 @@ fn scan_blocks(
     }
     let runs = sort_runs(mem, runs)?;
     let mut merged = Vec::with_capacity(runs.iter().map(Vec::len).sum());
-    merge_runs(&runs, |key, addr| {
-        merged.push((key, addr));
+    let key_bytes = runs.iter().flatten().map(|(_, k, _, _)| k.len()).sum();
+    let mut keys = Vec::with_capacity(key_bytes);
+    // Versions of a key arrive together: the newest stays (the first of equals, as
+    // `recover_value` decides), the others are losers now — marked before the log is
+    // replayed, so that reorganisation can reclaim their space meanwhile.
+    let mut last_ts = 0;
+    merge_runs(&runs, |(prefix, key, addr, ts)| {
+        if let Some(last) = merged.last_mut() {
+            let (p, k, a, _) = held_offer(&keys, last);
+            if p == prefix && k == key {
+                if ts > last_ts {
+                    losers.push(a.0);
+                    last.2 = addr;
+                    last_ts = ts;
+                } else {
+                    losers.push(addr.0);
+                }
+                return Ok(());
+            }
+        }
+        merged.push((prefix, ((keys.len() as u64) << 16) | key.len() as u64, addr));
+        keys.extend_from_slice(key);
+        last_ts = ts;
         Ok(())
     })?;
-    index.recover_sorted(mem, &mut merged.into_iter())?;
-    Ok((lives, losers))
+    Ok(Scanned {
+        lives,
+        losers,
+        offers: merged,
+        keys,
+    })
+}
+
+/// What step 3 found in the blocks.
+struct Scanned {
+    /// Per block: (block, live bytes, all record bytes).
+    lives: Lives,
+    /// Records that lost (to a log entry or a newer version).
+    losers: Vec<u64>,
+    /// The valid records, sorted by key, one per key, keys in `keys`.
+    offers: Vec<Held>,
+    keys: Vec<u8>,
+}
+
+/// An offer whose key was copied into a key buffer: (prefix, start << 16 | length, address).
+type Held = (u64, u64, LogicalAddress);
+
+/// The offer `h` with its key in `keys`.
+fn held_offer<'k>(keys: &'k [u8], h: &Held) -> Offer<'k> {
+    let start = (h.1 >> 16) as usize;
+    let len = (h.1 & 0xffff) as usize;
+    (
+        h.0,
+        keys.get(start..start + len).unwrap_or_default(),
+        h.2,
+        0,
+    )
 }
 
 /// Sorts each thread's offers by key, each on its own thread.
@@ -448,7 +572,7 @@ fn sort_runs<'a>(mem: &HeterMem, runs: Vec<Vec<Offer<'a>>>) -> Result<Vec<Vec<Of
 /// number of recovery threads, so a linear pick of the smallest head is enough).
 fn merge_runs<'a>(
     runs: &[Vec<Offer<'a>>],
-    mut offer: impl FnMut(&'a [u8], LogicalAddress) -> Result<()>,
+    mut offer: impl FnMut(Offer<'a>) -> Result<()>,
 ) -> Result<()> {
     let mut heads = vec![0usize; runs.len()];
     loop {
@@ -463,9 +587,9 @@ fn merge_runs<'a>(
         let Some((r, _)) = next else {
             return Ok(());
         };
-        let (_, key, addr) = runs[r][heads[r]];
+        let o = runs[r][heads[r]];
         heads[r] += 1;
-        offer(key, addr)?;
+        offer(o)?;
     }
 }
 
@@ -493,31 +617,14 @@ fn scan_block<'a>(
         }
         mem.observe_ts(ts);
         mem.counters.recovered_records.incr();
-        offers.push((key_prefix(r.record.key), r.record.key, LogicalAddress(addr)));
+        offers.push((
+            key_prefix(r.record.key),
+            r.record.key,
+            LogicalAddress(addr),
+            ts,
+        ));
     }
     Ok((live, total))
-}
-
-/// Step 4: applies the log winners through the index, without logging them again.
-pub fn replay(
-    mem: &HeterMem,
-    index: &dyn PluggedIndex<HeterMem>,
-    winners: Vec<(Vec<u8>, LogWinner)>,
-) -> Result<()> {
-    mem.replaying.store(true, Ordering::Release);
-    let mut result = Ok(());
-    for (key, w) in winners {
-        result = match &w.value {
-            Some(v) => index.put(mem, &key, v),
-            None => index.delete(mem, &key),
-        };
-        if result.is_err() {
-            break;
-        }
-        mem.counters.replayed_entries.incr();
-    }
-    mem.replaying.store(false, Ordering::Release);
-    result
 }
 
 fn panicked() -> Error {
@@ -714,13 +821,13 @@ mod tests {
         ];
         let mut runs: Vec<Vec<Offer<'_>>> = vec![Vec::new(), Vec::new(), Vec::new()];
         for (i, k) in keys.iter().enumerate() {
-            runs[i % 3].push((key_prefix(k), k, LogicalAddress(i as u64)));
+            runs[i % 3].push((key_prefix(k), k, LogicalAddress(i as u64), 1));
         }
         for r in &mut runs {
             r.sort_unstable_by(by_key);
         }
         let mut seen = Vec::new();
-        merge_runs(&runs, |k, _| {
+        merge_runs(&runs, |(_, k, _, _)| {
             seen.push(k.to_vec());
             Ok(())
         })

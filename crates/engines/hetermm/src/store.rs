@@ -49,17 +49,19 @@ impl HeterStore {
         let started = Instant::now();
         let (mem, plan) = recovery::open_memory(pool, opts, created)?;
         let mem = Arc::new(mem);
-        let winners = recovery::rebuild_index(&mem, &*index, &plan)?;
+        let found = recovery::find(&mem, &plan)?;
         mem.flusher.lock().old_logs = plan.logs.iter().map(|(off, _)| *off).collect();
+        let replayed = found.replays();
+        // The background threads run while the log is replayed: the replayed records need
+        // not fit in DRAM at once, nor in the pmem that reorganisation has not freed yet.
         let store = HeterStore {
             bg: Background::start(mem.clone())?,
-            mem,
+            mem: mem.clone(),
             index,
             limits,
             closed: AtomicBool::new(false),
         };
-        let replayed = !winners.is_empty();
-        recovery::replay(&store.mem, &*store.index, winners)?;
+        recovery::replay_and_build(&store.mem, &*store.index, found)?;
         if replayed || !plan.logs.is_empty() {
             store.bg.request_flush()?;
         }

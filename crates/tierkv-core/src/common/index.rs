@@ -76,9 +76,14 @@ where
     }
 }
 
+/// A key of the ordered index: up to 16 bytes inline (no allocation per key), longer ones
+/// on the heap. Recovery of 4,000,000 8-byte keys spent a quarter of its time allocating
+/// and faulting in one boxed key each.
+type TreeKey = smallvec::SmallVec<[u8; 16]>;
+
 /// An ordered index: a `BTreeMap` behind a reader-writer lock.
 pub struct BTreeIndex<V> {
-    map: RwLock<BTreeMap<Box<[u8]>, V>>,
+    map: RwLock<BTreeMap<TreeKey, V>>,
 }
 
 impl<V> Default for BTreeIndex<V> {
@@ -106,7 +111,7 @@ impl<V: Clone + Send + Sync> ConcurrentIndex<V> for BTreeIndex<V> {
     fn compute(&self, key: &[u8], f: &mut dyn FnMut(Option<&V>) -> Option<V>) -> Option<V> {
         use std::collections::btree_map::Entry;
         // One descent of the tree (the entry), not a lookup and then an insert: the key is
-        // boxed even when it is present, which costs far less than a second descent.
+        // copied even when it is present, which costs far less than a second descent.
         let mut m = self.map.write();
         match m.entry(key.into()) {
             Entry::Occupied(mut e) => {
@@ -153,7 +158,7 @@ impl<V: Clone + Send + Sync> ConcurrentIndex<V> for BTreeIndex<V> {
         let mut m = self.map.write();
         if m.is_empty() {
             // Sorted input: `collect` bulk-builds the tree without a search per key.
-            *m = items.map(|(k, v)| (Box::<[u8]>::from(k), v)).collect();
+            *m = items.map(|(k, v)| (TreeKey::from_slice(k), v)).collect();
         } else {
             for (k, v) in items {
                 m.insert(k.into(), v);

@@ -230,7 +230,7 @@ pub fn decode_entry(bytes: &[u8], seq: u64) -> Option<Entry<'_>> {
 }
 
 /// Every committed entry of a log block (`block` = its whole bytes), page by page.
-pub fn walk(block: &[u8], header: &LogHeader, mut f: impl FnMut(Entry<'_>)) {
+pub fn walk<'a>(block: &'a [u8], header: &LogHeader, mut f: impl FnMut(Entry<'a>)) {
     let page = 1usize << header.page_bits;
     let mut page_start = 0;
     while page_start + page <= block.len() {

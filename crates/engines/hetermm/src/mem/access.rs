@@ -163,6 +163,28 @@ impl HeterMem {
         Ok(addr)
     }
 
+    /// Recovery's replay of a logged put: a new record with the entry's timestamp, not
+    /// logged again (the old log keeps it durable until the forced flush after recovery);
+    /// returns its address, for the index. May wait for the flusher.
+    pub fn restore_value(&self, key: &[u8], value: &[u8], ts: u64) -> Result<u64> {
+        let g = self.pin()?;
+        self.check_payload(key, value)?;
+        self.reserve(&g, key.len(), value.len())?;
+        let len = record_len(key.len() as u64, value.len() as u64);
+        let cap = (len - record::HEADER_LEN - key.len() as u64) as u32;
+        let addr = self.claim(&g, len)?;
+        dram_record::write_new(
+            self.dram_page(addr)?,
+            self.geo.page_offset(addr),
+            ts,
+            key,
+            value,
+            cap,
+        )?;
+        self.counters.out_of_place.incr();
+        Ok(addr)
+    }
+
     fn count_put(&self, key: &[u8], value: &[u8]) {
         self.counters
             .ops
