@@ -131,23 +131,7 @@ impl HeterMem {
             }
             self.seal(a)?;
         }
-        let len = record_len(key.len() as u64, value.len() as u64);
-        let cap = (len - record::HEADER_LEN - key.len() as u64) as u32;
-        let addr = self.claim(g, len)?;
-        let ts = self.next_ts();
-        if let Err(e) = dram_record::write_new(
-            self.dram_page(addr)?,
-            self.geo.page_offset(addr),
-            ts,
-            key,
-            value,
-            cap,
-        ) {
-            // A hole in the middle of a page would hide the records after it.
-            self.health
-                .poison(format!("hetermm: a record could not be written: {e}"));
-            return Err(e);
-        }
+        let (addr, ts) = self.new_record(g, key, value, || self.next_ts())?;
         // IMPORTANT: the entry covers the replaced version's address too (FORMAT.md §
         // Covered address): it must outlive that version's own entry.
         let at = Place {
@@ -170,19 +154,34 @@ impl HeterMem {
         let g = self.pin()?;
         self.check_payload(key, value)?;
         self.reserve(&g, key.len(), value.len())?;
-        let len = record_len(key.len() as u64, value.len() as u64);
-        let cap = (len - record::HEADER_LEN - key.len() as u64) as u32;
-        let addr = self.claim(&g, len)?;
-        dram_record::write_new(
-            self.dram_page(addr)?,
-            self.geo.page_offset(addr),
-            ts,
-            key,
-            value,
-            cap,
-        )?;
+        let (addr, _) = self.new_record(&g, key, value, || ts)?;
         self.counters.out_of_place.incr();
         Ok(addr)
+    }
+
+    /// Writes a new record in the thread's page (its reservation, if it has one) with the
+    /// timestamp `ts()` takes; returns its address and timestamp.
+    fn new_record(
+        &self,
+        g: &Guard<'_>,
+        key: &[u8],
+        value: &[u8],
+        ts: impl FnOnce() -> u64,
+    ) -> Result<(u64, u64)> {
+        let len = record_len(key.len() as u64, value.len() as u64);
+        let cap = (len - record::HEADER_LEN - key.len() as u64) as u32;
+        let addr = self.claim(g, len)?;
+        let ts = ts();
+        let page = self.dram_page(addr)?;
+        if let Err(e) =
+            dram_record::write_new(page, self.geo.page_offset(addr), ts, key, value, cap)
+        {
+            // A hole in the middle of a page would hide the records after it.
+            self.health
+                .poison(format!("hetermm: a record could not be written: {e}"));
+            return Err(e);
+        }
+        Ok((addr, ts))
     }
 
     fn count_put(&self, key: &[u8], value: &[u8]) {
