@@ -238,6 +238,9 @@ fn threads(mem: &HeterMem) -> usize {
     }
 }
 
+/// Replayed records written under one pinned operation.
+const REPLAY_BATCH: usize = 256;
+
 /// What steps 2 and 3 found, before the index is built.
 pub struct Found<'a> {
     /// The newest valid record of each key in the persisted region that no log entry
@@ -320,12 +323,17 @@ pub fn replay_and_build(
 ) -> Result<()> {
     let mut replayed: Vec<Offer<'_>> = Vec::with_capacity(found.replay.len());
     mem.replaying.store(true, Ordering::Release);
-    let written = found.replay.iter().try_for_each(|(prefix, key, w)| {
-        if let Some(value) = w.value {
-            let addr = LogicalAddress(mem.restore_value(key, value, w.ts)?);
-            replayed.push((*prefix, key, addr, w.ts));
+    // One pinned operation per batch of records, not per record (the flusher waits for
+    // pinned operations; a record that must wait for DRAM waits unpinned).
+    let written = found.replay.chunks(REPLAY_BATCH).try_for_each(|batch| {
+        let g = mem.pin()?;
+        for (prefix, key, w) in batch {
+            if let Some(value) = w.value {
+                let addr = LogicalAddress(mem.restore_value(&g, key, value, w.ts)?);
+                replayed.push((*prefix, key, addr, w.ts));
+            }
+            mem.counters.replayed_entries.incr();
         }
-        mem.counters.replayed_entries.incr();
         Ok(())
     });
     mem.replaying.store(false, Ordering::Release);

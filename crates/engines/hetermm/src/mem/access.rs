@@ -149,12 +149,11 @@ impl HeterMem {
 
     /// Recovery's replay of a logged put: a new record with the entry's timestamp, not
     /// logged again (the old log keeps it durable until the forced flush after recovery);
-    /// returns its address, for the index. May wait for the flusher.
-    pub fn restore_value(&self, key: &[u8], value: &[u8], ts: u64) -> Result<u64> {
-        let g = self.pin()?;
+    /// returns its address, for the index. May wait for the flusher (unpinned).
+    pub fn restore_value(&self, g: &Guard<'_>, key: &[u8], value: &[u8], ts: u64) -> Result<u64> {
         self.check_payload(key, value)?;
-        self.reserve(&g, key.len(), value.len())?;
-        let (addr, _) = self.new_record(&g, key, value, || ts)?;
+        self.reserve(g, key.len(), value.len())?;
+        let (addr, _) = self.new_record(g, key, value, || ts)?;
         self.counters.out_of_place.incr();
         Ok(addr)
     }
