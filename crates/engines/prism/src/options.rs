@@ -4,8 +4,9 @@
 //! | option | default | meaning |
 //! |---|---|---|
 //! | `pwb_count` | 16 | Persistent Write Buffers (writer threads map onto them by a thread-local id) |
-//! | `pwb_size` | pool / 4 / `pwb_count`, 64 KiB..256 MiB | bytes per PWB ring |
+//! | `pwb_size` | pool / 2 / `pwb_count`, 64 KiB..256 MiB | bytes per PWB ring |
 //! | `pwb_watermark` | 0.5 | used fraction of a PWB that triggers its reclamation (§4.3) |
+//! | `pwb_retain` | 0.25 | used fraction a watermark-triggered reclamation leaves in the PWB: only the oldest records move to flash, the newest stay readable on pmem (0: drain) |
 //! | `chunk_size` | 512 KiB | Value Storage chunk (§5.1) |
 //! | `queue_depth` | 64 | thread-combining limit: reads coalesced into one batch (§5.3) |
 //! | `read_batching` | `combining` | `combining` (TC), `single` (batch size 1) or `timeout` (§7.6 "TA") |
@@ -28,6 +29,11 @@ use tierkv_core::{ByteSize, EngineSpec, Error, Options, Result};
 
 /// Paper default: PWB reclamation starts at 50% utilisation (§4.3).
 pub const DEFAULT_PWB_WATERMARK: f64 = 0.5;
+/// Reclamation moves the oldest records until this fraction of the PWB is left in use.
+/// The paper moves "values in the PWB" without saying how many; keeping the newest
+/// quarter makes the PWB a read cache of recent writes on pmem and absorbs their
+/// overwrites (fewer flash reads and writes), at the cost of reclaiming twice as often.
+pub const DEFAULT_PWB_RETAIN: f64 = 0.25;
 /// Paper default: 512 KiB Value Storage chunks (§5.1).
 pub const DEFAULT_CHUNK_SIZE: u64 = 512 << 10;
 /// Paper default: coalesce up to 64 reads (§5.3, "queue depth of 64 as KVell").
@@ -109,6 +115,8 @@ pub struct PrismOptions {
     pub pwb_size: Option<u64>,
     /// Reclamation watermark.
     pub pwb_watermark: f64,
+    /// What a watermark-triggered reclamation leaves in the PWB (below the watermark).
+    pub pwb_retain: f64,
     /// Value Storage chunk size, if given.
     pub chunk_size: Option<u64>,
     /// Thread-combining limit.
@@ -151,6 +159,18 @@ impl PrismOptions {
             |f| f.0 > 0.0 && f.0 < 1.0,
             "must be strictly between 0 and 1",
         )?;
+        let retain = p.take_checked(
+            "pwb_retain",
+            Fraction(DEFAULT_PWB_RETAIN.min(watermark.0 / 2.0)),
+            |f| f.0 >= 0.0 && f.0 < 1.0,
+            "must be at least 0 and below 1",
+        )?;
+        if retain.0 >= watermark.0 {
+            return Err(Error::invalid(format!(
+                "pwb_retain {} must be below pwb_watermark {}",
+                retain.0, watermark.0
+            )));
+        }
         let chunk_size = p.take_checked(
             "chunk_size",
             Opt(None),
@@ -201,6 +221,7 @@ impl PrismOptions {
             pwb_count: pwb_count.0,
             pwb_size: pwb_size.0.map(ByteSize::bytes),
             pwb_watermark: watermark.0,
+            pwb_retain: retain.0,
             chunk_size: chunk_size.0.map(ByteSize::bytes),
             queue_depth,
             read_batching,
@@ -212,16 +233,28 @@ impl PrismOptions {
         })
     }
 
+    /// When PWBs are reclaimed, and how much.
+    pub fn reclaim_limits(&self) -> crate::pwb::ReclaimLimits {
+        crate::pwb::ReclaimLimits {
+            watermark: self.pwb_watermark,
+            retain: self.pwb_retain,
+        }
+    }
+
     /// The PWB count to create a store with.
     pub fn pwb_count_or_default(&self) -> u32 {
         self.pwb_count.unwrap_or(DEFAULT_PWB_COUNT)
     }
 
     /// The PWB size to create a store with in a pool of `pool_len` bytes: the option, or a
-    /// quarter of the pool shared by the PWBs (between 64 KiB and 256 MiB, 4 KiB multiple).
+    /// half of the pool shared by the PWBs (between 64 KiB and 256 MiB, 4 KiB multiple); the
+    /// other half holds the key index and HSIT. (The paper provisions 16 GB of NVM for
+    /// 100 GB of data, of which the index and HSIT of 100M keys take 5.4 GB, §7 "Size of NVM space": two
+    /// thirds are write buffer. Values in a PWB are read from pmem, so a larger PWB also
+    /// means fewer flash reads.)
     pub fn pwb_size_or_default(&self, pool_len: u64) -> u64 {
         self.pwb_size.unwrap_or_else(|| {
-            let share = pool_len / 4 / u64::from(self.pwb_count_or_default());
+            let share = pool_len / 2 / u64::from(self.pwb_count_or_default());
             share.clamp(64 << 10, 256 << 20) / 4096 * 4096
         })
     }
@@ -325,10 +358,11 @@ mod tests {
     }
 
     #[test]
-    fn default_pwb_size_is_a_quarter_of_the_pool_shared() {
+    fn default_pwb_size_is_half_of_the_pool_shared() {
         let o = parse("prism").unwrap();
-        assert_eq!(o.pwb_size_or_default(1 << 30), 16 << 20);
-        assert_eq!(o.pwb_size_or_default(8 << 20), 128 << 10);
+        assert_eq!(o.pwb_size_or_default(1 << 30), 32 << 20);
+        assert_eq!(o.pwb_size_or_default(8 << 20), 256 << 10);
+        assert_eq!(o.pwb_size_or_default(4 << 20), 128 << 10);
         assert_eq!(o.pwb_size_or_default(2 << 20), 64 << 10);
         assert_eq!(o.pwb_size_or_default(1 << 40), 256 << 20);
     }

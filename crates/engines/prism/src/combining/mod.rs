@@ -8,9 +8,11 @@
 //! - [`CombiningMode::Timeout`]: timeout-based batching ([`timeout`], "TA").
 //!
 //! The combiner is generic over the request `R` and its result `T`; the I/O itself is the
-//! submit function it is given (for the Value Storage: build an io_uring batch and submit
-//! it asynchronously to the flash tier, whose completion thread completes each request,
-//! see `value_storage::reader`). Completion hand-off is in [`completion`].
+//! function it is given: a [`ReapFn`] with which the leader submits its batch, hands the
+//! queue on and reaps the batch itself (combining and single modes, see
+//! `value_storage::reader`), or a [`SubmitFn`] that submits asynchronously to the flash
+//! tier, whose completion thread completes each request (timeout batching, multi-reads).
+//! Completion hand-off is in [`completion`].
 //!
 //! Statistics: a histogram of batch sizes (count per size), from which the mean batch
 //! size follows.
@@ -35,6 +37,14 @@ use timeout::TimeoutBatcher;
 
 /// The function that submits a batch; it must complete (or drop) every completer.
 pub type SubmitFn<R, T> = Arc<dyn Fn(Batch<R, T>) + Send + Sync>;
+
+/// The function a leader runs to submit a batch *and reap it*: it submits, calls the
+/// hand-off callback (the next leader may then submit its own batch), waits for the
+/// batch's completions and completes every completer itself. A leader that reaps skips the
+/// hop through a completion thread (and the wake-ups of threads that are neither the
+/// reader nor the one that submitted), which on a machine with few cores costs more than
+/// the combining saves; see [`ThreadCombiner::with_reaping`].
+pub type ReapFn<R, T> = Arc<dyn Fn(Batch<R, T>, &mut dyn FnMut()) + Send + Sync>;
 
 /// How concurrent reads are batched.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -125,6 +135,7 @@ pub struct ThreadCombiner<R, T> {
     mode: CombiningMode,
     engine: Engine<R, T>,
     submit: SubmitFn<R, T>,
+    reap: Option<ReapFn<R, T>>,
     histogram: Arc<[Counter]>,
 }
 
@@ -153,8 +164,31 @@ impl<R: Send + 'static, T: Send + 'static> ThreadCombiner<R, T> {
             mode,
             engine,
             submit,
+            reap: None,
             histogram,
         })
+    }
+
+    /// As [`ThreadCombiner::new`], with leaders that reap their own batches (`reap`) in the
+    /// combining and single modes. Timeout batching and [`ThreadCombiner::execute_batch`]
+    /// keep the asynchronous `submit` (their submitter must not wait for each batch).
+    pub fn with_reaping(
+        mode: CombiningMode,
+        queue_depth: u32,
+        submit: SubmitFn<R, T>,
+        reap: ReapFn<R, T>,
+    ) -> Result<Self> {
+        let mut c = Self::new(mode, queue_depth, submit)?;
+        let h = c.histogram.clone();
+        c.reap = Some(Arc::new(
+            move |b: Batch<R, T>, hand_off: &mut dyn FnMut()| {
+                if let Some(n) = h.get(b.len()) {
+                    n.incr();
+                }
+                reap(b, hand_off);
+            },
+        ));
+        Ok(c)
     }
 
     /// The mode.
@@ -164,14 +198,18 @@ impl<R: Send + 'static, T: Send + 'static> ThreadCombiner<R, T> {
 
     /// Runs one request and returns its result.
     pub fn execute(&self, request: R) -> Result<T> {
-        match &self.engine {
-            Engine::Combining(q) => q.execute(request, &*self.submit),
-            Engine::Single => {
+        match (&self.engine, &self.reap) {
+            (Engine::Combining(q), Some(reap)) => q.execute_then(request, &**reap),
+            (Engine::Combining(q), None) => q.execute(request, &*self.submit),
+            (Engine::Single, reap) => {
                 let (c, w) = completion::pair();
-                (self.submit)(vec![(request, c)]);
+                match reap {
+                    Some(reap) => reap(vec![(request, c)], &mut || {}),
+                    None => (self.submit)(vec![(request, c)]),
+                }
                 w.wait()
             }
-            Engine::Timeout(t) => t.execute(request),
+            (Engine::Timeout(t), _) => t.execute(request),
         }
     }
 
@@ -263,6 +301,67 @@ mod tests {
                 assert_eq!(st.batches(), 3200);
             }
         }
+    }
+
+    /// Submits nothing anywhere: hands off, then completes the batch on the leader's own
+    /// thread, as the Value Storage's ring-reaping leader does.
+    fn echo_reaped_by_leader() -> ReapFn<u64, u64> {
+        Arc::new(|batch: Batch<u64, u64>, hand_off: &mut dyn FnMut()| {
+            hand_off();
+            std::thread::yield_now();
+            for (r, c) in batch {
+                c.complete(Ok(r));
+            }
+        })
+    }
+
+    #[test]
+    fn leaders_that_reap_their_batches_return_each_thread_its_own_result() {
+        for mode in [
+            CombiningMode::Combining,
+            CombiningMode::Single,
+            CombiningMode::Timeout { micros: 50 },
+        ] {
+            let c =
+                ThreadCombiner::with_reaping(mode, 8, echo_on_thread(), echo_reaped_by_leader())
+                    .unwrap();
+            std::thread::scope(|s| {
+                for t in 0..16u64 {
+                    let c = &c;
+                    s.spawn(move || {
+                        for i in 0..200 {
+                            let r = t << 32 | i;
+                            assert_eq!(c.execute(r).unwrap(), r);
+                        }
+                    });
+                }
+            });
+            let st = c.stats();
+            assert_eq!(st.requests(), 3200, "{mode}");
+            assert!(st.histogram.iter().skip(9).all(|&n| n == 0), "{mode}");
+        }
+    }
+
+    #[test]
+    fn a_reaping_leader_that_never_hands_off_still_passes_the_queue_on() {
+        let reap: ReapFn<u64, u64> = Arc::new(|batch: Batch<u64, u64>, _: &mut dyn FnMut()| {
+            for (r, c) in batch {
+                c.complete(Ok(r + 1));
+            }
+        });
+        let c = ThreadCombiner::with_reaping(CombiningMode::Combining, 4, echo_on_thread(), reap)
+            .unwrap();
+        std::thread::scope(|s| {
+            for t in 0..8u64 {
+                let c = &c;
+                s.spawn(move || {
+                    for i in 0..100 {
+                        assert_eq!(c.execute(t * 1000 + i).unwrap(), t * 1000 + i + 1);
+                    }
+                });
+            }
+        });
+        assert_eq!(c.stats().requests(), 800);
     }
 
     #[test]

@@ -51,6 +51,10 @@ use super::completion::{Completer, pair};
 /// A batch handed to the submit function: each request with the completer of its result.
 pub type Batch<R, T> = Vec<(R, Completer<T>)>;
 
+/// A leader's submit-and-reap function: it gets the batch and the hand-off callback (see
+/// [`ThreadCombiningQueue::execute_then`]).
+pub type LeadFn<'a, R, T> = dyn Fn(Batch<R, T>, &mut dyn FnMut()) + Sync + 'a;
+
 /// What a leader gathered: the batch and the last node taken.
 type Gathered<R, T> = (Batch<R, T>, *mut Node<R, T>);
 
@@ -105,6 +109,18 @@ impl<R: Send, T: Send> ThreadCombiningQueue<R, T> {
     /// leader, it calls `submit` with the batch it gathered (its own request first);
     /// `submit` must arrange for every completer to be completed (or dropped).
     pub fn execute(&self, request: R, submit: &(dyn Fn(Batch<R, T>) + Sync)) -> Result<T> {
+        self.execute_then(request, &|batch, hand_off| {
+            submit(batch);
+            hand_off();
+        })
+    }
+
+    /// As [`ThreadCombiningQueue::execute`], for a leader that reaps its own batch:
+    /// `submit` gets the batch and a `hand_off` callback, which it must call once the
+    /// requests are with the device and before it waits for them, so that the next leader
+    /// can submit the next batch meanwhile; it then completes every completer itself.
+    /// (Called later or not at all, `hand_off` runs when `submit` returns.)
+    pub fn execute_then(&self, request: R, submit: &LeadFn<'_, R, T>) -> Result<T> {
         let (completer, waiter) = pair();
         let node = Node {
             next: AtomicPtr::new(ptr::null_mut()),
@@ -134,11 +150,18 @@ impl<R: Send, T: Send> ThreadCombiningQueue<R, T> {
         }
         // This thread leads: its own request has not been taken (invariant 2).
         let (batch, last) = self.gather(&node);
-        submit(batch);
-        self.hand_off(last);
-        if !ptr::eq(last, me) {
-            release(last);
-        }
+        let mut handed = false;
+        let mut hand_off = || {
+            if !handed {
+                handed = true;
+                self.hand_off(last);
+                if !ptr::eq(last, me) {
+                    release(last);
+                }
+            }
+        };
+        submit(batch, &mut hand_off);
+        hand_off();
         waiter.wait()
     }
 

@@ -116,7 +116,7 @@ fn format(
     )?);
     let hsit = Arc::new(Hsit::create(pool.clone(), alloc.clone(), &sb)?);
     let pwbs = each(sb.pwb_count, |i| {
-        Pwb::create(pool.clone(), &sb, i, opts.pwb_watermark)
+        Pwb::create(pool.clone(), &sb, i, opts.reclaim_limits())
     })?;
     let index = PersistentKeyIndex::create(pool.clone(), alloc.clone(), ROOT_KEY_INDEX)?;
     let storages = each_device(devices, |id, dev| {
@@ -185,7 +185,7 @@ fn reopen(
     let alloc = Arc::new(PmemAllocator::open(pool.clone(), sb.alloc_off)?);
     let hsit = Arc::new(Hsit::open(pool.clone(), alloc.clone(), &sb)?);
     let pwbs = each(sb.pwb_count, |i| {
-        Pwb::open(pool.clone(), &sb, i, opts.pwb_watermark)
+        Pwb::open(pool.clone(), &sb, i, opts.reclaim_limits())
     })?;
     let index = PersistentKeyIndex::open(pool.clone(), alloc.clone(), ROOT_KEY_INDEX)?;
     let storages = each_device(devices, |id, dev| {

@@ -24,7 +24,7 @@ use super::core::{ChainBatch, Core};
 use crate::hsit::entry::{ForwardPointer, Location};
 use crate::hsit::epoch;
 use crate::pwb::Pwb;
-use crate::pwb::reclaim::{Choice, LiveRecord, batches, choose, collect_live};
+use crate::pwb::reclaim::{Choice, LiveRecord, batches, choose, collect_live, partial_end};
 use crate::pwb::record::HEADER_LEN;
 use crate::value_storage::chunk_format::{payload_capacity, record_footprint};
 use crate::value_storage::{ValueLocation, ValueStorage};
@@ -51,10 +51,14 @@ impl Core {
                 continue;
             };
             let ring = pwb.ring();
-            if let Choice::Reclaim { upto } =
-                choose(&ring, pwb.watermark(), force || pwb.has_waiters())
-            {
-                self.reclaim_range(pwb, ring.head, upto)?;
+            if let Choice::Reclaim { upto, budget } = choose(
+                &ring,
+                pwb.watermark(),
+                pwb.retain(),
+                force || pwb.has_waiters(),
+            ) {
+                let to = partial_end(pwb, ring.head, upto, budget)?;
+                self.reclaim_range(pwb, ring.head, to)?;
                 any = true;
             }
         }

@@ -54,6 +54,18 @@ pub struct Pwb {
     /// Writers waiting for space.
     waiters: AtomicUsize,
     watermark: u64,
+    retain: u64,
+}
+
+/// When a PWB is reclaimed and how much of it: fractions of the ring.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ReclaimLimits {
+    /// Use at which reclamation starts (§4.3: 50%).
+    pub watermark: f64,
+    /// Use a watermark-triggered reclamation leaves behind: the newest records stay in
+    /// the PWB (where reads find them on pmem and overwrites never reach flash); the
+    /// oldest are moved. 0 drains the ring. Forced reclamations always drain it.
+    pub retain: f64,
 }
 
 impl std::fmt::Debug for Pwb {
@@ -132,8 +144,15 @@ impl Append<'_> {
 }
 
 impl Pwb {
-    fn new(pool: Arc<PmemPool>, sb: &Superblock, id: u32, head: u64, watermark: f64) -> Self {
+    fn new(
+        pool: Arc<PmemPool>,
+        sb: &Superblock,
+        id: u32,
+        head: u64,
+        limits: ReclaimLimits,
+    ) -> Self {
         let size = sb.pwb_size;
+        let watermark = ((size as f64 * limits.watermark) as u64).clamp(1, size);
         Pwb {
             id,
             pool,
@@ -147,20 +166,31 @@ impl Pwb {
             }),
             space: Condvar::new(),
             waiters: AtomicUsize::new(0),
-            watermark: ((size as f64 * watermark) as u64).clamp(1, size),
+            watermark,
+            retain: ((size as f64 * limits.retain) as u64).min(watermark - 1),
         }
     }
 
     /// Formats PWB `id` of a new store: head 0, persisted.
-    pub fn create(pool: Arc<PmemPool>, sb: &Superblock, id: u32, watermark: f64) -> Result<Pwb> {
+    pub fn create(
+        pool: Arc<PmemPool>,
+        sb: &Superblock,
+        id: u32,
+        limits: ReclaimLimits,
+    ) -> Result<Pwb> {
         pool.store_u64(sb.pwb_desc(id), 0)?;
         pool.persist(sb.pwb_desc(id), 8)?;
-        Ok(Pwb::new(pool, sb, id, 0, watermark))
+        Ok(Pwb::new(pool, sb, id, 0, limits))
     }
 
     /// Opens PWB `id`: its head from the descriptor; the tail equals the head until
     /// recovery sets it ([`Pwb::set_recovered_tail`]).
-    pub fn open(pool: Arc<PmemPool>, sb: &Superblock, id: u32, watermark: f64) -> Result<Pwb> {
+    pub fn open(
+        pool: Arc<PmemPool>,
+        sb: &Superblock,
+        id: u32,
+        limits: ReclaimLimits,
+    ) -> Result<Pwb> {
         let head = pool.load_u64(sb.pwb_desc(id))?;
         if !head.is_multiple_of(record::RECORD_ALIGN) {
             return Err(Error::corruption(
@@ -169,7 +199,7 @@ impl Pwb {
                 format!("PWB {id} head {head} is not record-aligned"),
             ));
         }
-        Ok(Pwb::new(pool, sb, id, head, watermark))
+        Ok(Pwb::new(pool, sb, id, head, limits))
     }
 
     /// This PWB's number.
@@ -195,6 +225,11 @@ impl Pwb {
     /// Bytes in use at which reclamation starts.
     pub fn watermark(&self) -> u64 {
         self.watermark
+    }
+
+    /// Bytes in use a watermark-triggered reclamation leaves behind.
+    pub fn retain(&self) -> u64 {
+        self.retain
     }
 
     /// True when `off` is inside this PWB's ring.

@@ -23,22 +23,58 @@ use super::ring::Ring;
 pub enum Choice {
     /// Nothing.
     Idle,
-    /// Reclaim `[head, upto)`.
+    /// Reclaim the first `budget` bytes of `[head, upto)` (rounded up to a record).
     Reclaim {
         /// The tail at the time of the decision.
         upto: u64,
+        /// Bytes to reclaim from the head.
+        budget: u64,
     },
 }
 
-/// Reclaim once use reaches `watermark` bytes, or whatever is there when `force`d (flush,
-/// close, a writer waiting for space).
-pub fn choose(ring: &Ring, watermark: u64, force: bool) -> Choice {
+/// Reclaim once use reaches `watermark` bytes, moving the oldest records until about
+/// `retain` bytes are left; or everything when `force`d (flush, close, a writer waiting for
+/// space).
+pub fn choose(ring: &Ring, watermark: u64, retain: u64, force: bool) -> Choice {
     let used = ring.used();
-    if used > 0 && (force || used >= watermark) {
-        Choice::Reclaim { upto: ring.tail }
+    if used > 0 && force {
+        Choice::Reclaim {
+            upto: ring.tail,
+            budget: used,
+        }
+    } else if used > 0 && used >= watermark {
+        Choice::Reclaim {
+            upto: ring.tail,
+            budget: used.saturating_sub(retain).max(1),
+        }
     } else {
         Choice::Idle
     }
+}
+
+/// The end of a partial reclamation of `[from, to)`: the first record boundary at or past
+/// `from + budget` (or `to`), so that `[from, end)` holds whole records and, with `to` the
+/// tail, about `to - from - budget` bytes stay in the ring.
+pub fn partial_end(pwb: &Pwb, from: u64, to: u64, budget: u64) -> Result<u64> {
+    let goal = from.saturating_add(budget).min(to);
+    let mut pos = from;
+    while pos < goal {
+        let off = pwb.abs(pos);
+        let (h, _) = pwb.record_at(off)?;
+        let next = pos + h.footprint();
+        if next > to || h.footprint() == 0 {
+            return Err(Error::corruption(
+                Tier::Pmem,
+                off,
+                format!(
+                    "PWB {} record at position {pos}: runs past the tail",
+                    pwb.id()
+                ),
+            ));
+        }
+        pos = next;
+    }
+    Ok(pos)
 }
 
 /// A record to move to Value Storage.
@@ -129,17 +165,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reclaims_at_the_watermark_or_when_forced() {
+    fn reclaims_the_oldest_part_at_the_watermark_and_everything_when_forced() {
         let r = Ring {
             size: 1000,
             head: 100,
             tail: 500,
         };
-        assert_eq!(choose(&r, 500, false), Choice::Idle);
-        assert_eq!(choose(&r, 400, false), Choice::Reclaim { upto: 500 });
-        assert_eq!(choose(&r, 500, true), Choice::Reclaim { upto: 500 });
+        assert_eq!(choose(&r, 500, 0, false), Choice::Idle);
+        assert_eq!(
+            choose(&r, 400, 0, false),
+            Choice::Reclaim {
+                upto: 500,
+                budget: 400
+            }
+        );
+        assert_eq!(
+            choose(&r, 400, 250, false),
+            Choice::Reclaim {
+                upto: 500,
+                budget: 150
+            }
+        );
+        assert_eq!(
+            choose(&r, 500, 250, true),
+            Choice::Reclaim {
+                upto: 500,
+                budget: 400
+            }
+        );
         let empty = Ring { tail: 100, ..r };
-        assert_eq!(choose(&empty, 1, true), Choice::Idle);
+        assert_eq!(choose(&empty, 1, 0, true), Choice::Idle);
     }
 
     #[test]

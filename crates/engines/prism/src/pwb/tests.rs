@@ -4,9 +4,14 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::reclaim::{LiveRecord, collect_live};
+use super::reclaim::{LiveRecord, collect_live, partial_end};
 use super::*;
 use crate::test_support::pmem_fixture;
+
+const LIMITS: ReclaimLimits = ReclaimLimits {
+    watermark: 0.5,
+    retain: 0.0,
+};
 
 fn no_wake() {}
 fn ok() -> Result<()> {
@@ -16,7 +21,7 @@ fn ok() -> Result<()> {
 #[test]
 fn appended_records_read_back_and_check_their_slot() {
     let f = pmem_fixture(8 << 20, 2, 64 << 10);
-    let p = Pwb::create(f.pool.clone(), &f.sb, 1, 0.5).unwrap();
+    let p = Pwb::create(f.pool.clone(), &f.sb, 1, LIMITS).unwrap();
     let off = p.append(7, b"value", &no_wake, &ok).unwrap().record_off();
     assert_eq!(p.read(off, 7).unwrap(), b"value");
     assert!(p.read(off, 8).unwrap_err().is_corruption());
@@ -26,7 +31,7 @@ fn appended_records_read_back_and_check_their_slot() {
 #[test]
 fn rebind_moves_the_record_to_another_slot() {
     let f = pmem_fixture(8 << 20, 1, 64 << 10);
-    let p = Pwb::create(f.pool.clone(), &f.sb, 0, 0.5).unwrap();
+    let p = Pwb::create(f.pool.clone(), &f.sb, 0, LIMITS).unwrap();
     let a = p.append(1, b"v", &no_wake, &ok).unwrap();
     a.rebind(2, b"v").unwrap();
     let off = a.record_off();
@@ -37,7 +42,7 @@ fn rebind_moves_the_record_to_another_slot() {
 #[test]
 fn crossing_the_watermark_wakes_the_reclaimer() {
     let f = pmem_fixture(8 << 20, 1, 64 << 10);
-    let p = Pwb::create(f.pool.clone(), &f.sb, 0, 0.5).unwrap();
+    let p = Pwb::create(f.pool.clone(), &f.sb, 0, LIMITS).unwrap();
     let woken = AtomicUsize::new(0);
     let wake = || {
         woken.fetch_add(1, Ordering::Relaxed);
@@ -53,7 +58,7 @@ fn crossing_the_watermark_wakes_the_reclaimer() {
 #[test]
 fn a_full_ring_waits_for_the_head_and_gives_up_on_check() {
     let f = pmem_fixture(8 << 20, 1, 64 << 10);
-    let p = Pwb::create(f.pool.clone(), &f.sb, 0, 0.5).unwrap();
+    let p = Pwb::create(f.pool.clone(), &f.sb, 0, LIMITS).unwrap();
     let v = vec![1u8; 4000];
     for _ in 0..16 {
         drop(p.append(0, &v, &no_wake, &ok).unwrap());
@@ -72,7 +77,7 @@ fn a_full_ring_waits_for_the_head_and_gives_up_on_check() {
 #[test]
 fn values_larger_than_half_the_ring_are_refused() {
     let f = pmem_fixture(8 << 20, 1, 64 << 10);
-    let p = Pwb::create(f.pool.clone(), &f.sb, 0, 0.5).unwrap();
+    let p = Pwb::create(f.pool.clone(), &f.sb, 0, LIMITS).unwrap();
     let v = vec![0u8; 33 << 10];
     assert!(matches!(
         p.append(0, &v, &no_wake, &ok),
@@ -83,7 +88,7 @@ fn values_larger_than_half_the_ring_are_refused() {
 #[test]
 fn collect_live_keeps_coupled_records_across_a_wrap() {
     let f = pmem_fixture(8 << 20, 1, 64 << 10);
-    let p = Pwb::create(f.pool.clone(), &f.sb, 0, 0.5).unwrap();
+    let p = Pwb::create(f.pool.clone(), &f.sb, 0, LIMITS).unwrap();
     let mut offs = Vec::new();
     let v = vec![9u8; 3000];
     for round in 0..60u64 {
@@ -113,9 +118,50 @@ fn collect_live_keeps_coupled_records_across_a_wrap() {
 }
 
 #[test]
+fn a_partial_reclamation_ends_on_the_first_record_boundary_past_its_budget() {
+    let f = pmem_fixture(8 << 20, 1, 64 << 10);
+    let p = Pwb::create(f.pool.clone(), &f.sb, 0, LIMITS).unwrap();
+    let v = vec![5u8; 3000];
+    let mut ends = Vec::new();
+    // Wrap once so that the walk crosses the pad at the end of the ring.
+    for round in 0..40u64 {
+        let a = p.append(round, &v, &no_wake, &ok).unwrap();
+        drop(a);
+        let ring = p.ring();
+        if ring.used() > 40_000 {
+            p.advance_head(ring.tail).unwrap();
+        }
+    }
+    let ring = p.ring();
+    let mut pos = ring.head;
+    while pos < ring.tail {
+        let (h, _) = p.record_at(p.abs(pos)).unwrap();
+        pos += h.footprint();
+        ends.push(pos);
+    }
+    assert!(ends.len() >= 3, "{ring:?}");
+    for budget in [1, 3000, 3016, 3017, 9000, ring.used(), ring.used() + 99] {
+        let end = partial_end(&p, ring.head, ring.tail, budget).unwrap();
+        let want = ends
+            .iter()
+            .copied()
+            .find(|&e| e >= ring.head + budget)
+            .unwrap_or(ring.tail);
+        assert_eq!(end, want, "budget {budget}");
+    }
+    assert_eq!(partial_end(&p, ring.head, ring.tail, 0).unwrap(), ring.head);
+    // Reclaiming the part leaves the newest records readable.
+    let end = partial_end(&p, ring.head, ring.tail, ring.used() / 2).unwrap();
+    p.advance_head(end).unwrap();
+    let rest = collect_live(&p, end, ring.tail, &mut |_, _| Ok(true)).unwrap();
+    assert!(!rest.is_empty() && rest.iter().all(|r| r.len == 3000));
+    assert_eq!(rest.last().map(|r| r.slot), Some(39));
+}
+
+#[test]
 fn collect_live_reports_a_damaged_live_record() {
     let f = pmem_fixture(8 << 20, 1, 64 << 10);
-    let p = Pwb::create(f.pool.clone(), &f.sb, 0, 0.5).unwrap();
+    let p = Pwb::create(f.pool.clone(), &f.sb, 0, LIMITS).unwrap();
     let off = p.append(3, b"abcdef", &no_wake, &ok).unwrap().record_off();
     f.pool.write(off + 16, b"X").unwrap();
     let ring = p.ring();
@@ -128,11 +174,11 @@ fn collect_live_reports_a_damaged_live_record() {
 #[test]
 fn reopen_keeps_the_persisted_head() {
     let f = pmem_fixture(8 << 20, 2, 64 << 10);
-    let p = Pwb::create(f.pool.clone(), &f.sb, 1, 0.5).unwrap();
+    let p = Pwb::create(f.pool.clone(), &f.sb, 1, LIMITS).unwrap();
     drop(p.append(0, b"x", &no_wake, &ok).unwrap());
     drop(p.append(0, b"y", &no_wake, &ok).unwrap());
     p.advance_head(32).unwrap();
-    let q = Pwb::open(f.pool.clone(), &f.sb, 1, 0.5).unwrap();
+    let q = Pwb::open(f.pool.clone(), &f.sb, 1, LIMITS).unwrap();
     assert_eq!(q.ring().head, 32);
     assert_eq!(q.ring().tail, 32);
     q.set_recovered_tail(64);
@@ -144,7 +190,7 @@ fn threads_map_onto_pwbs_and_offsets_onto_their_ring() {
     let f = pmem_fixture(8 << 20, 3, 64 << 10);
     let set = PwbSet::new(
         (0..3)
-            .map(|i| Pwb::create(f.pool.clone(), &f.sb, i, 0.5).unwrap())
+            .map(|i| Pwb::create(f.pool.clone(), &f.sb, i, LIMITS).unwrap())
             .collect(),
     );
     let mine = set.for_current_thread().unwrap().id();
