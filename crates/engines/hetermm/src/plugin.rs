@@ -148,6 +148,12 @@ pub trait HeterMemory: Send + Sync {
     /// `get_value`: the value stored at `addr`, which the index holds for `key`.
     fn get_value(&self, g: &Self::Guard<'_>, addr: LogicalAddress, key: &[u8]) -> Result<Vec<u8>>;
 
+    /// A hint that `get_value(addr)` follows soon in this operation: an index that reads
+    /// many values at once (a scan) calls it for all of them first, so that their memory
+    /// loads overlap instead of waiting for one another. Changes nothing; does nothing by
+    /// default.
+    fn prefetch_value(&self, _g: &Self::Guard<'_>, _addr: LogicalAddress) {}
+
     /// `set_value`: stores `value` for `key`, whose current address is `addr` (`None` for a
     /// new key); returns the address the index must now hold (the same one when the value
     /// was updated in place). Durable (under the memory's durability settings) when it
@@ -190,6 +196,10 @@ impl HeterMemory for HeterMem {
 
     fn get_value(&self, g: &Guard<'_>, addr: LogicalAddress, key: &[u8]) -> Result<Vec<u8>> {
         self.read_value(g, addr.0, key)
+    }
+
+    fn prefetch_value(&self, g: &Guard<'_>, addr: LogicalAddress) {
+        self.prefetch_record(g, addr.0);
     }
 
     fn set_value(
@@ -331,6 +341,9 @@ impl<M: HeterMemory> PluggedIndex<M> for CoreIndex {
     fn scan(&self, hm: &M, start: &[u8], limit: usize) -> Result<Vec<KvPair>> {
         let g = hm.pin()?;
         let rows = self.inner.scan(start, limit)?;
+        for (_, a) in &rows {
+            hm.prefetch_value(&g, *a);
+        }
         rows.into_iter()
             .map(|(k, a)| hm.get_value(&g, a, &k).map(|v| (k, v)))
             .collect()

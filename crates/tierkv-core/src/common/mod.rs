@@ -2,3 +2,4 @@
 //! bloom filters, caches, epochs, budgets).
 
 pub mod index;
+pub mod prefetch;

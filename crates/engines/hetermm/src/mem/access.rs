@@ -76,6 +76,29 @@ impl HeterMem {
         Ok(value)
     }
 
+    /// Hints that the record at `addr` is read soon: its first lines, in its DRAM page or,
+    /// below off_DRAM, in its full pmem block (a compact block's record is found through
+    /// its hash table, which this does not walk). Reads and changes nothing.
+    pub fn prefetch_record(&self, _g: &Guard<'_>, addr: u64) {
+        const AHEAD: usize = 128;
+        if addr >= self.off_dram() {
+            if let Ok(page) = self.dram_page(addr) {
+                let word = (self.geo.page_offset(addr) / 8) as usize;
+                if let Some(w) = page.get(word) {
+                    tierkv_core::common::prefetch::prefetch(w);
+                }
+                if let Some(w) = page.get(word + AHEAD / 8 - 1) {
+                    tierkv_core::common::prefetch::prefetch(w);
+                }
+            }
+            return;
+        }
+        if let Some((base, false)) = self.blocks.base(self.geo.block_of(addr)) {
+            self.pool()
+                .prefetch(base + self.geo.block_offset(addr), AHEAD);
+        }
+    }
+
     /// The DRAM page holding `addr` (which is above off_DRAM, in a pinned operation).
     pub fn dram_page(&self, addr: u64) -> Result<&crate::dram::Page> {
         let phys = self.ring.lookup(self.geo.page_of(addr)).ok_or_else(|| {

@@ -43,6 +43,18 @@ impl PmemPool {
         Ok(bytes)
     }
 
+    /// Hints that `[off, off + len)` will be read soon (see `common::prefetch`): not a
+    /// read, so neither counted nor charged emulated latency; a range outside the pool is
+    /// ignored.
+    pub fn prefetch(&self, off: u64, len: usize) {
+        if let Some(bytes) = usize::try_from(off)
+            .ok()
+            .and_then(|start| self.map.slice(start, len))
+        {
+            crate::common::prefetch::prefetch_bytes(bytes);
+        }
+    }
+
     /// Copies `[off, off + buf.len())` into `buf`.
     pub fn read_into(&self, off: u64, buf: &mut [u8]) -> Result<()> {
         buf.copy_from_slice(self.read(off, buf.len())?);
