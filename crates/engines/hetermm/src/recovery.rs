@@ -41,6 +41,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use tierkv_core::common::prefetch::prefetch_bytes;
 
 use tierkv_core::media::pmem::PmemPool;
 use tierkv_core::{Error, Result, Tier};
@@ -241,6 +242,10 @@ fn threads(mem: &HeterMem) -> usize {
 /// Replayed records written under one pinned operation.
 const REPLAY_BATCH: usize = 256;
 
+/// The bytes of a replayed value prefetched before the batch is written (the rest of a
+/// long value is read sequentially, which the hardware prefetches on its own).
+const PREFETCH_VALUE_BYTES: usize = 256;
+
 /// What steps 2 and 3 found, before the index is built.
 pub struct Found<'a> {
     /// The newest valid record of each key in the persisted region that no log entry
@@ -321,16 +326,28 @@ pub fn replay_and_build(
     index: &dyn PluggedIndex<HeterMem>,
     found: Found<'_>,
 ) -> Result<()> {
-    let mut replayed: Vec<Offer<'_>> = Vec::with_capacity(found.replay.len());
+    // The entries come in key order, so their log entries are read in random order: each
+    // batch's entries are prefetched first, so that their cache misses overlap. The keys
+    // are copied into one buffer, which the index build below then reads in order.
+    let mut replayed: Vec<Held> = Vec::with_capacity(found.replay.len());
+    let mut replayed_keys: Vec<u8> = Vec::new();
     mem.replaying.store(true, Ordering::Release);
     // One pinned operation per batch of records, not per record (the flusher waits for
     // pinned operations; a record that must wait for DRAM waits unpinned).
     let written = found.replay.chunks(REPLAY_BATCH).try_for_each(|batch| {
+        for (_, key, w) in batch {
+            prefetch_bytes(key);
+            if let Some(value) = w.value {
+                prefetch_bytes(value.get(..PREFETCH_VALUE_BYTES).unwrap_or(value));
+            }
+        }
         let g = mem.pin()?;
         for (prefix, key, w) in batch {
             if let Some(value) = w.value {
                 let addr = LogicalAddress(mem.restore_value(&g, key, value, w.ts)?);
-                replayed.push((*prefix, key, addr, w.ts));
+                let at = ((replayed_keys.len() as u64) << 16) | key.len() as u64;
+                push_key(&mut replayed_keys, *prefix, key);
+                replayed.push((*prefix, at, addr));
             }
             mem.counters.replayed_entries.incr();
         }
@@ -340,7 +357,10 @@ pub fn replay_and_build(
     written?;
     let keys = &found.keys;
     let mut a = found.offers.iter().map(|h| held_offer(keys, h)).peekable();
-    let mut b = replayed.into_iter().peekable();
+    let mut b = replayed
+        .iter()
+        .map(|h| held_offer(&replayed_keys, h))
+        .peekable();
     let mut merged = std::iter::from_fn(|| match (a.peek(), b.peek()) {
         (Some(x), Some(y)) if by_key(y, x).is_lt() => b.next(),
         (Some(_), _) => a.next(),
@@ -465,8 +485,30 @@ fn key_prefix(key: &[u8]) -> u64 {
     u64::from_be_bytes(b)
 }
 
+/// Key order of two offers. Keys of at most 8 bytes are wholly in their prefix (zero
+/// padded), so with equal prefixes the shorter such key is a prefix of the longer one: they
+/// are ordered by length without touching their bytes, which lie scattered over the pool.
 fn by_key(a: &Offer<'_>, b: &Offer<'_>) -> std::cmp::Ordering {
-    a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1))
+    a.0.cmp(&b.0).then_with(|| {
+        if a.1.len() <= 8 && b.1.len() <= 8 {
+            a.1.len().cmp(&b.1.len())
+        } else {
+            a.1.cmp(b.1)
+        }
+    })
+}
+
+/// Appends `key` (whose prefix is `prefix`) to a key buffer; a key of at most 8 bytes is
+/// taken from its prefix, so its scattered bytes are not touched again.
+#[expect(
+    clippy::big_endian_bytes,
+    reason = "the inverse of `key_prefix`, in memory only"
+)]
+fn push_key(keys: &mut Vec<u8>, prefix: u64, key: &[u8]) {
+    match prefix.to_be_bytes().get(..key.len()) {
+        Some(bytes) => keys.extend_from_slice(bytes),
+        None => keys.extend_from_slice(key),
+    }
 }
 
 /// Step 3 (recoverNVM): walks every block in parallel and sorts the valid records by key;
@@ -502,7 +544,7 @@ fn scan_blocks(mem: &HeterMem, blocks: &[(u64, BlockInfo)], ht: &LogTable<'_>) -
     merge_runs(&runs, |(prefix, key, addr, ts)| {
         if let Some(last) = merged.last_mut() {
             let (p, k, a, _) = held_offer(&keys, last);
-            if p == prefix && k == key {
+            if by_key(&(p, k, a, 0), &(prefix, key, addr, 0)).is_eq() {
                 if ts > last_ts {
                     losers.push(a.0);
                     last.2 = addr;
@@ -514,7 +556,7 @@ fn scan_blocks(mem: &HeterMem, blocks: &[(u64, BlockInfo)], ht: &LogTable<'_>) -
             }
         }
         merged.push((prefix, ((keys.len() as u64) << 16) | key.len() as u64, addr));
-        keys.extend_from_slice(key);
+        push_key(&mut keys, prefix, key);
         last_ts = ts;
         Ok(())
     })?;
@@ -843,5 +885,33 @@ mod tests {
         let mut expected: Vec<Vec<u8>> = keys.iter().map(|k| k.to_vec()).collect();
         expected.sort();
         assert_eq!(seen, expected);
+    }
+
+    #[test]
+    fn keys_pushed_from_their_prefix_are_the_keys() {
+        let keys: [&[u8]; 6] = [b"", b"a", b"a\0", b"abcdefgh", b"abcdefgh1", b"\0\0\0"];
+        let mut buf = Vec::new();
+        let mut held = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            held.push((
+                key_prefix(k),
+                ((buf.len() as u64) << 16) | k.len() as u64,
+                LogicalAddress(i as u64),
+            ));
+            push_key(&mut buf, key_prefix(k), k);
+        }
+        for (k, h) in keys.iter().zip(&held) {
+            let (_, got, _, _) = held_offer(&buf, h);
+            assert_eq!(got, *k);
+        }
+        for a in keys {
+            for b in keys {
+                let (oa, ob) = (
+                    (key_prefix(a), a, LogicalAddress(0), 0),
+                    (key_prefix(b), b, LogicalAddress(0), 0),
+                );
+                assert_eq!(by_key(&oa, &ob), a.cmp(b), "{a:?} vs {b:?}");
+            }
+        }
     }
 }
