@@ -41,8 +41,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use tierkv_core::common::prefetch::prefetch_bytes;
 
+use tierkv_core::common::prefetch::prefetch_bytes;
 use tierkv_core::media::pmem::PmemPool;
 use tierkv_core::{Error, Result, Tier};
 
