@@ -94,6 +94,13 @@ impl Background {
         }
     }
 
+    /// Asks the flusher for a forced flush without waiting for it; a failure of it poisons
+    /// the store (or stalls it, when pmem is full) like any other flusher error.
+    pub fn request_flush_soon(&self) {
+        self.shared.requests.lock().requested += 1;
+        self.mem.wake_flusher.raise();
+    }
+
     /// Stops and joins the threads; reports a panic as poisoning.
     pub fn stop(&self) {
         self.shared.stop.store(true, Ordering::Release);

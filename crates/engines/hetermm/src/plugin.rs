@@ -358,10 +358,10 @@ impl<M: HeterMemory> PluggedIndex<M> for CoreIndex {
         self.install(key, |cur| hm.recover_value(&g, cur, key, addr))
     }
 
-    fn recover_sorted<'a>(
+    fn recover_sorted(
         &self,
         hm: &M,
-        offers: &mut dyn Iterator<Item = (&'a [u8], LogicalAddress)>,
+        offers: &mut dyn Iterator<Item = (&[u8], LogicalAddress)>,
     ) -> Result<()> {
         if !self.inner.is_empty() {
             for (key, addr) in offers {
@@ -370,22 +370,33 @@ impl<M: HeterMemory> PluggedIndex<M> for CoreIndex {
             return Ok(());
         }
         // The versions of a key arrive together: settle each key's winner exactly as
-        // `recover` would (one pinned operation per later version), then build the index
-        // from the winners in one pass. A key's first version needs no operation:
-        // `recover_value` with no current address installs the candidate and leaves nothing
-        // to invalidate.
-        let mut winners: Vec<(&'a [u8], LogicalAddress)> = Vec::new();
-        for (key, addr) in offers {
-            match winners.last_mut() {
-                Some((last, current)) if *last == key => {
-                    let g = hm.pin()?;
-                    *current = hm.recover_value(&g, Some(*current), key, addr)?;
+        // `recover` would (one pinned operation per later version), and build the index
+        // from the winners in one pass as they come. A key's first version needs no
+        // operation: `recover_value` with no current address installs the candidate and
+        // leaves nothing to invalidate.
+        let mut failed = None;
+        let mut offers = offers.peekable();
+        let mut winners = std::iter::from_fn(|| {
+            let (key, mut addr) = offers.next()?;
+            while let Some((_, later)) = offers.next_if(|(k, _)| *k == key) {
+                match hm
+                    .pin()
+                    .and_then(|g| hm.recover_value(&g, Some(addr), key, later))
+                {
+                    Ok(a) => addr = a,
+                    Err(e) => {
+                        failed = Some(e);
+                        return None;
+                    }
                 }
-                _ => winners.push((key, addr)),
             }
+            Some((key, addr))
+        });
+        self.inner.insert_sorted(&mut winners);
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
-        self.inner.insert_sorted(&mut winners.into_iter());
-        Ok(())
     }
 
     fn address(&self, key: &[u8]) -> Option<LogicalAddress> {

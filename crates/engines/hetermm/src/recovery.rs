@@ -5,28 +5,31 @@
 //!    every log block. Runs the allocator holds under our tags but no directory word names
 //!    (prepared, or being written at the crash) are freed, as the allocator's contract asks.
 //! 2. **recoverWAL.** Read every log block (in parallel) and keep, per key, the entry with
-//!    the latest timestamp (`ht` of Algorithm 1; a delete is an entry too). An entry whose
-//!    second persist did not happen has ts = 0 and is not read (`format::log`).
+//!    the latest timestamp (`ht` of Algorithm 1; a delete is an entry too), as a run sorted
+//!    by key rather than a hash table. An entry whose second persist did not happen has
+//!    ts = 0 and is not read (`format::log`).
 //! 3. **recoverNVM.** Walk every published block (in parallel), skipping records whose
 //!    invalid bit is set. A record older than the key's log entry is a loser, and so is any
-//!    but the newest of a key's versions (setAddr of lines 19-26, done while the sorted
-//!    records are merged; [`PluggedIndex::recover`] decides the same way). Losers are then
-//!    marked invalid (durably), as lines 22 and 26 require. Live bytes per block are
-//!    recounted.
+//!    but the newest of a key's versions (setAddr of lines 19-26; [`PluggedIndex::recover`]
+//!    decides the same way). Losers are then marked invalid (durably), as lines 22 and 26
+//!    require. Live bytes per block are recounted.
 //!    The walk is parallel; the offers are not: each thread collects `(key, address)` pairs
-//!    (keys borrowed from the mapped pool), sorts them, and the sorted runs are merged and
-//!    offered in key order after step 4 ([`PluggedIndex::recover_sorted`]; the btree builds
-//!    itself from them in one pass). `recover` keeps the newer version whatever the
-//!    order, so this changes only speed: parallel offers contended on the index's lock and
-//!    random-order inserts missed the cache on every tree level (4,000,000 records took 11 s
-//!    to recover; the paper's §6.5 counts on recovery being fast).
+//!    (keys borrowed from the mapped pool), sorts them, and the sorted runs are merged with
+//!    each other and with the sorted log entries (so no lookup per record decides what a
+//!    log entry outranks), then offered in key order after step 4
+//!    ([`PluggedIndex::recover_sorted`]; the btree builds itself from them in one pass).
+//!    `recover` keeps the newer version whatever the order, so this changes only speed:
+//!    parallel offers contended on the index's lock and random-order inserts missed the
+//!    cache on every tree level (4,000,000 records took 11 s to recover; the paper's §6.5
+//!    counts on recovery being fast).
 //! 4. **Replay.** A key's newest log entry is replayed when no record of the key in pmem is
 //!    as new (a merge of the sorted entries with the sorted records, no index lookups): a
 //!    put becomes a new DRAM record with the entry's timestamp (the paper's `set`, not logged
 //!    again), a delete needs nothing (the older records lost in step 3). The replayed
 //!    records join the sorted records, and the index is built from all of them in one pass
 //!    ([`PluggedIndex::recover_sorted`]). The old log blocks stay until a forced flush has
-//!    persisted the replayed records, and are retired only then.
+//!    persisted the replayed records, and are retired only then; the flusher does it in
+//!    the background, after the store has opened.
 //!
 //! Deletes: the paper's recovery would resurrect a deleted key from an older version in
 //! pmem. Here a delete is a log entry until the deleted record's invalid bit is durable
@@ -37,10 +40,9 @@
 //! of the records found in step 3 are copied out of the blocks into one buffer first.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-
-use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use tierkv_core::common::prefetch::prefetch_bytes;
 use tierkv_core::media::pmem::PmemPool;
@@ -68,7 +70,7 @@ pub struct Plan {
 }
 
 /// The newest log entry of a key.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LogWinner<'a> {
     /// Its timestamp.
     pub ts: u64,
@@ -270,13 +272,18 @@ impl Found<'_> {
 /// log entry outranks, and sorts what is left to offer and to replay.
 pub fn find<'a>(mem: &'a HeterMem, plan: &Plan) -> Result<Found<'a>> {
     let frontier = mem.nvm.flush_frontier()?;
-    let ht = read_logs(mem, &plan.logs, frontier)?;
+    let started = Instant::now();
+    let log = read_logs(mem, &plan.logs, frontier)?;
+    mem.counters
+        .recovery_log_micros
+        .set(started.elapsed().as_micros() as u64);
+    let started = Instant::now();
     let Scanned {
         lives,
         losers,
         offers,
         keys,
-    } = scan_blocks(mem, &plan.blocks, &ht)?;
+    } = scan_blocks(mem, &plan.blocks, &log)?;
     for (b, live, total) in lives {
         if let Some(cell) = mem.blocks.info(b) {
             let mut info = cell.lock();
@@ -287,19 +294,12 @@ pub fn find<'a>(mem: &'a HeterMem, plan: &Plan) -> Result<Found<'a>> {
         }
     }
     mem.apply_marks(&losers)?;
-    // Sorted and compared by their 8-byte prefix first: the keys are scattered over the
-    // pool, and touching one costs a cache miss.
-    let mut entries: Vec<(u64, &[u8], LogWinner<'_>)> = ht
-        .into_iter()
-        .filter(|(_, w)| !w.flushed)
-        .map(|(k, w)| (key_prefix(k), k, w))
-        .collect();
-    entries.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
     // A key's records older than its newest entry lost above; so the entry is replayed
     // exactly when none of the key's records is offered (one as new is its own record).
+    // Both are sorted by key: one merge, no lookups.
     let mut replay = Vec::new();
     let mut at = 0;
-    for (prefix, key, w) in entries {
+    for (prefix, key, w) in log.into_iter().filter(|(_, _, w)| !w.flushed) {
         let probe = (prefix, key, LogicalAddress(0), 0);
         let cmp = |h: &Held| by_key(&held_offer(&keys, h), &probe);
         while offers.get(at).is_some_and(|h| cmp(h).is_lt()) {
@@ -309,6 +309,9 @@ pub fn find<'a>(mem: &'a HeterMem, plan: &Plan) -> Result<Found<'a>> {
             replay.push((prefix, key, w));
         }
     }
+    mem.counters
+        .recovery_scan_micros
+        .set(started.elapsed().as_micros() as u64);
     Ok(Found {
         offers,
         keys,
@@ -331,6 +334,7 @@ pub fn replay_and_build(
     // are copied into one buffer, which the index build below then reads in order.
     let mut replayed: Vec<Held> = Vec::with_capacity(found.replay.len());
     let mut replayed_keys: Vec<u8> = Vec::new();
+    let started = Instant::now();
     mem.replaying.store(true, Ordering::Release);
     // One pinned operation per batch of records, not per record (the flusher waits for
     // pinned operations; a record that must wait for DRAM waits unpinned).
@@ -355,6 +359,10 @@ pub fn replay_and_build(
     });
     mem.replaying.store(false, Ordering::Release);
     written?;
+    mem.counters
+        .recovery_replay_micros
+        .set(started.elapsed().as_micros() as u64);
+    let started = Instant::now();
     let keys = &found.keys;
     let mut a = found.offers.iter().map(|h| held_offer(keys, h)).peekable();
     let mut b = replayed
@@ -372,7 +380,11 @@ pub fn replay_and_build(
     mem.recovering.store(false, Ordering::Release);
     built?;
     let losers = std::mem::take(&mut *mem.recovery_losers.lock());
-    mem.apply_marks(&losers)
+    mem.apply_marks(&losers)?;
+    mem.counters
+        .recovery_build_micros
+        .set(started.elapsed().as_micros() as u64);
+    Ok(())
 }
 
 /// Runs `work` over `items` on the recovery threads (item i on thread i mod n), each thread
@@ -405,28 +417,44 @@ fn in_parallel<I: Sync, T: Send>(
     parts.into_iter().collect()
 }
 
-/// Step 2 (recoverWAL): the newest entry of every key in the log blocks.
-/// The log table of Algorithm 1 (`ht`): keys come from our own pool, so a fast
-/// non-keyed hash is safe, and recovery looks every record up in it.
-/// Keys and values are borrowed from the mapped pool: no allocation per entry.
-type LogTable<'a> = FxHashMap<&'a [u8], LogWinner<'a>>;
-
-fn read_logs<'a>(mem: &'a HeterMem, logs: &[(u64, u64)], frontier: u64) -> Result<LogTable<'a>> {
-    // Entries per log block, roughly (8-byte keys, small values): sized once, not rehashed.
-    let per_block = (mem.geo.block_size() / (log::ENTRY_HEADER_LEN + 24)) as usize;
-    let share = logs.len().div_ceil(threads(mem).max(1));
-    let init = || LogTable::with_capacity_and_hasher(per_block * share, Default::default());
-    let parts = in_parallel(mem, logs, init, |ht, (off, seq)| {
-        read_log_block(mem, *off, *seq, frontier, ht)
+/// Step 2 (recoverWAL): the newest entry of every key in the log blocks, sorted by key (the
+/// `ht` of Algorithm 1, as a sorted run). Each recovery thread reads its share of the log
+/// blocks, sorts its entries and keeps each key's newest; the runs are then merged. A
+/// sorted run, not a hash table: step 3 sorts the records by key anyway, so deciding which
+/// records an entry outranks is one merge of the two, not a random lookup per record (with
+/// 4,000,000 records and 1,000,000 entries the table's inserts and lookups took a third of
+/// the recovery). Keys and values are borrowed from the mapped pool.
+fn read_logs<'a>(mem: &'a HeterMem, logs: &[(u64, u64)], frontier: u64) -> Result<LogRun<'a>> {
+    let parts = in_parallel(mem, logs, Vec::new, |run, (off, seq)| {
+        read_log_block(mem, *off, *seq, frontier, run)
     })?;
-    let mut parts = parts.into_iter();
-    let mut ht = parts.next().unwrap_or_default();
-    for part in parts {
-        for (k, w) in part {
-            keep_newer(&mut ht, k, w);
+    let runs = on_own_threads(mem, parts, |run: &mut LogRun<'a>| {
+        run.sort_unstable_by(|a, b| entry_order(a, b).then_with(|| b.2.ts.cmp(&a.2.ts)));
+        run.dedup_by(|later, first| entry_order(later, first).is_eq());
+    })?;
+    let mut merged: LogRun<'a> = Vec::with_capacity(runs.iter().map(Vec::len).sum());
+    merge_runs(&runs, entry_order, |e| {
+        match merged.last_mut() {
+            Some(last) if entry_order(last, &e).is_eq() => {
+                if e.2.ts > last.2.ts {
+                    *last = e;
+                }
+            }
+            _ => merged.push(e),
         }
-    }
-    Ok(ht)
+        Ok(())
+    })?;
+    Ok(merged)
+}
+
+/// Log entries in key order: (key prefix, key, the entry).
+type LogRun<'a> = Vec<(u64, &'a [u8], LogWinner<'a>)>;
+
+fn entry_order(
+    a: &(u64, &[u8], LogWinner<'_>),
+    b: &(u64, &[u8], LogWinner<'_>),
+) -> std::cmp::Ordering {
+    key_order(a.0, a.1, b.0, b.1)
 }
 
 fn read_log_block<'a>(
@@ -434,12 +462,13 @@ fn read_log_block<'a>(
     off: u64,
     seq: u64,
     frontier: u64,
-    ht: &mut LogTable<'a>,
+    run: &mut LogRun<'a>,
 ) -> Result<()> {
     let bytes = mem.pool().read(off, mem.geo.block_size() as usize)?;
     let header = LogHeader::decode(bytes, off, seq, mem.geo.block_bits)?;
+    let mut newest = 0;
     log::walk(bytes, &header, |e| {
-        mem.observe_ts(e.ts);
+        newest = newest.max(e.ts);
         let put = e.kind == EntryKind::Put;
         let flushed = put && e.record < frontier;
         let value = (put && !flushed).then_some(e.value);
@@ -448,23 +477,10 @@ fn read_log_block<'a>(
             value,
             flushed,
         };
-        keep_newer(ht, e.key, w);
+        run.push((key_prefix(e.key), e.key, w));
     });
+    mem.observe_ts(newest);
     Ok(())
-}
-
-fn keep_newer<'a>(ht: &mut LogTable<'a>, key: &'a [u8], w: LogWinner<'a>) {
-    use std::collections::hash_map::Entry;
-    match ht.entry(key) {
-        Entry::Occupied(mut e) => {
-            if e.get().ts < w.ts {
-                e.insert(w);
-            }
-        }
-        Entry::Vacant(e) => {
-            e.insert(w);
-        }
-    }
 }
 
 type Lives = Vec<(u64, u64, u64)>;
@@ -489,11 +505,16 @@ fn key_prefix(key: &[u8]) -> u64 {
 /// padded), so with equal prefixes the shorter such key is a prefix of the longer one: they
 /// are ordered by length without touching their bytes, which lie scattered over the pool.
 fn by_key(a: &Offer<'_>, b: &Offer<'_>) -> std::cmp::Ordering {
-    a.0.cmp(&b.0).then_with(|| {
-        if a.1.len() <= 8 && b.1.len() <= 8 {
-            a.1.len().cmp(&b.1.len())
+    key_order(a.0, a.1, b.0, b.1)
+}
+
+/// The order of two keys given with their prefixes (see [`by_key`]).
+fn key_order(ap: u64, a: &[u8], bp: u64, b: &[u8]) -> std::cmp::Ordering {
+    ap.cmp(&bp).then_with(|| {
+        if a.len() <= 8 && b.len() <= 8 {
+            a.len().cmp(&b.len())
         } else {
-            a.1.cmp(b.1)
+            a.cmp(b)
         }
     })
 }
@@ -512,15 +533,15 @@ fn push_key(keys: &mut Vec<u8>, prefix: u64, key: &[u8]) {
 }
 
 /// Step 3 (recoverNVM): walks every block in parallel and sorts the valid records by key;
-/// returns per block (live bytes, all record bytes), the records that lost to a log entry,
-/// and the others in key order.
-fn scan_blocks(mem: &HeterMem, blocks: &[(u64, BlockInfo)], ht: &LogTable<'_>) -> Result<Scanned> {
+/// returns per block (live bytes, all record bytes), the records that lost (to the key's
+/// newest log entry in `log`, or to a newer version), and the others in key order.
+fn scan_blocks(mem: &HeterMem, blocks: &[(u64, BlockInfo)], log: &LogRun<'_>) -> Result<Scanned> {
     let parts = in_parallel(
         mem,
         blocks,
         || (Lives::new(), Vec::new(), Vec::new()),
         |(lives, losers, offers), (b, info)| {
-            let (live, total) = scan_block(mem, *b, info, ht, losers, offers)?;
+            let (live, total) = scan_block(mem, *b, info, losers, offers)?;
             lives.push((*b, live, total));
             Ok(())
         },
@@ -533,15 +554,32 @@ fn scan_blocks(mem: &HeterMem, blocks: &[(u64, BlockInfo)], ht: &LogTable<'_>) -
         losers.extend(x);
         runs.push(o);
     }
-    let runs = sort_runs(mem, runs)?;
+    let runs = on_own_threads(mem, runs, |r: &mut Vec<Offer<'_>>| {
+        r.sort_unstable_by(by_key);
+    })?;
     let mut merged = Vec::with_capacity(runs.iter().map(Vec::len).sum());
     let key_bytes = runs.iter().flatten().map(|(_, k, _, _)| k.len()).sum();
     let mut keys = Vec::with_capacity(key_bytes);
+    // The key's log entry (both are in key order, so a cursor that only moves forward).
+    let mut entry = 0;
     // Versions of a key arrive together: the newest stays (the first of equals, as
     // `recover_value` decides), the others are losers now — marked before the log is
     // replayed, so that reorganisation can reclaim their space meanwhile.
     let mut last_ts = 0;
-    merge_runs(&runs, |(prefix, key, addr, ts)| {
+    merge_runs(&runs, by_key, |(prefix, key, addr, ts)| {
+        while log
+            .get(entry)
+            .is_some_and(|e| key_order(e.0, e.1, prefix, key).is_lt())
+        {
+            entry += 1;
+        }
+        if log
+            .get(entry)
+            .is_some_and(|e| e.2.ts > ts && key_order(e.0, e.1, prefix, key).is_eq())
+        {
+            losers.push(addr.0);
+            return Ok(());
+        }
         if let Some(last) = merged.last_mut() {
             let (p, k, a, _) = held_offer(&keys, last);
             if by_key(&(p, k, a, 0), &(prefix, key, addr, 0)).is_eq() {
@@ -560,6 +598,7 @@ fn scan_blocks(mem: &HeterMem, blocks: &[(u64, BlockInfo)], ht: &LogTable<'_>) -
         last_ts = ts;
         Ok(())
     })?;
+    mem.counters.recovered_records.add(merged.len() as u64);
     Ok(Scanned {
         lives,
         losers,
@@ -594,19 +633,25 @@ fn held_offer<'k>(keys: &'k [u8], h: &Held) -> Offer<'k> {
     )
 }
 
-/// Sorts each thread's offers by key, each on its own thread.
-fn sort_runs<'a>(mem: &HeterMem, runs: Vec<Vec<Offer<'a>>>) -> Result<Vec<Vec<Offer<'a>>>> {
+/// Runs `work` on each of `runs`, each on its own thread (sorting the recovery threads'
+/// runs in parallel).
+fn on_own_threads<T: Send>(
+    mem: &HeterMem,
+    runs: Vec<T>,
+    work: impl Fn(&mut T) + Sync,
+) -> Result<Vec<T>> {
     if runs.len() <= 1 || threads(mem) <= 1 {
         let mut runs = runs;
-        runs.iter_mut().for_each(|r| r.sort_unstable_by(by_key));
+        runs.iter_mut().for_each(&work);
         return Ok(runs);
     }
+    let work = &work;
     std::thread::scope(|s| {
         let handles: Vec<_> = runs
             .into_iter()
             .map(|mut r| {
                 s.spawn(move || {
-                    r.sort_unstable_by(by_key);
+                    work(&mut r);
                     r
                 })
             })
@@ -618,26 +663,27 @@ fn sort_runs<'a>(mem: &HeterMem, runs: Vec<Vec<Offer<'a>>>) -> Result<Vec<Vec<Of
     })
 }
 
-/// Calls `offer` for every pair of the sorted `runs`, in key order (a k-way merge; k is the
-/// number of recovery threads, so a linear pick of the smallest head is enough).
-fn merge_runs<'a>(
-    runs: &[Vec<Offer<'a>>],
-    mut offer: impl FnMut(Offer<'a>) -> Result<()>,
+/// Calls `offer` for every item of the sorted `runs`, in `order` (a k-way merge; k is the
+/// number of recovery threads, so a linear pick of the smallest head is enough; of equal
+/// heads, the earlier run's goes first).
+fn merge_runs<T: Copy>(
+    runs: &[Vec<T>],
+    order: impl Fn(&T, &T) -> std::cmp::Ordering,
+    mut offer: impl FnMut(T) -> Result<()>,
 ) -> Result<()> {
     let mut heads = vec![0usize; runs.len()];
     loop {
-        let mut next: Option<(usize, &Offer<'a>)> = None;
+        let mut next: Option<(usize, &T)> = None;
         for (r, run) in runs.iter().enumerate() {
             if let Some(o) = run.get(heads[r])
-                && next.is_none_or(|(_, n)| by_key(o, n).is_lt())
+                && next.is_none_or(|(_, n)| order(o, n).is_lt())
             {
                 next = Some((r, o));
             }
         }
-        let Some((r, _)) = next else {
+        let Some((r, &o)) = next else {
             return Ok(());
         };
-        let o = runs[r][heads[r]];
         heads[r] += 1;
         offer(o)?;
     }
@@ -647,11 +693,10 @@ fn scan_block<'a>(
     mem: &'a HeterMem,
     b: u64,
     info: &BlockInfo,
-    ht: &LogTable,
     losers: &mut Vec<u64>,
     offers: &mut Vec<Offer<'a>>,
 ) -> Result<(u64, u64)> {
-    let (mut live, mut total) = (0, 0);
+    let (mut live, mut total, mut newest) = (0, 0, 0);
     for r in records(mem.pool(), &mem.geo, b, info)? {
         let size = r.record.header.size();
         total += size;
@@ -660,13 +705,12 @@ fn scan_block<'a>(
         }
         live += size;
         let addr = mem.geo.block_start(b) + r.rel;
-        let ts = r.record.header.ts();
-        if r.record.header.is_padding() || ht.get(r.record.key).is_some_and(|w| w.ts > ts) {
+        if r.record.header.is_padding() {
             losers.push(addr);
             continue;
         }
-        mem.observe_ts(ts);
-        mem.counters.recovered_records.incr();
+        let ts = r.record.header.ts();
+        newest = newest.max(ts);
         offers.push((
             key_prefix(r.record.key),
             r.record.key,
@@ -674,6 +718,7 @@ fn scan_block<'a>(
             ts,
         ));
     }
+    mem.observe_ts(newest);
     Ok((live, total))
 }
 
@@ -877,7 +922,7 @@ mod tests {
             r.sort_unstable_by(by_key);
         }
         let mut seen = Vec::new();
-        merge_runs(&runs, |(_, k, _, _)| {
+        merge_runs(&runs, by_key, |(_, k, _, _)| {
             seen.push(k.to_vec());
             Ok(())
         })

@@ -53,6 +53,14 @@ pub struct HeterCounters {
     pub replayed_entries: Counter,
     /// Microseconds the last recovery took.
     pub recovery_micros: Counter,
+    /// Microseconds of the last recovery spent reading the log (step 2).
+    pub recovery_log_micros: Counter,
+    /// Microseconds of the last recovery spent walking and sorting the blocks (step 3).
+    pub recovery_scan_micros: Counter,
+    /// Microseconds of the last recovery spent replaying the log into DRAM (step 4).
+    pub recovery_replay_micros: Counter,
+    /// Microseconds of the last recovery spent building the index (step 4).
+    pub recovery_build_micros: Counter,
 }
 
 impl HeterMem {
@@ -87,6 +95,10 @@ impl HeterMem {
         counter("cache_resizes", c.cache_resizes.get());
         counter("recovered_records", c.recovered_records.get());
         counter("replayed_entries", c.replayed_entries.get());
+        counter("recovery_log_micros", c.recovery_log_micros.get());
+        counter("recovery_scan_micros", c.recovery_scan_micros.get());
+        counter("recovery_replay_micros", c.recovery_replay_micros.get());
+        counter("recovery_build_micros", c.recovery_build_micros.get());
         if let Some(log) = &self.oplog {
             counter("log_bytes", log.counters.bytes.get());
             counter("log_entries", log.counters.entries.get());

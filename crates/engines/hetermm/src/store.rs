@@ -62,8 +62,11 @@ impl HeterStore {
             closed: AtomicBool::new(false),
         };
         recovery::replay_and_build(&store.mem, &*store.index, found)?;
+        // The replayed records are durable in the old log blocks until a forced flush has
+        // persisted them; the flusher does it while the store already serves (the flush
+        // frontier and the log stay where they are until then: `flush.rs`).
         if replayed || !plan.logs.is_empty() {
-            store.bg.request_flush()?;
+            store.bg.request_flush_soon();
         }
         if !created {
             store

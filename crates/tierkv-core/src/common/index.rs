@@ -76,10 +76,71 @@ where
     }
 }
 
-/// A key of the ordered index: up to 16 bytes inline (no allocation per key), longer ones
-/// on the heap. Recovery of 4,000,000 8-byte keys spent a quarter of its time allocating
-/// and faulting in one boxed key each.
-type TreeKey = smallvec::SmallVec<[u8; 16]>;
+/// A key of the ordered index, ordered like its bytes: up to 16 bytes inline (no allocation
+/// per key; recovery of 4,000,000 8-byte keys spent a quarter of its time allocating and
+/// faulting in one boxed key each), zero-padded, so that two such keys compare as one
+/// big-endian 128-bit integer and then by length — where `memcmp` calls were a fifth of
+/// building the tree from 4,000,000 sorted keys. Longer keys are on the heap.
+#[derive(Clone, PartialEq, Eq)]
+enum TreeKey {
+    Inline { bytes: [u8; INLINE_KEY], len: u8 },
+    Heap(Box<[u8]>),
+}
+
+const INLINE_KEY: usize = 16;
+
+impl TreeKey {
+    fn new(key: &[u8]) -> TreeKey {
+        let mut bytes = [0; INLINE_KEY];
+        match bytes.get_mut(..key.len()) {
+            Some(head) => {
+                head.copy_from_slice(key);
+                TreeKey::Inline {
+                    bytes,
+                    len: key.len() as u8,
+                }
+            }
+            None => TreeKey::Heap(key.into()),
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            TreeKey::Inline { bytes, len } => &bytes[..usize::from(*len)],
+            TreeKey::Heap(b) => b,
+        }
+    }
+}
+
+impl Ord for TreeKey {
+    #[expect(
+        clippy::big_endian_bytes,
+        reason = "an in-memory comparison: big-endian is what orders like the bytes"
+    )]
+    fn cmp(&self, other: &TreeKey) -> std::cmp::Ordering {
+        match (self, other) {
+            // Zero padding: with equal padded bytes the shorter key is a prefix of the longer.
+            (TreeKey::Inline { bytes: a, len: la }, TreeKey::Inline { bytes: b, len: lb }) => {
+                u128::from_be_bytes(*a)
+                    .cmp(&u128::from_be_bytes(*b))
+                    .then(la.cmp(lb))
+            }
+            _ => self.as_bytes().cmp(other.as_bytes()),
+        }
+    }
+}
+
+impl PartialOrd for TreeKey {
+    fn partial_cmp(&self, other: &TreeKey) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::borrow::Borrow<[u8]> for TreeKey {
+    fn borrow(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
 
 /// An ordered index: a `BTreeMap` behind a reader-writer lock.
 pub struct BTreeIndex<V> {
@@ -96,24 +157,20 @@ impl<V> Default for BTreeIndex<V> {
 
 impl<V: Clone + Send + Sync> ConcurrentIndex<V> for BTreeIndex<V> {
     fn get(&self, key: &[u8]) -> Option<V> {
-        self.map.read().get(key).cloned()
+        self.map.read().get(&TreeKey::new(key)).cloned()
     }
     fn insert(&self, key: &[u8], value: V) -> Option<V> {
-        let mut m = self.map.write();
-        match m.get_mut(key) {
-            Some(slot) => Some(std::mem::replace(slot, value)),
-            None => m.insert(key.into(), value),
-        }
+        self.map.write().insert(TreeKey::new(key), value)
     }
     fn remove(&self, key: &[u8]) -> Option<V> {
-        self.map.write().remove(key)
+        self.map.write().remove(&TreeKey::new(key))
     }
     fn compute(&self, key: &[u8], f: &mut dyn FnMut(Option<&V>) -> Option<V>) -> Option<V> {
         use std::collections::btree_map::Entry;
         // One descent of the tree (the entry), not a lookup and then an insert: the key is
         // copied even when it is present, which costs far less than a second descent.
         let mut m = self.map.write();
-        match m.entry(key.into()) {
+        match m.entry(TreeKey::new(key)) {
             Entry::Occupied(mut e) => {
                 let old = e.get().clone();
                 match f(Some(&old)) {
@@ -137,9 +194,9 @@ impl<V: Clone + Send + Sync> ConcurrentIndex<V> for BTreeIndex<V> {
     fn scan(&self, start: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, V)>> {
         let m = self.map.read();
         Ok(
-            m.range::<[u8], _>((Bound::Included(start), Bound::Unbounded))
+            m.range((Bound::Included(TreeKey::new(start)), Bound::Unbounded))
                 .take(limit)
-                .map(|(k, v)| (k.to_vec(), v.clone()))
+                .map(|(k, v)| (k.as_bytes().to_vec(), v.clone()))
                 .collect(),
         )
     }
@@ -151,17 +208,17 @@ impl<V: Clone + Send + Sync> ConcurrentIndex<V> for BTreeIndex<V> {
     }
     fn for_each(&self, f: &mut dyn FnMut(&[u8], &V)) {
         for (k, v) in self.map.read().iter() {
-            f(k, v);
+            f(k.as_bytes(), v);
         }
     }
     fn insert_sorted(&self, items: &mut dyn Iterator<Item = (&[u8], V)>) {
         let mut m = self.map.write();
         if m.is_empty() {
             // Sorted input: `collect` bulk-builds the tree without a search per key.
-            *m = items.map(|(k, v)| (TreeKey::from_slice(k), v)).collect();
+            *m = items.map(|(k, v)| (TreeKey::new(k), v)).collect();
         } else {
             for (k, v) in items {
-                m.insert(k.into(), v);
+                m.insert(TreeKey::new(k), v);
             }
         }
     }
@@ -303,6 +360,24 @@ impl<V: Clone + Send + Sync> ConcurrentIndex<V> for LockFreeIndex<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Tree keys order and compare exactly like their bytes (the tree is searched
+        /// with them and scanned in their order), across the inline/heap boundary.
+        #[test]
+        fn tree_keys_order_like_their_bytes(
+            a in proptest::collection::vec(prop_oneof![Just(0u8), Just(1), Just(255), any::<u8>()], 0..40),
+            b in proptest::collection::vec(prop_oneof![Just(0u8), Just(1), Just(255), any::<u8>()], 0..40),
+        ) {
+            let (ka, kb) = (TreeKey::new(&a), TreeKey::new(&b));
+            prop_assert_eq!(ka.cmp(&kb), a.cmp(&b));
+            prop_assert_eq!(ka == kb, a == b);
+            prop_assert_eq!(ka.as_bytes(), &a[..]);
+            let prefix = &a[..a.len() / 2];
+            prop_assert_eq!(TreeKey::new(prefix).cmp(&ka), prefix.cmp(&a[..]));
+        }
+    }
 
     fn exercise(variant: &str) {
         let idx = new_index::<u64>(variant).unwrap();
