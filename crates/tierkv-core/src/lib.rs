@@ -18,7 +18,7 @@ pub use api::options::{
     DurabilityMode, EmulatedLatency, FlashOptions, IoBackend, Limits, Options, PmemOptions,
 };
 pub use api::size::ByteSize;
-pub use api::spec::{EngineParams, EngineSpec};
+pub use api::spec::{EngineParams, EngineSpec, Switch};
 pub use api::stats::{Counter, MediaCounters, OpCounters, Stats};
 pub use api::store::{EngineContext, EngineDescriptor, KvPair, KvStore};
 pub use format::manifest::Manifest;

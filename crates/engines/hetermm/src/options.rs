@@ -27,7 +27,7 @@
 
 use std::str::FromStr;
 
-use tierkv_core::{EngineParams, Error, Result};
+use tierkv_core::{EngineParams, Error, Result, Switch};
 
 use crate::format::block::prefix_len;
 
@@ -49,27 +49,6 @@ pub const DEFAULT_SAMPLE_FREQ: u32 = 100;
 pub const BLOCKS_PER_POOL: u64 = 32;
 /// Default reorganisation threshold (§5.2).
 pub const DEFAULT_REORG_THRESHOLD: f64 = 0.5;
-
-/// `on` / `off` (also `true` / `false`, `1` / `0`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Switch(pub bool);
-
-impl FromStr for Switch {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "on" | "true" | "1" => Ok(Switch(true)),
-            "off" | "false" | "0" => Ok(Switch(false)),
-            _ => Err(Error::invalid(format!("{s:?}: expected on or off"))),
-        }
-    }
-}
-
-impl std::fmt::Display for Switch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0 { "on" } else { "off" })
-    }
-}
 
 /// Everything the engine is configured with.
 #[derive(Clone, Debug, PartialEq)]

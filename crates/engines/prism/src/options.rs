@@ -12,6 +12,8 @@
 //! | `read_batching` | `combining` | `combining` (TC), `single` (batch size 1) or `timeout` (§7.6 "TA") |
 //! | `batch_timeout_us` | 100 | how long timeout batching waits for more reads (§7.6) |
 //! | `svc_size` | 3/4 of `Options::dram_budget` | Scan-aware Value Cache capacity (§4.4) |
+//! | `block_aligned` | on | PWB reclamation starts a value that would cross a 4 KiB flash block at the next block instead (one block per point read, not two); `off` packs them |
+//! | `scan_writeback` | on | write the scattered members of an evicted scan chain back together, in key order (§4.4); `off` to measure what it buys |
 //! | `gc_threshold` | 0.1 | GC runs when free chunks fall below this fraction of a Value Storage (§5.2) |
 //! | `recovery_threads` | available cores | threads walking key-index partitions at open (§5.5) |
 //! | `reclaim_threads` | 2 | background threads reclaiming PWBs in parallel (§5.2) |
@@ -25,7 +27,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use tierkv_core::{ByteSize, EngineSpec, Error, Options, Result};
+use tierkv_core::{ByteSize, EngineSpec, Error, Options, Result, Switch};
 
 /// Paper default: PWB reclamation starts at 50% utilisation (§4.3).
 pub const DEFAULT_PWB_WATERMARK: f64 = 0.5;
@@ -127,6 +129,10 @@ pub struct PrismOptions {
     pub batch_timeout_us: u32,
     /// SVC capacity in bytes.
     pub svc_size: u64,
+    /// Evicted scan chains are written back together (§4.4).
+    pub scan_writeback: bool,
+    /// PWB reclamation writes block-aligned chunks.
+    pub block_aligned: bool,
     /// GC trigger (fraction of chunks free).
     pub gc_threshold: f64,
     /// Recovery threads.
@@ -197,6 +203,8 @@ impl PrismOptions {
         )?;
         let svc_default = ByteSize(options.dram_budget.bytes() / 4 * 3);
         let svc_size = p.take("svc_size", svc_default)?;
+        let scan_writeback = p.take("scan_writeback", Switch(true))?.0;
+        let block_aligned = p.take("block_aligned", Switch(true))?.0;
         let gc_threshold = p.take_checked(
             "gc_threshold",
             Fraction(DEFAULT_GC_THRESHOLD),
@@ -227,6 +235,8 @@ impl PrismOptions {
             read_batching,
             batch_timeout_us,
             svc_size: svc_size.bytes(),
+            scan_writeback,
+            block_aligned,
             gc_threshold: gc_threshold.0,
             recovery_threads,
             reclaim_threads,
@@ -319,6 +329,8 @@ mod tests {
         assert_eq!(o.read_batching, ReadBatching::Combining);
         assert_eq!(o.batch_timeout_us, 100);
         assert_eq!(o.svc_size, 96 << 20);
+        assert!(o.scan_writeback);
+        assert!(o.block_aligned);
         assert_eq!(o.pwb_count, None);
         assert_eq!(o.reclaim_threads, 2);
     }
@@ -326,7 +338,7 @@ mod tests {
     #[test]
     fn spec_parameters_override_defaults() {
         let o = parse(
-            "prism@queue_depth=1,read_batching=timeout,pwb_size=64KiB,pwb_count=2,chunk_size=16KiB,svc_size=1MiB,pwb_watermark=0.25",
+            "prism@queue_depth=1,read_batching=timeout,pwb_size=64KiB,pwb_count=2,chunk_size=16KiB,svc_size=1MiB,pwb_watermark=0.25,scan_writeback=off,block_aligned=off",
         )
         .unwrap();
         assert_eq!(o.queue_depth, 1);
@@ -336,6 +348,8 @@ mod tests {
         assert_eq!(o.chunk_size, Some(16 << 10));
         assert_eq!(o.svc_size, 1 << 20);
         assert_eq!(o.pwb_watermark, 0.25);
+        assert!(!o.scan_writeback);
+        assert!(!o.block_aligned);
     }
 
     #[test]
@@ -349,6 +363,7 @@ mod tests {
             "prism@pwb_size=4KiB",
             "prism@pwb_count=0",
             "prism@bogus=1",
+            "prism@scan_writeback=maybe",
         ] {
             assert!(
                 matches!(parse(spec), Err(Error::InvalidArgument(_))),

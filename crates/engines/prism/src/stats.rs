@@ -41,6 +41,8 @@ pub struct PrismCounters {
     pub pwb_writer_waits: Counter,
     /// Scan-chain members rewritten together.
     pub chain_values_rewritten: Counter,
+    /// Scan-chain members left in place: already next to a key-order neighbour.
+    pub chain_values_in_place: Counter,
     /// Dirty pointers persisted by readers.
     pub dirty_pointer_helps: Counter,
     /// Lost pointer CASes retried by puts.
@@ -99,6 +101,7 @@ impl PrismCounters {
             ("pwb_reclaim_lost", &self.pwb_reclaim_lost),
             ("pwb_writer_waits", &self.pwb_writer_waits),
             ("svc_chain_values_rewritten", &self.chain_values_rewritten),
+            ("svc_chain_values_in_place", &self.chain_values_in_place),
             ("dirty_pointer_helps", &self.dirty_pointer_helps),
             ("put_retries", &self.put_retries),
             ("index_race_losses", &self.index_race_losses),

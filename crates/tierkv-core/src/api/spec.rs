@@ -191,6 +191,27 @@ impl EngineParams {
     }
 }
 
+/// `on` / `off` (also `true` / `false`, `1` / `0`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Switch(pub bool);
+
+impl FromStr for Switch {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "on" | "true" | "1" => Ok(Switch(true)),
+            "off" | "false" | "0" => Ok(Switch(false)),
+            _ => Err(Error::invalid(format!("{s:?}: expected on or off"))),
+        }
+    }
+}
+
+impl std::fmt::Display for Switch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0 { "on" } else { "off" })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -224,13 +224,14 @@ fn assemble(
 ) -> Result<Arc<Core>> {
     let (chain_tx, chain_rx) = channel::bounded::<ChainBatch>(CHAIN_QUEUE);
     let hsit = parts.hsit.clone();
+    let writeback = opts.scan_writeback;
     let evict: EvictFn = Arc::new(move |b: EvictionBatch| {
         let guard = crossbeam_epoch::pin();
         let evicted = &b.evicted;
         let evicted_loc =
             hsit.cache()
                 .clear_if(evicted.slot(), |v| Arc::ptr_eq(v, evicted), &guard);
-        if b.chain.len() > 1 {
+        if writeback && b.chain.len() > 1 {
             let members: ChainBatch = b
                 .chain
                 .iter()

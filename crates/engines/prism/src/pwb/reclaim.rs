@@ -131,31 +131,23 @@ pub fn collect_live(
     Ok(live)
 }
 
-/// Splits `lens` (in order) into consecutive batches whose total `cost` fits `capacity`;
-/// an item costlier than `capacity` alone is an error (values are limited below a chunk).
-pub fn batches(
-    lens: &[u32],
-    cost: impl Fn(u32) -> u64,
-    capacity: u64,
-) -> Result<Vec<Range<usize>>> {
+/// Splits `lens` (in order) into consecutive batches of one chunk each; `fitting(rest)`
+/// says how many of `rest`, from its start, fit in one chunk. A value that fits in no
+/// chunk alone is an error (values are limited below a chunk).
+pub fn batches(lens: &[u32], fitting: impl Fn(&[u32]) -> usize) -> Result<Vec<Range<usize>>> {
     let mut out = Vec::new();
-    let (mut start, mut used) = (0usize, 0u64);
-    for (i, &len) in lens.iter().enumerate() {
-        let c = cost(len);
-        if c > capacity {
+    let mut start = 0;
+    while let Some(rest) = lens.get(start..).filter(|r| !r.is_empty()) {
+        let n = fitting(rest);
+        if n == 0 {
             return Err(Error::invalid(format!(
-                "a value of {len} bytes does not fit in a Value Storage chunk"
+                "a value of {} bytes does not fit in a Value Storage chunk",
+                rest[0]
             )));
         }
-        if used + c > capacity {
-            out.push(start..i);
-            start = i;
-            used = 0;
-        }
-        used += c;
-    }
-    if start < lens.len() {
-        out.push(start..lens.len());
+        let end = (start + n).min(lens.len());
+        out.push(start..end);
+        start = end;
     }
     Ok(out)
 }
@@ -197,15 +189,26 @@ mod tests {
         assert_eq!(choose(&empty, 1, 0, true), Choice::Idle);
     }
 
+    /// Values of `cost(len) = len + 2` into chunks of 30.
+    fn thirty(rest: &[u32]) -> usize {
+        let mut used = 0;
+        rest.iter()
+            .take_while(|&&l| {
+                used += l + 2;
+                used <= 30
+            })
+            .count()
+    }
+
     #[test]
     fn batches_fill_chunks_in_order() {
-        let b = batches(&[10, 10, 10, 25, 5], |l| u64::from(l) + 2, 30).unwrap();
+        let b = batches(&[10, 10, 10, 25, 5], thirty).unwrap();
         assert_eq!(b, vec![0..2, 2..3, 3..4, 4..5]);
-        assert!(batches(&[], u64::from, 30).unwrap().is_empty());
+        assert!(batches(&[], thirty).unwrap().is_empty());
     }
 
     #[test]
     fn a_value_larger_than_a_chunk_is_refused() {
-        assert!(batches(&[31], u64::from, 30).is_err());
+        assert!(batches(&[31], thirty).is_err());
     }
 }

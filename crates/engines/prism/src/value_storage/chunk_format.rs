@@ -58,8 +58,11 @@ pub const SUPERBLOCK_LEN: usize = SB_CRC_OFF + 4;
 
 /// Chunk header magic.
 pub const CHUNK_MAGIC: [u8; 8] = *b"PRSMCHNK";
-/// Chunk format version. Version changes: 1 — initial format.
-pub const CHUNK_VERSION: u32 = 1;
+/// Chunk format version. Version changes: 1 — initial format; 2 — filler records (records
+/// placed at a block boundary rather than across it). Version 1 chunks are still read.
+pub const CHUNK_VERSION: u32 = 2;
+/// The oldest chunk version still read.
+pub const OLDEST_CHUNK_VERSION: u32 = 1;
 /// magic: 8 bytes.
 pub const CH_MAGIC_OFF: usize = 0;
 /// version: u32.
@@ -102,6 +105,64 @@ pub const MIN_RECORD_LEN: usize = BITMAP_UNIT;
 /// One validity-bitmap bit covers this many bytes of a chunk (PRISM §5.1: one bit per
 /// value; a record starts in its own unit because footprints are at least this long).
 pub const BITMAP_UNIT: usize = 64;
+
+/// The backward pointer of a *filler*: a record header (with its CRC) followed by `size`
+/// zero bytes and no value, written before a record that would otherwise straddle a block
+/// boundary ([`Placement::BlockAligned`]); it ends at that boundary. Never an HSIT slot.
+pub const FILLER_BACKPTR: u64 = u64::MAX;
+
+/// How a chunk's records are laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// One after the other.
+    Packed,
+    /// A record that fits in a block but would cross a block boundary starts at the
+    /// boundary, after a filler: read on its own it then costs one block, not two. For
+    /// values that are read one by one (PWB reclamation puts keys in write order); values
+    /// written in key order (scan chains) and GC's moves stay packed.
+    BlockAligned,
+}
+
+/// Where a record of `footprint` bytes goes when the chunk's bytes so far end at `pos`:
+/// (filler bytes before it, its offset).
+pub fn place(pos: usize, footprint: usize, placement: Placement) -> (usize, usize) {
+    let boundary = pos.next_multiple_of(BLOCK);
+    if placement == Placement::BlockAligned
+        && footprint <= BLOCK
+        && boundary > pos
+        && pos + footprint > boundary
+    {
+        (boundary - pos, boundary)
+    } else {
+        (0, pos)
+    }
+}
+
+/// How many of `value_lens`, taken in order, fit together in one chunk of `chunk_size`
+/// bytes laid out by `placement`.
+pub fn values_fitting(
+    chunk_size: u32,
+    value_lens: impl IntoIterator<Item = usize>,
+    placement: Placement,
+) -> usize {
+    let end = chunk_size as usize;
+    let mut pos = CHUNK_HEADER_LEN;
+    let mut n = 0;
+    for len in value_lens {
+        let Some(footprint) = record_footprint(len) else {
+            break;
+        };
+        let (_, at) = place(pos, footprint, placement);
+        match at.checked_add(footprint) {
+            Some(next) if next <= end => {
+                pos = next;
+                n += 1;
+            }
+            _ => break,
+        }
+    }
+    n
+}
 
 /// Smallest chunk size accepted (two blocks).
 pub const MIN_CHUNK_SIZE: u32 = 2 * BLOCK as u32;

@@ -166,6 +166,40 @@ pub fn decode_record(
     })
 }
 
+/// Checks the filler at chunk offset `pos` (`bytes` run from it to the end of the payload)
+/// and returns its length: a record header whose CRC holds, then zeros up to the next
+/// block boundary, which must come before the end of the payload.
+fn decode_filler(bytes: &[u8], chunk: u32, pos: usize, file_offset: u64) -> Result<usize> {
+    let header = bytes
+        .get(..RECORD_HEADER_LEN)
+        .ok_or_else(|| corrupt(file_offset, "filler has no header"))?;
+    let zeros = u32_at(header, REC_SIZE_OFF).unwrap_or(u32::MAX) as usize;
+    let stored = u32_at(header, REC_CRC_OFF).unwrap_or_default();
+    let len = RECORD_HEADER_LEN.saturating_add(zeros);
+    if !(pos + len).is_multiple_of(BLOCK) || len > BLOCK || len > bytes.len() {
+        return Err(corrupt(
+            file_offset,
+            format!(
+                "filler of {len} bytes at chunk offset {pos} does not end at a block boundary inside the payload"
+            ),
+        ));
+    }
+    let actual = record_crc(chunk, pos as u32, &header[..REC_CRC_OFF], &[]);
+    if actual != stored {
+        return Err(Error::ChecksumMismatch {
+            tier: Tier::Flash,
+            offset: file_offset,
+            expected: unmask(stored),
+            got: unmask(actual),
+        });
+    }
+    let zeros = bytes.get(RECORD_HEADER_LEN..len).unwrap_or_default();
+    if zeros.iter().any(|&b| b != 0) {
+        return Err(corrupt(file_offset, "filler is not zero"));
+    }
+    Ok(len)
+}
+
 /// Decodes a whole chunk image (at least header + payload bytes, starting at the chunk's
 /// first byte, which is at `file_offset`): header, header CRC over header and payload,
 /// then every record. `storage` and `chunk` are where the image was read from; a header
@@ -221,6 +255,10 @@ fn decode_records<'a>(
         let rec_bytes = bytes
             .get(pos..end)
             .ok_or_else(|| corrupt(file_offset, "record outside payload"))?;
+        if u64_at(rec_bytes, REC_BACKPTR_OFF) == Some(FILLER_BACKPTR) {
+            pos += decode_filler(rec_bytes, header.chunk, pos, file_offset + pos as u64)?;
+            continue;
+        }
         let r = decode_record(
             rec_bytes,
             header.chunk,
@@ -260,8 +298,16 @@ mod tests {
         size: usize,
         values: &[(u64, Vec<u8>)],
     ) -> (Vec<u8>, usize, Vec<super::super::location::ValueLocation>) {
+        encode_placed(size, values, Placement::Packed)
+    }
+
+    fn encode_placed(
+        size: usize,
+        values: &[(u64, Vec<u8>)],
+        placement: Placement,
+    ) -> (Vec<u8>, usize, Vec<super::super::location::ValueLocation>) {
         let mut buf = vec![0xAAu8; size];
-        let mut enc = ChunkEncoder::new(&mut buf, ID).unwrap();
+        let mut enc = ChunkEncoder::with_placement(&mut buf, ID, placement).unwrap();
         let locs = values
             .iter()
             .map(|(b, v)| enc.push(*b, v).unwrap())
@@ -274,9 +320,66 @@ mod tests {
         vec![
             (1, b"hello".to_vec()),
             (2, vec![]),
-            (u64::MAX, vec![7u8; 100]),
+            (u64::MAX - 1, vec![7u8; 100]),
             (42, vec![9u8; 48]),
         ]
+    }
+
+    /// Three values of 1,500 bytes: block-aligned, the third starts at 4096 after a filler.
+    fn straddling() -> Vec<(u64, Vec<u8>)> {
+        (1..=4).map(|i| (i, vec![i as u8; 1500])).collect()
+    }
+
+    #[test]
+    fn block_aligned_records_never_cross_a_block_and_round_trip_past_fillers() {
+        let values = straddling();
+        let (buf, n, locs) = encode_placed(16384, &values, Placement::BlockAligned);
+        assert_eq!(
+            locs[2].offset, 4096,
+            "the third record moved to the boundary"
+        );
+        for l in &locs {
+            let (first, last) = (
+                l.offset as usize / BLOCK,
+                (l.offset + l.len - 1) as usize / BLOCK,
+            );
+            assert_eq!(first, last, "{l:?} crosses a block");
+        }
+        let (h, recs) = decode_chunk(&buf[..n], 3, 7, 0).unwrap();
+        assert_eq!(h.count, 4);
+        for ((r, (b, v)), l) in recs.iter().zip(&values).zip(&locs) {
+            assert_eq!((r.backptr, r.value, r.offset), (*b, &v[..], l.offset));
+        }
+        let (_, _, packed) = encode(16384, &values);
+        assert_eq!(
+            packed[2].offset, 3104,
+            "packed, the third record crosses 4096"
+        );
+    }
+
+    #[test]
+    fn every_bit_flip_in_a_chunk_with_fillers_is_detected() {
+        let (buf, _, _) = encode_placed(8192, &straddling()[..3], Placement::BlockAligned);
+        let h = decode_chunk_header(&buf, 0).unwrap();
+        let end = CHUNK_HEADER_LEN + h.payload_len as usize;
+        for bit in 0..end * 8 {
+            let mut b = buf.clone();
+            b[bit / 8] ^= 1 << (bit % 8);
+            assert!(
+                decode_chunk(&b[..end], 3, 7, 0).is_err(),
+                "bit {bit} flipped undetected"
+            );
+        }
+    }
+
+    #[test]
+    fn the_filler_backward_pointer_is_not_a_record() {
+        let mut buf = vec![0u8; 8192];
+        let mut enc = ChunkEncoder::new(&mut buf, ID).unwrap();
+        assert!(matches!(
+            enc.push(FILLER_BACKPTR, b"x"),
+            Err(Error::InvalidArgument(_))
+        ));
     }
 
     #[test]
@@ -377,10 +480,11 @@ mod tests {
     #[test]
     fn newer_chunk_version_is_unsupported_not_corrupt() {
         let (mut buf, _, _) = encode(8192, &sample());
-        buf[CH_VERSION_OFF..CH_VERSION_OFF + 4].copy_from_slice(&2u32.to_le_bytes());
+        let newer = CHUNK_VERSION + 1;
+        buf[CH_VERSION_OFF..CH_VERSION_OFF + 4].copy_from_slice(&newer.to_le_bytes());
         assert!(matches!(
             decode_chunk_header(&buf, 0),
-            Err(Error::UnsupportedFormat { found: 2, .. })
+            Err(Error::UnsupportedFormat { found, .. }) if found == newer
         ));
     }
 
@@ -392,9 +496,13 @@ mod tests {
 
     proptest! {
         #[test]
-        fn random_chunks_round_trip(values in proptest::collection::vec((any::<u64>(), proptest::collection::vec(any::<u8>(), 0..600)), 0..40)) {
+        fn random_chunks_round_trip(
+            values in proptest::collection::vec((0..u64::MAX, proptest::collection::vec(any::<u8>(), 0..3000)), 0..40),
+            aligned in any::<bool>(),
+        ) {
+            let placement = if aligned { Placement::BlockAligned } else { Placement::Packed };
             let mut buf = vec![0u8; 16384];
-            let mut enc = ChunkEncoder::new(&mut buf, ID).unwrap();
+            let mut enc = ChunkEncoder::with_placement(&mut buf, ID, placement).unwrap();
             let mut kept = Vec::new();
             for (b, v) in &values {
                 if !enc.fits(v.len()) { break; }
@@ -402,12 +510,19 @@ mod tests {
             }
             let n = enc.finish();
             prop_assert_eq!(n % BLOCK, 0);
+            prop_assert_eq!(
+                values_fitting(16384, values.iter().map(|(_, v)| v.len()), placement),
+                kept.len()
+            );
             let (h, recs) = decode_chunk(&buf[..n], 3, 7, 0).unwrap();
             prop_assert_eq!(h.count as usize, kept.len());
             for (r, (b, v, l)) in recs.iter().zip(&kept) {
                 prop_assert_eq!(r.backptr, *b);
                 prop_assert_eq!(r.value, &v[..]);
                 prop_assert_eq!(r.offset, l.offset);
+                if aligned && l.len as usize <= BLOCK {
+                    prop_assert_eq!(l.offset as usize / BLOCK, (l.offset + l.len - 1) as usize / BLOCK);
+                }
                 prop_assert!(l.check(8, 16384).is_ok());
             }
         }

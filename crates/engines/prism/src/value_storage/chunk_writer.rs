@@ -1,9 +1,10 @@
 //! Encodes one chunk image in memory (PRISM §5.1, Figure 4 ❹; layout in
 //! [`super::chunk_format`] and `value_storage/FORMAT.md`).
 //!
-//! A [`ChunkEncoder`] fills a buffer of exactly one chunk: records are appended back to back
-//! from [`CHUNK_HEADER_LEN`], each with its backward pointer, size and a CRC bound to its
-//! location; [`ChunkEncoder::finish`] writes the header (with the CRC over header and
+//! A [`ChunkEncoder`] fills a buffer of exactly one chunk: records are appended from
+//! [`CHUNK_HEADER_LEN`], back to back or, with [`Placement::BlockAligned`], after a filler
+//! where a record would cross a block boundary, each with its backward pointer, size and a
+//! CRC bound to its location; [`ChunkEncoder::finish`] writes the header (with the CRC over header and
 //! payload) and zeroes the tail of the last block, returning how many bytes to write.
 //!
 //! Invariants: the encoder never writes outside its buffer; `pos` stays a multiple of
@@ -35,6 +36,7 @@ pub struct ChunkEncoder<'a> {
     id: ChunkId,
     pos: usize,
     count: u32,
+    placement: Placement,
 }
 
 /// The CRC of a record: its location, then its header bytes before the CRC, then the value.
@@ -47,8 +49,13 @@ pub fn record_crc(chunk: u32, offset: u32, header: &[u8], value: &[u8]) -> u32 {
 }
 
 impl<'a> ChunkEncoder<'a> {
-    /// An empty chunk over `buf`, whose length is the chunk size.
+    /// An empty chunk over `buf`, whose length is the chunk size, with packed records.
     pub fn new(buf: &'a mut [u8], id: ChunkId) -> Result<Self> {
+        Self::with_placement(buf, id, Placement::Packed)
+    }
+
+    /// An empty chunk over `buf` whose records are laid out by `placement`.
+    pub fn with_placement(buf: &'a mut [u8], id: ChunkId, placement: Placement) -> Result<Self> {
         let size = buf.len();
         if size < MIN_CHUNK_SIZE as usize
             || size > MAX_CHUNK_SIZE as usize
@@ -63,12 +70,16 @@ impl<'a> ChunkEncoder<'a> {
             id,
             pos: CHUNK_HEADER_LEN,
             count: 0,
+            placement,
         })
     }
 
     /// True when a value of `value_len` bytes still fits.
     pub fn fits(&self, value_len: usize) -> bool {
-        record_footprint(value_len).is_some_and(|f| f <= self.buf.len() - self.pos)
+        record_footprint(value_len).is_some_and(|f| {
+            let (_, at) = place(self.pos, f, self.placement);
+            at + f <= self.buf.len()
+        })
     }
 
     /// The number of records so far.
@@ -78,8 +89,15 @@ impl<'a> ChunkEncoder<'a> {
 
     /// Appends a record; `InvalidArgument` when it does not fit.
     pub fn push(&mut self, backptr: u64, value: &[u8]) -> Result<ValueLocation> {
-        let footprint = record_footprint(value.len())
-            .filter(|f| *f <= self.buf.len() - self.pos)
+        if backptr == FILLER_BACKPTR {
+            return Err(Error::invalid(
+                "backward pointer u64::MAX is reserved for fillers",
+            ));
+        }
+        let footprint = record_footprint(value.len());
+        let placed = footprint.map(|f| (f, place(self.pos, f, self.placement)));
+        let (footprint, (gap, offset)) = placed
+            .filter(|(f, (_, at))| at + f <= self.buf.len())
             .ok_or_else(|| {
                 Error::invalid(format!(
                     "a value of {} bytes does not fit in the {} bytes left in the chunk",
@@ -89,11 +107,14 @@ impl<'a> ChunkEncoder<'a> {
             })?;
         let size =
             u32::try_from(value.len()).map_err(|_| Error::invalid("value longer than 4 GiB"))?;
-        let offset = self.pos as u32;
+        if gap > 0 {
+            self.put_filler(gap)?;
+        }
         let rec = self
             .buf
-            .get_mut(self.pos..self.pos + footprint)
+            .get_mut(offset..offset + footprint)
             .ok_or_else(|| Error::invalid("record outside the chunk"))?;
+        let offset = offset as u32;
         rec[REC_BACKPTR_OFF..REC_SIZE_OFF].copy_from_slice(&backptr.to_le_bytes());
         rec[REC_SIZE_OFF..REC_CRC_OFF].copy_from_slice(&size.to_le_bytes());
         let crc = record_crc(self.id.chunk, offset, &rec[..REC_CRC_OFF], value);
@@ -101,7 +122,7 @@ impl<'a> ChunkEncoder<'a> {
         let value_end = RECORD_HEADER_LEN + value.len();
         rec[RECORD_HEADER_LEN..value_end].copy_from_slice(value);
         rec[value_end..].fill(0);
-        self.pos += footprint;
+        self.pos = offset as usize + footprint;
         self.count += 1;
         Ok(ValueLocation {
             storage: self.id.storage,
@@ -109,6 +130,24 @@ impl<'a> ChunkEncoder<'a> {
             offset,
             len: footprint as u32,
         })
+    }
+
+    /// Writes a filler of `gap` bytes (header and zeros) at `pos` and moves past it.
+    fn put_filler(&mut self, gap: usize) -> Result<()> {
+        let offset = self.pos as u32;
+        let zeros = u32::try_from(gap - RECORD_HEADER_LEN)
+            .map_err(|_| Error::invalid("filler longer than 4 GiB"))?;
+        let rec = self
+            .buf
+            .get_mut(self.pos..self.pos + gap)
+            .ok_or_else(|| Error::invalid("filler outside the chunk"))?;
+        rec[REC_BACKPTR_OFF..REC_SIZE_OFF].copy_from_slice(&FILLER_BACKPTR.to_le_bytes());
+        rec[REC_SIZE_OFF..REC_CRC_OFF].copy_from_slice(&zeros.to_le_bytes());
+        let crc = record_crc(self.id.chunk, offset, &rec[..REC_CRC_OFF], &[]);
+        rec[REC_CRC_OFF..RECORD_HEADER_LEN].copy_from_slice(&crc.to_le_bytes());
+        rec[RECORD_HEADER_LEN..].fill(0);
+        self.pos += gap;
+        Ok(())
     }
 
     /// Writes the header, zeroes the rest of the last block and returns the number of bytes

@@ -28,6 +28,7 @@ use std::time::Instant;
 use tierkv_core::Result;
 
 use super::ValueStorage;
+use super::chunk_format::Placement;
 use super::chunk_reader::decode_chunk;
 use super::chunk_table::ChunkState;
 use super::gc_policy::{GcChoice, choose_victims};
@@ -183,7 +184,8 @@ fn move_values(
         .iter()
         .map(|m| (m.backptr, m.value.as_slice()))
         .collect();
-    let new_locs = vs.write_values(&values, 0)?;
+    // Packed: what GC moves is cold, and must fit the one chunk the victims were chosen for.
+    let new_locs = vs.write_values(&values, 0, Placement::Packed)?;
     let mut pairs = moving.iter().zip(new_locs);
     while let Some((m, new)) = pairs.next() {
         match relocate(m.backptr, m.old, new) {

@@ -260,21 +260,10 @@ impl ValueStorage {
         max_value_len(self.chunk_size)
     }
 
-    /// How many of `value_lens`, taken in order, fit together in one chunk: the caller
-    /// splits its values into `write_chunk` calls with this.
+    /// How many of `value_lens`, taken in order, fit together in one chunk of packed
+    /// records: the caller splits its values into `write_chunk` calls with this.
     pub fn values_fitting(&self, value_lens: impl IntoIterator<Item = usize>) -> usize {
-        let mut room = self.payload_capacity();
-        let mut n = 0;
-        for len in value_lens {
-            match record_footprint(len) {
-                Some(f) if f <= room => {
-                    room -= f;
-                    n += 1;
-                }
-                _ => break,
-            }
-        }
-        n
+        values_fitting(self.chunk_size, value_lens, Placement::Packed)
     }
 
     /// True when no chunk write is in flight (§5.2: writes go to an idle storage).
@@ -293,10 +282,25 @@ impl ValueStorage {
     /// left it first waits (up to a second) for their grace period, unless the calling
     /// thread is itself pinned (`crossbeam_epoch::is_pinned`), which would block it.
     pub fn write_chunk(&self, values: &[(u64, &[u8])]) -> Result<Vec<ValueLocation>> {
-        self.write_values(values, GC_RESERVE)
+        self.write_values(values, GC_RESERVE, Placement::Packed)
     }
 
-    fn write_values(&self, values: &[(u64, &[u8])], reserve: usize) -> Result<Vec<ValueLocation>> {
+    /// [`Self::write_chunk`] with the records laid out by `placement` (which
+    /// [`chunk_format::values_fitting`] must have been asked with).
+    pub fn write_chunk_placed(
+        &self,
+        values: &[(u64, &[u8])],
+        placement: Placement,
+    ) -> Result<Vec<ValueLocation>> {
+        self.write_values(values, GC_RESERVE, placement)
+    }
+
+    fn write_values(
+        &self,
+        values: &[(u64, &[u8])],
+        reserve: usize,
+        placement: Placement,
+    ) -> Result<Vec<ValueLocation>> {
         if self.recovering.load(Ordering::Acquire) {
             return Err(Error::invalid(
                 "value storage is recovering: call finish_recovery before writing",
@@ -305,7 +309,12 @@ impl ValueStorage {
         if values.is_empty() {
             return Ok(Vec::new());
         }
-        if self.values_fitting(values.iter().map(|(_, v)| v.len())) < values.len() {
+        if values_fitting(
+            self.chunk_size,
+            values.iter().map(|(_, v)| v.len()),
+            placement,
+        ) < values.len()
+        {
             return Err(Error::invalid(format!(
                 "{} values do not fit in one chunk of {} bytes",
                 values.len(),
@@ -314,7 +323,7 @@ impl ValueStorage {
         }
         let _busy = InFlight::enter(&self.in_flight_writes);
         let chunk = self.allocate(reserve)?;
-        match self.write_into(chunk, values) {
+        match self.write_into(chunk, values, placement) {
             Ok((locs, sequence, image_len)) => {
                 let meta = self
                     .table
@@ -382,16 +391,18 @@ impl ValueStorage {
         &self,
         chunk: u32,
         values: &[(u64, &[u8])],
+        placement: Placement,
     ) -> Result<(Vec<ValueLocation>, u64, u32)> {
         let sequence = self.next_sequence()?;
         let mut buf = self.take_buffer()?;
-        let mut enc = ChunkEncoder::new(
+        let mut enc = ChunkEncoder::with_placement(
             &mut buf,
             ChunkId {
                 storage: self.id,
                 chunk,
                 sequence,
             },
+            placement,
         )?;
         let locs = values
             .iter()
