@@ -80,7 +80,7 @@ impl Core {
             Location::None => Ok(SlotRead::Absent),
             Location::Pwb(off) => self.read_pwb(slot, off).map(SlotRead::Value),
             Location::Flash(p) => {
-                if let Some(v) = self.read_cached(slot, p, guard) {
+                if let Some(v) = self.read_cached(slot, p, None, guard) {
                     return Ok(SlotRead::Value(v));
                 }
                 let loc = ValueLocation::unpack(p);
@@ -103,9 +103,20 @@ impl Core {
         Ok(v)
     }
 
-    fn read_cached(&self, slot: u64, packed: u64, guard: &Guard) -> Option<Vec<u8>> {
+    /// The SVC's copy of the value at `packed`, if it has one; a scan's hit joins the
+    /// scan's chain.
+    fn read_cached(
+        &self,
+        slot: u64,
+        packed: u64,
+        scan: Option<ScanChainId>,
+        guard: &Guard,
+    ) -> Option<Vec<u8>> {
         let cv = self.hsit.cache().get(slot, packed, guard)?;
-        self.svc.touch(&cv);
+        match scan {
+            Some(chain) => self.svc.touch_in_scan(&cv, chain),
+            None => self.svc.touch(&cv),
+        }
         self.counters.ops.reads_from_dram.incr();
         Some(cv.value().to_vec())
     }
@@ -181,6 +192,7 @@ impl Core {
     /// Values of index rows: PWB and SVC hits directly, the rest in one flash batch per
     /// Value Storage. Rows whose key is being deleted are dropped.
     fn fetch_rows(&self, rows: Vec<(Vec<u8>, u64)>, guard: &Guard) -> Result<Vec<KvPair>> {
+        let chain = self.svc.new_scan_chain();
         let mut values: Vec<Option<Vec<u8>>> = Vec::with_capacity(rows.len());
         let mut pending = Vec::new();
         for (row, (_, slot)) in rows.iter().enumerate() {
@@ -190,7 +202,7 @@ impl Core {
                 Location::None => None,
                 Location::Pwb(off) => Some(self.read_pwb(slot, off)?),
                 Location::Flash(p) => {
-                    let hit = self.read_cached(slot, p, guard);
+                    let hit = self.read_cached(slot, p, Some(chain), guard);
                     if hit.is_none() {
                         let loc = ValueLocation::unpack(p);
                         pending.push(Pending { row, slot, fp, loc });
@@ -201,7 +213,7 @@ impl Core {
             values.push(v);
         }
         if !pending.is_empty() {
-            self.fetch_pending(&rows, &pending, &mut values, guard)?;
+            self.fetch_pending(&rows, &pending, &mut values, chain, guard)?;
         }
         Ok(rows
             .into_iter()
@@ -215,9 +227,9 @@ impl Core {
         rows: &[(Vec<u8>, u64)],
         pending: &[Pending],
         values: &mut [Option<Vec<u8>>],
+        chain: ScanChainId,
         guard: &Guard,
     ) -> Result<()> {
-        let chain = self.svc.new_scan_chain();
         for (sid, storage) in self.storages.iter().enumerate() {
             let mine: Vec<&Pending> = pending
                 .iter()

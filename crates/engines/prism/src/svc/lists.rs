@@ -28,6 +28,9 @@ use super::{CachedValue, EvictionBatch, NIL, ScanChainId};
 #[derive(Debug)]
 struct Node {
     value: Arc<CachedValue>,
+    /// The scan chain it is on: the one it was admitted with, or the last scan that read
+    /// it from the cache ([`TwoQueue::join_chain`]).
+    chain: Option<ScanChainId>,
     list: ListKind,
     prev: usize,
     next: usize,
@@ -175,6 +178,7 @@ impl TwoQueue {
         let chain = v.chain;
         let node = Node {
             value: v,
+            chain,
             list: ListKind::Inactive,
             prev: NIL,
             next: NIL,
@@ -226,6 +230,27 @@ impl TwoQueue {
         }
     }
 
+    /// A scan read `v` from the cache: an access (②), and `v` moves to that scan's chain,
+    /// so that the values of the range it scanned are written back together (§4.4), not
+    /// only those it had to read from flash. Values no longer cached are ignored, and so
+    /// are values cached without their key (point reads): a chain is sorted by key.
+    pub fn join_chain(&mut self, v: &Arc<CachedValue>, c: ScanChainId) {
+        self.access(v);
+        let Some(i) = self.index_of(v).filter(|_| v.key().is_some()) else {
+            return;
+        };
+        if self.node(i).is_some_and(|n| n.chain == Some(c)) {
+            return;
+        }
+        self.chain_unlink(i);
+        if let Some(n) = self.node_mut(i) {
+            n.chain = Some(c);
+            n.chain_prev = NIL;
+            n.chain_next = NIL;
+        }
+        self.chain_append(c, i);
+    }
+
     /// Drops a value the core disconnected itself (superseded or deleted): no callback.
     pub fn remove(&mut self, v: &Arc<CachedValue>) {
         if let Some(i) = self.index_of(v) {
@@ -236,9 +261,7 @@ impl TwoQueue {
     }
 
     fn chain_unlink(&mut self, i: usize) {
-        let Some((prev, next, chain)) = self
-            .node(i)
-            .map(|n| (n.chain_prev, n.chain_next, n.value.chain))
+        let Some((prev, next, chain)) = self.node(i).map(|n| (n.chain_prev, n.chain_next, n.chain))
         else {
             return;
         };
@@ -310,15 +333,17 @@ impl TwoQueue {
         let mut members = Vec::new();
         let mut last = NIL;
         let mut cur = head;
+        let chain = self.node(i).and_then(|n| n.chain);
         while let Some(n) = self.node_mut(cur) {
             let next = n.chain_next;
             n.chain_prev = NIL;
             n.chain_next = NIL;
+            n.chain = None;
             members.push(n.value.clone());
             last = cur;
             cur = next;
         }
-        if let Some(c) = members.first().and_then(|m| m.chain)
+        if let Some(c) = chain
             && self.chain_tails.get(&c) == Some(&last)
         {
             self.chain_tails.remove(&c);
@@ -387,6 +412,36 @@ mod tests {
 
     fn charge(len: usize, key: usize) -> u64 {
         (len + key) as u64 + ENTRY_OVERHEAD
+    }
+
+    #[test]
+    fn a_scan_hit_moves_to_the_scans_chain_and_is_written_back_with_it() {
+        let mut q = TwoQueue::new(1 << 20);
+        let (old, new) = (ScanChainId(1), ScanChainId(2));
+        let a = cv(1, b"a", 100, Some(old));
+        let b = cv(2, b"b", 100, Some(old));
+        let c = cv(3, b"c", 100, Some(new));
+        let unkeyed = Arc::new(CachedValue::new(4, None, Arc::from(vec![4u8; 10]), None));
+        for v in [&a, &b, &c, &unkeyed] {
+            q.admit(v.clone());
+        }
+        q.join_chain(&a, new);
+        q.join_chain(&unkeyed, new);
+        q.check();
+        assert_eq!(q.sizes().active_len, 2, "both hits count as accesses");
+        let i = q.index_of(&c).unwrap();
+        let members: Vec<u64> = q.dissolve_chain(i).iter().map(|m| m.slot()).collect();
+        assert_eq!(
+            members,
+            vec![1, 3],
+            "a joined the new chain; the unkeyed value did not"
+        );
+        let i = q.index_of(&b).unwrap();
+        assert!(
+            q.dissolve_chain(i).is_empty(),
+            "b is alone on the old chain"
+        );
+        q.check();
     }
 
     #[test]

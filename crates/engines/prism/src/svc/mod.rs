@@ -8,10 +8,12 @@
 //!   publishes in HSIT's parallel DRAM array; later readers find it there without any
 //!   cache lookup and call [`ScanAwareValueCache::touch`];
 //! - a scan takes a [`ScanChainId`] from [`ScanAwareValueCache::new_scan_chain`] and admits
-//!   the values it read from flash with it; they are chained (doubly linked);
+//!   the values it read from flash with it; they are chained (doubly linked). The values it
+//!   found in the cache join its chain too ([`ScanAwareValueCache::touch_in_scan`]), so that
+//!   the whole range it read, not only its misses, is written back together;
 //! - when the cache is over capacity the background thread evicts from the inactive list
 //!   and calls the eviction callback with an [`EvictionBatch`]: the evicted entry, which the
-//!   core disconnects from HSIT, and — if it came in with a scan — every member of its
+//!   core disconnects from HSIT, and — if it is on a scan's chain — every member of its
 //!   chain sorted by key, which the core writes back together into one chunk (⑤⑥);
 //! - when the core itself disconnects an entry (the key was updated or deleted) it calls
 //!   [`ScanAwareValueCache::remove`] so the entry stops counting against the capacity.
@@ -229,6 +231,22 @@ impl ScanAwareValueCache {
             return;
         }
         if self.tx.try_send(Msg::Touch(v.clone())).is_err() {
+            self.shared.touches_dropped.incr();
+        }
+    }
+
+    /// Records an access to a cached value by the scan `chain` (②), which also moves the
+    /// value to that scan's chain (§4.4), without waiting.
+    pub fn touch_in_scan(&self, v: &Arc<CachedValue>, chain: ScanChainId) {
+        self.shared.hits.incr();
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        if self
+            .tx
+            .try_send(Msg::TouchInScan(v.clone(), chain))
+            .is_err()
+        {
             self.shared.touches_dropped.incr();
         }
     }

@@ -15,12 +15,13 @@ use std::sync::Arc;
 use crossbeam::channel::{Receiver, Sender};
 
 use super::lists::TwoQueue;
-use super::{CachedValue, EvictFn, Shared};
+use super::{CachedValue, EvictFn, ScanChainId, Shared};
 
 /// Messages from the cache handle to its thread.
 pub(crate) enum Msg {
     Admit(Arc<CachedValue>),
     Touch(Arc<CachedValue>),
+    TouchInScan(Arc<CachedValue>, ScanChainId),
     Remove(Arc<CachedValue>),
     Barrier(Sender<()>),
     Stop,
@@ -69,6 +70,7 @@ fn step(
         match m {
             Msg::Admit(v) => q.admit(v),
             Msg::Touch(v) => q.access(&v),
+            Msg::TouchInScan(v, c) => q.join_chain(&v, c),
             Msg::Remove(v) => {
                 q.remove(&v);
                 shared.removals.incr();
