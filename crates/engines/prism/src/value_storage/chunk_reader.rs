@@ -146,14 +146,7 @@ pub fn decode_record(
     let value_end = RECORD_HEADER_LEN + size as usize;
     let value = bytes.get(RECORD_HEADER_LEN..value_end).ok_or_else(short)?;
     let actual = record_crc(chunk, offset, &header[..REC_CRC_OFF], value);
-    if actual != stored {
-        return Err(Error::ChecksumMismatch {
-            tier: Tier::Flash,
-            offset: file_offset,
-            expected: unmask(stored),
-            got: unmask(actual),
-        });
-    }
+    check_crc(stored, actual, file_offset)?;
     let padding = bytes.get(value_end..footprint).ok_or_else(short)?;
     if padding.iter().any(|&b| b != 0) {
         return Err(corrupt(file_offset, "record padding is not zero"));
@@ -164,6 +157,20 @@ pub fn decode_record(
         backptr,
         value,
     })
+}
+
+/// `ChecksumMismatch` at `file_offset` unless the masked CRCs `stored` and `actual` agree.
+fn check_crc(stored: u32, actual: u32, file_offset: u64) -> Result<()> {
+    if actual == stored {
+        Ok(())
+    } else {
+        Err(Error::ChecksumMismatch {
+            tier: Tier::Flash,
+            offset: file_offset,
+            expected: unmask(stored),
+            got: unmask(actual),
+        })
+    }
 }
 
 /// Checks the filler at chunk offset `pos` (`bytes` run from it to the end of the payload)
@@ -185,14 +192,7 @@ fn decode_filler(bytes: &[u8], chunk: u32, pos: usize, file_offset: u64) -> Resu
         ));
     }
     let actual = record_crc(chunk, pos as u32, &header[..REC_CRC_OFF], &[]);
-    if actual != stored {
-        return Err(Error::ChecksumMismatch {
-            tier: Tier::Flash,
-            offset: file_offset,
-            expected: unmask(stored),
-            got: unmask(actual),
-        });
-    }
+    check_crc(stored, actual, file_offset)?;
     let zeros = bytes.get(RECORD_HEADER_LEN..len).unwrap_or_default();
     if zeros.iter().any(|&b| b != 0) {
         return Err(corrupt(file_offset, "filler is not zero"));
@@ -231,14 +231,7 @@ pub fn decode_chunk(
         )
     })?;
     let actual = mask(crc32c_append(crc32c(&bytes[..CH_CRC_OFF]), payload));
-    if actual != header.crc {
-        return Err(Error::ChecksumMismatch {
-            tier: Tier::Flash,
-            offset: file_offset,
-            expected: unmask(header.crc),
-            got: unmask(actual),
-        });
-    }
+    check_crc(header.crc, actual, file_offset)?;
     let records = decode_records(bytes, &header, file_offset)?;
     Ok((header, records))
 }
