@@ -245,7 +245,7 @@ impl Core {
         self.counters
             .chain_values_in_place
             .add((members.len() - scattered.len()) as u64);
-        let mut members: Vec<_> = members
+        let members: Vec<_> = members
             .into_iter()
             .enumerate()
             .filter(|(i, _)| scattered.binary_search(i).is_ok())
@@ -254,7 +254,6 @@ impl Core {
         if members.len() < 2 {
             return Ok(());
         }
-        members.shrink_to_fit();
         let lens: Vec<u32> = members
             .iter()
             .map(|(cv, _)| u32::try_from(cv.value().len()).unwrap_or(u32::MAX))
