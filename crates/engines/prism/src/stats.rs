@@ -12,6 +12,7 @@
 //! | `gc_runs`, `gc_bytes_moved`, `gc_values_moved`, `gc_chunks_freed` | Value Storage GC (§5.2) |
 //! | `svc_hits`, `svc_misses`, `svc_evictions`, gauge `svc_hit_ratio` | Scan-aware Value Cache (§4.4) |
 //! | `svc_chain_writebacks`, `svc_chain_values` | scan chains rewritten together on eviction |
+//! | `svc_touches_dropped`, gauge `svc_entries` | hits not recorded in the 2Q lists (queue full); values cached |
 //! | `read_batches`, `read_batch_requests`, gauge `read_batch_mean` | thread combining (§5.3) |
 //! | `dirty_pointer_helps` | dirty forward pointers persisted by a reader (§5.4) |
 //! | `put_retries` | forward-pointer CASes a put lost and retried |
@@ -76,6 +77,10 @@ pub struct ComponentStats {
     pub svc_evictions: u64,
     /// SVC scan chains handed back on eviction.
     pub svc_chain_writebacks: u64,
+    /// SVC touches dropped because its queue was full.
+    pub svc_touches_dropped: u64,
+    /// Entries the SVC holds.
+    pub svc_entries: u64,
     /// Bytes the SVC holds.
     pub svc_bytes: u64,
     /// Read batches submitted.
@@ -118,6 +123,7 @@ impl PrismCounters {
             ("svc_misses", c.svc_misses),
             ("svc_evictions", c.svc_evictions),
             ("svc_chain_writebacks", c.svc_chain_writebacks),
+            ("svc_touches_dropped", c.svc_touches_dropped),
             ("read_batches", c.read_batches),
             ("read_batch_requests", c.read_batch_requests),
         ];
@@ -141,6 +147,7 @@ impl PrismCounters {
         );
         s.gauges
             .insert("flash_free_chunks".into(), c.free_chunks as f64);
+        s.gauges.insert("svc_entries".into(), c.svc_entries as f64);
         s.gauges.insert(
             "flash_utilization".into(),
             1.0 - ratio(c.free_chunks, c.chunks.max(1)),

@@ -165,6 +165,8 @@ impl Core {
         c.svc_evictions = sv.evictions;
         c.svc_chain_writebacks = sv.chain_writebacks;
         c.svc_bytes = sv.bytes;
+        c.svc_touches_dropped = sv.touches_dropped;
+        c.svc_entries = sv.entries;
         c.dram_bytes += self.hsit.dram_bytes();
         c
     }

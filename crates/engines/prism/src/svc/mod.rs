@@ -26,7 +26,10 @@
 //! maintenance happens only on the background thread (`prism-svc`), fed by a bounded
 //! queue: `admit` and `remove` wait for room in the queue (so the cache stays bounded),
 //! `touch` never waits (a touch that finds the queue full is dropped and counted: it is a
-//! hint). The eviction callback runs on the background thread; it must not call `admit`
+//! hint). Senders do not wake the thread for each message: it drains the queue once per
+//! tick while there is traffic (see `worker`), so a read that hits or admits costs one
+//! queue push, not a futex wake-up and two context switches; only a full queue, a barrier,
+//! `close`, or a message to a thread asleep after a quiet spell wakes it at once. The eviction callback runs on the background thread; it must not call `admit`
 //! or `remove` (the queue it would wait on is drained by that very thread). The thread is
 //! started by [`ScanAwareValueCache::new`] and joined by [`ScanAwareValueCache::close`] or
 //! on drop. A panic on the thread (in the callback, say) is caught, stops the thread and
@@ -42,7 +45,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 
-use crossbeam::channel::{self, Sender};
+use crossbeam::channel::{self, Sender, TrySendError};
 use parking_lot::Mutex;
 use tierkv_core::{Counter, Error, Result};
 
@@ -169,6 +172,8 @@ pub(crate) struct Shared {
     pub(crate) entries: Counter,
     pub(crate) lists: Mutex<ListSizes>,
     pub(crate) poisoned: Mutex<Option<String>>,
+    /// The thread sleeps until woken (no traffic for a while): senders must unpark it.
+    pub(crate) asleep: AtomicBool,
 }
 
 /// The Scan-aware Value Cache.
@@ -177,7 +182,7 @@ pub struct ScanAwareValueCache {
     tx: Sender<Msg>,
     shared: Arc<Shared>,
     worker: Mutex<Option<JoinHandle<()>>>,
-    worker_id: Option<std::thread::ThreadId>,
+    worker_thread: std::thread::Thread,
     closed: AtomicBool,
     next_chain: AtomicU64,
 }
@@ -197,7 +202,7 @@ impl ScanAwareValueCache {
             capacity: capacity_bytes,
             tx,
             shared,
-            worker_id: Some(handle.thread().id()),
+            worker_thread: handle.thread().clone(),
             worker: Mutex::new(Some(handle)),
             closed: AtomicBool::new(false),
             next_chain: AtomicU64::new(1),
@@ -219,7 +224,7 @@ impl ScanAwareValueCache {
         if !self.closed.load(Ordering::Acquire) {
             // NOTE: a send fails only if the thread has stopped (closed or panicked); the
             // entry is then simply not tracked, and `health` reports the panic.
-            let _ = self.tx.send(Msg::Admit(v.clone()));
+            let _ = self.send(Msg::Admit(v.clone()), true);
         }
         v
     }
@@ -230,7 +235,7 @@ impl ScanAwareValueCache {
         if self.closed.load(Ordering::Acquire) {
             return;
         }
-        if self.tx.try_send(Msg::Touch(v.clone())).is_err() {
+        if !self.send(Msg::Touch(v.clone()), false) {
             self.shared.touches_dropped.incr();
         }
     }
@@ -242,11 +247,7 @@ impl ScanAwareValueCache {
         if self.closed.load(Ordering::Acquire) {
             return;
         }
-        if self
-            .tx
-            .try_send(Msg::TouchInScan(v.clone(), chain))
-            .is_err()
-        {
+        if !self.send(Msg::TouchInScan(v.clone(), chain), false) {
             self.shared.touches_dropped.incr();
         }
     }
@@ -254,7 +255,30 @@ impl ScanAwareValueCache {
     /// Forgets an entry the core has disconnected itself (superseded or deleted).
     pub fn remove(&self, v: &Arc<CachedValue>) {
         if !self.closed.load(Ordering::Acquire) {
-            let _ = self.tx.send(Msg::Remove(v.clone()));
+            let _ = self.send(Msg::Remove(v.clone()), true);
+        }
+    }
+
+    /// Queues `m` for the thread. A full queue wakes the thread and, with `wait`, waits for
+    /// room (else the message is dropped); a thread asleep after a quiet spell is woken.
+    /// False if the message was not queued.
+    fn send(&self, m: Msg, wait: bool) -> bool {
+        match self.tx.try_send(m) {
+            Ok(()) => {
+                // IMPORTANT: pairs with the fence in `worker::run` between its `asleep`
+                // store and its last look at the queue: either it sees this message or
+                // this load sees it asleep.
+                std::sync::atomic::fence(Ordering::SeqCst);
+                if self.shared.asleep.load(Ordering::Relaxed) {
+                    self.worker_thread.unpark();
+                }
+                true
+            }
+            Err(TrySendError::Full(m)) => {
+                self.worker_thread.unpark();
+                wait && self.tx.send(m).is_ok()
+            }
+            Err(TrySendError::Disconnected(_)) => false,
         }
     }
 
@@ -268,6 +292,7 @@ impl ScanAwareValueCache {
     pub fn quiesce(&self) {
         let (tx, rx) = channel::bounded(1);
         if !self.closed.load(Ordering::Acquire) && self.tx.send(Msg::Barrier(tx)).is_ok() {
+            self.worker_thread.unpark();
             let _ = rx.recv();
         }
     }
@@ -308,7 +333,8 @@ impl ScanAwareValueCache {
             return;
         }
         let _ = self.tx.send(Msg::Stop);
-        if Some(std::thread::current().id()) == self.worker_id {
+        self.worker_thread.unpark();
+        if std::thread::current().id() == self.worker_thread.id() {
             return;
         }
         if let Some(h) = self.worker.lock().take() {
