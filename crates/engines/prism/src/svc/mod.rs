@@ -29,8 +29,9 @@
 //! hint). Senders do not wake the thread for each message: it drains the queue once per
 //! tick while there is traffic (see `worker`), so a read that hits or admits costs one
 //! queue push, not a futex wake-up and two context switches; only a full queue, a barrier,
-//! `close`, or a message to a thread asleep after a quiet spell wakes it at once. The eviction callback runs on the background thread; it must not call `admit`
-//! or `remove` (the queue it would wait on is drained by that very thread). The thread is
+//! `close`, or a message to a thread asleep after a quiet spell wakes it at once. The
+//! eviction callback runs on the background thread; it must not call `admit` or `remove`
+//! (the queue it would wait on is drained by that very thread). The thread is
 //! started by [`ScanAwareValueCache::new`] and joined by [`ScanAwareValueCache::close`] or
 //! on drop. A panic on the thread (in the callback, say) is caught, stops the thread and
 //! is reported by [`ScanAwareValueCache::health`].
