@@ -11,8 +11,9 @@
 //!   taking each follower's request, until it has `limit` requests (the queue depth) or
 //!   finds no further follower, and submits the batch (③). Like the holder of an MCS lock
 //!   it keeps the queue while it submits (see "Hand-off" below), so threads arriving
-//!   during the submission line up for the next batch. Then it *hands off*: if no one queued behind the last node it
-//!   took, it resets `tail` to null (CAS); otherwise it waits for the newcomer's link and
+//!   during the submission line up for the next batch. Then it *hands off*: if no one
+//!   queued behind the last node it took, it resets `tail` to null (CAS); otherwise it
+//!   waits for the newcomer's link and
 //!   makes that node the next leader, and waits for its own result. A follower may leave
 //!   only once the leader has *released* it (after the leader's last look at its node);
 //!   completions (④) come from the flash tier's completion thread and wake each thread
