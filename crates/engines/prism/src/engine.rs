@@ -17,6 +17,8 @@ mod lifecycle;
 mod open;
 mod read;
 mod reclaim;
+#[cfg(test)]
+mod tests;
 mod write;
 
 use std::sync::Arc;

@@ -36,6 +36,7 @@
 mod check;
 pub mod combining;
 pub mod engine;
+mod faults;
 pub mod hsit;
 pub mod key_index;
 pub mod options;

@@ -9,6 +9,7 @@
 //! | `pwb_reclaim_dropped_bytes` | PWB bytes reclaimed without a write (superseded or deleted records) |
 //! | `pwb_reclaim_lost` | values moved whose key was written meanwhile (the HSIT CAS lost) |
 //! | `pwb_writer_waits` | waits (of up to 10 ms each) of writers that found their PWB full |
+//! | `gc_passes` | passes of the GC thread (woken by the reclaimer, a scan chain, or its tick) |
 //! | `gc_runs`, `gc_bytes_moved`, `gc_values_moved`, `gc_chunks_freed` | Value Storage GC (§5.2) |
 //! | `svc_hits`, `svc_misses`, `svc_evictions`, gauge `svc_hit_ratio` | Scan-aware Value Cache (§4.4) |
 //! | `svc_chain_writebacks`, `svc_chain_values` | scan chains rewritten together on eviction |
@@ -44,6 +45,8 @@ pub struct PrismCounters {
     pub chain_values_rewritten: Counter,
     /// Scan-chain members left in place: already next to a key-order neighbour.
     pub chain_values_in_place: Counter,
+    /// Passes of the GC thread.
+    pub gc_passes: Counter,
     /// Dirty pointers persisted by readers.
     pub dirty_pointer_helps: Counter,
     /// Lost pointer CASes retried by puts.
@@ -107,6 +110,7 @@ impl PrismCounters {
             ("pwb_writer_waits", &self.pwb_writer_waits),
             ("svc_chain_values_rewritten", &self.chain_values_rewritten),
             ("svc_chain_values_in_place", &self.chain_values_in_place),
+            ("gc_passes", &self.gc_passes),
             ("dirty_pointer_helps", &self.dirty_pointer_helps),
             ("put_retries", &self.put_retries),
             ("index_race_losses", &self.index_race_losses),

@@ -53,3 +53,69 @@ pub fn pmem_fixture(pool_len: u64, pwb_count: u32, pwb_size: u64) -> PmemFixture
         sb,
     }
 }
+
+/// A store opened straight through its `EngineContext` (no facade) in a temporary
+/// directory: a Tracked pool of `pool_mib` MiB, one flash device of `flash_mib` MiB.
+pub struct StoreFixture {
+    /// Keeps the directory alive.
+    pub _dir: TempDir,
+    /// The open store.
+    pub store: Arc<crate::PrismStore>,
+}
+
+/// The engine context of a store in `dir`.
+pub fn store_context(
+    dir: &std::path::Path,
+    spec: &str,
+    pool_mib: u64,
+    flash_mib: u64,
+    created: bool,
+) -> tierkv_core::EngineContext {
+    use tierkv_core::format::manifest::Manifest;
+    use tierkv_core::media::Media;
+    use tierkv_core::media::flash::FlashDevice;
+    use tierkv_core::{ByteSize, FlashOptions, Options};
+    let cfg = PmemConfig {
+        path: dir.join("pmem.pool"),
+        size: pool_mib << 20,
+        mode: DurabilityMode::Tracked,
+        latency: EmulatedLatency::default(),
+    };
+    let pool = if created {
+        PmemPool::create(&cfg).unwrap()
+    } else {
+        PmemPool::open(&cfg).unwrap()
+    };
+    let flash = FlashOptions {
+        size: ByteSize(flash_mib << 20),
+        ..FlashOptions::default()
+    };
+    let dev = FlashDevice::open(&dir.join("flash"), &flash).unwrap();
+    let options = Options::default()
+        .engine(spec)
+        .dram_budget(ByteSize::mib(1));
+    tierkv_core::EngineContext {
+        dir: dir.to_owned(),
+        spec: options.engine_spec().unwrap(),
+        options,
+        manifest: Manifest {
+            engine: "prism".into(),
+            created_by: "tests".into(),
+            pmem: None,
+            flash: Vec::new(),
+        },
+        media: Media {
+            pmem: Some(pool),
+            flash: vec![dev],
+        },
+        created,
+    }
+}
+
+/// A new store with `spec` (a Tracked pool of 32 MiB, 16 MiB of flash).
+pub fn store_fixture(spec: &str) -> StoreFixture {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = store_context(dir.path(), spec, 32, 16, true);
+    let store = crate::PrismStore::open(&ctx).unwrap();
+    StoreFixture { _dir: dir, store }
+}

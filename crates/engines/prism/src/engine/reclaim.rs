@@ -105,6 +105,7 @@ impl Core {
             })
             .collect::<Result<Vec<(u64, &[u8])>>>()?;
         let (storage, locs) = self.write_chunk(&values, true, self.reclaim_placement())?;
+        crate::faults::hook_at(crate::faults::Point::ReclaimChunkWritten);
         let mut ring_bytes = 0;
         for (r, loc) in recs.iter().zip(locs) {
             ring_bytes += crate::pwb::record::footprint(r.len as usize);
@@ -180,7 +181,7 @@ impl Core {
     }
 
     /// GC steps on `storage` until it no longer wants GC or a step frees nothing.
-    fn gc_storage(&self, storage: &ValueStorage) -> Result<bool> {
+    pub(crate) fn gc_storage(&self, storage: &ValueStorage) -> Result<bool> {
         let _serial = self.gc_lock.lock();
         let relocate =
             |slot: u64, old: ValueLocation, new: ValueLocation| self.gc_relocate(slot, old, new);

@@ -289,6 +289,7 @@ impl<V: Clone + Send + Sync + 'static> Hsit<V> {
         if self.pool.cas_u64(off, old.raw(), new.raw())?.is_err() {
             return Ok(false);
         }
+        crate::faults::fail_at(crate::faults::Point::HsitRelocatePersist)?;
         self.pool.persist(off, HSIT_ENTRY_LEN as usize)?;
         Ok(true)
     }

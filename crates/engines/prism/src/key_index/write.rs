@@ -122,6 +122,7 @@ impl PersistentKeyIndex {
     }
 
     pub(super) fn remove_impl(&self, key: &[u8]) -> Result<Option<u64>> {
+        crate::faults::fail_at(crate::faults::Point::IndexRemove)?;
         self.with_locked_leaf(key, |Locked { node, header, .. }| {
             let Some((at, entry)) = node.find(header, key)? else {
                 return Ok(Step::Done(None));

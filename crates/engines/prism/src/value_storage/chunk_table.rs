@@ -6,7 +6,7 @@
 //! ```text
 //!  Recovering --finish_recovery--> Free (no live value) | Sealed (live values)
 //!  Free --allocate--> Writing --seal--> Sealed --GC choice--> Victim --live == 0--> Retired
-//!        <--write failed--                                        (GC error: back to Sealed)
+//!        <--write failed--                          (live values left at the step's end: back to Sealed)
 //!  Retired --grace period (epoch)--> Free
 //!  Victim --image unreadable--> Quarantined (kept forever, reported)
 //! ```

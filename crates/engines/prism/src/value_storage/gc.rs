@@ -2,18 +2,21 @@
 //! step that carries out what [`super::gc_policy::choose_victims`] chose.
 //!
 //! A step:
-//! 1. retires earlier victims whose last live value has gone (see 6);
-//! 2. takes a usage snapshot of the sealed chunks and asks the policy for a choice;
-//! 3. retires the chosen chunks that hold no live value (no copying);
-//! 4. reads the images of the chunks with live values (one batch), verifies them
+//! 1. takes a usage snapshot of the sealed chunks and asks the policy for a choice;
+//! 2. retires the chosen chunks that hold no live value (no copying);
+//! 3. reads the images of the chunks with live values (one batch), verifies them
 //!    (`decode_chunk`), and collects the records whose validity bit is set;
-//! 5. writes those values into one new chunk (GC may use the reserved free chunks) and
+//! 4. writes those values into one new chunk (GC may use the reserved free chunks) and
 //!    calls `relocate(backptr, old, new)` for each: if the core's CAS on HSIT won, the old
 //!    location is invalidated, otherwise the new one is (the value was superseded or
 //!    deleted meanwhile, and whoever did that invalidates the old one);
-//! 6. retires each victim with no live value left. A victim that still has live values
-//!    (an update raced with the relocation and has not invalidated the old location yet)
-//!    stays a victim and is retired by a later step.
+//! 5. retires each victim with no live value left, and returns every other victim to the
+//!    sealed state, so that a later step considers it again. A victim keeps live values
+//!    when an update raced with the relocation and has not invalidated the old location
+//!    yet (a later step finds it empty), or when its values were not yet reachable: PWB
+//!    reclamation seals a chunk before it moves the HSIT pointers into it, so a step in
+//!    between loses every CAS on it (a later step moves them). No chunk is a victim
+//!    between steps (`tierkv check` reports one that is).
 //!
 //! Readers are never blocked: a reader holding an old location reads the old chunk, which
 //! is freed only after it has no live value *and* an epoch grace period has passed (see
@@ -69,11 +72,6 @@ pub(super) fn step(
     let _one_at_a_time = vs.gc_lock.lock();
     let start = Instant::now();
     let mut report = GcReport::default();
-    for u in vs.table.usage(ChunkState::Victim) {
-        if u.live_values == 0 && vs.table.retire(u.chunk, ChunkState::Victim) {
-            report.chunks_retired += 1;
-        }
-    }
     let choice = choose_victims(
         &vs.table.usage(ChunkState::Sealed),
         payload_capacity(vs.chunk_size) as u64,
@@ -98,7 +96,9 @@ pub(super) fn step(
         for &c in &victims {
             if vs.table.retire(c, ChunkState::Victim) {
                 report.chunks_retired += 1;
-            } else if outcome.is_err() {
+            } else {
+                // IMPORTANT: GC only considers sealed chunks; a victim left behind would
+                // never be collected (step 5).
                 vs.table
                     .transition(c, ChunkState::Victim, ChunkState::Sealed);
             }
@@ -170,7 +170,7 @@ fn collect_live(vs: &ValueStorage, victims: &[u32], report: &mut GcReport) -> Ve
     moving
 }
 
-/// Writes the copied values into one new chunk and relocates them (step 5).
+/// Writes the copied values into one new chunk and relocates them (step 4).
 fn move_values(
     vs: &ValueStorage,
     moving: Vec<Moving>,

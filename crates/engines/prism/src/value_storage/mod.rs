@@ -561,6 +561,18 @@ impl ValueStorage {
         }
     }
 
+    /// The chunks in GC's victim state. Outside a GC step there are none: a victim that
+    /// keeps live values goes back to sealed at the end of its step (`gc.rs`).
+    pub fn victim_chunks(&self) -> Vec<u32> {
+        (0..self.table.len())
+            .filter(|&c| {
+                self.table
+                    .get(c)
+                    .is_some_and(|m| m.state() == chunk_table::ChunkState::Victim)
+            })
+            .collect()
+    }
+
     /// True if the value at `loc` is marked valid (for `check`).
     pub fn is_valid(&self, loc: ValueLocation) -> Result<bool> {
         self.check_location(loc)?;
