@@ -13,7 +13,7 @@ use tierkv_core::Error;
 use tierkv_core::media::flash::{CrashMode, FaultInjector};
 use tierkv_prism::combining::CombiningMode;
 use tierkv_prism::value_storage::chunk_format::storage_file_name;
-use tierkv_prism::value_storage::{ValueLocation, ValueStorage};
+use tierkv_prism::value_storage::{Relocation, ValueLocation, ValueStorage};
 use value_storage_support::{backends, data_dir, device, faulty_device, parse, storage, value};
 
 const CHUNK: u32 = 32 * 1024;
@@ -167,7 +167,7 @@ fn bit_flip_on_flash_is_reported_and_gc_quarantines_the_chunk() {
     for (_, l) in a.iter().chain(&b).filter(|(s, _)| s % 10 != 4) {
         vs.invalidate(*l).unwrap();
     }
-    let r = vs.gc_step(&|_, _, _| Ok(true)).unwrap();
+    let r = vs.gc_step(&|_, _, _| Ok(Relocation::Moved)).unwrap();
     assert_eq!(r.corrupt_chunks.len(), 1, "{r:?}");
     assert_eq!(r.corrupt_chunks[0].0, victim.chunk);
     assert_eq!(

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use tierkv_prism::combining::CombiningMode;
-use tierkv_prism::value_storage::{ValueLocation, ValueStorage};
+use tierkv_prism::value_storage::{Relocation, ValueLocation, ValueStorage};
 use value_storage_support::{backends, data_dir, device, parse, storage, value};
 
 const SLOTS: u64 = 64;
@@ -147,7 +147,13 @@ fn readers_never_see_wrong_data_while_gc_moves_values() {
             while Instant::now() < deadline {
                 if vs.needs_gc() {
                     let r = vs
-                        .gc_step(&|slot, old, new| Ok(h.cas(slot, old, new)))
+                        .gc_step(&|slot, old, new| {
+                            Ok(if h.cas(slot, old, new) {
+                                Relocation::Moved
+                            } else {
+                                Relocation::Lost
+                            })
+                        })
                         .unwrap();
                     assert!(r.corrupt_chunks.is_empty(), "{r:?}");
                     gc_moved += r.values_moved;

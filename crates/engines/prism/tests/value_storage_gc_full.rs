@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use tierkv_core::{Error, Tier};
 use tierkv_prism::combining::CombiningMode;
-use tierkv_prism::value_storage::{GC_RESERVE, ValueLocation, ValueStorage};
+use tierkv_prism::value_storage::{GC_RESERVE, Relocation, ValueLocation, ValueStorage};
 use value_storage_support::{backends, data_dir, device, parse, storage, value};
 
 const CHUNK: u32 = 16 * 1024;
@@ -22,12 +22,12 @@ fn relocate(
     slot: u64,
     old: ValueLocation,
     new: ValueLocation,
-) -> tierkv_core::Result<bool> {
+) -> tierkv_core::Result<Relocation> {
     let mut h = hsit.lock().expect("hsit");
     let cur = h.get_mut(&slot).expect("only live values are moved");
     assert_eq!(*cur, old);
     *cur = new;
-    Ok(true)
+    Ok(Relocation::Moved)
 }
 
 /// Fills every chunk a writer may use with 4 values each; returns slot -> location.
@@ -126,7 +126,7 @@ fn lost_and_failed_relocations_leave_every_referenced_value_in_place() {
 
     // Every relocation is lost (the core updated the keys meanwhile): the copies are
     // invalid, and the victims are retired only once the core invalidates the old values.
-    let r = vs.gc_step(&|_, _, _| Ok(false)).unwrap();
+    let r = vs.gc_step(&|_, _, _| Ok(Relocation::Lost)).unwrap();
     assert!(r.victims >= 2 && r.values_moved == 0, "{r:?}");
     assert_eq!(r.values_dropped, 2 * r.victims as u64, "{r:?}");
     for (s, l) in &hsit {
@@ -139,7 +139,7 @@ fn lost_and_failed_relocations_leave_every_referenced_value_in_place() {
     for l in hsit.values() {
         vs.invalidate(*l).unwrap();
     }
-    let r = vs.gc_step(&|_, _, _| Ok(true)).unwrap();
+    let r = vs.gc_step(&|_, _, _| Ok(Relocation::Moved)).unwrap();
     assert!(
         r.chunks_retired >= 8,
         "every drained chunk is retired: {r:?}"

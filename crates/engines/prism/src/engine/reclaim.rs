@@ -23,7 +23,7 @@ use std::ops::Range;
 use tierkv_core::{Error, Result};
 
 use super::core::{ChainBatch, Core};
-use crate::hsit::entry::{ForwardPointer, Location};
+use crate::hsit::entry::{ForwardPointer, Location, Relocation};
 use crate::hsit::epoch;
 use crate::pwb::Pwb;
 use crate::pwb::reclaim::{Choice, LiveRecord, batches, choose, collect_live, partial_end};
@@ -107,16 +107,34 @@ impl Core {
         let (storage, locs) = self.write_chunk(&values, true, self.reclaim_placement())?;
         crate::faults::hook_at(crate::faults::Point::ReclaimChunkWritten);
         let mut ring_bytes = 0;
-        for (r, loc) in recs.iter().zip(locs) {
+        let mut moves = recs.iter().zip(locs);
+        while let Some((r, loc)) = moves.next() {
             ring_bytes += crate::pwb::record::footprint(r.len as usize);
             let new = Location::Flash(loc.pack());
-            if self.hsit.relocate(r.slot, Location::Pwb(r.off), new)? {
-                self.counters.pwb_reclaim_values.incr();
-                self.counters.pwb_reclaim_bytes.add(u64::from(r.len));
-            } else {
-                self.counters.pwb_reclaim_lost.incr();
-                storage.invalidate(loc)?;
+            let failed = match self.hsit.relocate(r.slot, Location::Pwb(r.off), new) {
+                Ok(Relocation::Moved) => {
+                    self.counters.pwb_reclaim_values.incr();
+                    self.counters.pwb_reclaim_bytes.add(u64::from(r.len));
+                    continue;
+                }
+                Ok(Relocation::Lost) => {
+                    self.counters.pwb_reclaim_lost.incr();
+                    storage.invalidate(loc)?;
+                    continue;
+                }
+                // HSIT points at `loc`, durably or not; the record stays too (the head
+                // does not move).
+                Ok(Relocation::Unpersisted(e)) => e,
+                Err(e) => {
+                    storage.invalidate(loc)?;
+                    e
+                }
+            };
+            // The records not moved stay in the PWB; their copies are garbage.
+            for (_, rest) in moves {
+                storage.invalidate(rest)?;
             }
+            return Err(failed);
         }
         Ok(ring_bytes)
     }
@@ -199,22 +217,22 @@ impl Core {
     }
 
     /// GC's relocation: moves `slot` from `old` to `new` if it still points at `old`.
-    fn gc_relocate(&self, slot: u64, old: ValueLocation, new: ValueLocation) -> Result<bool> {
+    fn gc_relocate(&self, slot: u64, old: ValueLocation, new: ValueLocation) -> Result<Relocation> {
         if !self.hsit.contains(slot) {
-            return Ok(false);
+            return Ok(Relocation::Lost);
         }
-        let won = self.hsit.relocate(
+        let done = self.hsit.relocate(
             slot,
             Location::Flash(old.pack()),
             Location::Flash(new.pack()),
         )?;
-        if won {
+        if matches!(done, Relocation::Moved | Relocation::Unpersisted(_)) {
             let guard = crossbeam_epoch::pin();
             self.hsit
                 .cache()
                 .relocate(slot, old.pack(), new.pack(), &guard);
         }
-        Ok(won)
+        Ok(done)
     }
 
     /// Rewrites the still-current members of an evicted scan chain together, in key order,
@@ -273,13 +291,29 @@ impl Core {
                 Err(Error::NoSpace { .. }) => return Ok(()),
                 Err(e) => return Err(e),
             };
-            for ((cv, old), new) in part.iter().zip(locs) {
-                if self.gc_relocate(cv.slot(), *old, new)? {
-                    self.storage_of(*old)?.invalidate(*old)?;
-                    self.counters.chain_values_rewritten.incr();
-                } else {
-                    storage.invalidate(new)?;
+            let mut moves = part.iter().zip(locs);
+            while let Some(((cv, old), new)) = moves.next() {
+                let failed = match self.gc_relocate(cv.slot(), *old, new) {
+                    Ok(Relocation::Moved) => {
+                        self.storage_of(*old)?.invalidate(*old)?;
+                        self.counters.chain_values_rewritten.incr();
+                        continue;
+                    }
+                    Ok(Relocation::Lost) => {
+                        storage.invalidate(new)?;
+                        continue;
+                    }
+                    // Both copies stay valid: either may be the durable one.
+                    Ok(Relocation::Unpersisted(e)) => e,
+                    Err(e) => {
+                        storage.invalidate(new)?;
+                        e
+                    }
+                };
+                for (_, rest) in moves {
+                    storage.invalidate(rest)?;
                 }
+                return Err(failed);
             }
         }
         Ok(())

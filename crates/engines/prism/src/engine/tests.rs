@@ -71,7 +71,6 @@ fn gc_during_reclamation_leaves_no_chunk_a_victim_forever() {
 /// Defect 2 of issue 21: `Hsit::relocate` whose CAS won but whose persist failed must not
 /// make GC invalidate the copy the HSIT entry now points to.
 #[test]
-#[ignore = "issue 21 defect 2: fixed in the next commit"]
 fn failed_relocate_persist_never_invalidates_the_copy_hsit_points_to() {
     let fx = store_fixture(SPEC);
     let store = &fx.store;

@@ -29,6 +29,21 @@ const MEDIUM_NONE: u64 = 0;
 const MEDIUM_PWB: u64 = 1;
 const MEDIUM_FLASH: u64 = 2;
 
+/// What a background move of a forward pointer (`Hsit::relocate`: PWB reclamation, GC,
+/// a scan-chain rewrite) did.
+#[derive(Debug)]
+pub enum Relocation {
+    /// The entry held the old location and now durably holds the new one.
+    Moved,
+    /// The entry no longer held the old location (the key was written or deleted
+    /// meanwhile); it is unchanged.
+    Lost,
+    /// The entry was switched to the new location, but persisting it failed: the durable
+    /// entry may hold either location, so the mover must invalidate neither copy, and stop
+    /// with this error (the pool, and with it the engine, is poisoned).
+    Unpersisted(tierkv_core::Error),
+}
+
 /// Where a forward pointer leads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Location {

@@ -39,7 +39,7 @@ use tierkv_core::{Error, Result, Tier};
 
 use crate::superblock::{HSIT_ENTRY_LEN, REGION_ALIGN, Superblock};
 use cache_ptr::CachePointers;
-use entry::{ForwardPointer, Location};
+use entry::{ForwardPointer, Location, Relocation};
 use free_list::FreeList;
 
 /// Allocator tag of HSIT segment chunks ("HSIT").
@@ -280,18 +280,22 @@ impl<V: Clone + Send + Sync + 'static> Hsit<V> {
 
     /// A background move of an unchanged value (PWB reclamation, GC): CAS `expected` ->
     /// `new` without the dirty bit (readers of either location get the same value), then
-    /// persist. False when the entry no longer held `expected` (the key was written or
-    /// deleted meanwhile).
-    pub fn relocate(&self, slot: u64, expected: Location, new: Location) -> Result<bool> {
+    /// persist. [`Relocation::Lost`] when the entry no longer held `expected` (the key was
+    /// written or deleted meanwhile); [`Relocation::Unpersisted`] when the CAS won but the
+    /// persist failed. `Err` only when the entry was left unchanged.
+    pub fn relocate(&self, slot: u64, expected: Location, new: Location) -> Result<Relocation> {
         let off = self.entry_off(slot)?;
         let old = pointer(expected, off)?;
         let new = pointer(new, off)?;
         if self.pool.cas_u64(off, old.raw(), new.raw())?.is_err() {
-            return Ok(false);
+            return Ok(Relocation::Lost);
         }
-        crate::faults::fail_at(crate::faults::Point::HsitRelocatePersist)?;
-        self.pool.persist(off, HSIT_ENTRY_LEN as usize)?;
-        Ok(true)
+        let persisted = crate::faults::fail_at(crate::faults::Point::HsitRelocatePersist)
+            .and_then(|()| self.pool.persist(off, HSIT_ENTRY_LEN as usize));
+        Ok(match persisted {
+            Ok(()) => Relocation::Moved,
+            Err(e) => Relocation::Unpersisted(e),
+        })
     }
 
     /// Gives a fresh slot to a key: key tag and pointer stored and persisted. The slot is

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::entry::{ForwardPointer, Location, key_tag};
+use super::entry::{ForwardPointer, Location, Relocation, key_tag};
 use super::*;
 use crate::test_support::pmem_fixture;
 
@@ -75,14 +75,14 @@ fn relocate_only_moves_the_expected_pointer() {
     let h = Table::create(f.pool.clone(), f.alloc.clone(), &f.sb).unwrap();
     let s = h.alloc_slot().unwrap();
     h.init_slot(s, 1, Location::Pwb(4096)).unwrap();
-    assert!(
-        !h.relocate(s, Location::Pwb(4112), Location::Flash(1))
-            .unwrap()
-    );
-    assert!(
-        h.relocate(s, Location::Pwb(4096), Location::Flash(1))
-            .unwrap()
-    );
+    assert!(matches!(
+        h.relocate(s, Location::Pwb(4112), Location::Flash(1)),
+        Ok(Relocation::Lost)
+    ));
+    assert!(matches!(
+        h.relocate(s, Location::Pwb(4096), Location::Flash(1)),
+        Ok(Relocation::Moved)
+    ));
     assert_eq!(h.load(s).unwrap().location(), Some(Location::Flash(1)));
 }
 

@@ -38,6 +38,7 @@ use super::gc_policy::{GcChoice, choose_victims};
 use super::location::ValueLocation;
 use super::reader::ReadSpec;
 use super::{MAX_GC_VICTIMS, payload_capacity};
+use crate::hsit::entry::Relocation;
 
 /// What one GC step did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -67,7 +68,7 @@ struct Moving {
 
 pub(super) fn step(
     vs: &ValueStorage,
-    relocate: &dyn Fn(u64, ValueLocation, ValueLocation) -> Result<bool>,
+    relocate: &dyn Fn(u64, ValueLocation, ValueLocation) -> Result<Relocation>,
 ) -> Result<GcReport> {
     let _one_at_a_time = vs.gc_lock.lock();
     let start = Instant::now();
@@ -174,7 +175,7 @@ fn collect_live(vs: &ValueStorage, victims: &[u32], report: &mut GcReport) -> Ve
 fn move_values(
     vs: &ValueStorage,
     moving: Vec<Moving>,
-    relocate: &dyn Fn(u64, ValueLocation, ValueLocation) -> Result<bool>,
+    relocate: &dyn Fn(u64, ValueLocation, ValueLocation) -> Result<Relocation>,
     report: &mut GcReport,
 ) -> Result<()> {
     if moving.is_empty() {
@@ -188,26 +189,30 @@ fn move_values(
     let new_locs = vs.write_values(&values, 0, Placement::Packed)?;
     let mut pairs = moving.iter().zip(new_locs);
     while let Some((m, new)) = pairs.next() {
-        match relocate(m.backptr, m.old, new) {
-            Ok(true) => {
+        let failed = match relocate(m.backptr, m.old, new) {
+            Ok(Relocation::Moved) => {
                 vs.invalidate(m.old)?;
                 report.values_moved += 1;
                 report.bytes_moved += u64::from(new.len);
+                continue;
             }
-            Ok(false) => {
+            Ok(Relocation::Lost) => {
                 vs.invalidate(new)?;
                 report.values_dropped += 1;
+                continue;
             }
+            // IMPORTANT: HSIT points at `new`, durably or not: both copies stay valid.
+            Ok(Relocation::Unpersisted(e)) => e,
             Err(e) => {
-                // The entries not relocated keep their old locations; their copies are
-                // garbage.
                 vs.invalidate(new)?;
-                for (_, rest) in pairs {
-                    vs.invalidate(rest)?;
-                }
-                return Err(e);
+                e
             }
+        };
+        // The entries not relocated keep their old locations; their copies are garbage.
+        for (_, rest) in pairs {
+            vs.invalidate(rest)?;
         }
+        return Err(failed);
     }
     Ok(())
 }

@@ -24,8 +24,10 @@
 //!    after such readers are done (see `chunk_table`). A reader that finds a backward
 //!    pointer other than its slot retries through HSIT.
 //! 4. `relocate(backptr, old, new)` of [`ValueStorage::gc_step`] CASes the HSIT entry of
-//!    `backptr` from `old` to `new`, persists it (§5.4), and says whether it won; it returns
-//!    `Err` only if it left the entry unchanged.
+//!    `backptr` from `old` to `new`, persists it (§5.4), and says what it did
+//!    ([`Relocation`]); it returns `Err` only if it left the entry unchanged. When the CAS
+//!    won but the persist failed ([`Relocation::Unpersisted`]) GC invalidates neither copy
+//!    (either may be the durable one) and stops with the error.
 //!
 //! Thread safety: `Send + Sync`, every method takes `&self`. Writers run concurrently, each
 //! on its own chunk (allocation is the only critical section, §5.2); readers are never
@@ -55,6 +57,7 @@ use tierkv_core::media::flash::{AlignedBuf, FlashDevice, FlashFile, IoBatch};
 use tierkv_core::{Error, Result, Tier};
 
 use crate::combining::{CombiningMode, completion};
+pub use crate::hsit::entry::Relocation;
 use chunk_format::*;
 use chunk_reader::decode_record;
 use chunk_table::ChunkTable;
@@ -607,7 +610,7 @@ impl ValueStorage {
     /// contract item 4). Never blocks readers. See [`GcReport`].
     pub fn gc_step(
         &self,
-        relocate: &dyn Fn(u64, ValueLocation, ValueLocation) -> Result<bool>,
+        relocate: &dyn Fn(u64, ValueLocation, ValueLocation) -> Result<Relocation>,
     ) -> Result<GcReport> {
         gc::step(self, relocate)
     }
