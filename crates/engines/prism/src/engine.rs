@@ -78,13 +78,15 @@ impl PrismStore {
     /// Runs one PWB reclamation pass over every PWB now (whatever their use when `force`).
     pub fn reclaim_now(&self, force: bool) -> Result<bool> {
         self.core.life.check_writable()?;
-        self.core.reclaim_pass(force, 0, 1)
+        let done = self.core.reclaim_pass(force, 0, 1);
+        self.core.poison_on_failure(done)
     }
 
     /// Runs garbage collection on every Value Storage that wants it, now.
     pub fn gc_now(&self) -> Result<bool> {
         self.core.life.check_writable()?;
-        self.core.gc_pass()
+        let done = self.core.gc_pass();
+        self.core.poison_on_failure(done)
     }
 
     /// Waits until the SVC's thread has handled everything queued so far.

@@ -129,13 +129,31 @@ impl Core {
         self.reclaim_locks.iter().map(|l| l.lock()).collect()
     }
 
-    /// Records a background failure: poisons the engine and wakes everyone waiting.
+    /// Records a failure: poisons the engine and wakes everyone waiting.
     pub fn fail(&self, e: &Error) {
+        if self.life.poisoned().is_some() {
+            return;
+        }
         let why = self.life.poison(e);
         eprintln!("tierkv prism: background failure, the store refuses writes: {why}");
         for p in self.pwbs.iter() {
             p.wake_writers();
         }
+    }
+
+    /// Passes `r` on; a failure of a foreground write step poisons the engine first
+    /// ([`Self::fail`]), unless it left nothing half done: no space, a bad argument, or
+    /// the engine was closed.
+    pub fn poison_on_failure<T>(&self, r: Result<T>) -> Result<T> {
+        if let Err(e) = &r
+            && !matches!(
+                e,
+                Error::NoSpace { .. } | Error::InvalidArgument(_) | Error::Closed
+            )
+        {
+            self.fail(e);
+        }
+        r
     }
 
     /// What a writer waiting for PWB space checks between waits.

@@ -2,9 +2,10 @@
 //! background threads (STYLE §5, §8).
 //!
 //! - After `close`, every call returns [`Error::Closed`].
-//! - The first failure of a background job or of a durability step *poisons* the engine:
-//!   writes are refused with [`Error::Poisoned`] until the store is reopened (reads still
-//!   work). A failed persist or sync is never retried.
+//! - The first failure of a background job or of a foreground write step (a persist, a
+//!   key-index update: `Core::poison_on_failure`) *poisons* the engine: writes are refused
+//!   with [`Error::Poisoned`] until the store is reopened (reads still work). A failed
+//!   persist or sync is never retried.
 //!
 //! Thread safety: atomics, a `OnceLock` and a mutex/condvar pair; all `&self`.
 

@@ -22,6 +22,13 @@
 //! index removal leaves an index entry whose slot points nowhere: recovery finishes the
 //! delete.
 //!
+//! # Failures
+//! A failure after the append (put) or of any step of a delete poisons the engine
+//! ([`Core::poison_on_failure`]), as a background failure does: otherwise a delete whose
+//! index removal failed would leave a "none" pointer that a later put of the key waits on
+//! for ever. The exceptions leave nothing half done: no space in the HSIT or the key index
+//! for a new key (the fresh slot is freed again; the record is ill-coupled garbage).
+//!
 //! Everything runs pinned (`crossbeam_epoch`), so no slot found through the index can be
 //! reused under the operation (HSIT invariant 3).
 //!
@@ -57,15 +64,39 @@ impl Core {
         // for pinned threads (PWB invariant 3).
         let reserved = pwb.reserve(value.len(), &wake, &check)?;
         let mut guard = crossbeam_epoch::pin();
-        let mut target = match self.index.get(key)? {
+        let target = match self.index.get(key)? {
             Some(slot) => Target::Slot(slot),
             None => Target::Fresh(self.hsit.alloc_slot()?),
         };
         let backptr = match target {
             Target::Slot(s) | Target::Fresh(s) => s,
         };
-        let append = reserved.write(backptr, value)?;
-        let mut bound = backptr;
+        // IMPORTANT: from the append on, a failure poisons the engine (unless undone), so
+        // that no later writer waits for a step that will never finish.
+        let done = (|| {
+            let append = reserved.write(backptr, value)?;
+            self.publish_put(key, value, &append, target, &mut guard)
+        })();
+        self.poison_on_failure(done)?;
+        self.counters
+            .ops
+            .user_bytes_written
+            .add((key.len() + value.len()) as u64);
+        Ok(())
+    }
+
+    /// Publishes the appended record under `key` (steps 3 and 4).
+    fn publish_put(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        append: &Append<'_>,
+        mut target: Target,
+        guard: &mut Guard,
+    ) -> Result<()> {
+        let mut bound = match target {
+            Target::Slot(s) | Target::Fresh(s) => s,
+        };
         loop {
             let slot = match target {
                 Target::Slot(s) | Target::Fresh(s) => s,
@@ -75,16 +106,16 @@ impl Core {
                 bound = slot;
             }
             target = match target {
-                Target::Fresh(s) => match self.insert_fresh(key, s, &append)? {
-                    None => break,
+                Target::Fresh(s) => match self.insert_fresh(key, s, append)? {
+                    None => return Ok(()),
                     Some(winner) => Target::Slot(winner),
                 },
-                Target::Slot(s) => match self.update_slot(s, &append, &guard)? {
-                    true => break,
+                Target::Slot(s) => match self.update_slot(s, append, guard)? {
+                    true => return Ok(()),
                     false => {
                         // The key is being deleted: wait for the index to let go of it,
                         // unpinned so that the deleter's epoch can pass, then start over.
-                        self.wait_for_removal(key, s, &mut guard)?;
+                        self.wait_for_removal(key, s, guard)?;
                         match self.index.get(key)? {
                             Some(slot) => Target::Slot(slot),
                             None => Target::Fresh(self.hsit.alloc_slot()?),
@@ -93,12 +124,6 @@ impl Core {
                 },
             };
         }
-        drop(append);
-        self.counters
-            .ops
-            .user_bytes_written
-            .add((key.len() + value.len()) as u64);
-        Ok(())
     }
 
     /// New key: initialise `slot` and insert it. `None` when inserted, `Some(winner)` when
@@ -107,7 +132,18 @@ impl Core {
         let rec = Location::Pwb(append.record_off());
         // IMPORTANT: the entry is durable before the index can lead to it.
         self.hsit.init_slot(slot, key_tag(key), rec)?;
-        match self.index.insert_if_absent(key, slot)? {
+        let inserted = match self.index.insert_if_absent(key, slot) {
+            Ok(inserted) => inserted,
+            // The index took nothing (its contract): undo the slot; the record stays
+            // ill-coupled garbage. Nothing is half done, so the engine is not poisoned.
+            Err(e @ (Error::NoSpace { .. } | Error::InvalidArgument(_))) => {
+                self.hsit.clear_unreachable(slot)?;
+                self.hsit.free_slot_now(slot);
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        match inserted {
             Ok(()) => Ok(None),
             Err(winner) => {
                 self.counters.index_race_losses.incr();
@@ -163,6 +199,12 @@ impl Core {
     pub fn delete(&self, key: &[u8]) -> Result<()> {
         self.life.check_writable()?;
         self.limits.check_key(key)?;
+        let done = self.delete_pinned(key);
+        self.poison_on_failure(done)
+    }
+
+    /// [`Self::delete`] after the argument checks.
+    fn delete_pinned(&self, key: &[u8]) -> Result<()> {
         let guard = crossbeam_epoch::pin();
         loop {
             let Some(slot) = self.index.get(key)? else {
