@@ -4,7 +4,8 @@
 //!   crosses its watermark or a writer waits for space, and every [`TICK`] otherwise; each
 //!   PWB is reclaimed by one thread at a time, different PWBs in parallel;
 //! - `prism-gc`: Value Storage GC, woken by the reclaimer when a storage runs low on free
-//!   chunks, and the rewrite of evicted scan chains handed over by the SVC.
+//!   chunks (it selects on that signal, the scan-chain channel and stop, so it starts at
+//!   once), and the rewrite of evicted scan chains handed over by the SVC.
 //!
 //! (The SVC's list thread and the combiner's completion threads belong to those
 //! components, which start and join them.)
@@ -119,16 +120,17 @@ fn reclaimer(core: &Core, worker: usize, workers: usize) {
 /// The GC thread: rewrites evicted scan chains, and runs a GC pass after each wake-up
 /// (a chain, the GC signal, or `tick` without either).
 fn collector(core: &Core, chains: &Receiver<ChainBatch>, stop: &Receiver<()>, tick: Duration) {
+    let never = crossbeam::channel::never();
+    let mut chains = chains;
     run_until_closed(core, || {
         crossbeam::channel::select! {
             recv(chains) -> chain => match chain {
                 Ok(chain) if core.life.poisoned().is_none() => core.rewrite_chain(chain)?,
                 Ok(_) => {}
-                // The SVC is gone (closing): fall back to the signal.
-                Err(_) => {
-                    core.gc_signal.wait(tick);
-                }
+                // The SVC is gone (closing): wait for the signal and stop only.
+                Err(_) => chains = &never,
             },
+            recv(core.gc_signal.receiver()) -> _ => {}
             recv(stop) -> _ => return Ok(()),
             default(tick) => {}
         }
@@ -149,7 +151,6 @@ mod tests {
     use crate::test_support::store_context;
 
     #[test]
-    #[ignore = "issue 21 defect 4: fixed in a later commit"]
     fn gc_starts_promptly_when_signalled() {
         let dir = tempfile::tempdir().unwrap();
         let ctx = store_context(dir.path(), "prism@chunk_size=16KiB", 32, 16, true);

@@ -15,7 +15,7 @@ use parking_lot::{Mutex, MutexGuard};
 use tierkv_core::media::pmem::{PmemAllocator, PmemPool};
 use tierkv_core::{Error, Limits, Result, Tier};
 
-use super::lifecycle::{Lifecycle, Signal};
+use super::lifecycle::{ChannelSignal, Lifecycle, Signal};
 use crate::hsit::Hsit;
 use crate::hsit::entry::Location;
 use crate::key_index::PersistentKeyIndex;
@@ -61,8 +61,8 @@ pub struct Core {
     pub life: Lifecycle,
     /// Wakes the reclaimer (a PWB crossed its watermark, or a writer waits for space).
     pub reclaim_signal: Signal,
-    /// Wakes the GC thread.
-    pub gc_signal: Signal,
+    /// Wakes the GC thread (which selects on it with the scan-chain channel).
+    pub gc_signal: ChannelSignal,
     /// One per PWB: serialises the reclamation of that PWB (reclaimer threads, `flush`,
     /// `check`); different PWBs are reclaimed in parallel (§5.2: each reclaimer writes its
     /// own chunks).

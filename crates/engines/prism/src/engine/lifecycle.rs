@@ -1,4 +1,4 @@
-//! The engine's lifecycle state (open, closed, poisoned) and the wake-up signal of its
+//! The engine's lifecycle state (open, closed, poisoned) and the wake-up signals of its
 //! background threads (STYLE §5, §8).
 //!
 //! - After `close`, every call returns [`Error::Closed`].
@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crossbeam::channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 use tierkv_core::{Error, Result};
 
@@ -60,6 +61,34 @@ impl Lifecycle {
     /// True once closed.
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+}
+
+/// A level-triggered wake-up that a thread can `select!` on together with channels (the GC
+/// thread also waits for scan chains and for stop): a one-slot channel.
+#[derive(Debug)]
+pub struct ChannelSignal {
+    tx: Sender<()>,
+    rx: Receiver<()>,
+}
+
+impl Default for ChannelSignal {
+    fn default() -> Self {
+        let (tx, rx) = crossbeam::channel::bounded(1);
+        ChannelSignal { tx, rx }
+    }
+}
+
+impl ChannelSignal {
+    /// Wakes the waiter (or makes its next wait return at once).
+    pub fn raise(&self) {
+        // Full: a wake-up is pending already.
+        let _ = self.tx.try_send(());
+    }
+
+    /// What the waiter selects on: a message means "raised".
+    pub fn receiver(&self) -> &Receiver<()> {
+        &self.rx
     }
 }
 
@@ -129,5 +158,14 @@ mod tests {
             });
             assert!(s.wait(Duration::from_secs(10)));
         });
+    }
+
+    #[test]
+    fn a_raised_channel_signal_is_seen_once() {
+        let s = ChannelSignal::default();
+        s.raise();
+        s.raise();
+        assert!(s.receiver().try_recv().is_ok());
+        assert!(s.receiver().try_recv().is_err());
     }
 }

@@ -17,7 +17,7 @@ use tierkv_core::media::pmem::{DEFAULT_CHUNK_SIZE, PmemAllocator, PmemPool};
 use tierkv_core::{EngineContext, Error, Limits, Result, Tier};
 
 use super::core::{ChainBatch, Core, Table};
-use super::lifecycle::{Lifecycle, Signal};
+use super::lifecycle::{ChannelSignal, Lifecycle, Signal};
 use crate::combining::CombiningMode;
 use crate::hsit::Hsit;
 use crate::key_index::PersistentKeyIndex;
@@ -269,7 +269,7 @@ fn assemble(
         counters: PrismCounters::default(),
         life: Lifecycle::default(),
         reclaim_signal: Signal::default(),
-        gc_signal: Signal::default(),
+        gc_signal: ChannelSignal::default(),
         reclaim_locks: (0..parts.sb.pwb_count).map(|_| Mutex::new(())).collect(),
         gc_lock: Mutex::new(()),
         chains: Mutex::new(Some(chain_rx)),
