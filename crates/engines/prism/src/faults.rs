@@ -13,6 +13,8 @@ use tierkv_core::Result;
 /// Where a fault can be injected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Point {
+    /// `Hsit::relocate`, before its CAS (the entry is left unchanged).
+    HsitRelocateCas,
     /// The persist of `Hsit::relocate`, after its CAS won.
     HsitRelocatePersist,
     /// The start of the key index's `remove`.
@@ -49,13 +51,19 @@ mod armed {
     const EIO: i32 = 5;
 
     thread_local! {
-        static FAILS: RefCell<Vec<Point>> = const { RefCell::new(Vec::new()) };
+        /// Armed failures: the point and how many passes to let through first.
+        static FAILS: RefCell<Vec<(Point, u32)>> = const { RefCell::new(Vec::new()) };
         static HOOKS: RefCell<Vec<(Point, Hook)>> = RefCell::new(Vec::new());
     }
 
     /// Makes the next pass of this thread through `point` fail.
     pub(crate) fn fail_next(point: Point) {
-        FAILS.with(|f| f.borrow_mut().push(point));
+        fail_nth(point, 1);
+    }
+
+    /// Makes the `n`th next pass (1 = the next) of this thread through `point` fail.
+    pub(crate) fn fail_nth(point: Point, n: u32) {
+        FAILS.with(|f| f.borrow_mut().push((point, n.saturating_sub(1))));
     }
 
     /// Runs `hook` the next time this thread passes `point`.
@@ -67,8 +75,19 @@ mod armed {
     pub(crate) fn fail_at(point: Point) -> Result<()> {
         let armed = FAILS.with(|f| {
             let mut f = f.borrow_mut();
-            let at = f.iter().position(|p| *p == point);
-            at.map(|i| f.remove(i)).is_some()
+            let Some(i) = f.iter().position(|(p, _)| *p == point) else {
+                return false;
+            };
+            match &mut f[i].1 {
+                0 => {
+                    f.remove(i);
+                    true
+                }
+                skip => {
+                    *skip -= 1;
+                    false
+                }
+            }
         });
         if armed {
             return Err(Error::io(

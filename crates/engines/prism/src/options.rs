@@ -50,8 +50,9 @@ pub const DEFAULT_GC_THRESHOLD: f64 = 0.1;
 pub const DEFAULT_RECLAIM_THREADS: usize = 2;
 /// Smallest PWB (a few records of the largest value must fit in half of it).
 pub const MIN_PWB_SIZE: u64 = 16 << 10;
-/// Smallest and largest chunk.
-pub const CHUNK_SIZE_RANGE: (u64, u64) = (8 << 10, 64 << 20);
+/// Smallest and largest chunk (the largest is what a packed value location can address,
+/// `value_storage::location::MAX_CHUNK_SIZE`, FORMAT.md).
+pub const CHUNK_SIZE_RANGE: (u64, u64) = (8 << 10, 1 << 20);
 
 /// How reads from Value Storage are batched (§5.3, §7.6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -186,7 +187,7 @@ impl PrismOptions {
                         && s.bytes().is_multiple_of(4096)
                 })
             },
-            "must be a multiple of 4 KiB between 8 KiB and 64 MiB",
+            "must be a multiple of 4 KiB between 8 KiB and 1 MiB",
         )?;
         let queue_depth = p.take_checked(
             "queue_depth",
@@ -353,6 +354,16 @@ mod tests {
     }
 
     #[test]
+    fn the_largest_chunk_size_is_what_a_value_location_addresses() {
+        use crate::value_storage::location::MAX_CHUNK_SIZE;
+        assert_eq!(CHUNK_SIZE_RANGE.1, u64::from(MAX_CHUNK_SIZE));
+        assert_eq!(
+            parse("prism@chunk_size=1MiB").unwrap().chunk_size,
+            Some(1 << 20)
+        );
+    }
+
+    #[test]
     fn bad_values_and_unknown_options_are_invalid_arguments() {
         for spec in [
             "prism@pwb_watermark=1",
@@ -360,6 +371,7 @@ mod tests {
             "prism@queue_depth=0",
             "prism@read_batching=fast",
             "prism@chunk_size=1000",
+            "prism@chunk_size=2MiB",
             "prism@pwb_size=4KiB",
             "prism@pwb_count=0",
             "prism@bogus=1",

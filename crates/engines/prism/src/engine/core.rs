@@ -185,7 +185,7 @@ impl Core {
         c.svc_bytes = sv.bytes;
         c.svc_touches_dropped = sv.touches_dropped;
         c.svc_entries = sv.entries;
-        c.dram_bytes += self.hsit.dram_bytes();
+        c.dram_bytes += self.hsit.dram_bytes() + self.index.dram_bytes();
         c
     }
 }

@@ -13,8 +13,8 @@
 //! unpinned — the paper's two epochs. Every access takes the caller's [`Guard`], so a
 //! reader's reference stays valid for as long as its guard.
 //!
-//! Thread safety: all methods take `&self` and are lock-free. This is the crate's one
-//! module with `unsafe` code; each block states its invariant.
+//! Thread safety: all methods take `&self` and are lock-free. Its `unsafe` blocks (epoch-
+//! protected dereferences) each state their invariant.
 
 use std::sync::OnceLock;
 use std::sync::atomic::Ordering;

@@ -287,6 +287,7 @@ impl<V: Clone + Send + Sync + 'static> Hsit<V> {
         let off = self.entry_off(slot)?;
         let old = pointer(expected, off)?;
         let new = pointer(new, off)?;
+        crate::faults::fail_at(crate::faults::Point::HsitRelocateCas)?;
         if self.pool.cas_u64(off, old.raw(), new.raw())?.is_err() {
             return Ok(Relocation::Lost);
         }

@@ -272,6 +272,11 @@ impl PersistentKeyIndex {
         )
     }
 
+    /// DRAM bytes of the search layer (an estimate).
+    pub fn dram_bytes(&self) -> u64 {
+        self.layer.dram_bytes()
+    }
+
     /// The number of keys.
     pub fn len(&self) -> usize {
         self.count.load(Ordering::Relaxed)

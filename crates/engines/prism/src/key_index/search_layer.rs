@@ -92,6 +92,17 @@ impl SearchLayer {
     pub(crate) fn len(&self) -> usize {
         self.map.read().len()
     }
+
+    /// DRAM bytes the layer holds (an estimate): per leaf its handle, its anchor twice (map
+    /// key and handle) and the map entry with B-tree node overhead.
+    pub(crate) fn dram_bytes(&self) -> u64 {
+        let map = self.map.read();
+        let entry = size_of::<Box<[u8]>>() + size_of::<Arc<Leaf>>();
+        let per_leaf = size_of::<Leaf>() + 2 * size_of::<usize>() + entry * 3 / 2;
+        map.keys()
+            .map(|anchor| (per_leaf + 2 * anchor.len()) as u64)
+            .sum()
+    }
 }
 
 #[cfg(test)]
@@ -115,6 +126,9 @@ mod tests {
         assert_eq!(&*l.find(b"h").unwrap().leaf.anchor, b"g");
         assert_eq!(&*l.find(b"zzz").unwrap().leaf.anchor, b"p");
         assert_eq!(l.len(), 3);
+        let one_leaf = layer(&[b""]).dram_bytes();
+        assert!(one_leaf as usize >= size_of::<Leaf>());
+        assert_eq!(l.dram_bytes(), 3 * one_leaf + 2 * 2);
     }
 
     #[test]

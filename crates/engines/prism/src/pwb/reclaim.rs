@@ -2,7 +2,7 @@
 //! well-coupled records to move (PRISM §4.3, §5.2 "Asynchronous reclamation of PWB").
 //!
 //! The mechanism that writes the records to Value Storage and re-points HSIT lives in the
-//! engine (`engine/background.rs`), which owns both sides; this module knows only the ring.
+//! engine (`engine/reclaim.rs`, run by `engine/background.rs`), which owns both sides; this module knows only the ring.
 //! [`choose`] is a pure function of a ring snapshot; [`collect_live`] walks `[from, to)` —
 //! records whose puts have all completed (PWB invariant 2) — and asks its caller whether
 //! each record is well-coupled (HSIT points back at it). Only those are moved: later

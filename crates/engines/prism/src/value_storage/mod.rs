@@ -598,8 +598,9 @@ impl ValueStorage {
         )
     }
 
-    /// Sets the GC threshold (free chunks below which [`Self::needs_gc`] says yes). The
-    /// default is 5% of the chunks, at least `GC_RESERVE + 2`.
+    /// Sets the GC threshold (free chunks below which [`Self::needs_gc`] says yes). A
+    /// storage opens with 5% of its chunks, at least `GC_RESERVE + 2`; the engine then sets
+    /// its `gc_threshold` option (default 10%, `options.rs`).
     pub fn set_gc_threshold(&self, chunks: usize) {
         self.gc_threshold
             .store(chunks.max(GC_RESERVE + 1), Ordering::Relaxed);
