@@ -146,8 +146,8 @@ impl Core {
                 format!("value for HSIT slot {slot} carries backward pointer {backptr}"),
             ));
         }
-        let value: Arc<[u8]> = Arc::from(value);
-        let cv = self.svc.admit(slot, key, value.clone(), chain);
+        // One copy for the cache; the caller gets the buffer the read produced.
+        let cv = self.svc.admit(slot, key, Arc::from(&value[..]), chain);
         self.hsit.cache().install(slot, packed, cv.clone(), guard);
         if self.hsit.load(slot)?.clean() != fp.clean()
             && self
@@ -159,7 +159,7 @@ impl Core {
             self.svc.remove(&cv);
         }
         self.counters.ops.reads_from_flash.incr();
-        Ok(SlotRead::Value(value.to_vec()))
+        Ok(SlotRead::Value(value))
     }
 
     /// Up to `limit` pairs with keys `>= start`, in key order.
@@ -241,11 +241,11 @@ impl Core {
             let locs: Vec<ValueLocation> = mine.iter().map(|p| p.loc).collect();
             // A failed batch (a chunk recycled under us, an I/O error) falls back to reading
             // each row on its own, which tells moved values from real errors.
-            let batch = storage.read_many(&locs).ok();
+            let mut batch = storage.read_many(&locs).ok();
             for (i, p) in mine.iter().enumerate() {
                 let key = rows.get(p.row).map(|r| r.0.as_slice());
-                let got = match batch.as_ref().and_then(|b| b.get(i)) {
-                    Some((bp, v)) => Ok((*bp, v.clone())),
+                let got = match batch.as_mut().and_then(|b| b.get_mut(i)) {
+                    Some((bp, v)) => Ok((*bp, std::mem::take(v))),
                     None => storage.read(p.loc),
                 };
                 let mut r = self.finish_flash_read(p.slot, p.fp, got, key, Some(chain), guard)?;

@@ -475,11 +475,13 @@ impl ValueStorage {
         self.counters.reads.incr();
         let out = self.reader.read(spec).and_then(|buf| {
             let from = (start - spec.offset) as usize;
-            let bytes = buf
+            let decoded = buf
                 .get(from..from + loc.len as usize)
-                .ok_or_else(|| Error::invalid("record outside its read"))?;
-            let r = decode_record(bytes, loc.chunk, loc.offset, Some(loc.len), start)?;
-            Ok((r.backptr, r.value.to_vec()))
+                .ok_or_else(|| Error::invalid("record outside its read"))
+                .and_then(|bytes| decode_record(bytes, loc.chunk, loc.offset, Some(loc.len), start))
+                .map(|r| (r.backptr, r.value.to_vec()));
+            self.reader.recycle(buf);
+            decoded
         });
         match &out {
             Ok((_, v)) => self.counters.value_bytes_read.add(v.len() as u64),

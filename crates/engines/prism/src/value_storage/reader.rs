@@ -25,11 +25,17 @@
 //! and hands it to [`FlashDevice::submit_async`]; the device's completion thread delivers
 //! each request to a [`BatchNotifier`], which completes the waiting thread's [`Completer`].
 //!
+//! Buffers: a point read's aligned buffer (at most [`POOLED_LEN`]) comes from a small
+//! lock-free pool and goes back to it once the record is decoded, so a read neither
+//! allocates nor zeroes memory (the authors register fixed buffers per ring; the pool is
+//! the portable half of that).
+//!
 //! Thread safety: `Send + Sync`; all methods take `&self`.
 
 use std::io;
 use std::sync::Arc;
 
+use crossbeam::queue::ArrayQueue;
 use parking_lot::Mutex;
 use tierkv_core::media::flash::{
     AlignedBuf, CompletionNotifier, FlashDevice, FlashFile, IoBatch, IoCompletion, IoRequest,
@@ -41,6 +47,47 @@ use super::chunk_format::{BLOCK, round_up_block};
 use crate::combining::completion::Completer;
 use crate::combining::tcq::Batch;
 use crate::combining::{CombiningMode, CombiningStats, ReapFn, SubmitFn, ThreadCombiner};
+
+/// Capacity of a pooled read buffer: two blocks (a record of up to a block that straddles a
+/// block boundary).
+pub const POOLED_LEN: usize = 2 * BLOCK;
+/// Buffers the pool keeps (beyond them, buffers are freed as before).
+const POOLED_BUFFERS: usize = 256;
+
+/// Read buffers for reuse (see the module doc).
+#[derive(Debug)]
+pub struct BufPool {
+    free: ArrayQueue<AlignedBuf>,
+}
+
+impl BufPool {
+    fn new() -> Arc<BufPool> {
+        Arc::new(BufPool {
+            free: ArrayQueue::new(POOLED_BUFFERS),
+        })
+    }
+
+    /// A buffer of `len` bytes: a pooled one when it fits (its bytes are stale: the read
+    /// overwrites all `len` of them, a short read being an error), else a new one.
+    fn take(&self, len: usize) -> Result<AlignedBuf> {
+        if len > POOLED_LEN {
+            return AlignedBuf::new(len);
+        }
+        let mut buf = match self.free.pop() {
+            Some(buf) => buf,
+            None => AlignedBuf::new(POOLED_LEN)?,
+        };
+        buf.set_len(len)?;
+        Ok(buf)
+    }
+
+    /// Gives a buffer back (only pool-sized ones are kept).
+    fn give(&self, buf: AlignedBuf) {
+        if buf.capacity() == POOLED_LEN {
+            let _ = self.free.push(buf);
+        }
+    }
+}
 
 /// One aligned read: `len` bytes at `offset` of the storage file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,12 +181,16 @@ impl CompletionNotifier for BatchNotifier {
     }
 }
 
-fn submit_fn(device: Arc<FlashDevice>, file: FlashFile) -> SubmitFn<ReadSpec, AlignedBuf> {
+fn submit_fn(
+    device: Arc<FlashDevice>,
+    file: FlashFile,
+    pool: Arc<BufPool>,
+) -> SubmitFn<ReadSpec, AlignedBuf> {
     Arc::new(move |batch: Batch<ReadSpec, AlignedBuf>| {
         let mut io = IoBatch::with_capacity(batch.len());
         let mut completers = Vec::with_capacity(batch.len());
         for (spec, completer) in batch {
-            match AlignedBuf::new(spec.len) {
+            match pool.take(spec.len) {
                 Ok(buf) => {
                     io.read(&file, spec.offset, buf, completers.len() as u64);
                     completers.push(Some(completer));
@@ -156,14 +207,18 @@ fn submit_fn(device: Arc<FlashDevice>, file: FlashFile) -> SubmitFn<ReadSpec, Al
 
 /// Submits a batch on one of the device's rings checked out by the leader, hands the
 /// queue on, waits for the batch and completes each reader (see [`ReapFn`]).
-fn reap_fn(device: Arc<FlashDevice>, file: FlashFile) -> ReapFn<ReadSpec, AlignedBuf> {
+fn reap_fn(
+    device: Arc<FlashDevice>,
+    file: FlashFile,
+    pool: Arc<BufPool>,
+) -> ReapFn<ReadSpec, AlignedBuf> {
     Arc::new(
         move |batch: Batch<ReadSpec, AlignedBuf>, hand_off: &mut dyn FnMut()| {
             let mut completers: Vec<Option<Completer<AlignedBuf>>> =
                 Vec::with_capacity(batch.len());
             let mut queue = device.queue();
             for (spec, completer) in batch {
-                match AlignedBuf::new(spec.len) {
+                match pool.take(spec.len) {
                     Ok(buf) => {
                         let tag = completers.len() as u64;
                         queue.push(IoRequest::read(&file, spec.offset, buf, tag));
@@ -216,6 +271,7 @@ fn reap_fn(device: Arc<FlashDevice>, file: FlashFile) -> ReapFn<ReadSpec, Aligne
 /// Reads a Value Storage file through a thread combiner.
 pub struct ChunkReader {
     combiner: ThreadCombiner<ReadSpec, AlignedBuf>,
+    pool: Arc<BufPool>,
 }
 
 /// The largest merged read of [`ChunkReader::read_many`].
@@ -229,19 +285,26 @@ impl ChunkReader {
         mode: CombiningMode,
         queue_depth: u32,
     ) -> Result<Self> {
+        let pool = BufPool::new();
         Ok(ChunkReader {
             combiner: ThreadCombiner::with_reaping(
                 mode,
                 queue_depth,
-                submit_fn(device.clone(), file.clone()),
-                reap_fn(device, file),
+                submit_fn(device.clone(), file.clone(), pool.clone()),
+                reap_fn(device, file, pool.clone()),
             )?,
+            pool,
         })
     }
 
     /// One read through the combiner.
     pub fn read(&self, spec: ReadSpec) -> Result<AlignedBuf> {
         self.combiner.execute(spec)
+    }
+
+    /// Returns a buffer a read produced, for reuse.
+    pub fn recycle(&self, buf: AlignedBuf) {
+        self.pool.give(buf);
     }
 
     /// Many reads, bypassing the queue, as batches of at most the queue depth; results in
@@ -293,6 +356,7 @@ impl ChunkReader {
                                 .ok_or_else(|| Error::invalid("range outside its read")),
                         );
                     }
+                    self.pool.give(buf);
                 }
                 Err(e) => {
                     // The first range gets the error itself, the others a description.
@@ -337,6 +401,24 @@ mod tests {
             let e = w.wait().unwrap_err();
             assert!(e.to_string().contains("ring refused"), "{e}");
         }
+    }
+
+    #[test]
+    fn the_pool_reuses_small_buffers_and_frees_large_ones() {
+        let pool = BufPool::new();
+        let a = pool.take(BLOCK).unwrap();
+        assert_eq!((a.len(), a.capacity()), (BLOCK, POOLED_LEN));
+        let at = a[..].as_ptr();
+        pool.give(a);
+        let b = pool.take(POOLED_LEN).unwrap();
+        assert_eq!(b[..].as_ptr(), at, "the buffer given back is reused");
+        assert_eq!(b.len(), POOLED_LEN);
+        let big = pool.take(4 * BLOCK).unwrap();
+        assert_eq!(big.capacity(), 4 * BLOCK);
+        pool.give(big);
+        assert_eq!(pool.free.len(), 0, "only pool-sized buffers are kept");
+        pool.give(b);
+        assert_eq!(pool.free.len(), 1);
     }
 
     #[test]
