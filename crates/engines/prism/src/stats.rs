@@ -14,6 +14,7 @@
 //! | `svc_hits`, `svc_misses`, `svc_evictions`, gauge `svc_hit_ratio` | Scan-aware Value Cache (§4.4) |
 //! | `svc_chain_writebacks`, `svc_chain_values` | scan chains rewritten together on eviction |
 //! | `svc_touches_dropped`, gauge `svc_entries` | hits not recorded in the 2Q lists (queue full); values cached |
+//! | `svc_touches_coalesced` | hits not queued because a touch of the same value was waiting |
 //! | `read_batches`, `read_batch_requests`, gauge `read_batch_mean` | thread combining (§5.3) |
 //! | `dirty_pointer_helps` | dirty forward pointers persisted by a reader (§5.4) |
 //! | `put_retries` | forward-pointer CASes a put lost and retried |
@@ -82,6 +83,8 @@ pub struct ComponentStats {
     pub svc_chain_writebacks: u64,
     /// SVC touches dropped because its queue was full.
     pub svc_touches_dropped: u64,
+    /// SVC touches coalesced with a queued one.
+    pub svc_touches_coalesced: u64,
     /// Entries the SVC holds.
     pub svc_entries: u64,
     /// Bytes the SVC holds.
@@ -128,6 +131,7 @@ impl PrismCounters {
             ("svc_evictions", c.svc_evictions),
             ("svc_chain_writebacks", c.svc_chain_writebacks),
             ("svc_touches_dropped", c.svc_touches_dropped),
+            ("svc_touches_coalesced", c.svc_touches_coalesced),
             ("read_batches", c.read_batches),
             ("read_batch_requests", c.read_batch_requests),
         ];

@@ -184,6 +184,7 @@ impl Core {
         c.svc_chain_writebacks = sv.chain_writebacks;
         c.svc_bytes = sv.bytes;
         c.svc_touches_dropped = sv.touches_dropped;
+        c.svc_touches_coalesced = sv.touches_coalesced;
         c.svc_entries = sv.entries;
         c.dram_bytes += self.hsit.dram_bytes() + self.index.dram_bytes();
         c

@@ -77,6 +77,9 @@ pub struct CachedValue {
     chain: Option<ScanChainId>,
     /// The slab node in the cache's lists, or [`NIL`]; written only by the cache thread.
     pub(crate) node: AtomicUsize,
+    /// A touch of this value is in the queue and not yet applied: later touches until then
+    /// add nothing to the 2Q order, so they are not queued (no `Arc` clone, no push).
+    pub(crate) touch_queued: AtomicBool,
 }
 
 impl CachedValue {
@@ -92,6 +95,7 @@ impl CachedValue {
             value,
             chain,
             node: AtomicUsize::new(NIL),
+            touch_queued: AtomicBool::new(false),
         }
     }
     /// The HSIT slot of the value's key.
@@ -157,6 +161,8 @@ pub struct SvcStats {
     pub removals: u64,
     /// Touches dropped because the queue was full.
     pub touches_dropped: u64,
+    /// Touches not queued because one of the same value was waiting already.
+    pub touches_coalesced: u64,
 }
 
 #[derive(Debug, Default)]
@@ -164,6 +170,7 @@ pub(crate) struct Shared {
     hits: Counter,
     misses: Counter,
     touches_dropped: Counter,
+    touches_coalesced: Counter,
     pub(crate) evictions: Counter,
     pub(crate) evicted_bytes: Counter,
     pub(crate) chain_writebacks: Counter,
@@ -236,7 +243,14 @@ impl ScanAwareValueCache {
         if self.closed.load(Ordering::Acquire) {
             return;
         }
+        // A touch already waiting in the queue stands for this one (the read of the flag
+        // first keeps a hot value's cache line shared).
+        if v.touch_queued.load(Ordering::Relaxed) || v.touch_queued.swap(true, Ordering::AcqRel) {
+            self.shared.touches_coalesced.incr();
+            return;
+        }
         if !self.send(Msg::Touch(v.clone()), false) {
+            v.touch_queued.store(false, Ordering::Release);
             self.shared.touches_dropped.incr();
         }
     }
@@ -324,6 +338,7 @@ impl ScanAwareValueCache {
             chain_values: s.chain_values.get(),
             removals: s.removals.get(),
             touches_dropped: s.touches_dropped.get(),
+            touches_coalesced: s.touches_coalesced.get(),
         }
     }
 
@@ -389,6 +404,27 @@ mod tests {
         assert_eq!((s.misses, s.hits, s.evictions, s.entries), (30, 1, 20, 10));
         let evicted: Vec<u64> = got.lock().iter().map(|b| b.evicted.slot()).collect();
         assert_eq!(evicted, (0..20).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn touches_of_a_value_with_one_queued_are_coalesced() {
+        let (cb, _) = collector();
+        let svc = ScanAwareValueCache::new(1 << 20, cb).unwrap();
+        let v = svc.admit(1, None, value(10, 1), None);
+        svc.quiesce();
+        // A touch is applied by the thread, which lets the next one be queued again.
+        svc.touch(&v);
+        svc.quiesce();
+        assert!(!v.touch_queued.load(Ordering::Acquire));
+        assert_eq!(svc.stats().touches_coalesced, 0);
+        // While one waits in the queue (held there by hand), touches only count.
+        v.touch_queued.store(true, Ordering::Release);
+        let refs = Arc::strong_count(&v);
+        svc.touch(&v);
+        svc.touch(&v);
+        assert_eq!(Arc::strong_count(&v), refs, "nothing queued");
+        let s = svc.stats();
+        assert_eq!((s.hits, s.touches_coalesced), (3, 2));
     }
 
     #[test]

@@ -112,7 +112,12 @@ fn step(
     for m in batch {
         match m {
             Msg::Admit(v) => q.admit(v),
-            Msg::Touch(v) => q.access(&v),
+            Msg::Touch(v) => {
+                // Release the flag first: a touch after this point is queued again.
+                v.touch_queued
+                    .store(false, std::sync::atomic::Ordering::Release);
+                q.access(&v);
+            }
             Msg::TouchInScan(v, c) => q.join_chain(&v, c),
             Msg::Remove(v) => {
                 q.remove(&v);
