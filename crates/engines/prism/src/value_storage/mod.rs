@@ -657,7 +657,7 @@ impl ValueStorage {
             gc_values_dropped: k.gc_values_dropped.get(),
             gc_micros: k.gc_micros.get(),
             gc_corrupt_chunks: k.gc_corrupt_chunks.get(),
-            dram_bytes: self.table.dram_bytes() as u64,
+            dram_bytes: (self.table.dram_bytes() + self.reader.dram_bytes()) as u64,
             combining: self.reader.stats(),
         }
     }

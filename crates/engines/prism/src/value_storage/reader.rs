@@ -25,10 +25,11 @@
 //! and hands it to [`FlashDevice::submit_async`]; the device's completion thread delivers
 //! each request to a [`BatchNotifier`], which completes the waiting thread's [`Completer`].
 //!
-//! Buffers: a point read's aligned buffer (at most [`POOLED_LEN`]) comes from a small
-//! lock-free pool and goes back to it once the record is decoded, so a read neither
-//! allocates nor zeroes memory (the authors register fixed buffers per ring; the pool is
-//! the portable half of that).
+//! Buffers: the aligned buffer of a point read or of a scan's merged read comes from a
+//! small lock-free pool (size classes up to [`MAX_MERGED_READ`]) and goes back to it once
+//! the records are decoded, so a read neither allocates nor zeroes memory (the authors
+//! register fixed buffers per ring; the pool is the portable half of that). The pool holds
+//! at most 3.5 MiB, counted in the storage's DRAM use.
 //!
 //! Thread safety: `Send + Sync`; all methods take `&self`.
 
@@ -48,44 +49,72 @@ use crate::combining::completion::Completer;
 use crate::combining::tcq::Batch;
 use crate::combining::{CombiningMode, CombiningStats, ReapFn, SubmitFn, ThreadCombiner};
 
-/// Capacity of a pooled read buffer: two blocks (a record of up to a block that straddles a
-/// block boundary).
+/// Capacity of the smallest pooled read buffer: two blocks (a record of up to a block that
+/// straddles a block boundary). Larger classes double up to [`MAX_MERGED_READ`] (a scan's
+/// merged reads).
 pub const POOLED_LEN: usize = 2 * BLOCK;
-/// Buffers the pool keeps (beyond them, buffers are freed as before).
-const POOLED_BUFFERS: usize = 256;
+/// Size classes: `POOLED_LEN << i`.
+const CLASSES: usize = (MAX_MERGED_READ / POOLED_LEN).trailing_zeros() as usize + 1;
+/// Buffers kept per class: many small ones (one per concurrent point read), a few large
+/// ones (a scan holds its merged reads until it has decoded them). Beyond them, buffers are
+/// freed as before.
+const KEPT: [usize; CLASSES] = [128, 32, 16, 8, 4, 2];
 
 /// Read buffers for reuse (see the module doc).
 #[derive(Debug)]
 pub struct BufPool {
-    free: ArrayQueue<AlignedBuf>,
+    free: [ArrayQueue<AlignedBuf>; CLASSES],
 }
 
 impl BufPool {
     fn new() -> Arc<BufPool> {
         Arc::new(BufPool {
-            free: ArrayQueue::new(POOLED_BUFFERS),
+            free: KEPT.map(ArrayQueue::new),
         })
     }
 
-    /// A buffer of `len` bytes: a pooled one when it fits (its bytes are stale: the read
-    /// overwrites all `len` of them, a short read being an error), else a new one.
+    /// The class of a buffer of `len` bytes, if pooled.
+    fn class(len: usize) -> Option<usize> {
+        let c = len
+            .div_ceil(POOLED_LEN)
+            .max(1)
+            .next_power_of_two()
+            .trailing_zeros() as usize;
+        (c < CLASSES).then_some(c)
+    }
+
+    /// A buffer of `len` bytes: a pooled one when it fits a class (its bytes are stale: the
+    /// read overwrites all `len` of them, a short read being an error), else a new one.
     fn take(&self, len: usize) -> Result<AlignedBuf> {
-        if len > POOLED_LEN {
+        let Some(c) = Self::class(len) else {
             return AlignedBuf::new(len);
-        }
-        let mut buf = match self.free.pop() {
+        };
+        let mut buf = match self.free.get(c).and_then(ArrayQueue::pop) {
             Some(buf) => buf,
-            None => AlignedBuf::new(POOLED_LEN)?,
+            None => AlignedBuf::new(POOLED_LEN << c)?,
         };
         buf.set_len(len)?;
         Ok(buf)
     }
 
-    /// Gives a buffer back (only pool-sized ones are kept).
+    /// Gives a buffer back (only buffers of a class size are kept).
     fn give(&self, buf: AlignedBuf) {
-        if buf.capacity() == POOLED_LEN {
-            let _ = self.free.push(buf);
+        let cap = buf.capacity();
+        if let Some(c) = Self::class(cap)
+            && cap == POOLED_LEN << c
+            && let Some(q) = self.free.get(c)
+        {
+            let _ = q.push(buf);
         }
+    }
+
+    /// DRAM the pooled buffers hold now.
+    fn dram_bytes(&self) -> usize {
+        self.free
+            .iter()
+            .enumerate()
+            .map(|(c, q)| q.len() * (POOLED_LEN << c))
+            .sum()
     }
 }
 
@@ -307,6 +336,11 @@ impl ChunkReader {
         self.pool.give(buf);
     }
 
+    /// DRAM held by pooled buffers.
+    pub fn dram_bytes(&self) -> usize {
+        self.pool.dram_bytes()
+    }
+
     /// Many reads, bypassing the queue, as batches of at most the queue depth; results in
     /// the order of `specs`.
     pub fn read_batch(&self, specs: Vec<ReadSpec>) -> Vec<Result<AlignedBuf>> {
@@ -404,7 +438,7 @@ mod tests {
     }
 
     #[test]
-    fn the_pool_reuses_small_buffers_and_frees_large_ones() {
+    fn the_pool_reuses_buffers_by_size_class_and_frees_others() {
         let pool = BufPool::new();
         let a = pool.take(BLOCK).unwrap();
         assert_eq!((a.len(), a.capacity()), (BLOCK, POOLED_LEN));
@@ -413,12 +447,22 @@ mod tests {
         let b = pool.take(POOLED_LEN).unwrap();
         assert_eq!(b[..].as_ptr(), at, "the buffer given back is reused");
         assert_eq!(b.len(), POOLED_LEN);
-        let big = pool.take(4 * BLOCK).unwrap();
-        assert_eq!(big.capacity(), 4 * BLOCK);
-        pool.give(big);
-        assert_eq!(pool.free.len(), 0, "only pool-sized buffers are kept");
+        let merged = pool.take(5 * BLOCK).unwrap();
+        assert_eq!((merged.len(), merged.capacity()), (5 * BLOCK, 8 * BLOCK));
+        pool.give(merged);
+        assert_eq!(pool.dram_bytes(), 8 * BLOCK);
+        let huge = pool.take(MAX_MERGED_READ + BLOCK).unwrap();
+        assert_eq!(huge.capacity(), MAX_MERGED_READ + BLOCK);
+        pool.give(huge);
+        pool.give(AlignedBuf::new(3 * BLOCK).unwrap());
+        assert_eq!(
+            pool.dram_bytes(),
+            8 * BLOCK,
+            "only class-sized buffers are kept"
+        );
         pool.give(b);
-        assert_eq!(pool.free.len(), 1);
+        assert_eq!(pool.dram_bytes(), 8 * BLOCK + POOLED_LEN);
+        assert_eq!(BufPool::class(MAX_MERGED_READ), Some(CLASSES - 1));
     }
 
     #[test]
