@@ -12,7 +12,9 @@
 //!
 //! Each thread is named, holds an `Arc<Core>`, and stops when the engine closes; the store
 //! joins them ([`Background::stop`]). The first error or panic on a thread poisons the
-//! engine (writes are refused until reopen) and ends that thread.
+//! engine (writes are refused until reopen) and ends that thread — except `NoSpace`: a
+//! full device leaves nothing half done, so it is recorded (`Core::space`) and the step
+//! is retried at the next wake-up, when deletes may have freed space (issue 23).
 //!
 //! Thread safety: [`Background`] is owned by the store; its handles are behind a mutex.
 
@@ -112,7 +114,8 @@ fn reclaimer(core: &Core, worker: usize, workers: usize) {
         if core.life.is_closed() || core.life.poisoned().is_some() {
             return Ok(());
         }
-        while core.reclaim_pass(false, worker, workers)? {}
+        // A full device is retried at the next wake-up (deletes may have freed space).
+        while core.space_refusal_is_no_failure(core.reclaim_pass(false, worker, workers))? {}
         Ok(())
     });
 }
@@ -138,7 +141,7 @@ fn collector(core: &Core, chains: &Receiver<ChainBatch>, stop: &Receiver<()>, ti
             return Ok(());
         }
         core.counters.gc_passes.incr();
-        core.gc_pass()?;
+        core.space_refusal_is_no_failure(core.gc_pass())?;
         Ok(())
     });
 }

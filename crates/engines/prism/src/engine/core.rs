@@ -15,7 +15,7 @@ use parking_lot::{Mutex, MutexGuard};
 use tierkv_core::media::pmem::{PmemAllocator, PmemPool};
 use tierkv_core::{Error, Limits, Result, Tier};
 
-use super::lifecycle::{ChannelSignal, Lifecycle, Signal};
+use super::lifecycle::{ChannelSignal, Lifecycle, Signal, SpaceState};
 use crate::hsit::Hsit;
 use crate::hsit::entry::Location;
 use crate::key_index::PersistentKeyIndex;
@@ -59,6 +59,8 @@ pub struct Core {
     pub counters: PrismCounters,
     /// Open / closed / poisoned.
     pub life: Lifecycle,
+    /// Whether background work is held up by a full device (not a failure: retried).
+    pub space: SpaceState,
     /// Wakes the reclaimer (a PWB crossed its watermark, or a writer waits for space).
     pub reclaim_signal: Signal,
     /// Wakes the GC thread (which selects on it with the scan-chain channel).
@@ -156,10 +158,29 @@ impl Core {
         r
     }
 
-    /// What a writer waiting for PWB space checks between waits.
-    pub fn writer_may_wait(&self) -> Result<()> {
+    /// What a writer waiting for PWB space checks between waits; `seen` is
+    /// [`SpaceState::refusals`] when it began: once the reclaimer was refused for want of
+    /// space after that, the writer gets `NoSpace` rather than waiting on.
+    pub fn writer_may_wait(&self, seen: u64) -> Result<()> {
         self.counters.pwb_writer_waits.incr();
-        self.life.check_writable()
+        self.life.check_writable()?;
+        self.space.check_waiting(seen)
+    }
+
+    /// Passes on the outcome of a background step: `NoSpace` (a full device: the step
+    /// left nothing half done and is retried once deletes free space) is recorded in
+    /// [`Self::space`] and waiting writers are woken to see it; other errors are returned.
+    pub fn space_refusal_is_no_failure(&self, r: Result<bool>) -> Result<bool> {
+        match r {
+            Err(e @ Error::NoSpace { .. }) => {
+                self.space.refused(&e);
+                for p in self.pwbs.iter() {
+                    p.wake_writers();
+                }
+                Ok(false)
+            }
+            other => other,
+        }
     }
 
     /// Counters of the components, for `stats`.

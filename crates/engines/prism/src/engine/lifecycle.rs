@@ -6,11 +6,15 @@
 //!   key-index update: `Core::poison_on_failure`) *poisons* the engine: writes are refused
 //!   with [`Error::Poisoned`] until the store is reopened (reads still work). A failed
 //!   persist or sync is never retried.
+//! - A *full device* is not a failure ([`SpaceState`]): a background step that meets
+//!   `NoSpace` leaves nothing half done, so it is retried later (after deletes have freed
+//!   space); meanwhile a writer that waits for PWB space gets `NoSpace` as soon as the
+//!   reclaimer has been refused once more, and deletes are accepted throughout.
 //!
 //! Thread safety: atomics, a `OnceLock` and a mutex/condvar pair; all `&self`.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crossbeam::channel::{Receiver, Sender};
@@ -61,6 +65,54 @@ impl Lifecycle {
     /// True once closed.
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+}
+
+/// Whether background work is held up by a full device (issue 23): set when a PWB
+/// reclamation (or a GC pass) is refused with `NoSpace`, cleared when a reclamation moves
+/// data again.
+#[derive(Debug, Default)]
+pub struct SpaceState {
+    /// Background steps refused with `NoSpace` so far (a writer compares it with the count
+    /// it saw when it began to wait).
+    refusals: AtomicU64,
+    /// The last refusal, while no reclamation has succeeded since.
+    full: Mutex<Option<String>>,
+}
+
+impl SpaceState {
+    /// Records a refusal for want of space.
+    pub fn refused(&self, why: &Error) {
+        *self.full.lock() = Some(why.to_string());
+        self.refusals.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A reclamation moved data: the device is no longer known to be full.
+    pub fn cleared(&self) {
+        let mut full = self.full.lock();
+        if full.is_some() {
+            *full = None;
+        }
+    }
+
+    /// The refusal count now (taken by a writer before it may wait).
+    pub fn refusals(&self) -> u64 {
+        self.refusals.load(Ordering::Acquire)
+    }
+
+    /// `Err(NoSpace)` if the device is full and a background step was refused after
+    /// `seen` (the count a waiting writer took): waiting longer would not help.
+    pub fn check_waiting(&self, seen: u64) -> Result<()> {
+        if self.refusals() <= seen {
+            return Ok(());
+        }
+        match &*self.full.lock() {
+            Some(why) => Err(Error::no_space(
+                tierkv_core::Tier::Flash,
+                format!("the write buffers cannot be drained ({why}); delete keys to free space"),
+            )),
+            None => Ok(()),
+        }
     }
 }
 

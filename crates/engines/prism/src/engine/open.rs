@@ -17,7 +17,7 @@ use tierkv_core::media::pmem::{DEFAULT_CHUNK_SIZE, PmemAllocator, PmemPool};
 use tierkv_core::{EngineContext, Error, Limits, Result, Tier};
 
 use super::core::{ChainBatch, Core, Table};
-use super::lifecycle::{ChannelSignal, Lifecycle, Signal};
+use super::lifecycle::{ChannelSignal, Lifecycle, Signal, SpaceState};
 use crate::combining::CombiningMode;
 use crate::hsit::Hsit;
 use crate::key_index::PersistentKeyIndex;
@@ -268,6 +268,7 @@ fn assemble(
         opts,
         counters: PrismCounters::default(),
         life: Lifecycle::default(),
+        space: SpaceState::default(),
         reclaim_signal: Signal::default(),
         gc_signal: ChannelSignal::default(),
         reclaim_locks: (0..parts.sb.pwb_count).map(|_| Mutex::new(())).collect(),

@@ -87,6 +87,7 @@ impl Core {
         // (PWB invariant 3): wait out everyone pinned now.
         epoch::synchronize();
         pwb.advance_head(to)?;
+        self.space.cleared();
         self.counters.pwb_reclaims.incr();
         if self.storages.iter().any(ValueStorage::needs_gc) {
             self.gc_signal.raise();

@@ -59,7 +59,8 @@ impl Core {
         self.limits.check_value(value)?;
         let pwb = self.pwbs.for_current_thread()?;
         let wake = || self.reclaim_signal.raise();
-        let check = || self.writer_may_wait();
+        let seen = self.space.refusals();
+        let check = || self.writer_may_wait(seen);
         // IMPORTANT: room is reserved before pinning: the reclaimer that makes room waits
         // for pinned threads (PWB invariant 3).
         let reserved = pwb.reserve(value.len(), &wake, &check)?;
