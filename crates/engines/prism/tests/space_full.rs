@@ -47,7 +47,7 @@ fn assert_all_present(store: &dyn KvStore, acked: &Acked) {
 fn delete_half(store: &dyn KvStore, acked: Acked) -> Acked {
     let mut kept = BTreeMap::new();
     for (i, (k, v)) in acked.into_iter().enumerate() {
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             if let Err(e) = store.delete(&k) {
                 panic!("delete {} refused: {e}", String::from_utf8_lossy(&k));
             }
@@ -91,4 +91,33 @@ fn a_full_flash_device_takes_deletes_after_reopen_and_then_writes_again() {
     let store = rig.reopen().unwrap();
     assert_all_present(&*store, &kept);
     assert_all_present(&*store, &more);
+}
+
+#[test]
+fn a_full_pmem_pool_takes_new_keys_after_deleting_half_and_reopening() {
+    // An 8 MiB pool: the HSIT and the key index run out long before the flash does.
+    let rig = Rig::new("prism@svc_size=128KiB", 8, 64);
+    let store = rig.create();
+    let (acked, err) = fill(&*store, "a", 100, 1_000_000);
+    let err = err.expect("an 8 MiB pool never filled");
+    println!("full after {} keys: {err}", acked.len());
+    assert!(matches!(err, Error::NoSpace { .. }), "{err}");
+    assert_all_present(&*store, &acked);
+    let n = acked.len();
+    let kept = delete_half(&*store, acked);
+    drop(store);
+
+    let store = rig.reopen().unwrap();
+    assert_all_present(&*store, &kept);
+    // Half the keys are gone: at least a third as many new keys fit again.
+    let (more, err) = fill(&*store, "b", 100, (n / 3) as u64);
+    assert!(
+        err.is_none(),
+        "after deleting {} of {n} keys and reopening, only {} new keys fit: {err:?}",
+        n - kept.len(),
+        more.len()
+    );
+    assert_all_present(&*store, &kept);
+    assert_all_present(&*store, &more);
+    assert_check(&*store);
 }

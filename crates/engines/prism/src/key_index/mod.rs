@@ -25,8 +25,9 @@
 //! background thread (one less thread, no "search layer lags behind" case for readers;
 //! its lock is held for one lookup or one insert, never across a persist); version locks
 //! are in DRAM, not on pmem (no pmem write per lock, nothing to reset after a crash); no
-//! merges (a leaf emptied by deletes stays on the list and is reused by later inserts in
-//! its key range).
+//! merges while the store is open (a leaf thinned by deletes stays on the list and is
+//! reused by later inserts in its key range); recovery merges runs of sparse adjacent
+//! leaves, so that space freed by deletes serves any key after a reopen (issue 23).
 //!
 //! Crash consistency (argued case by case in `FORMAT.md`): an insert persists its entry
 //! (and blob), then sets its bitmap bit with one atomic 8-byte store and persists it; a
@@ -135,6 +136,8 @@ pub struct RecoveryReport {
     pub split_leftovers_cleared: usize,
     /// Fingerprints rewritten because a crash left them stale.
     pub fingerprints_rebuilt: usize,
+    /// Sparse leaves merged into their left neighbour (and freed).
+    pub leaves_merged: usize,
     /// Owned chunks returned to the allocator because nothing live was in them.
     pub chunks_freed: usize,
     /// How long `open` took.

@@ -10,9 +10,13 @@
 //!    below the next leaf's anchor (they were copied to that leaf before it was linked);
 //! 5. rewrite fingerprints that do not match their keys (they are persisted with the
 //!    commit of an insert but not before it, so a crash can leave them stale);
-//! 6. compute the live slots (leaves, anchor and entry blobs), rebuild the heap's free
+//! 6. merge each run of adjacent leaves whose keys together fill at most
+//!    [`MERGE_FILL`] of a leaf into its first leaf (deletes leave leaves sparse, and a
+//!    sparse leaf serves only its own key range: without this, a pool filled once and then
+//!    thinned by deletes took no new key outside the old ranges, issue 23);
+//! 7. compute the live slots (leaves, anchor and entry blobs), rebuild the heap's free
 //!    lists and free every owned chunk without a live slot (leak collection);
-//! 7. build the DRAM search layer and the key count.
+//! 8. build the DRAM search layer and the key count.
 //!
 //! Steps 2-5 read on several scoped threads for a long list (each thread a contiguous run
 //! of leaves); the repairs themselves are written by the opening thread.
@@ -74,6 +78,7 @@ pub(super) fn open(
         report.split_leftovers_cleared += clear_leftovers(&pool, leaf, repair.leftovers)?;
         report.fingerprints_rebuilt += rewrite_fingerprints(&pool, leaf, &repair.stale_fps)?;
     }
+    report.leaves_merged = merge_sparse(&pool, &mut leaves)?;
     let live = live_slots(&chunks, &leaves)?;
     let fanout = leaves.first().map_or(0, |l| l.header.fanout);
     let (heap, freed) =
@@ -290,6 +295,83 @@ fn clear_leftovers(pool: &PmemPool, leaf: &mut RecoveredLeaf, leftovers: u64) ->
     NodeRef::new(pool, leaf.off).retire(leaf.header.bitmap)?;
     leaf.entries.retain(|e| leftovers & 1 << e.slot == 0);
     Ok(leftovers.count_ones() as usize)
+}
+
+/// Step 6 merges adjacent leaves while their live keys together fill at most this share of
+/// a leaf (numerator, denominator): the merged leaf keeps room for inserts in its range.
+pub(super) const MERGE_FILL: (usize, usize) = (3, 4);
+
+/// Merges runs of sparse adjacent leaves (step 6); returns how many leaves left the list.
+///
+/// Merging R into its left neighbour L (L keeps its anchor; R's entries keep their blobs):
+/// 1. write each of R's entries into a free slot of L, with its fingerprint (persisted);
+/// 2. set their bits in L's bitmap with one 8-byte store, persist the header;
+/// 3. commit: L's `next` := R's `next`, one 8-byte store, persisted. R is unreachable.
+///
+/// A crash before 3 leaves R on the list and L holding copies of keys at or above R's
+/// anchor: step 4 of the next recovery clears them, exactly as for a split interrupted
+/// after its commit. After 3, R and its anchor blob are unreachable and step 7 frees them
+/// (R's entry blobs stay live: L's entries reference them now).
+fn merge_sparse(pool: &PmemPool, leaves: &mut Vec<RecoveredLeaf>) -> Result<usize> {
+    let fanout = leaves.first().map_or(0, |l| l.header.fanout);
+    let limit = fanout * MERGE_FILL.0 / MERGE_FILL.1;
+    let mut merged = 0;
+    let mut i = 0;
+    while i + 1 < leaves.len() {
+        let fits = match (leaves.get(i), leaves.get(i + 1)) {
+            (Some(l), Some(r)) => l.entries.len() + r.entries.len() <= limit,
+            _ => false,
+        };
+        if !fits {
+            i += 1;
+            continue;
+        }
+        let right = leaves.remove(i + 1);
+        let left = leaves
+            .get_mut(i)
+            .ok_or_else(|| Error::invalid("key index: merge without a left leaf"))?;
+        merge_into(pool, left, right)?;
+        merged += 1;
+    }
+    Ok(merged)
+}
+
+/// Moves the live entries of `right` into free slots of `left` and unlinks `right`
+/// (protocol in [`merge_sparse`]); `left` in memory follows.
+fn merge_into(pool: &PmemPool, left: &mut RecoveredLeaf, right: RecoveredLeaf) -> Result<()> {
+    copy_entries(pool, left, right.entries)?;
+    // IMPORTANT: commit point of the merge: `right` leaves the list.
+    NodeRef::new(pool, left.off).link_next(right.header.next)?;
+    left.header.next = right.header.next;
+    Ok(())
+}
+
+/// Steps 1-2 of a merge: writes `entries` into free slots of `left` and publishes them
+/// (durable on return); `left` in memory follows.
+pub(super) fn copy_entries(
+    pool: &PmemPool,
+    left: &mut RecoveredLeaf,
+    entries: Vec<LiveEntry>,
+) -> Result<()> {
+    let node = NodeRef::new(pool, left.off);
+    let mut free = (0..left.header.fanout).filter(|s| left.header.bitmap & 1 << s == 0);
+    let mut bitmap = left.header.bitmap;
+    for e in entries {
+        let slot = free
+            .next()
+            .ok_or_else(|| Error::invalid("key index: merged leaves do not fit one leaf"))?;
+        let fp = fingerprint(&e.key);
+        node.write_entry(slot, &e.entry)?;
+        node.write_fingerprint(slot, fp)?;
+        if let Some(f) = left.header.fps.get_mut(slot) {
+            *f = fp;
+        }
+        bitmap |= 1 << slot;
+        left.entries.push(LiveEntry { slot, ..e });
+    }
+    node.publish(bitmap)?;
+    left.header.bitmap = bitmap;
+    Ok(())
 }
 
 /// Rewrites stale fingerprints of a leaf and persists them; returns how many it rewrote.

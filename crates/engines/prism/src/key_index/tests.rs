@@ -188,7 +188,10 @@ fn reopen_keeps_every_key_and_the_fanout() {
     assert_eq!(all(&index), before);
     assert_eq!(index.fanout(), 4);
     assert_eq!(index.len(), 150);
-    assert_eq!(index.stats().leaves, leaves);
+    // Half-empty leaves of fanout 4 hold 1-2 keys: open merged some of them.
+    let merged = index.recovery_report().leaves_merged;
+    assert!(merged > 0);
+    assert_eq!(index.stats().leaves, leaves - merged);
     assert_eq!(index.check().unwrap(), Vec::<String>::new());
     f.alloc.check().unwrap();
 }
@@ -427,4 +430,98 @@ fn scan_honours_start_and_limit_across_leaves() {
     assert_eq!(got, vec![(key(58), 58), (key(59), 59)]);
     assert_eq!(index.scan(b"zzz", 10).unwrap(), vec![]);
     assert_eq!(index.scan(&key(195), 100).unwrap().len(), 5);
+}
+
+/// Inserts `key(0..n)` and `long_key(0..n/4)`, then removes all but every `keep`-th of
+/// each; returns what is left, sorted.
+fn thin_out(index: &PersistentKeyIndex, n: usize, keep: usize) -> Vec<(Vec<u8>, u64)> {
+    let mut left = Vec::new();
+    for i in 0..n {
+        let long = i < n / 4;
+        let mut keys = vec![(key(i), i as u64)];
+        if long {
+            keys.push((long_key(i), 10_000 + i as u64));
+        }
+        for (k, v) in keys {
+            assert_eq!(index.insert_if_absent(&k, v).unwrap(), Ok(()));
+            left.push((k, v));
+        }
+    }
+    left.retain(|(k, v)| {
+        let i = (*v % 10_000) as usize;
+        if i.is_multiple_of(keep) {
+            return true;
+        }
+        assert_eq!(index.remove(k).unwrap(), Some(*v));
+        false
+    });
+    left.sort();
+    left
+}
+
+#[test]
+fn open_merges_sparse_leaves_and_the_freed_leaves_take_new_keys() {
+    let f = fixture();
+    let index = f.create(8);
+    let left = thin_out(&index, 800, 4);
+    let leaves_before = index.stats().leaves;
+    drop(index);
+    let f = f.reopen();
+    let index = f.open().unwrap();
+    let report = index.recovery_report();
+    let leaves_after = index.stats().leaves;
+    println!("{leaves_before} leaves -> {leaves_after}: {report:?}");
+    assert!(report.leaves_merged > 0, "{report:?}");
+    assert_eq!(leaves_after, leaves_before - report.leaves_merged);
+    // 8 * 3/4 = 6 keys per merged leaf at most, 2 at least per pair that did not merge.
+    assert!(
+        leaves_after * 3 <= leaves_before,
+        "{leaves_before} -> {leaves_after}"
+    );
+    assert_eq!(all(&index), left);
+    assert_eq!(index.check().unwrap(), Vec::<String>::new());
+    f.alloc.check().unwrap();
+    // New keys outside the old ranges fit, and everything survives another reopen.
+    let mut expect = left;
+    for i in 0..200 {
+        let k = format!("new-{i:05}").into_bytes();
+        assert_eq!(index.insert_if_absent(&k, 50_000 + i).unwrap(), Ok(()));
+        expect.push((k, 50_000 + i));
+    }
+    expect.sort();
+    assert_eq!(all(&index), expect);
+    drop(index);
+    let f = f.reopen();
+    let index = f.open().unwrap();
+    assert_eq!(all(&index), expect);
+    assert_eq!(index.check().unwrap(), Vec::<String>::new());
+}
+
+#[test]
+fn a_merge_interrupted_before_its_commit_is_undone_at_the_next_open() {
+    let f = fixture();
+    let index = f.create(8);
+    let left = thin_out(&index, 200, 4);
+    drop(index);
+    let f = f.reopen();
+    // A crash after merge steps 1-2 and before the commit: the first leaf holds copies of
+    // the second's keys, and the second is still linked.
+    {
+        let chunks =
+            heap::ChunkMap::read(&f.pool, &f.alloc, chunk_tag(ROOT).unwrap(), ROOT as u32).unwrap();
+        let head = f.pool.root(ROOT).unwrap();
+        let mut leaves = recovery::read_list(&f.pool, &chunks, head).unwrap();
+        let mut it = leaves.drain(..2);
+        let (mut l, r) = (it.next().unwrap(), it.next().unwrap());
+        assert!(l.entries.len() + r.entries.len() <= 8);
+        assert!(!r.entries.is_empty());
+        recovery::copy_entries(&f.pool, &mut l, r.entries).unwrap();
+    }
+    let index = f.open().unwrap();
+    let report = index.recovery_report();
+    assert!(report.split_leftovers_cleared > 0, "{report:?}");
+    assert!(report.leaves_merged > 0, "{report:?}");
+    assert_eq!(all(&index), left);
+    assert_eq!(index.check().unwrap(), Vec::<String>::new());
+    f.alloc.check().unwrap();
 }
