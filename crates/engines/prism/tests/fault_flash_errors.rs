@@ -10,7 +10,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use common::{Rig, SMALL, assert_check, value_for};
+use common::{Rig, SMALL, assert_all_present, assert_check, value_for};
 use tierkv_core::{Error, KvStore};
 use tierkv_prism::PrismStore;
 
@@ -32,17 +32,6 @@ fn write_until_error(
         }
     }
     (acked, None)
-}
-
-fn assert_all_present(store: &dyn KvStore, acked: &BTreeMap<Vec<u8>, Vec<u8>>) {
-    for (k, v) in acked {
-        assert_eq!(
-            store.get(k).unwrap().as_ref(),
-            Some(v),
-            "acknowledged key {} lost",
-            String::from_utf8_lossy(k)
-        );
-    }
 }
 
 /// Checks `store` (still open after a failure) holds `acked`, closes it, lifts the

@@ -9,7 +9,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{Rig, SMALL, assert_check};
+use common::{Rig, SMALL, assert_all_present, assert_check};
 use tierkv_core::{Error, KvStore};
 
 type Acked = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -30,17 +30,6 @@ fn fill(store: &dyn KvStore, prefix: &str, len: usize, max: u64) -> (Acked, Opti
         }
     }
     (acked, None)
-}
-
-fn assert_all_present(store: &dyn KvStore, acked: &Acked) {
-    for (k, v) in acked {
-        assert_eq!(
-            store.get(k).unwrap().as_ref(),
-            Some(v),
-            "acknowledged key {} lost",
-            String::from_utf8_lossy(k)
-        );
-    }
 }
 
 /// Deletes every second key of `acked` (all must be accepted); returns the survivors.

@@ -220,4 +220,20 @@ mod tests {
         assert!(s.receiver().try_recv().is_ok());
         assert!(s.receiver().try_recv().is_err());
     }
+
+    #[test]
+    fn a_writer_gets_no_space_only_after_a_refusal_since_it_began_to_wait() {
+        let s = SpaceState::default();
+        let seen = s.refusals();
+        assert!(s.check_waiting(seen).is_ok());
+        s.refused(&Error::no_space(tierkv_core::Tier::Flash, "no free chunk"));
+        let err = s.check_waiting(seen).unwrap_err();
+        assert!(matches!(err, Error::NoSpace { .. }), "{err}");
+        assert!(err.to_string().contains("delete keys"), "{err}");
+        // A writer that began after the refusal waits for the next attempt.
+        assert!(s.check_waiting(s.refusals()).is_ok());
+        // A reclamation that moved data clears the state.
+        s.cleared();
+        assert!(s.check_waiting(seen).is_ok());
+    }
 }

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 #![allow(clippy::unwrap_used, reason = "test code: an unwrap is an assertion")]
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -195,5 +196,17 @@ pub fn assert_check(store: &dyn KvStore) {
     match store.check() {
         Ok(lines) => assert!(!lines.is_empty()),
         Err(e) => panic!("check failed: {e}"),
+    }
+}
+
+/// Asserts every acknowledged key reads back its value.
+pub fn assert_all_present(store: &dyn KvStore, acked: &BTreeMap<Vec<u8>, Vec<u8>>) {
+    for (k, v) in acked {
+        assert_eq!(
+            store.get(k).unwrap().as_ref(),
+            Some(v),
+            "acknowledged key {} lost",
+            String::from_utf8_lossy(k)
+        );
     }
 }
