@@ -73,10 +73,36 @@ impl HeterMem {
             worked = true;
         }
         worked |= self.log_step(st)?;
-        if !worked {
+        if self.nvm.reserve.dipped() {
+            // IMPORTANT: not during recovery: its forced flush retires the old logs, which
+            // the replay reads from.
+            if self.serving.load(Ordering::Acquire) {
+                worked |= self.full_pool_step(st)?;
+            }
+        } else if !worked {
             self.prepare_ahead(st)?;
         }
         Ok(worked)
+    }
+
+    /// While the pmem reserve is dipped (`nvm/reserve.rs`, writes refused): refills it from
+    /// what reorganisation freed, and otherwise flushes everything that is in DRAM or keyed
+    /// to a block not flushed yet — the deletes' marks, so that reorganisation can free
+    /// their records' space, and the log, so that its blocks are retired. Returns whether
+    /// it did anything.
+    fn full_pool_step(&self, st: &mut FlushState) -> Result<bool> {
+        if self.nvm.top_up_reserve()? {
+            return Ok(true);
+        }
+        st.marks.drain_from(&self.threads);
+        let in_dram = self.regions.next_page.load(Ordering::SeqCst)
+            > self.geo.first_page(self.geo.block_of(self.off_dram()));
+        let logged = self.oplog.as_ref().is_some_and(|l| l.block_count() > 0);
+        if !in_dram && st.marks.is_empty() && !logged && st.old_logs.is_empty() {
+            return Ok(false);
+        }
+        self.flush_all(st)?;
+        Ok(true)
     }
 
     /// The first block not completely handed out.
@@ -131,7 +157,7 @@ impl HeterMem {
                 None
             }
             (false, Some(off)) => Some(off),
-            (false, None) => Some(self.nvm.alloc_block()?),
+            (false, None) => Some(self.nvm.alloc_block_or_reserve()?),
         };
         st.marks.drain_from(&self.threads);
         let mut in_block = Vec::new();
@@ -438,11 +464,12 @@ impl HeterMem {
         Ok(())
     }
 
-    /// Gives prepared runs back (at close).
+    /// Gives prepared runs and the reserve back (at close).
     pub fn release_prepared(&self, st: &mut FlushState) -> Result<()> {
         for off in st.prepared.drain(..) {
             self.nvm.free_run(off)?;
         }
+        self.nvm.reserve.drain(|off| self.nvm.free_run(off))?;
         if let Some(log) = &self.oplog {
             log.release_spare(&self.nvm)?;
         }

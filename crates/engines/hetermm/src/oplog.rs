@@ -203,7 +203,7 @@ impl OpLog {
     fn start_block(&self, nvm: &Nvm, st: &mut LogState, first_page: u64) -> Result<Arc<LogBlock>> {
         let off = match st.spare.take() {
             Some(off) => off,
-            None => self.zeroed_run(nvm)?,
+            None => self.zeroed_run(nvm, true)?,
         };
         let seq = st.next_seq;
         let header = LogHeader {
@@ -233,7 +233,7 @@ impl OpLog {
         if self.state.lock().spare.is_some() {
             return Ok(());
         }
-        let off = self.zeroed_run(nvm)?;
+        let off = self.zeroed_run(nvm, false)?;
         let mut st = self.state.lock();
         match st.spare {
             None => st.spare = Some(off),
@@ -242,13 +242,14 @@ impl OpLog {
         Ok(())
     }
 
-    /// A run for a log block, zeroed and persisted.
+    /// A run for a log block, zeroed and persisted; with `or_reserve`, from the pmem
+    /// reserve when the allocator has none (a block a write or delete needs now).
     ///
     /// IMPORTANT: until step 1 of an entry's write is persisted, a crash may keep any of its
     /// words as they were before it; zeroed pages make the timestamp word of an unfinished
     /// entry read 0 (not committed) and never bytes left by an earlier use of the chunks.
-    fn zeroed_run(&self, nvm: &Nvm) -> Result<u64> {
-        let off = nvm.alloc_log_block()?;
+    fn zeroed_run(&self, nvm: &Nvm, or_reserve: bool) -> Result<u64> {
+        let off = nvm.alloc_log_block(or_reserve)?;
         let len = self.geo.block_size() as usize;
         let zeroed = nvm
             .pool

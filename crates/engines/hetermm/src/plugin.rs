@@ -64,7 +64,7 @@
 //!     }
 //!     fn delete(&self, hm: &M, key: &[u8]) -> Result<()> {
 //!         let g = hm.pin()?;
-//!         hm.reserve(&g, key.len(), 0)?;
+//!         hm.reserve_remove(&g, key.len())?; // room for the delete's log entry only
 //!         let mut map = self.map()?;
 //!         if let Some(&old) = map.get(key) {
 //!             hm.remove_value(&g, old, key)?;
@@ -142,12 +142,18 @@ pub trait HeterMemory: Send + Sync {
     /// one thread.
     fn pin(&self) -> Result<Self::Guard<'_>>;
 
-    /// Reserves room for the record and the log entry of a `set_value` (or, with
-    /// `value_len` 0, the log entry of a `remove_value`) with these lengths. Call it
-    /// *before* taking the index's lock: it may wait for DRAM to be flushed or pmem to be
-    /// defragmented, while a write under a reservation never waits (one without may, which
-    /// can deadlock with operations blocked on your lock).
+    /// Reserves room for the record and the log entry of a `set_value` with these
+    /// lengths. Call it *before* taking the index's lock: it may wait for DRAM to be
+    /// flushed or pmem to be defragmented, while a write under a reservation never waits
+    /// (one without may, which can deadlock with operations blocked on your lock). Fails
+    /// with `NoSpace` when the memory is full (deletes still work).
     fn reserve(&self, g: &Self::Guard<'_>, key_len: usize, value_len: usize) -> Result<()>;
+
+    /// Reserves room for the log entry of a `remove_value` (no record: deletes are possible
+    /// however full the memory is). Call it before taking the index's lock.
+    fn reserve_remove(&self, g: &Self::Guard<'_>, key_len: usize) -> Result<()> {
+        self.reserve(g, key_len, 0)
+    }
 
     /// `get_value`: the value stored at `addr`, which the index holds for `key`.
     fn get_value(&self, g: &Self::Guard<'_>, addr: LogicalAddress, key: &[u8]) -> Result<Vec<u8>>;
@@ -196,6 +202,10 @@ impl HeterMemory for HeterMem {
 
     fn reserve(&self, g: &Guard<'_>, key_len: usize, value_len: usize) -> Result<()> {
         HeterMem::reserve(self, g, key_len, value_len)
+    }
+
+    fn reserve_remove(&self, g: &Guard<'_>, key_len: usize) -> Result<()> {
+        self.reserve_delete(g, key_len)
     }
 
     fn get_value(&self, g: &Guard<'_>, addr: LogicalAddress, key: &[u8]) -> Result<Vec<u8>> {
@@ -326,7 +336,7 @@ impl<M: HeterMemory> PluggedIndex<M> for CoreIndex {
 
     fn delete(&self, hm: &M, key: &[u8]) -> Result<()> {
         let g = hm.pin()?;
-        hm.reserve(&g, key.len(), 0)?;
+        hm.reserve_remove(&g, key.len())?;
         let mut failed = None;
         self.inner.compute(key, &mut |cur| {
             failed = None;

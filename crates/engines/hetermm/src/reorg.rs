@@ -101,7 +101,9 @@ impl HeterMem {
             {
                 return Ok(false);
             }
-            let off = self.nvm.alloc_compact(image.len() as u64)?;
+            let off = self
+                .nvm
+                .alloc_compact(image.len() as u64, reason == Reason::Sparse)?;
             if reason == Reason::Relocate && off > old.off {
                 self.nvm.free_run(off)?;
                 return Ok(false);

@@ -31,6 +31,7 @@ impl HeterMem {
     /// out-of-place write (may wait for the flusher; call it before taking an index lock).
     pub fn reserve(&self, g: &Guard<'_>, key_len: usize, value_len: usize) -> Result<()> {
         self.check_payload_len(key_len, value_len)?;
+        self.admit_write()?;
         self.reserve_log(g, key_len, value_len)?;
         let len = record_len(key_len as u64, value_len as u64);
         if g.reserved_len() == Some(len) {
@@ -40,6 +41,13 @@ impl HeterMem {
         let addr = self.alloc_record(g, len)?;
         g.set_reserved(Some((addr, len)));
         Ok(())
+    }
+
+    /// Reserves room for the log entry of a delete (no record: a delete is possible however
+    /// full the pool is, `nvm/reserve.rs`).
+    pub fn reserve_delete(&self, g: &Guard<'_>, key_len: usize) -> Result<()> {
+        self.check_payload_len(key_len, 0)?;
+        self.reserve_log(g, key_len, 0)
     }
 
     /// Makes room in the thread's log page for the entry of a write (a new page, and a new
@@ -161,9 +169,12 @@ impl HeterMem {
         let slot = self.threads.slot(g.slot());
         slot.write_cursor.store(CLOSED, Ordering::SeqCst);
         let phys = self.take_free_page(g)?;
-        let mapped = self
-            .reserve_page(g)
-            .and_then(|lp| self.ring.map(lp, phys).map(|()| lp));
+        let mapped = self.reserve_page(g);
+        // IMPORTANT: the dip is read after the page number was taken (both `SeqCst`): a page
+        // taken before the reserve dipped is one the reserve covers; after it, none is mapped
+        // (its number stays a hole), so DRAM never holds more than the reserve can flush.
+        let mapped = mapped.and_then(|lp| self.admit_write().map(|()| lp));
+        let mapped = mapped.and_then(|lp| self.ring.map(lp, phys).map(|()| lp));
         let lp = match mapped {
             Ok(lp) => lp,
             Err(e) => {

@@ -37,7 +37,7 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 use tierkv_core::media::pmem::PmemPool;
-use tierkv_core::{Error, Result};
+use tierkv_core::{Error, Result, Tier};
 
 use crate::cache::ReadCache;
 use crate::dram::PagePool;
@@ -47,6 +47,7 @@ use crate::format::record::MAX_TS;
 use crate::geometry::Geometry;
 use crate::nvm::Nvm;
 use crate::nvm::blocks::BlockTable;
+use crate::nvm::reserve;
 use crate::oplog::OpLog;
 use crate::options::HeterOptions;
 use crate::signal::Signal;
@@ -193,6 +194,9 @@ pub struct HeterMem {
     pub replaying: AtomicBool,
     /// True while recovery rebuilds the index from pmem (guards collect losers).
     pub recovering: AtomicBool,
+    /// Set once the store is open (recovery done): the flusher's full-pool work
+    /// (`flush.rs`) would retire the old logs under a replay still reading them.
+    pub serving: AtomicBool,
     /// Losers found by recovery (marked at its end).
     pub recovery_losers: Mutex<Vec<u64>>,
     /// Wakes the flusher (a writer waits for a page, a flush is requested).
@@ -242,6 +246,12 @@ impl HeterMem {
             0 => (2 * pages / ppb + 2).min(pool_blocks / 4).max(4),
             n => n as usize,
         };
+        // The reserve (`nvm/reserve.rs`): every block the write region can span, log blocks,
+        // one reorganisation copy. Taken now, before recovery replays anything.
+        let dram_blocks = pages.div_ceil(ppb) + 1;
+        nvm.reserve
+            .set_target(dram_blocks + reserve::LOG_BLOCKS + reserve::REORG_BLOCKS);
+        nvm.top_up_reserve()?;
         let start = geo.block_start(first_block);
         let regions = Regions {
             off_dram: AtomicU64::new(start),
@@ -266,6 +276,7 @@ impl HeterMem {
             flusher: Mutex::new(FlushState::default()),
             replaying: AtomicBool::new(false),
             recovering: AtomicBool::new(false),
+            serving: AtomicBool::new(false),
             recovery_losers: Mutex::new(Vec::new()),
             wake_flusher: Signal::default(),
             wake_reclaimer: Signal::default(),
@@ -321,6 +332,20 @@ impl HeterMem {
                 self.geo.page_size(),
                 self.max_payload()
             )));
+        }
+        Ok(())
+    }
+
+    /// Refuses a new write while the pmem reserve is dipped (`nvm/reserve.rs`): what is
+    /// already in DRAM, deletes and one reorganisation are all it still covers.
+    pub fn admit_write(&self) -> Result<()> {
+        if self.nvm.reserve.dipped() && !self.replaying.load(Ordering::Acquire) {
+            self.wake_flusher.raise();
+            return Err(Error::no_space(
+                Tier::Pmem,
+                "the hetermm pmem pool is full: new writes are refused until deletes free \
+                 space (reads, deletes, flush and close go on)",
+            ));
         }
         Ok(())
     }
