@@ -67,6 +67,8 @@ pub mod options;
 pub mod plugin;
 pub mod policy;
 mod recovery;
+#[cfg(test)]
+mod regressions;
 mod reorg;
 mod signal;
 pub mod stats;
