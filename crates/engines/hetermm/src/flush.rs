@@ -38,7 +38,7 @@ use crate::invalid::PendingMarks;
 use crate::mem::HeterMem;
 use crate::nvm::blocks::{BlockInfo, Layout};
 use crate::nvm::marks;
-use crate::oplog::{LogBlock, OwnedEntry};
+use crate::oplog::{LogBlock, NewEntry, OwnedEntry};
 use crate::policy::{self, DramSnapshot, LogAction, Window};
 
 /// How often the read-cache policy looks at the workload.
@@ -420,7 +420,15 @@ impl HeterMem {
                     address: e.address,
                     record: e.record,
                 };
-                log.append(&self.nvm, slot, e.ts, e.kind, &e.key, &e.value, at)?;
+                let copy = NewEntry {
+                    ts: e.ts,
+                    kind: e.kind,
+                    key: &e.key,
+                    value: &e.value,
+                    at,
+                };
+                log.append(&self.nvm, slot, &copy)?;
+                log.settle(slot);
                 log.counters.copied.incr();
             }
         }

@@ -9,14 +9,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use tierkv_core::EngineSpec;
-use tierkv_core::media::pmem::PmemPool;
+use tierkv_core::media::pmem::{CrashImageOptions, PmemPool};
+use tierkv_core::{EngineSpec, Error, KvStore, Limits, Tier};
 
-use crate::mem::HeterMem;
+use crate::mem::{HeterMem, HookPoint, TestHook};
 use crate::options::HeterOptions;
+use crate::plugin::{CoreIndex, PluggedIndex};
 use crate::recovery::open_memory;
 use crate::recovery::tests::pool_config;
 use crate::reorg::Reason;
+use crate::store::HeterStore;
 
 /// A memory of 64 DRAM pages of 4 KiB, blocks of 32 KiB, in an 8 MiB pool.
 struct Rig {
@@ -131,4 +133,142 @@ fn a_reader_pinned_before_an_update_reads_the_old_record_after_its_block_is_reor
         flusher.join().unwrap();
     });
     let _ = (&rig.pool, &rig.dir);
+}
+
+/// Recovers a crash image of the rig's pool (everything above was persisted) with the index
+/// `variant`.
+fn crash_and_recover(rig: &Rig, variant: &str) -> Arc<HeterStore> {
+    let path = rig.dir.path().join("image");
+    let image = rig.pool.crash_image(1, CrashImageOptions::torn_words());
+    std::fs::write(&path, image.unwrap()).unwrap();
+    let pool = PmemPool::open(&pool_config(path)).unwrap();
+    let index = CoreIndex::new(variant).unwrap();
+    HeterStore::open(pool, options(""), Limits::default(), index, false).unwrap()
+}
+
+/// Writer B puts "winner" and pauses after its log entry, before its index update; writer
+/// A — a put of "loser" or a delete — runs its first attempt (a newer timestamp), pauses
+/// after its entry; B installs and returns; A's compare-and-swap fails, and its retry
+/// fails. Returns what each returned and the rig (A's record is flushed when
+/// `flush_loser`).
+fn lost_race_then_failure(a_deletes: bool, flush_loser: bool) -> (Rig, Arc<CoreIndex>) {
+    let rig = Rig::new("");
+    let mem = rig.mem.clone();
+    let index = CoreIndex::new("lockfree").unwrap();
+    if a_deletes {
+        PluggedIndex::put(&*index, &*mem, b"k", b"first").unwrap();
+        rig.flush_oldest();
+    }
+    let b_logged = Arc::new(AtomicBool::new(false));
+    let a_logged = Arc::new(AtomicBool::new(false));
+    let release_b = Arc::new(AtomicBool::new(false));
+    let release_a = Arc::new(AtomicBool::new(false));
+    let a_value: &'static [u8] = if a_deletes { b"" } else { b"loser" };
+    let hook: TestHook = {
+        let (b_logged, a_logged) = (b_logged.clone(), a_logged.clone());
+        let (release_b, release_a) = (release_b.clone(), release_a.clone());
+        Arc::new(move |point, value| {
+            let wait =
+                |flag: &AtomicBool| eventually("the test's go", || flag.load(Ordering::SeqCst));
+            match (point, value) {
+                (HookPoint::Logged, b"winner") => {
+                    b_logged.store(true, Ordering::SeqCst);
+                    wait(&release_b);
+                }
+                (HookPoint::Logged, v) if v == a_value => {
+                    a_logged.store(true, Ordering::SeqCst);
+                    wait(&release_a);
+                }
+                (HookPoint::Write, v) if v == a_value && a_logged.load(Ordering::SeqCst) => {
+                    return Err(Error::no_space(Tier::Pmem, "injected: the retry fails"));
+                }
+                _ => {}
+            }
+            Ok(())
+        })
+    };
+    *mem.hook.lock() = Some(hook);
+    std::thread::scope(|s| {
+        let b = s.spawn(|| PluggedIndex::put(&*index, &*mem, b"k", b"winner"));
+        eventually("B's entry", || b_logged.load(Ordering::SeqCst));
+        let a = s.spawn(|| {
+            if a_deletes {
+                PluggedIndex::delete(&*index, &*mem, b"k")
+            } else {
+                PluggedIndex::put(&*index, &*mem, b"k", b"loser")
+            }
+        });
+        eventually("A's entry", || a_logged.load(Ordering::SeqCst));
+        release_b.store(true, Ordering::SeqCst);
+        b.join().unwrap().expect("B's put is acknowledged");
+        release_a.store(true, Ordering::SeqCst);
+        assert!(a.join().unwrap().is_err(), "A's retry was made to fail");
+    });
+    *mem.hook.lock() = None;
+    let g = mem.pin().unwrap();
+    let at = PluggedIndex::<HeterMem>::address(&*index, b"k").unwrap();
+    assert_eq!(mem.read_value(&g, at.0, b"k").unwrap(), b"winner");
+    drop(g);
+    if flush_loser {
+        let last_page = mem.regions.next_page.load(Ordering::SeqCst) - 1;
+        while mem.geo.block_of(mem.off_dram()) <= mem.geo.block_of_page(last_page) {
+            rig.flush_oldest();
+        }
+    }
+    (rig, index)
+}
+
+/// Bug 2: writer A's first attempt took its timestamp after writer B's and committed its
+/// entry; it lost the compare-and-swap to B, and its retry failed. For a put, once the flush
+/// frontier passed A's record (an orphan, marked), recovery took A's entry for a flushed
+/// newest version of the key and dropped B's acknowledged record: the key was gone. For a
+/// delete, A's entry, newer than B's put, deleted the key at recovery.
+fn assert_the_acknowledged_winner_survives(a_deletes: bool, flush_loser: bool) {
+    let (rig, _index) = lost_race_then_failure(a_deletes, flush_loser);
+    let store = crash_and_recover(&rig, "lockfree");
+    assert_eq!(
+        store.get(b"k").unwrap().as_deref(),
+        Some(&b"winner"[..]),
+        "B's acknowledged put was lost"
+    );
+    store.close().unwrap();
+}
+
+#[test]
+fn an_acknowledged_lockfree_put_survives_a_crash_after_a_newer_attempt_lost_its_race_and_failed() {
+    assert_the_acknowledged_winner_survives(false, true);
+}
+
+#[test]
+fn an_acknowledged_lockfree_put_survives_a_crash_after_a_delete_lost_its_race_and_failed() {
+    assert_the_acknowledged_winner_survives(true, false);
+}
+
+/// Bug 3: the in-place update came before the log append, and the append could still fail:
+/// the reclaimer took the thread's log page after `reserve` made room in it, and no pmem
+/// was left for a new one. The put failed — and its value was visible.
+#[test]
+fn a_put_whose_log_append_fails_leaves_the_value_unchanged() {
+    let rig = Rig::new("");
+    let mem = rig.mem.clone();
+    let a = rig.put(b"k", b"v1", None);
+    let log = mem.oplog.as_ref().unwrap();
+    log.close_current();
+    let g = mem.pin().unwrap();
+    mem.reserve(&g, 1, 2).unwrap();
+    assert!(
+        log.frozen_oldest().is_some(),
+        "the thread's page is taken away"
+    );
+    while mem.nvm.alloc.alloc_chunks(0x484d_00ff, 1).is_ok() {}
+    while mem.nvm.reserve.take("the test").is_ok() {}
+    let r = mem.write_value(&g, Some(a), b"k", b"v2");
+    drop(g);
+    assert!(r.is_err(), "no pmem for the log entry: {r:?}");
+    let g = mem.pin().unwrap();
+    assert_eq!(
+        mem.read_value(&g, a, b"k").unwrap(),
+        b"v1",
+        "a failed put changed the value"
+    );
 }

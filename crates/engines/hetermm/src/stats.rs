@@ -105,6 +105,7 @@ impl HeterMem {
             counter("log_blocks_reclaimed", log.counters.reclaimed.get());
             counter("log_compressions", log.counters.compressed.get());
             counter("log_entries_copied", log.counters.copied.get());
+            counter("log_entries_retracted", log.counters.retracted.get());
         }
         if let Some(cache) = &self.cache {
             let k = &cache.counters;

@@ -155,6 +155,20 @@ impl Defrag {
     }
 }
 
+/// Where a test hook runs (`regressions.rs` forces interleavings with it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HookPoint {
+    /// At the start of a write attempt (after a lost attempt's entry was retracted).
+    Write,
+    /// After a write attempt's log entry is committed.
+    Logged,
+}
+
+/// A test hook: sees the point and the value written (empty for a delete); an error it
+/// returns fails the attempt there.
+#[cfg(test)]
+pub type TestHook = Arc<dyn Fn(HookPoint, &[u8]) -> Result<()> + Send + Sync>;
+
 /// The heterogeneous memory of one store.
 pub struct HeterMem {
     /// k and m.
@@ -205,6 +219,9 @@ pub struct HeterMem {
     pub wake_reclaimer: Signal,
     /// Requests to defragment the pool (a run could not be allocated).
     pub defrag: Defrag,
+    /// The test hook, if set.
+    #[cfg(test)]
+    pub hook: Mutex<Option<TestHook>>,
 }
 
 impl HeterMem {
@@ -281,9 +298,24 @@ impl HeterMem {
             wake_flusher: Signal::default(),
             wake_reclaimer: Signal::default(),
             defrag: Defrag::default(),
+            #[cfg(test)]
+            hook: Mutex::new(None),
             nvm,
             opts,
         })
+    }
+
+    /// Runs the test hook (in tests; nothing otherwise).
+    pub fn run_hook(&self, point: HookPoint, value: &[u8]) -> Result<()> {
+        #[cfg(test)]
+        {
+            let hook = self.hook.lock().clone();
+            if let Some(h) = hook {
+                return h(point, value);
+            }
+        }
+        let _ = (point, value);
+        Ok(())
     }
 
     /// The pool.
