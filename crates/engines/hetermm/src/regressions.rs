@@ -89,12 +89,15 @@ fn a_reader_pinned_before_an_update_reads_the_old_record_after_its_block_is_reor
     let reorganised = AtomicBool::new(false);
     let read_now = AtomicBool::new(false);
     let pinned = AtomicBool::new(false);
+    let epoch = mem.threads.epoch();
     std::thread::scope(|s| {
         let flusher = s.spawn(|| {
             let mut st = mem.flusher.lock();
             mem.flush_oldest(&mut st).unwrap();
         });
-        eventually("off_ReadOnly to move", || mem.off_read_only() > x);
+        eventually("the flusher's synchronization", || {
+            mem.threads.epoch() > epoch
+        });
         // The reader pins after the flusher's synchronization began.
         let reader = s.spawn(|| {
             let r = mem.pin().unwrap();
