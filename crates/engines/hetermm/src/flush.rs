@@ -145,6 +145,10 @@ impl HeterMem {
     pub fn flush_oldest(&self, st: &mut FlushState) -> Result<()> {
         let started = Instant::now();
         let b = self.geo.block_of(self.off_dram());
+        // Nothing is handed out past the table (`check_block_number`); never publish there.
+        if b >= self.blocks.capacity() {
+            return Err(self.blocks_used_up(b));
+        }
         self.make_read_only(b + 1);
         let first = self.geo.first_page(b);
         let mapped: Vec<(u64, u32)> = (first..first + self.geo.pages_per_block())
@@ -196,6 +200,17 @@ impl HeterMem {
             .flush_micros
             .add(started.elapsed().as_micros() as u64);
         Ok(())
+    }
+
+    fn blocks_used_up(&self, b: u64) -> Error {
+        Error::no_space(
+            Tier::Pmem,
+            format!(
+                "hetermm logical block numbers are used up: block {b} is past the {} the store \
+                 may use",
+                self.blocks.capacity()
+            ),
+        )
     }
 
     /// Writes block `b`'s image to the run at `off` and publishes it.
@@ -318,6 +333,9 @@ impl HeterMem {
         let end_block = np
             .div_ceil(ppb)
             .max(st.marks.last_key().map_or(0, |k| k + 1));
+        if end_block > self.blocks.capacity() {
+            return Err(self.blocks_used_up(end_block - 1));
+        }
         self.regions
             .next_page
             .fetch_max(end_block * ppb, Ordering::SeqCst);

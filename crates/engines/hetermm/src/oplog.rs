@@ -27,7 +27,7 @@ use parking_lot::Mutex;
 use tierkv_core::{Counter, Error, Result};
 
 use crate::format::HEADER_LEN;
-use crate::format::dir::DirEntry;
+use crate::format::dir::{DirEntry, MAX_LOG_SEQ};
 use crate::format::log::{self, EntryKind, LogHeader, Place};
 use crate::geometry::Geometry;
 use crate::nvm::Nvm;
@@ -212,6 +212,12 @@ impl OpLog {
     }
 
     fn start_block(&self, nvm: &Nvm, st: &mut LogState, first_page: u64) -> Result<Arc<LogBlock>> {
+        if st.next_seq > MAX_LOG_SEQ {
+            return Err(Error::no_space(
+                tierkv_core::Tier::Pmem,
+                "hetermm log sequence numbers are used up",
+            ));
+        }
         let off = match st.spare.take() {
             Some(off) => off,
             None => self.zeroed_run(nvm, true)?,

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use tierkv_core::media::pmem::{CrashImageOptions, PmemPool};
 use tierkv_core::{EngineSpec, Error, KvStore, Limits, Tier};
 
+use crate::format::record::MAX_TS;
 use crate::mem::{HeterMem, HookPoint, TestHook};
 use crate::options::HeterOptions;
 use crate::plugin::{CoreIndex, PluggedIndex};
@@ -273,5 +274,33 @@ fn a_put_whose_log_append_fails_leaves_the_value_unchanged() {
         mem.read_value(&g, a, b"k").unwrap(),
         b"v1",
         "a failed put changed the value"
+    );
+}
+
+/// Bug 5 (timestamps): a clock at the end of its 61 bits handed out a timestamp that the
+/// meta word cannot hold (`ts << 3` overflows to 0) and the record became unreadable. Writes
+/// are refused cleanly well before that now.
+#[test]
+fn a_clock_at_its_end_refuses_writes_and_damages_nothing() {
+    let rig = Rig::new("");
+    let mem = rig.mem.clone();
+    let index = CoreIndex::new("btree").unwrap();
+    PluggedIndex::put(&*index, &*mem, b"k", b"v").unwrap();
+    mem.clock.store(MAX_TS, Ordering::SeqCst);
+    for v in [&b"one"[..], b"two", b"three"] {
+        let r = PluggedIndex::put(&*index, &*mem, b"k", v);
+        assert!(matches!(r, Err(Error::NoSpace { .. }) | Ok(())), "{r:?}");
+    }
+    let g = mem.pin().unwrap();
+    let at = PluggedIndex::<HeterMem>::address(&*index, b"k").unwrap();
+    let got = mem.read_value(&g, at.0, b"k");
+    assert!(got.is_ok(), "the record was damaged: {got:?}");
+    drop(g);
+    assert!(
+        matches!(
+            PluggedIndex::put(&*index, &*mem, b"other", b"x"),
+            Err(Error::NoSpace { .. })
+        ),
+        "writes are refused"
     );
 }

@@ -278,6 +278,7 @@ impl HeterMem {
     pub fn delete_value(&self, g: &Guard<'_>, old: u64, key: &[u8]) -> Result<()> {
         self.retract_lost_attempt(g, key, Some(old))?;
         self.health.check_writable()?;
+        self.check_clock()?;
         self.run_hook(HookPoint::Write, &[])?;
         self.threads
             .slot(g.slot())

@@ -216,6 +216,7 @@ impl HeterMem {
         let mut request = None;
         loop {
             let np = self.regions.next_page.load(Ordering::SeqCst);
+            self.check_block_number(self.geo.block_of_page(np))?;
             if np < self.geo.page_of(self.off_dram()) + self.ring.len() as u64 {
                 if self
                     .regions

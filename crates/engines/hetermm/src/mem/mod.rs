@@ -46,7 +46,7 @@ use crate::flush::FlushState;
 use crate::format::record::MAX_TS;
 use crate::geometry::Geometry;
 use crate::nvm::Nvm;
-use crate::nvm::blocks::BlockTable;
+use crate::nvm::blocks::{BlockTable, MAX_BLOCKS};
 use crate::nvm::reserve;
 use crate::oplog::OpLog;
 use crate::options::HeterOptions;
@@ -169,6 +169,9 @@ pub enum HookPoint {
 #[cfg(test)]
 pub type TestHook = Arc<dyn Fn(HookPoint, &[u8]) -> Result<()> + Send + Sync>;
 
+/// Timestamps kept back at the end of the clock for writes already under way.
+const TS_HEADROOM: u64 = 1 << 32;
+
 /// The heterogeneous memory of one store.
 pub struct HeterMem {
     /// k and m.
@@ -183,6 +186,9 @@ pub struct HeterMem {
     pub nvm: Nvm,
     /// The `blocks` array and block bookkeeping.
     pub blocks: BlockTable,
+    /// Logical blocks kept back from new writes at the end of the block numbers: what a
+    /// recovery replays (at most all of DRAM) and its forced flush need (`mem/alloc.rs`).
+    pub write_headroom: u64,
     /// Physical DRAM pages.
     pub pages: PagePool,
     /// The write region's pages array.
@@ -280,7 +286,11 @@ impl HeterMem {
             geo,
             free_pages,
             log_blocks_max,
-            blocks: BlockTable::default(),
+            blocks: BlockTable::with_capacity(match opts.max_blocks {
+                0 => MAX_BLOCKS,
+                n => n,
+            }),
+            write_headroom: dram_blocks as u64 + 2,
             pages: PagePool::new(pages, geo.page_size()),
             ring: Ring::new(pages),
             threads: SlotTable::new(),
@@ -371,12 +381,46 @@ impl HeterMem {
     /// Refuses a new write while the pmem reserve is dipped (`nvm/reserve.rs`): what is
     /// already in DRAM, deletes and one reorganisation are all it still covers.
     pub fn admit_write(&self) -> Result<()> {
+        self.check_clock()?;
         if self.nvm.reserve.dipped() && !self.replaying.load(Ordering::Acquire) {
             self.wake_flusher.raise();
             return Err(Error::no_space(
                 Tier::Pmem,
                 "the hetermm pmem pool is full: new writes are refused until deletes free \
                  space (reads, deletes, flush and close go on)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses a write when timestamps are about to run out (61 bits; a clean error long
+    /// before a timestamp could overflow the meta word, with room for the writes in flight).
+    pub fn check_clock(&self) -> Result<()> {
+        if self.clock.load(Ordering::Relaxed) >= MAX_TS - TS_HEADROOM {
+            return Err(Error::no_space(
+                Tier::Pmem,
+                "hetermm timestamps are used up: the store takes no more writes",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses a logical page in block `b`: writes stop `write_headroom` blocks before the
+    /// block numbers run out, and recovery's replay (and forced flush) at the end.
+    pub fn check_block_number(&self, b: u64) -> Result<()> {
+        let limit = if self.replaying.load(Ordering::Acquire) {
+            self.blocks.capacity()
+        } else {
+            self.blocks.capacity().saturating_sub(self.write_headroom)
+        };
+        if b >= limit {
+            return Err(Error::no_space(
+                Tier::Pmem,
+                format!(
+                    "hetermm logical block numbers are used up (block {b} of {}): reads and \
+                     deletes go on, new writes are refused",
+                    self.blocks.capacity()
+                ),
             ));
         }
         Ok(())
