@@ -233,8 +233,7 @@ impl OpLog {
             .write_persist(off, &header.encode())
             .and_then(|()| nvm.set_dir_entry(off, DirEntry::Log { seq }));
         if let Err(e) = made {
-            let _ = nvm.free_run(off);
-            return Err(e);
+            return Err(nvm.free_after(off, e));
         }
         st.next_seq += 1;
         Ok(Arc::new(LogBlock {
@@ -273,8 +272,7 @@ impl OpLog {
             .fill(off, len, 0)
             .and_then(|()| nvm.pool.persist(off, len));
         if let Err(e) = zeroed {
-            let _ = nvm.free_run(off);
-            return Err(e);
+            return Err(nvm.free_after(off, e));
         }
         Ok(off)
     }

@@ -123,6 +123,7 @@
 //! thread.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use tierkv_core::common::index::{ConcurrentIndex, new_index};
 use tierkv_core::{KvPair, Result};
@@ -274,6 +275,11 @@ pub trait PluggedIndex<M: HeterMemory>: Send + Sync {
     fn for_each(&self, f: &mut dyn FnMut(&[u8], LogicalAddress));
     /// Keys in the index.
     fn len(&self) -> usize;
+    /// An estimate of the DRAM the index itself takes (keys, addresses, structure), for
+    /// `Stats::dram_bytes`; 0 if the index does not know.
+    fn dram_bytes(&self) -> u64 {
+        0
+    }
     /// True when there are no keys.
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -285,13 +291,20 @@ pub trait PluggedIndex<M: HeterMemory>: Send + Sync {
 /// under the bucket lock.
 pub struct CoreIndex {
     inner: Box<dyn ConcurrentIndex<LogicalAddress>>,
+    /// Bytes of the keys it holds.
+    key_bytes: AtomicI64,
 }
+
+/// DRAM an index entry takes besides its key: the address and the structure around it
+/// (the `dram` engine charges the same per entry).
+const ENTRY_OVERHEAD: u64 = 64;
 
 impl CoreIndex {
     /// The index a variant names.
     pub fn new(variant: &str) -> Result<Arc<CoreIndex>> {
         Ok(Arc::new(CoreIndex {
             inner: new_index(variant)?,
+            key_bytes: AtomicI64::new(0),
         }))
     }
 
@@ -304,18 +317,31 @@ impl CoreIndex {
         mut make: impl FnMut(Option<LogicalAddress>) -> Result<LogicalAddress>,
     ) -> Result<()> {
         let mut failed = None;
-        self.inner
-            .compute(key, &mut |cur| match make(cur.copied()) {
+        let mut added = false;
+        self.inner.compute(key, &mut |cur| {
+            added = cur.is_none();
+            match make(cur.copied()) {
                 Ok(a) => {
                     failed = None;
                     Some(a)
                 }
                 Err(e) => {
                     failed = Some(e);
+                    added = false;
                     cur.copied()
                 }
-            });
+            }
+        });
+        if added {
+            self.charge(key, 1);
+        }
         failed.map_or(Ok(()), Err)
+    }
+
+    /// Counts a key in (`sign` 1) or out (-1).
+    fn charge(&self, key: &[u8], sign: i64) {
+        self.key_bytes
+            .fetch_add(sign * key.len() as i64, Ordering::Relaxed);
     }
 }
 
@@ -338,17 +364,25 @@ impl<M: HeterMemory> PluggedIndex<M> for CoreIndex {
         let g = hm.pin()?;
         hm.reserve_remove(&g, key.len())?;
         let mut failed = None;
+        let mut removed = false;
         self.inner.compute(key, &mut |cur| {
             failed = None;
+            removed = false;
             let a = *cur?;
             match hm.remove_value(&g, a, key) {
-                Ok(()) => None,
+                Ok(()) => {
+                    removed = true;
+                    None
+                }
                 Err(e) => {
                     failed = Some(e);
                     Some(a)
                 }
             }
         });
+        if removed {
+            self.charge(key, -1);
+        }
         failed.map_or(Ok(()), Err)
     }
 
@@ -400,6 +434,7 @@ impl<M: HeterMemory> PluggedIndex<M> for CoreIndex {
                     }
                 }
             }
+            self.charge(key, 1);
             Some((key, addr))
         });
         self.inner.insert_sorted(&mut winners);
@@ -419,5 +454,10 @@ impl<M: HeterMemory> PluggedIndex<M> for CoreIndex {
 
     fn len(&self) -> usize {
         self.inner.len()
+    }
+
+    fn dram_bytes(&self) -> u64 {
+        self.key_bytes.load(Ordering::Relaxed).max(0) as u64
+            + self.inner.len() as u64 * ENTRY_OVERHEAD
     }
 }

@@ -304,3 +304,65 @@ fn a_clock_at_its_end_refuses_writes_and_damages_nothing() {
         "writes are refused"
     );
 }
+
+/// Item 6: the descriptor declares the value limit the engine enforces with its default
+/// pages (the facade used to advertise 1 MiB and the engine refused past 32 KiB).
+#[test]
+fn the_declared_value_limit_is_the_largest_value_a_default_store_takes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = pool_config(dir.path().join("pool"));
+    config.size = 32 << 20;
+    let pool = PmemPool::create(&config).unwrap();
+    let opts = HeterOptions {
+        dram_budget: 4 << 20,
+        ..HeterOptions::default()
+    };
+    let store = HeterStore::open(
+        pool,
+        opts,
+        Limits::default(),
+        CoreIndex::new("hash").unwrap(),
+        true,
+    )
+    .unwrap();
+    let max = crate::DESCRIPTOR.max_value_len.unwrap();
+    store.put(b"k", &vec![1; max]).unwrap();
+    assert_eq!(store.get(b"k").unwrap().map(|v| v.len()), Some(max));
+    let e = store.put(b"k", &vec![1; max + 1]).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    store.close().unwrap();
+}
+
+/// Item 6: `dram_bytes` counts the index (keys, addresses, structure), not only the pages.
+#[test]
+fn dram_bytes_count_the_index() {
+    let rig = Rig::new("");
+    let index = CoreIndex::new("btree").unwrap();
+    for i in 0..1000u32 {
+        PluggedIndex::put(&*index, &*rig.mem, format!("key{i:017}").as_bytes(), b"v").unwrap();
+    }
+    PluggedIndex::delete(&*index, &*rig.mem, b"key00000000000000000").unwrap();
+    let bytes = PluggedIndex::<HeterMem>::dram_bytes(&*index);
+    assert_eq!(bytes, 999 * (20 + 64), "keys and their entries");
+}
+
+/// Item 6: a run that cannot be freed after a failure is reported (it leaks until the next
+/// recovery), not ignored.
+#[test]
+fn a_run_that_cannot_be_freed_after_a_failure_is_reported() {
+    let rig = Rig::new("");
+    let nvm = &rig.mem.nvm;
+    let off = nvm.alloc_block().unwrap();
+    let e = nvm.free_after(off, Error::no_space(Tier::Pmem, "the first failure"));
+    assert!(
+        matches!(e, Error::NoSpace { .. }),
+        "freed: the first error stands"
+    );
+    let e = nvm.free_after(off, Error::no_space(Tier::Pmem, "the first failure"));
+    assert!(e.is_corruption(), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("the first failure") && text.contains("could not be freed"),
+        "{text}"
+    );
+}

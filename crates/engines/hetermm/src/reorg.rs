@@ -158,7 +158,7 @@ impl HeterMem {
                 )
             });
             if let Err(e) = published {
-                return Err(self.free_after(off, e));
+                return Err(self.nvm.free_after(off, e));
             }
             self.nvm.set_dir_entry(old.off, DirEntry::None)?;
             let live: u64 = kept
@@ -193,19 +193,5 @@ impl HeterMem {
             .reorg_micros
             .add(started.elapsed().as_micros() as u64);
         Ok(true)
-    }
-
-    /// Frees the run at `off` after `e` made it useless; returns the error to report (`e`,
-    /// or the free's own failure, which leaks the run until the next recovery and so is
-    /// the more serious).
-    fn free_after(&self, off: u64, e: Error) -> Error {
-        match self.nvm.free_run(off) {
-            Ok(()) => e,
-            Err(free) => Error::corruption(
-                tierkv_core::Tier::Pmem,
-                off,
-                format!("{e}; and the run could not be freed: {free}"),
-            ),
-        }
     }
 }

@@ -145,6 +145,9 @@ impl KvStore for HeterStore {
     fn stats(&self) -> Stats {
         let mut s = self.mem.stats();
         s.counters.insert("keys".into(), self.index.len() as u64);
+        let index_bytes = self.index.dram_bytes();
+        s.dram_bytes += index_bytes;
+        s.counters.insert("hetermm_index_bytes".into(), index_bytes);
         s
     }
 

@@ -291,6 +291,21 @@ impl Nvm {
         self.alloc.free_chunk(off)
     }
 
+    /// Frees the run at `off`, which error `e` left unused; returns the error to report:
+    /// `e`, or — when the free fails too, which leaks the run until the next recovery —
+    /// both, as corruption (the caller's failure then poisons the store rather than
+    /// letting it run on with space it cannot account for).
+    pub fn free_after(&self, off: u64, e: Error) -> Error {
+        match self.free_run(off) {
+            Ok(()) => e,
+            Err(free) => Error::corruption(
+                Tier::Pmem,
+                off,
+                format!("{e}; and its run could not be freed: {free}"),
+            ),
+        }
+    }
+
     /// Bytes of the run starting at `off` (as the allocator knows it).
     pub fn run_len(&self, off: u64, tag: u32) -> Option<u64> {
         self.alloc
