@@ -101,8 +101,11 @@ impl HeterMem {
         if !in_dram && st.marks.is_empty() && !logged && st.old_logs.is_empty() {
             return Ok(false);
         }
+        // Only DRAM contents and marks make it work again at once; a log that cannot be
+        // retired yet (a writer's entry still unsettled) is retried after the idle wait.
+        let worked = in_dram || !st.marks.is_empty();
         self.flush_all(st)?;
-        Ok(true)
+        Ok(worked)
     }
 
     /// The first block not completely handed out.

@@ -169,12 +169,9 @@ impl HeterMem {
         let slot = self.threads.slot(g.slot());
         slot.write_cursor.store(CLOSED, Ordering::SeqCst);
         let phys = self.take_free_page(g)?;
-        let mapped = self.reserve_page(g);
-        // IMPORTANT: the dip is read after the page number was taken (both `SeqCst`): a page
-        // taken before the reserve dipped is one the reserve covers; after it, none is mapped
-        // (its number stays a hole), so DRAM never holds more than the reserve can flush.
-        let mapped = mapped.and_then(|lp| self.admit_write().map(|()| lp));
-        let mapped = mapped.and_then(|lp| self.ring.map(lp, phys).map(|()| lp));
+        let mapped = self
+            .reserve_page(g)
+            .and_then(|lp| self.ring.map(lp, phys).map(|()| lp));
         let lp = match mapped {
             Ok(lp) => lp,
             Err(e) => {
@@ -217,6 +214,10 @@ impl HeterMem {
         loop {
             let np = self.regions.next_page.load(Ordering::SeqCst);
             self.check_block_number(self.geo.block_of_page(np))?;
+            // IMPORTANT: no new page once the reserve has dipped (`nvm/reserve.rs`), checked
+            // before the number is taken. A writer that read the reserve whole just before
+            // the dip still takes its one page; the reserve's slack covers those.
+            self.admit_write()?;
             if np < self.geo.page_of(self.off_dram()) + self.ring.len() as u64 {
                 if self
                     .regions

@@ -272,8 +272,9 @@ impl HeterMem {
         // The reserve (`nvm/reserve.rs`): every block the write region can span, log blocks,
         // one reorganisation copy. Taken now, before recovery replays anything.
         let dram_blocks = pages.div_ceil(ppb) + 1;
-        nvm.reserve
-            .set_target(dram_blocks + reserve::LOG_BLOCKS + reserve::REORG_BLOCKS);
+        nvm.reserve.set_target(
+            dram_blocks + reserve::LOG_BLOCKS + reserve::REORG_BLOCKS + reserve::RACING_BLOCKS,
+        );
         nvm.top_up_reserve()?;
         let start = geo.block_start(first_block);
         let regions = Regions {
