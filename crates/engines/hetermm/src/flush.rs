@@ -38,7 +38,7 @@ use crate::invalid::PendingMarks;
 use crate::mem::HeterMem;
 use crate::nvm::blocks::{BlockInfo, Layout};
 use crate::nvm::marks;
-use crate::oplog::{LogBlock, OwnedEntry};
+use crate::oplog::{LogBlock, NewEntry, OwnedEntry};
 use crate::policy::{self, DramSnapshot, LogAction, Window};
 
 /// How often the read-cache policy looks at the workload.
@@ -73,9 +73,38 @@ impl HeterMem {
             worked = true;
         }
         worked |= self.log_step(st)?;
-        if !worked {
+        if self.nvm.reserve.dipped() {
+            // IMPORTANT: not during recovery: its forced flush retires the old logs, which
+            // the replay reads from.
+            if self.serving.load(Ordering::Acquire) {
+                worked |= self.full_pool_step(st)?;
+            }
+        } else if !worked {
             self.prepare_ahead(st)?;
         }
+        Ok(worked)
+    }
+
+    /// While the pmem reserve is dipped (`nvm/reserve.rs`, writes refused): refills it from
+    /// what reorganisation freed, and otherwise flushes everything that is in DRAM or keyed
+    /// to a block not flushed yet — the deletes' marks, so that reorganisation can free
+    /// their records' space, and the log, so that its blocks are retired. Returns whether
+    /// it did anything.
+    fn full_pool_step(&self, st: &mut FlushState) -> Result<bool> {
+        if self.nvm.top_up_reserve()? {
+            return Ok(true);
+        }
+        st.marks.drain_from(&self.threads);
+        let in_dram = self.regions.next_page.load(Ordering::SeqCst)
+            > self.geo.first_page(self.geo.block_of(self.off_dram()));
+        let logged = self.oplog.as_ref().is_some_and(|l| l.block_count() > 0);
+        if !in_dram && st.marks.is_empty() && !logged && st.old_logs.is_empty() {
+            return Ok(false);
+        }
+        // Only DRAM contents and marks make it work again at once; a log that cannot be
+        // retired yet (a writer's entry still unsettled) is retried after the idle wait.
+        let worked = in_dram || !st.marks.is_empty();
+        self.flush_all(st)?;
         Ok(worked)
     }
 
@@ -119,6 +148,10 @@ impl HeterMem {
     pub fn flush_oldest(&self, st: &mut FlushState) -> Result<()> {
         let started = Instant::now();
         let b = self.geo.block_of(self.off_dram());
+        // Nothing is handed out past the table (`check_block_number`); never publish there.
+        if b >= self.blocks.capacity() {
+            return Err(self.blocks_used_up(b));
+        }
         self.make_read_only(b + 1);
         let first = self.geo.first_page(b);
         let mapped: Vec<(u64, u32)> = (first..first + self.geo.pages_per_block())
@@ -131,7 +164,7 @@ impl HeterMem {
                 None
             }
             (false, Some(off)) => Some(off),
-            (false, None) => Some(self.nvm.alloc_block()?),
+            (false, None) => Some(self.nvm.alloc_block_or_reserve()?),
         };
         st.marks.drain_from(&self.threads);
         let mut in_block = Vec::new();
@@ -170,6 +203,17 @@ impl HeterMem {
             .flush_micros
             .add(started.elapsed().as_micros() as u64);
         Ok(())
+    }
+
+    fn blocks_used_up(&self, b: u64) -> Error {
+        Error::no_space(
+            Tier::Pmem,
+            format!(
+                "hetermm logical block numbers are used up: block {b} is past the {} the store \
+                 may use",
+                self.blocks.capacity()
+            ),
+        )
     }
 
     /// Writes block `b`'s image to the run at `off` and publishes it.
@@ -292,6 +336,9 @@ impl HeterMem {
         let end_block = np
             .div_ceil(ppb)
             .max(st.marks.last_key().map_or(0, |k| k + 1));
+        if end_block > self.blocks.capacity() {
+            return Err(self.blocks_used_up(end_block - 1));
+        }
         self.regions
             .next_page
             .fetch_max(end_block * ppb, Ordering::SeqCst);
@@ -394,7 +441,15 @@ impl HeterMem {
                     address: e.address,
                     record: e.record,
                 };
-                log.append(&self.nvm, slot, e.ts, e.kind, &e.key, &e.value, at)?;
+                let copy = NewEntry {
+                    ts: e.ts,
+                    kind: e.kind,
+                    key: &e.key,
+                    value: &e.value,
+                    at,
+                };
+                log.append(&self.nvm, slot, &copy)?;
+                log.settle(slot);
                 log.counters.copied.incr();
             }
         }
@@ -438,11 +493,12 @@ impl HeterMem {
         Ok(())
     }
 
-    /// Gives prepared runs back (at close).
+    /// Gives prepared runs and the reserve back (at close).
     pub fn release_prepared(&self, st: &mut FlushState) -> Result<()> {
         for off in st.prepared.drain(..) {
             self.nvm.free_run(off)?;
         }
+        self.nvm.reserve.drain(|off| self.nvm.free_run(off))?;
         if let Some(log) = &self.oplog {
             log.release_spare(&self.nvm)?;
         }

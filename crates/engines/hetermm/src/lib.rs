@@ -67,6 +67,8 @@ pub mod options;
 pub mod plugin;
 pub mod policy;
 mod recovery;
+#[cfg(test)]
+mod regressions;
 mod reorg;
 mod signal;
 pub mod stats;
@@ -92,9 +94,15 @@ pub const DESCRIPTOR: EngineDescriptor = EngineDescriptor {
     tiers: &[Tier::Pmem],
     volatile: false,
     min_pmem_size: 1 << 20,
-    max_value_len: None,
+    max_value_len: Some(MAX_VALUE_LEN),
     open,
 };
+
+/// The largest value a store with the default pages holds (with a 1-byte key: key + value
+/// must fit a page less 128 bytes, `mem/mod.rs`), declared so that the facade refuses larger
+/// ones itself. Stores created with a larger `page_bits` are held to it through the facade
+/// too (the descriptor is the same for every store).
+pub const MAX_VALUE_LEN: usize = (1 << options::DEFAULT_PAGE_BITS) - 128 - 1;
 
 fn open(ctx: EngineContext) -> Result<Arc<dyn KvStore>> {
     let variant = DESCRIPTOR.variant(&ctx.spec)?;

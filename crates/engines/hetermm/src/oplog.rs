@@ -24,10 +24,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
-use tierkv_core::{Counter, Error, Result, Tier};
+use tierkv_core::{Counter, Error, Result};
 
 use crate::format::HEADER_LEN;
-use crate::format::dir::DirEntry;
+use crate::format::dir::{DirEntry, MAX_LOG_SEQ};
 use crate::format::log::{self, EntryKind, LogHeader, Place};
 use crate::geometry::Geometry;
 use crate::nvm::Nvm;
@@ -52,6 +52,8 @@ struct ThreadLog {
     /// Global log page number, and the next free offset in it.
     page: u64,
     next: u64,
+    /// The last entry written, while the write that made it may still be retracted.
+    unsettled: Option<Unsettled>,
 }
 
 #[derive(Debug, Default)]
@@ -76,6 +78,8 @@ pub struct LogCounters {
     pub compressed: Counter,
     /// Entries copied by compression.
     pub copied: Counter,
+    /// Entries withdrawn by writes that lost a race and then failed.
+    pub retracted: Counter,
 }
 
 /// The operation log.
@@ -113,18 +117,24 @@ impl OpLog {
     }
 
     /// Appends a committed entry for the thread of slot `slot` (two-step write).
-    #[allow(clippy::too_many_arguments)]
-    pub fn append(
+    pub fn append(&self, nvm: &Nvm, slot: usize, e: &NewEntry<'_>) -> Result<()> {
+        self.begin(nvm, slot, e.key.len(), e.value.len())?
+            .commit(nvm, e)
+    }
+
+    /// Takes the thread's log page, with room for an entry of this key and value length,
+    /// for a [`LogTicket::commit`] that then cannot fail for lack of space: an in-place
+    /// update takes the ticket *before* it changes the record, so a failed append never
+    /// leaves a changed value behind. The page stays the thread's while the ticket lives
+    /// (`frozen_oldest` waits for it). Never hold it while waiting for the flusher.
+    pub fn begin(
         &self,
         nvm: &Nvm,
         slot: usize,
-        ts: u64,
-        kind: EntryKind,
-        key: &[u8],
-        value: &[u8],
-        at: Place,
-    ) -> Result<()> {
-        let len = log::entry_len(key.len() as u64, value.len() as u64);
+        key_len: usize,
+        value_len: usize,
+    ) -> Result<LogTicket<'_>> {
+        let len = log::entry_len(key_len as u64, value_len as u64);
         if len > self.max_payload() + log::ENTRY_HEADER_LEN {
             return Err(Error::invalid(format!(
                 "log entry of {len} bytes does not fit a log page"
@@ -134,26 +144,7 @@ impl OpLog {
         if t.block.is_none() || t.next + len > self.geo.page_size() {
             self.next_page(nvm, &mut t)?;
         }
-        let Some(block) = t.block.clone() else {
-            return Err(Error::corruption(
-                Tier::Pmem,
-                0,
-                "log page missing after allocation",
-            ));
-        };
-        let off = block.off + ((t.page - block.first_page) << self.geo.page_bits) + t.next;
-        block.max_address.fetch_max(at.address, Ordering::AcqRel);
-        let bytes = log::encode_entry(block.seq, at, kind, key, value);
-        // IMPORTANT: step 1 — everything but the timestamp (which stays 0), persisted.
-        nvm.pool.write(off, &bytes)?;
-        nvm.pool.persist(off, bytes.len())?;
-        // IMPORTANT: step 2 — the timestamp commits the entry.
-        nvm.pool.store_u64(off, ts)?;
-        nvm.pool.persist(off, 8)?;
-        t.next += len;
-        self.counters.bytes.add(len);
-        self.counters.entries.incr();
-        Ok(())
+        Ok(LogTicket { log: self, t, len })
     }
 
     /// Makes sure the thread of slot `slot` can append an entry of this key and value
@@ -166,11 +157,31 @@ impl OpLog {
         key_len: usize,
         value_len: usize,
     ) -> Result<()> {
-        let len = log::entry_len(key_len as u64, value_len as u64);
+        self.begin(nvm, slot, key_len, value_len).map(drop)
+    }
+
+    /// The thread's last entry is final: its write was installed (or the thread moves on).
+    pub fn settle(&self, slot: usize) {
+        self.threads[slot % MAX_THREADS].lock().unsettled = None;
+    }
+
+    /// Withdraws the thread's last entry, written by an attempt that lost its race (a
+    /// lock-free index retries with the new current version; `mem/access.rs`): its
+    /// timestamp word is zeroed and persisted, which a reader takes for the end of the
+    /// page, and the thread leaves the page, so nothing is ever written after it. The entry
+    /// is still the last of its page and its block is still live: a block with an
+    /// unsettled entry is not frozen, so neither compressed nor retired.
+    pub fn retract(&self, nvm: &Nvm, slot: usize) -> Result<()> {
         let mut t = self.threads[slot % MAX_THREADS].lock();
-        if t.block.is_none() || t.next + len > self.geo.page_size() {
-            self.next_page(nvm, &mut t)?;
+        let Some(u) = t.unsettled.take() else {
+            return Ok(());
+        };
+        nvm.pool.store_u64(u.off, 0)?;
+        nvm.pool.persist(u.off, 8)?;
+        if t.block.as_ref().is_some_and(|b| Arc::ptr_eq(b, &u.block)) {
+            t.block = None;
         }
+        self.counters.retracted.incr();
         Ok(())
     }
 
@@ -201,9 +212,15 @@ impl OpLog {
     }
 
     fn start_block(&self, nvm: &Nvm, st: &mut LogState, first_page: u64) -> Result<Arc<LogBlock>> {
+        if st.next_seq > MAX_LOG_SEQ {
+            return Err(Error::no_space(
+                tierkv_core::Tier::Pmem,
+                "hetermm log sequence numbers are used up",
+            ));
+        }
         let off = match st.spare.take() {
             Some(off) => off,
-            None => self.zeroed_run(nvm)?,
+            None => self.zeroed_run(nvm, true)?,
         };
         let seq = st.next_seq;
         let header = LogHeader {
@@ -216,8 +233,7 @@ impl OpLog {
             .write_persist(off, &header.encode())
             .and_then(|()| nvm.set_dir_entry(off, DirEntry::Log { seq }));
         if let Err(e) = made {
-            let _ = nvm.free_run(off);
-            return Err(e);
+            return Err(nvm.free_after(off, e));
         }
         st.next_seq += 1;
         Ok(Arc::new(LogBlock {
@@ -233,7 +249,7 @@ impl OpLog {
         if self.state.lock().spare.is_some() {
             return Ok(());
         }
-        let off = self.zeroed_run(nvm)?;
+        let off = self.zeroed_run(nvm, false)?;
         let mut st = self.state.lock();
         match st.spare {
             None => st.spare = Some(off),
@@ -242,21 +258,21 @@ impl OpLog {
         Ok(())
     }
 
-    /// A run for a log block, zeroed and persisted.
+    /// A run for a log block, zeroed and persisted; with `or_reserve`, from the pmem
+    /// reserve when the allocator has none (a block a write or delete needs now).
     ///
     /// IMPORTANT: until step 1 of an entry's write is persisted, a crash may keep any of its
     /// words as they were before it; zeroed pages make the timestamp word of an unfinished
     /// entry read 0 (not committed) and never bytes left by an earlier use of the chunks.
-    fn zeroed_run(&self, nvm: &Nvm) -> Result<u64> {
-        let off = nvm.alloc_log_block()?;
+    fn zeroed_run(&self, nvm: &Nvm, or_reserve: bool) -> Result<u64> {
+        let off = nvm.alloc_log_block(or_reserve)?;
         let len = self.geo.block_size() as usize;
         let zeroed = nvm
             .pool
             .fill(off, len, 0)
             .and_then(|()| nvm.pool.persist(off, len));
         if let Err(e) = zeroed {
-            let _ = nvm.free_run(off);
-            return Err(e);
+            return Err(nvm.free_after(off, e));
         }
         Ok(off)
     }
@@ -295,6 +311,13 @@ impl OpLog {
         drop(st);
         for t in self.threads.iter() {
             let mut t = t.lock();
+            // A write whose entry may still be retracted keeps its block from freezing.
+            if t.unsettled
+                .as_ref()
+                .is_some_and(|u| Arc::ptr_eq(&u.block, &front))
+            {
+                return None;
+            }
             if t.block.as_ref().is_some_and(|b| Arc::ptr_eq(b, &front)) {
                 // The alarm: an idle thread's page is taken away; the rest of it stays
                 // unused (a reader stops at its first invalid entry).
@@ -348,6 +371,67 @@ impl OpLog {
         }
         Ok(())
     }
+}
+
+/// An entry to append.
+#[derive(Clone, Copy, Debug)]
+pub struct NewEntry<'a> {
+    /// Its timestamp (the write's).
+    pub ts: u64,
+    /// Put or delete.
+    pub kind: EntryKind,
+    /// The key.
+    pub key: &'a [u8],
+    /// The value (empty for a delete).
+    pub value: &'a [u8],
+    /// The addresses it covers and names.
+    pub at: Place,
+}
+
+/// A thread's log page, held with room for one entry ([`OpLog::begin`]).
+pub struct LogTicket<'a> {
+    log: &'a OpLog,
+    t: parking_lot::MutexGuard<'a, ThreadLog>,
+    len: u64,
+}
+
+impl LogTicket<'_> {
+    /// Writes the entry (two steps: everything with ts = 0, persisted; then ts, persisted).
+    /// Fails only if the pool fails.
+    pub fn commit(mut self, nvm: &Nvm, e: &NewEntry<'_>) -> Result<()> {
+        let len = log::entry_len(e.key.len() as u64, e.value.len() as u64);
+        let t = &mut *self.t;
+        let block = match &t.block {
+            Some(b) if len <= self.len => b.clone(),
+            _ => {
+                return Err(Error::invalid(
+                    "a log entry larger than its ticket (or without a page)",
+                ));
+            }
+        };
+        let geo = self.log.geo;
+        let off = block.off + ((t.page - block.first_page) << geo.page_bits) + t.next;
+        block.max_address.fetch_max(e.at.address, Ordering::AcqRel);
+        let bytes = log::encode_entry(block.seq, e.at, e.kind, e.key, e.value);
+        // IMPORTANT: step 1 — everything but the timestamp (which stays 0), persisted.
+        nvm.pool.write(off, &bytes)?;
+        nvm.pool.persist(off, bytes.len())?;
+        // IMPORTANT: step 2 — the timestamp commits the entry.
+        nvm.pool.store_u64(off, e.ts)?;
+        nvm.pool.persist(off, 8)?;
+        t.next += len;
+        t.unsettled = Some(Unsettled { block, off });
+        self.log.counters.bytes.add(len);
+        self.log.counters.entries.incr();
+        Ok(())
+    }
+}
+
+/// The last entry a thread wrote, until its write is known to stand.
+#[derive(Debug)]
+struct Unsettled {
+    block: Arc<LogBlock>,
+    off: u64,
 }
 
 /// An entry copied out of pmem.
@@ -411,8 +495,14 @@ mod tests {
             address: 4096,
             record: 4096,
         };
-        log.append(&nvm, 0, 5, EntryKind::Put, b"k", b"v", at)
-            .unwrap();
+        let e = NewEntry {
+            ts: 5,
+            kind: EntryKind::Put,
+            key: b"k",
+            value: b"v",
+            at,
+        };
+        log.append(&nvm, 0, &e).unwrap();
         let front = log.frozen_oldest();
         assert!(front.is_none(), "the block is still being written");
         let st = log.state.lock();

@@ -75,6 +75,9 @@ pub struct HeterOptions {
     pub log_blocks: u64,
     /// DRAM for pages and the read cache (from `Options::dram_budget`).
     pub dram_budget: u64,
+    /// Logical block numbers the store may use (0 = all the block table holds). Not an
+    /// engine-spec option: tests lower it to run out of block numbers in a short run.
+    pub max_blocks: u64,
 }
 
 impl Default for HeterOptions {
@@ -90,6 +93,7 @@ impl Default for HeterOptions {
             reorg_threshold: DEFAULT_REORG_THRESHOLD,
             recovery_threads: 0,
             log_blocks: 0,
+            max_blocks: 0,
             dram_budget: 256 << 20,
         }
     }
@@ -125,6 +129,7 @@ impl HeterOptions {
             reorg_threshold: p.take("reorg_threshold", d.reorg_threshold)?,
             recovery_threads: p.take("recovery_threads", d.recovery_threads)?,
             log_blocks: p.take("log_blocks", d.log_blocks)?,
+            max_blocks: d.max_blocks,
             dram_budget,
         };
         p.finish()?;

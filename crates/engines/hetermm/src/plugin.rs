@@ -64,7 +64,7 @@
 //!     }
 //!     fn delete(&self, hm: &M, key: &[u8]) -> Result<()> {
 //!         let g = hm.pin()?;
-//!         hm.reserve(&g, key.len(), 0)?;
+//!         hm.reserve_remove(&g, key.len())?; // room for the delete's log entry only
 //!         let mut map = self.map()?;
 //!         if let Some(&old) = map.get(key) {
 //!             hm.remove_value(&g, old, key)?;
@@ -123,6 +123,7 @@
 //! thread.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use tierkv_core::common::index::{ConcurrentIndex, new_index};
 use tierkv_core::{KvPair, Result};
@@ -142,12 +143,18 @@ pub trait HeterMemory: Send + Sync {
     /// one thread.
     fn pin(&self) -> Result<Self::Guard<'_>>;
 
-    /// Reserves room for the record and the log entry of a `set_value` (or, with
-    /// `value_len` 0, the log entry of a `remove_value`) with these lengths. Call it
-    /// *before* taking the index's lock: it may wait for DRAM to be flushed or pmem to be
-    /// defragmented, while a write under a reservation never waits (one without may, which
-    /// can deadlock with operations blocked on your lock).
+    /// Reserves room for the record and the log entry of a `set_value` with these
+    /// lengths. Call it *before* taking the index's lock: it may wait for DRAM to be
+    /// flushed or pmem to be defragmented, while a write under a reservation never waits
+    /// (one without may, which can deadlock with operations blocked on your lock). Fails
+    /// with `NoSpace` when the memory is full (deletes still work).
     fn reserve(&self, g: &Self::Guard<'_>, key_len: usize, value_len: usize) -> Result<()>;
+
+    /// Reserves room for the log entry of a `remove_value` (no record: deletes are possible
+    /// however full the memory is). Call it before taking the index's lock.
+    fn reserve_remove(&self, g: &Self::Guard<'_>, key_len: usize) -> Result<()> {
+        self.reserve(g, key_len, 0)
+    }
 
     /// `get_value`: the value stored at `addr`, which the index holds for `key`.
     fn get_value(&self, g: &Self::Guard<'_>, addr: LogicalAddress, key: &[u8]) -> Result<Vec<u8>>;
@@ -196,6 +203,10 @@ impl HeterMemory for HeterMem {
 
     fn reserve(&self, g: &Guard<'_>, key_len: usize, value_len: usize) -> Result<()> {
         HeterMem::reserve(self, g, key_len, value_len)
+    }
+
+    fn reserve_remove(&self, g: &Guard<'_>, key_len: usize) -> Result<()> {
+        self.reserve_delete(g, key_len)
     }
 
     fn get_value(&self, g: &Guard<'_>, addr: LogicalAddress, key: &[u8]) -> Result<Vec<u8>> {
@@ -264,6 +275,11 @@ pub trait PluggedIndex<M: HeterMemory>: Send + Sync {
     fn for_each(&self, f: &mut dyn FnMut(&[u8], LogicalAddress));
     /// Keys in the index.
     fn len(&self) -> usize;
+    /// An estimate of the DRAM the index itself takes (keys, addresses, structure), for
+    /// `Stats::dram_bytes`; 0 if the index does not know.
+    fn dram_bytes(&self) -> u64 {
+        0
+    }
     /// True when there are no keys.
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -275,13 +291,20 @@ pub trait PluggedIndex<M: HeterMemory>: Send + Sync {
 /// under the bucket lock.
 pub struct CoreIndex {
     inner: Box<dyn ConcurrentIndex<LogicalAddress>>,
+    /// Bytes of the keys it holds.
+    key_bytes: AtomicI64,
 }
+
+/// DRAM an index entry takes besides its key: the address and the structure around it
+/// (the `dram` engine charges the same per entry).
+const ENTRY_OVERHEAD: u64 = 64;
 
 impl CoreIndex {
     /// The index a variant names.
     pub fn new(variant: &str) -> Result<Arc<CoreIndex>> {
         Ok(Arc::new(CoreIndex {
             inner: new_index(variant)?,
+            key_bytes: AtomicI64::new(0),
         }))
     }
 
@@ -294,18 +317,31 @@ impl CoreIndex {
         mut make: impl FnMut(Option<LogicalAddress>) -> Result<LogicalAddress>,
     ) -> Result<()> {
         let mut failed = None;
-        self.inner
-            .compute(key, &mut |cur| match make(cur.copied()) {
+        let mut added = false;
+        self.inner.compute(key, &mut |cur| {
+            added = cur.is_none();
+            match make(cur.copied()) {
                 Ok(a) => {
                     failed = None;
                     Some(a)
                 }
                 Err(e) => {
                     failed = Some(e);
+                    added = false;
                     cur.copied()
                 }
-            });
+            }
+        });
+        if added {
+            self.charge(key, 1);
+        }
         failed.map_or(Ok(()), Err)
+    }
+
+    /// Counts a key in (`sign` 1) or out (-1).
+    fn charge(&self, key: &[u8], sign: i64) {
+        self.key_bytes
+            .fetch_add(sign * key.len() as i64, Ordering::Relaxed);
     }
 }
 
@@ -326,19 +362,27 @@ impl<M: HeterMemory> PluggedIndex<M> for CoreIndex {
 
     fn delete(&self, hm: &M, key: &[u8]) -> Result<()> {
         let g = hm.pin()?;
-        hm.reserve(&g, key.len(), 0)?;
+        hm.reserve_remove(&g, key.len())?;
         let mut failed = None;
+        let mut removed = false;
         self.inner.compute(key, &mut |cur| {
             failed = None;
+            removed = false;
             let a = *cur?;
             match hm.remove_value(&g, a, key) {
-                Ok(()) => None,
+                Ok(()) => {
+                    removed = true;
+                    None
+                }
                 Err(e) => {
                     failed = Some(e);
                     Some(a)
                 }
             }
         });
+        if removed {
+            self.charge(key, -1);
+        }
         failed.map_or(Ok(()), Err)
     }
 
@@ -390,6 +434,7 @@ impl<M: HeterMemory> PluggedIndex<M> for CoreIndex {
                     }
                 }
             }
+            self.charge(key, 1);
             Some((key, addr))
         });
         self.inner.insert_sorted(&mut winners);
@@ -409,5 +454,10 @@ impl<M: HeterMemory> PluggedIndex<M> for CoreIndex {
 
     fn len(&self) -> usize {
         self.inner.len()
+    }
+
+    fn dram_bytes(&self) -> u64 {
+        self.key_bytes.load(Ordering::Relaxed).max(0) as u64
+            + self.inner.len() as u64 * ENTRY_OVERHEAD
     }
 }

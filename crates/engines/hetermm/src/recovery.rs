@@ -727,7 +727,7 @@ fn panicked() -> Error {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::plugin::CoreIndex;
     use crate::store::HeterStore;
@@ -744,7 +744,7 @@ mod tests {
         HeterOptions::from_params(spec.params(), 64 * 4096).unwrap()
     }
 
-    fn pool_config(path: std::path::PathBuf) -> PmemConfig {
+    pub(crate) fn pool_config(path: std::path::PathBuf) -> PmemConfig {
         PmemConfig {
             path,
             size: 8 << 20,

@@ -4,8 +4,12 @@
 //! addresses, and the index, stay as they are. A block with no valid record left is freed
 //! outright.
 //!
-//! Steps, under the block's lock (so the flusher's marks wait and land on the new copy):
-//! 1. collect the records whose invalid bit is clear;
+//! Steps: note which records are marked, synchronize the epochs (a reader pinned before a
+//! record was superseded may still hold its address — a scan holds one guard over many —
+//! and must still find it: only marks older than the synchronization let a record go);
+//! then, under the block's lock (so the flusher's marks wait and land on the new copy):
+//! 1. collect the records that were not marked before the synchronization (those marked
+//!    since are kept, with their invalid bit set in the copy);
 //! 2. build the compact block, write it to a new run, persist it;
 //! 3. publish it: its directory word (generation + 1, compact), persisted; then clear the
 //!    old block's word, persisted (a crash between leaves both words; recovery keeps the
@@ -24,6 +28,7 @@
 //! Thread safety: one reclaimer thread; it shares blocks with the flusher through each
 //! block's lock.
 
+use std::collections::HashSet;
 use std::time::Instant;
 
 use tierkv_core::{Error, Result};
@@ -81,27 +86,57 @@ impl HeterMem {
         let Some(cell) = self.blocks.info(b) else {
             return Ok(false);
         };
+        // IMPORTANT: only records marked before an epoch synchronization are dropped. A
+        // reader pinned before the update or delete that superseded a record may still hold
+        // its address (a scan holds one guard over many): the mark comes after the
+        // supersession, so once every operation pinned before the mark has finished, no one
+        // holds the address any more. Records marked since are copied, marked.
+        let (snapshot, settled) = {
+            let info = cell.lock();
+            if reason == Reason::Sparse && info.invalid_fraction() <= self.opts.reorg_threshold {
+                return Ok(false);
+            }
+            let settled: HashSet<u64> = records(self.pool(), &self.geo, b, &info)?
+                .into_iter()
+                .filter(|r| r.marked)
+                .map(|r| r.rel)
+                .collect();
+            (*info, settled)
+        };
+        self.threads.synchronize();
         let mut info = cell.lock();
-        if reason == Reason::Sparse && info.invalid_fraction() <= self.opts.reorg_threshold {
+        if info.off != snapshot.off {
             return Ok(false);
         }
         let old = *info;
-        let records = self.valid_records(b, &old)?;
-        let refs: Vec<(u32, &[u8])> = records.iter().map(|(o, r)| (*o, *r)).collect();
-        let new_len = if refs.is_empty() {
+        let mut kept = Vec::new();
+        let mut late = Vec::new();
+        for r in records(self.pool(), &self.geo, b, &old)? {
+            if r.marked && settled.contains(&r.rel) {
+                continue;
+            }
+            if r.marked {
+                late.push(r.rel as u32);
+            }
+            kept.push((r.rel as u32, r.bytes));
+        }
+        let new_len = if kept.is_empty() {
             self.nvm.set_dir_entry(old.off, DirEntry::None)?;
             self.blocks.remove(b);
             drop(info);
             self.counters.blocks_freed.incr();
             0
         } else {
-            let image = compact::build(b, self.geo.block_bits, &refs);
+            let mut image = compact::build(b, self.geo.block_bits, &kept);
+            compact::mark_in_image(&mut image, b, self.geo.block_bits, &late)?;
             if reason == Reason::Relocate
                 && self.nvm.chunks_for(image.len() as u64) * self.nvm.sb.chunk_size > old.run_len
             {
                 return Ok(false);
             }
-            let off = self.nvm.alloc_compact(image.len() as u64)?;
+            let off = self
+                .nvm
+                .alloc_compact(image.len() as u64, reason == Reason::Sparse)?;
             if reason == Reason::Relocate && off > old.off {
                 self.nvm.free_run(off)?;
                 return Ok(false);
@@ -123,19 +158,23 @@ impl HeterMem {
                 )
             });
             if let Err(e) = published {
-                let _ = self.nvm.free_run(off);
-                return Err(e);
+                return Err(self.nvm.free_after(off, e));
             }
             self.nvm.set_dir_entry(old.off, DirEntry::None)?;
-            let live: u64 = refs.iter().map(|(_, r)| r.len() as u64).sum();
+            let live: u64 = kept
+                .iter()
+                .filter(|(rel, _)| !late.contains(rel))
+                .map(|(_, r)| r.len() as u64)
+                .sum();
+            let total: u64 = kept.iter().map(|(_, r)| r.len() as u64).sum();
             *info = BlockInfo {
                 off,
                 run_len: self.nvm.chunks_for(image.len() as u64) * self.nvm.sb.chunk_size,
                 layout: Layout::Compact {
-                    slots: refs.len() as u32,
+                    slots: kept.len() as u32,
                 },
                 live,
-                capacity: live,
+                capacity: total,
                 generation,
             };
             self.blocks.swap_base(b, off, true);
@@ -154,15 +193,5 @@ impl HeterMem {
             .reorg_micros
             .add(started.elapsed().as_micros() as u64);
         Ok(true)
-    }
-
-    /// The records of block `b` whose invalid bit is clear: (offset in the logical block,
-    /// record bytes).
-    fn valid_records(&self, b: u64, info: &BlockInfo) -> Result<Vec<(u32, &[u8])>> {
-        Ok(records(self.pool(), &self.geo, b, info)?
-            .into_iter()
-            .filter(|r| !r.marked)
-            .map(|r| (r.rel as u32, r.bytes))
-            .collect())
     }
 }

@@ -72,8 +72,10 @@ impl HeterMem {
         s.recovery_micros = c.recovery_micros.get();
         let cache_pages = self.cache.as_ref().map_or(0, |x| x.pages());
         let write_pages = self.pages.count() - self.pages.free_count() - cache_pages;
+        // The index's own bytes are added by the store (`store.rs`); a read-cache map entry
+        // (papaya: two words, its node and the reclamation header) is charged 64 bytes.
         s.dram_bytes = self.pages.allocated() as u64 * self.geo.page_size()
-            + self.cache.as_ref().map_or(0, |x| x.entries() as u64 * 24);
+            + self.cache.as_ref().map_or(0, |x| x.entries() as u64 * 64);
         let mut counter = |name: &str, v: u64| {
             s.counters.insert(format!("hetermm_{name}"), v);
         };
@@ -105,6 +107,7 @@ impl HeterMem {
             counter("log_blocks_reclaimed", log.counters.reclaimed.get());
             counter("log_compressions", log.counters.compressed.get());
             counter("log_entries_copied", log.counters.copied.get());
+            counter("log_entries_retracted", log.counters.retracted.get());
         }
         if let Some(cache) = &self.cache {
             let k = &cache.counters;

@@ -65,6 +65,7 @@ impl HeterStore {
         // The replayed records are durable in the old log blocks until a forced flush has
         // persisted them; the flusher does it while the store already serves (the flush
         // frontier and the log stay where they are until then: `flush.rs`).
+        store.mem.serving.store(true, Ordering::Release);
         if replayed || !plan.logs.is_empty() {
             store.bg.request_flush_soon();
         }
@@ -144,6 +145,9 @@ impl KvStore for HeterStore {
     fn stats(&self) -> Stats {
         let mut s = self.mem.stats();
         s.counters.insert("keys".into(), self.index.len() as u64);
+        let index_bytes = self.index.dram_bytes();
+        s.dram_bytes += index_bytes;
+        s.counters.insert("hetermm_index_bytes".into(), index_bytes);
         s
     }
 

@@ -264,6 +264,12 @@ impl SlotTable {
         self.slot(i).epoch.load(Ordering::SeqCst) != 0
     }
 
+    /// The global epoch (tests wait for a synchronization to begin).
+    #[cfg(test)]
+    pub fn epoch(&self) -> u64 {
+        self.global_epoch.load(Ordering::SeqCst)
+    }
+
     /// Waits until every operation that was running when this was called has finished.
     pub fn synchronize(&self) {
         let target = self.global_epoch.fetch_add(1, Ordering::SeqCst) + 1;

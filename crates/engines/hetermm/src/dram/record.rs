@@ -6,8 +6,10 @@
 //! - An in-place update (HeterMM §4.3: the record is in the mutable region) sets the
 //!   `locked` bit with a compare-and-swap, takes a new timestamp, rewrites the value, the
 //!   lengths and the checksum, and stores the new meta word, unlocked (`Release`).
-//! - A reader loads meta (`Acquire`), waits while it is locked, copies the words, fences,
-//!   and retries if meta changed. Timestamps only grow, so an unchanged meta word means an
+//! - A reader loads meta (`Acquire`), waits while it is locked, copies the words, fences
+//!   (`Acquire`), and retries if meta changed. The writer fences (`Release`) right after it
+//!   takes the lock — the standard seqlock pair (Boehm, "Can seqlocks get along with
+//!   programming language memory models?", 2012). Timestamps only grow, so an unchanged meta word means an
 //!   unchanged record.
 //! - Sealing (an out-of-place update or a delete replaced the record) sets `superseded`
 //!   under the lock; an in-place update that finds it set leaves the record alone, so
@@ -156,6 +158,14 @@ fn backoff(spins: u32) {
 }
 
 /// Takes the record's lock; returns the meta word it held.
+///
+/// The seqlock writer's fence: the lock is a compare-and-swap whose store part is relaxed,
+/// so without a fence the relaxed data stores that follow may become visible before the
+/// locked meta word (weakly ordered CPUs; x86's stores stay in order). A reader that saw
+/// some of the new bytes could then still read the old, unlocked meta word after its own
+/// acquire fence and return a torn value (DRAM reads carry no checksum). With the release
+/// fence here, a reader that reads any store made after it synchronizes with it at its
+/// acquire fence, and its second load of meta sees the lock (or a later word): it retries.
 fn lock(meta: &AtomicU64) -> u64 {
     let mut spins = 0u32;
     loop {
@@ -165,6 +175,8 @@ fn lock(meta: &AtomicU64) -> u64 {
                 .compare_exchange_weak(m, m | META_LOCKED, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
         {
+            // IMPORTANT: the standard seqlock writer fence (see above).
+            fence(Ordering::Release);
             return m;
         }
         spins += 1;

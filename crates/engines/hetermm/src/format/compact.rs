@@ -221,6 +221,27 @@ pub fn build(block_no: u64, block_bits: u32, records: &[(u32, &[u8])]) -> Vec<u8
     out
 }
 
+/// Sets the invalid bits of the records at `rels` in a compact block image made by
+/// [`build`] (records that were marked after the reorganisation chose what to keep: they
+/// are copied, and stay marked).
+pub fn mark_in_image(image: &mut [u8], block_no: u64, block_bits: u32, rels: &[u32]) -> Result<()> {
+    let h = CompactHeader::decode(image, 0, block_no, block_bits, image.len() as u64)?;
+    for &rel in rels {
+        let found = find(&h, rel, |i| {
+            let at = h.slot_off(i) as usize;
+            let bytes = image.get(at..at + SLOT_LEN as usize).unwrap_or_default();
+            Slot::decode(bytes, &h, at as u64)
+        })?;
+        let Some((i, _)) = found else {
+            return Err(corrupt(0, format!("no record at offset {rel} to mark")));
+        };
+        let (word, bit) = CompactHeader::mark_position(i);
+        let w = u64_at(image, word as usize).unwrap_or_default() | bit;
+        put_at(image, word as usize, &w.to_le_bytes());
+    }
+    Ok(())
+}
+
 /// Coalesced-hashing insert: the home slot if empty, else the highest empty slot, linked
 /// from the end of the home slot's chain.
 fn insert(slots: &mut [Option<Slot>], free_top: &mut usize, slot: Slot) {

@@ -19,6 +19,8 @@
 pub const GEN_BITS: u32 = 13;
 /// Largest block number a directory word can hold.
 pub const MAX_BLOCK_NO: u64 = (1 << 48) - 1;
+/// The largest log sequence number a word can hold.
+pub const MAX_LOG_SEQ: u64 = (1 << 62) - 1;
 const KIND_SHIFT: u32 = 62;
 const KIND_DATA: u64 = 1;
 const KIND_LOG: u64 = 2;

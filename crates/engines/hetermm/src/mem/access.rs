@@ -18,12 +18,14 @@ use std::sync::atomic::Ordering;
 
 use tierkv_core::{Error, Result, Tier};
 
+use super::HookPoint;
 use super::guard::Outcome;
 use super::{Guard, HeterMem};
 use crate::dram::record as dram_record;
 use crate::format::log::{EntryKind, Place};
 use crate::format::record::{self, record_len};
 use crate::nvm::read as nvm_read;
+use crate::oplog::{LogTicket, NewEntry};
 
 impl HeterMem {
     /// get_value: the value of the record at `addr`, which must belong to `key`.
@@ -120,12 +122,35 @@ impl HeterMem {
         key: &[u8],
         value: &[u8],
     ) -> Result<u64> {
+        self.retract_lost_attempt(g, key, old)?;
         let r = self.write_value_inner(g, old, key, value);
         match r {
             Ok(addr) => g.record(key, old, Outcome::Installed(addr)),
             Err(_) => g.record(key, old, Outcome::Unchanged),
         }
         r
+    }
+
+    /// A lock-free index calls `set_value` (or `remove_value`) again for a key when its
+    /// compare-and-swap lost to another writer; `old` is then what that writer installed,
+    /// not what the earlier attempt left. The earlier attempt's log entry is withdrawn
+    /// before anything else (`oplog.rs`): it carries a timestamp taken before the CAS, which
+    /// may be newer than the winner's, and recovery would rank it above the winner's
+    /// acknowledged write — or, once its record is flushed (and marked as an orphan), treat
+    /// it as flushed and drop the winner's record. An attempt whose result is `old` (an
+    /// in-place update the retry starts from) was installed and stays.
+    fn retract_lost_attempt(&self, g: &Guard<'_>, key: &[u8], old: Option<u64>) -> Result<()> {
+        let Some(log) = &self.oplog else {
+            return Ok(());
+        };
+        if !g.attempt_lost(key, old) {
+            return Ok(());
+        }
+        log.retract(&self.nvm, g.slot()).inspect_err(|e| {
+            self.health.poison(format!(
+                "hetermm: a lost attempt's log entry could not be withdrawn: {e}"
+            ));
+        })
     }
 
     fn write_value_inner(
@@ -137,20 +162,32 @@ impl HeterMem {
     ) -> Result<u64> {
         self.health.check_writable()?;
         self.check_payload(key, value)?;
+        self.run_hook(HookPoint::Write, value)?;
         self.threads
             .slot(g.slot())
             .writes
             .fetch_add(1, Ordering::Relaxed);
         if let Some(a) = old {
-            if let Some(ts) = self.try_in_place(a, key, value)? {
-                let at = Place {
-                    address: a,
-                    record: a,
-                };
-                self.log(g, ts, EntryKind::Put, key, value, at)?;
-                self.counters.in_place.incr();
-                self.count_put(key, value);
-                return Ok(a);
+            // IMPORTANT: the log page first — an in-place update is visible at once, so
+            // the entry that makes it durable must not be able to fail for lack of space.
+            if a >= self.off_read_only() {
+                let ticket = self.log_ticket(g, key.len(), value.len())?;
+                if let Some(ts) = self.try_in_place(a, key, value)? {
+                    let at = Place {
+                        address: a,
+                        record: a,
+                    };
+                    if let Err(e) = self.commit_log(g, ticket, put_entry(ts, key, value, at)) {
+                        self.health.poison(format!(
+                            "hetermm: an in-place update could not be logged: {e}"
+                        ));
+                        return Err(e);
+                    }
+                    self.counters.in_place.incr();
+                    self.count_put(key, value);
+                    self.run_hook(HookPoint::Logged, value)?;
+                    return Ok(a);
+                }
             }
             self.seal(a)?;
         }
@@ -161,12 +198,13 @@ impl HeterMem {
             address: old.map_or(addr, |o| o.max(addr)),
             record: addr,
         };
-        if let Err(e) = self.log(g, ts, EntryKind::Put, key, value, at) {
+        if let Err(e) = self.log(g, put_entry(ts, key, value, at)) {
             g.invalidate(addr, addr);
             return Err(e);
         }
         self.counters.out_of_place.incr();
         self.count_put(key, value);
+        self.run_hook(HookPoint::Logged, value)?;
         Ok(addr)
     }
 
@@ -238,7 +276,10 @@ impl HeterMem {
 
     /// Deletes the record at `old` (the key's current address).
     pub fn delete_value(&self, g: &Guard<'_>, old: u64, key: &[u8]) -> Result<()> {
+        self.retract_lost_attempt(g, key, Some(old))?;
         self.health.check_writable()?;
+        self.check_clock()?;
+        self.run_hook(HookPoint::Write, &[])?;
         self.threads
             .slot(g.slot())
             .writes
@@ -250,36 +291,64 @@ impl HeterMem {
             address: old.max(frontier),
             record: old,
         };
-        self.log(g, ts, EntryKind::Delete, key, &[], at)?;
+        let e = NewEntry {
+            ts,
+            kind: EntryKind::Delete,
+            key,
+            value: &[],
+            at,
+        };
+        self.log(g, e)?;
         g.invalidate(old, frontier);
         self.counters.deletes.incr();
-        Ok(())
+        self.run_hook(HookPoint::Logged, &[])
     }
 
     /// Appends the operation-log entry of a write (unless the log is off, or recovery is
     /// replaying the old log) and marks the DRAM record as logged.
-    fn log(
+    fn log(&self, g: &Guard<'_>, e: NewEntry<'_>) -> Result<()> {
+        let ticket = self.log_ticket(g, e.key.len(), e.value.len())?;
+        self.commit_log(g, ticket, e)
+    }
+
+    /// The thread's log page with room for an entry (`None`: nothing is logged — the log is
+    /// off, or recovery replays the old log).
+    fn log_ticket(
         &self,
         g: &Guard<'_>,
-        ts: u64,
-        kind: EntryKind,
-        key: &[u8],
-        value: &[u8],
-        at: Place,
-    ) -> Result<()> {
+        key_len: usize,
+        value_len: usize,
+    ) -> Result<Option<LogTicket<'_>>> {
         let Some(log) = &self.oplog else {
-            return Ok(());
+            return Ok(None);
         };
         if self.replaying.load(Ordering::Relaxed) {
-            return Ok(());
+            return Ok(None);
         }
-        log.append(&self.nvm, g.slot(), ts, kind, key, value, at)
+        log.begin(&self.nvm, g.slot(), key_len, value_len)
             .inspect_err(|e| {
                 self.note_no_space(e);
-            })?;
-        let record = at.record;
-        if kind == EntryKind::Put && record >= self.off_dram() {
-            dram_record::set_logged(self.dram_page(record)?, self.geo.page_offset(record), ts);
+            })
+            .map(Some)
+    }
+
+    /// Writes the entry into the page `ticket` holds; notes it in the guard (it may still
+    /// be retracted) and in the DRAM record (its entry is durable).
+    fn commit_log(
+        &self,
+        g: &Guard<'_>,
+        ticket: Option<LogTicket<'_>>,
+        e: NewEntry<'_>,
+    ) -> Result<()> {
+        let Some(ticket) = ticket else {
+            return Ok(());
+        };
+        ticket.commit(&self.nvm, &e)?;
+        let record = e.at.record;
+        let put = e.kind == EntryKind::Put;
+        g.note_logged(e.key, put.then_some(record));
+        if put && record >= self.off_dram() {
+            dram_record::set_logged(self.dram_page(record)?, self.geo.page_offset(record), e.ts);
         }
         Ok(())
     }
@@ -316,5 +385,16 @@ impl HeterMem {
     pub fn persisted_ts(&self, addr: u64) -> Result<u64> {
         let loc = nvm_read::locate(self.pool(), &self.blocks, &self.geo, addr)?;
         Ok(nvm_read::read_record(self.pool(), &loc)?.header.ts())
+    }
+}
+
+/// The log entry of a put.
+fn put_entry<'a>(ts: u64, key: &'a [u8], value: &'a [u8], at: Place) -> NewEntry<'a> {
+    NewEntry {
+        ts,
+        kind: EntryKind::Put,
+        key,
+        value,
+        at,
     }
 }

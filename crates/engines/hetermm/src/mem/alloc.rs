@@ -31,6 +31,7 @@ impl HeterMem {
     /// out-of-place write (may wait for the flusher; call it before taking an index lock).
     pub fn reserve(&self, g: &Guard<'_>, key_len: usize, value_len: usize) -> Result<()> {
         self.check_payload_len(key_len, value_len)?;
+        self.admit_write()?;
         self.reserve_log(g, key_len, value_len)?;
         let len = record_len(key_len as u64, value_len as u64);
         if g.reserved_len() == Some(len) {
@@ -40,6 +41,13 @@ impl HeterMem {
         let addr = self.alloc_record(g, len)?;
         g.set_reserved(Some((addr, len)));
         Ok(())
+    }
+
+    /// Reserves room for the log entry of a delete (no record: a delete is possible however
+    /// full the pool is, `nvm/reserve.rs`).
+    pub fn reserve_delete(&self, g: &Guard<'_>, key_len: usize) -> Result<()> {
+        self.check_payload_len(key_len, 0)?;
+        self.reserve_log(g, key_len, 0)
     }
 
     /// Makes room in the thread's log page for the entry of a write (a new page, and a new
@@ -205,6 +213,11 @@ impl HeterMem {
         let mut request = None;
         loop {
             let np = self.regions.next_page.load(Ordering::SeqCst);
+            self.check_block_number(self.geo.block_of_page(np))?;
+            // IMPORTANT: no new page once the reserve has dipped (`nvm/reserve.rs`), checked
+            // before the number is taken. A writer that read the reserve whole just before
+            // the dip still takes its one page; the reserve's slack covers those.
+            self.admit_write()?;
             if np < self.geo.page_of(self.off_dram()) + self.ring.len() as u64 {
                 if self
                     .regions

@@ -50,6 +50,9 @@ struct Effect {
     outcome: Outcome,
 }
 
+/// A logged attempt: its key and where it left the key (`None`: deleted).
+type Attempt = (Box<[u8]>, Option<u64>);
+
 /// An operation in progress on a [`HeterMem`] (see the module doc).
 pub struct Guard<'a> {
     mem: &'a HeterMem,
@@ -58,6 +61,9 @@ pub struct Guard<'a> {
     effects: RefCell<Vec<Effect>>,
     /// Space reserved by `reserve` for the next out-of-place record: (address, length).
     reserved: Cell<Option<(u64, u64)>>,
+    /// The key of the last log entry this operation wrote and the address that attempt left
+    /// the key at (`None`: deleted), while it may still be retracted (`access.rs`).
+    logged: RefCell<Option<Attempt>>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -69,6 +75,7 @@ impl<'a> Guard<'a> {
             recovery,
             effects: RefCell::new(Vec::new()),
             reserved: Cell::new(None),
+            logged: RefCell::new(None),
             _not_send: PhantomData,
         }
     }
@@ -96,6 +103,24 @@ impl<'a> Guard<'a> {
     /// The reservation's length, if any.
     pub fn reserved_len(&self) -> Option<u64> {
         self.reserved.get().map(|(_, len)| len)
+    }
+
+    /// Notes that an attempt wrote a log entry for `key`, leaving it at `left`.
+    pub fn note_logged(&self, key: &[u8], left: Option<u64>) {
+        *self.logged.borrow_mut() = Some((key.into(), left));
+    }
+
+    /// True when a new attempt for `key` starting from `old` means that this operation's
+    /// last logged attempt for it lost its race (it left the key elsewhere); forgets it.
+    pub fn attempt_lost(&self, key: &[u8], old: Option<u64>) -> bool {
+        let mut logged = self.logged.borrow_mut();
+        let lost = logged
+            .as_ref()
+            .is_some_and(|(k, left)| &**k == key && *left != old);
+        if lost {
+            *logged = None;
+        }
+        lost
     }
 
     /// Runs `f` unpinned (a wait for background progress), then pins again.
@@ -161,6 +186,11 @@ impl<'a> Guard<'a> {
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
         self.mem.release_reservation(self);
+        if self.logged.borrow_mut().take().is_some()
+            && let Some(log) = &self.mem.oplog
+        {
+            log.settle(self.slot);
+        }
         for e in std::mem::take(&mut *self.effects.borrow_mut()) {
             if let (Outcome::Installed(made), Some(replaced)) = (e.outcome, e.old)
                 && made != replaced

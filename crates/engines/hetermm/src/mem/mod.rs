@@ -37,7 +37,7 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 use tierkv_core::media::pmem::PmemPool;
-use tierkv_core::{Error, Result};
+use tierkv_core::{Error, Result, Tier};
 
 use crate::cache::ReadCache;
 use crate::dram::PagePool;
@@ -46,7 +46,8 @@ use crate::flush::FlushState;
 use crate::format::record::MAX_TS;
 use crate::geometry::Geometry;
 use crate::nvm::Nvm;
-use crate::nvm::blocks::BlockTable;
+use crate::nvm::blocks::{BlockTable, MAX_BLOCKS};
+use crate::nvm::reserve;
 use crate::oplog::OpLog;
 use crate::options::HeterOptions;
 use crate::signal::Signal;
@@ -154,6 +155,23 @@ impl Defrag {
     }
 }
 
+/// Where a test hook runs (`regressions.rs` forces interleavings with it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HookPoint {
+    /// At the start of a write attempt (after a lost attempt's entry was retracted).
+    Write,
+    /// After a write attempt's log entry is committed.
+    Logged,
+}
+
+/// A test hook: sees the point and the value written (empty for a delete); an error it
+/// returns fails the attempt there.
+#[cfg(test)]
+pub type TestHook = Arc<dyn Fn(HookPoint, &[u8]) -> Result<()> + Send + Sync>;
+
+/// Timestamps kept back at the end of the clock for writes already under way.
+const TS_HEADROOM: u64 = 1 << 32;
+
 /// The heterogeneous memory of one store.
 pub struct HeterMem {
     /// k and m.
@@ -168,6 +186,9 @@ pub struct HeterMem {
     pub nvm: Nvm,
     /// The `blocks` array and block bookkeeping.
     pub blocks: BlockTable,
+    /// Logical blocks kept back from new writes at the end of the block numbers: what a
+    /// recovery replays (at most all of DRAM) and its forced flush need (`mem/alloc.rs`).
+    pub write_headroom: u64,
     /// Physical DRAM pages.
     pub pages: PagePool,
     /// The write region's pages array.
@@ -193,6 +214,9 @@ pub struct HeterMem {
     pub replaying: AtomicBool,
     /// True while recovery rebuilds the index from pmem (guards collect losers).
     pub recovering: AtomicBool,
+    /// Set once the store is open (recovery done): the flusher's full-pool work
+    /// (`flush.rs`) would retire the old logs under a replay still reading them.
+    pub serving: AtomicBool,
     /// Losers found by recovery (marked at its end).
     pub recovery_losers: Mutex<Vec<u64>>,
     /// Wakes the flusher (a writer waits for a page, a flush is requested).
@@ -201,6 +225,9 @@ pub struct HeterMem {
     pub wake_reclaimer: Signal,
     /// Requests to defragment the pool (a run could not be allocated).
     pub defrag: Defrag,
+    /// The test hook, if set.
+    #[cfg(test)]
+    pub hook: Mutex<Option<TestHook>>,
 }
 
 impl HeterMem {
@@ -242,6 +269,13 @@ impl HeterMem {
             0 => (2 * pages / ppb + 2).min(pool_blocks / 4).max(4),
             n => n as usize,
         };
+        // The reserve (`nvm/reserve.rs`): every block the write region can span, log blocks,
+        // one reorganisation copy. Taken now, before recovery replays anything.
+        let dram_blocks = pages.div_ceil(ppb) + 1;
+        nvm.reserve.set_target(
+            dram_blocks + reserve::LOG_BLOCKS + reserve::REORG_BLOCKS + reserve::RACING_BLOCKS,
+        );
+        nvm.top_up_reserve()?;
         let start = geo.block_start(first_block);
         let regions = Regions {
             off_dram: AtomicU64::new(start),
@@ -253,7 +287,11 @@ impl HeterMem {
             geo,
             free_pages,
             log_blocks_max,
-            blocks: BlockTable::default(),
+            blocks: BlockTable::with_capacity(match opts.max_blocks {
+                0 => MAX_BLOCKS,
+                n => n,
+            }),
+            write_headroom: dram_blocks as u64 + 2,
             pages: PagePool::new(pages, geo.page_size()),
             ring: Ring::new(pages),
             threads: SlotTable::new(),
@@ -266,13 +304,29 @@ impl HeterMem {
             flusher: Mutex::new(FlushState::default()),
             replaying: AtomicBool::new(false),
             recovering: AtomicBool::new(false),
+            serving: AtomicBool::new(false),
             recovery_losers: Mutex::new(Vec::new()),
             wake_flusher: Signal::default(),
             wake_reclaimer: Signal::default(),
             defrag: Defrag::default(),
+            #[cfg(test)]
+            hook: Mutex::new(None),
             nvm,
             opts,
         })
+    }
+
+    /// Runs the test hook (in tests; nothing otherwise).
+    pub fn run_hook(&self, point: HookPoint, value: &[u8]) -> Result<()> {
+        #[cfg(test)]
+        {
+            let hook = self.hook.lock().clone();
+            if let Some(h) = hook {
+                return h(point, value);
+            }
+        }
+        let _ = (point, value);
+        Ok(())
     }
 
     /// The pool.
@@ -321,6 +375,54 @@ impl HeterMem {
                 self.geo.page_size(),
                 self.max_payload()
             )));
+        }
+        Ok(())
+    }
+
+    /// Refuses a new write while the pmem reserve is dipped (`nvm/reserve.rs`): what is
+    /// already in DRAM, deletes and one reorganisation are all it still covers.
+    pub fn admit_write(&self) -> Result<()> {
+        self.check_clock()?;
+        if self.nvm.reserve.dipped() && !self.replaying.load(Ordering::Acquire) {
+            self.wake_flusher.raise();
+            return Err(Error::no_space(
+                Tier::Pmem,
+                "the hetermm pmem pool is full: new writes are refused until deletes free \
+                 space (reads, deletes, flush and close go on)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses a write when timestamps are about to run out (61 bits; a clean error long
+    /// before a timestamp could overflow the meta word, with room for the writes in flight).
+    pub fn check_clock(&self) -> Result<()> {
+        if self.clock.load(Ordering::Relaxed) >= MAX_TS - TS_HEADROOM {
+            return Err(Error::no_space(
+                Tier::Pmem,
+                "hetermm timestamps are used up: the store takes no more writes",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses a logical page in block `b`: writes stop `write_headroom` blocks before the
+    /// block numbers run out, and recovery's replay (and forced flush) at the end.
+    pub fn check_block_number(&self, b: u64) -> Result<()> {
+        let limit = if self.replaying.load(Ordering::Acquire) {
+            self.blocks.capacity()
+        } else {
+            self.blocks.capacity().saturating_sub(self.write_headroom)
+        };
+        if b >= limit {
+            return Err(Error::no_space(
+                Tier::Pmem,
+                format!(
+                    "hetermm logical block numbers are used up (block {b} of {}): reads and \
+                     deletes go on, new writes are refused",
+                    self.blocks.capacity()
+                ),
+            ));
         }
         Ok(())
     }

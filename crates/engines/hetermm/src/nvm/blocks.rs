@@ -74,20 +74,34 @@ pub type BlockCell = Arc<Mutex<BlockInfo>>;
 pub struct BlockTable {
     radix: Box<[OnceLock<Box<[AtomicU64]>>]>,
     infos: Mutex<BTreeMap<u64, BlockCell>>,
+    capacity: u64,
 }
 
 impl Default for BlockTable {
     fn default() -> Self {
-        BlockTable {
-            radix: (0..1usize << TOP_BITS).map(|_| OnceLock::new()).collect(),
-            infos: Mutex::new(BTreeMap::new()),
-        }
+        BlockTable::with_capacity(MAX_BLOCKS)
     }
 }
 
 impl BlockTable {
+    /// A table for block numbers below `capacity` (at most [`MAX_BLOCKS`]; tests lower it).
+    pub fn with_capacity(capacity: u64) -> BlockTable {
+        BlockTable {
+            radix: (0..1usize << TOP_BITS).map(|_| OnceLock::new()).collect(),
+            infos: Mutex::new(BTreeMap::new()),
+            capacity: capacity.min(MAX_BLOCKS),
+        }
+    }
+
+    /// Block numbers this table holds: every block number is below it. Callers refuse to
+    /// hand out an address in a block past it *before* they change anything, so
+    /// [`BlockTable::publish`] never fails on a block whose directory word is durable.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
     fn word(&self, b: u64, make: bool) -> Option<&AtomicU64> {
-        if b >= MAX_BLOCKS {
+        if b >= self.capacity {
             return None;
         }
         let top = &self.radix[(b >> LEAF_BITS) as usize];
@@ -114,7 +128,10 @@ impl BlockTable {
         let w = self.word(b, true).ok_or_else(|| {
             Error::no_space(
                 Tier::Pmem,
-                format!("logical block {b} is past the {MAX_BLOCKS} blocks the table holds"),
+                format!(
+                    "logical block {b} is past the {} blocks the table holds",
+                    self.capacity
+                ),
             )
         })?;
         let compact = matches!(info.layout, Layout::Compact { .. });

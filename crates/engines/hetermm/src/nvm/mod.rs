@@ -13,13 +13,15 @@
 //!
 //! Submodules: `blocks` (the DRAM `blocks` array of Eq. 1 and per-block metadata),
 //! `read` (records out of full and compact blocks), `marks` (the invalid bitmaps), `walk`
-//! (every record of a block).
+//! (every record of a block), `reserve` (the runs held back so that a full pool is no dead
+//! end).
 //!
 //! Thread safety: `Nvm` is `Send + Sync`; directory words are single atomic stores.
 
 pub mod blocks;
 pub mod marks;
 pub mod read;
+pub mod reserve;
 pub mod walk;
 
 use std::sync::Arc;
@@ -30,6 +32,7 @@ use tierkv_core::{Error, Result, Tier};
 use crate::format::HEADER_LEN;
 use crate::format::dir::DirEntry;
 use crate::format::superblock::{ROOT_SUPERBLOCK, Superblock};
+use reserve::Reserve;
 
 /// Allocator tag of full data blocks.
 pub const DATA_TAG: u32 = 0x484d_0001;
@@ -53,6 +56,8 @@ pub struct Nvm {
     pub alloc: PmemAllocator,
     /// The superblock.
     pub sb: Superblock,
+    /// Block runs held back for flushing, the log and one reorganisation (`reserve.rs`).
+    pub reserve: Reserve,
 }
 
 impl Nvm {
@@ -88,7 +93,12 @@ impl Nvm {
         pool.store_u64(sb_off + FRONTIER_OFF, 0)?;
         pool.persist(sb_off + FRONTIER_OFF, 8)?;
         pool.set_root(ROOT_SUPERBLOCK, sb_off)?;
-        Ok(Nvm { pool, alloc, sb })
+        Ok(Nvm {
+            pool,
+            alloc,
+            sb,
+            reserve: Reserve::default(),
+        })
     }
 
     /// Roughly the bytes a formatted pool's allocator region will hold (for choosing m).
@@ -117,7 +127,12 @@ impl Nvm {
                 "the allocator region does not match the superblock",
             ));
         }
-        Ok(Nvm { pool, alloc, sb })
+        Ok(Nvm {
+            pool,
+            alloc,
+            sb,
+            reserve: Reserve::default(),
+        })
     }
 
     fn sb_off(&self) -> Result<u64> {
@@ -229,20 +244,66 @@ impl Nvm {
             .alloc_chunks(DATA_TAG, self.chunks_for(self.block_size()))
     }
 
-    /// Allocates a run for a log block.
-    pub fn alloc_log_block(&self) -> Result<u64> {
-        self.alloc
-            .alloc_chunks(LOG_TAG, self.chunks_for(self.block_size()))
+    /// Allocates a run for a full data block that must be written (a flush): from the
+    /// allocator, else from the reserve (which refuses new writes from then on).
+    pub fn alloc_block_or_reserve(&self) -> Result<u64> {
+        match self.alloc_block() {
+            Err(Error::NoSpace { .. }) => self.reserve.take("a flush"),
+            other => other,
+        }
     }
 
-    /// Allocates a run of at least `bytes` for a compact block.
-    pub fn alloc_compact(&self, bytes: u64) -> Result<u64> {
-        self.alloc.alloc_chunks(COMPACT_TAG, self.chunks_for(bytes))
+    /// Allocates a run for a log block; with `or_reserve`, from the reserve when the
+    /// allocator has none (a log block a write or a delete needs; not one prepared ahead).
+    /// A run from the reserve carries the data tag, which recovery collects the same way.
+    pub fn alloc_log_block(&self, or_reserve: bool) -> Result<u64> {
+        match self
+            .alloc
+            .alloc_chunks(LOG_TAG, self.chunks_for(self.block_size()))
+        {
+            Err(Error::NoSpace { .. }) if or_reserve => self.reserve.take("a log block"),
+            other => other,
+        }
+    }
+
+    /// Allocates a run of at least `bytes` for a compact block; with `or_reserve`, gives
+    /// reserve runs back to the allocator to make room when it has none.
+    pub fn alloc_compact(&self, bytes: u64, or_reserve: bool) -> Result<u64> {
+        let chunks = self.chunks_for(bytes);
+        match self.alloc.alloc_chunks(COMPACT_TAG, chunks) {
+            Err(Error::NoSpace { .. }) if or_reserve => {
+                let runs = chunks.div_ceil(self.chunks_for(self.block_size())) as usize;
+                self.reserve.release(runs, |off| self.free_run(off))?;
+                self.alloc.alloc_chunks(COMPACT_TAG, chunks)
+            }
+            other => other,
+        }
+    }
+
+    /// Refills the reserve from the allocator; returns whether it is full (writes are
+    /// admitted).
+    pub fn top_up_reserve(&self) -> Result<bool> {
+        self.reserve.top_up(|| self.alloc_block())
     }
 
     /// Frees a run (of any of our tags).
     pub fn free_run(&self, off: u64) -> Result<()> {
         self.alloc.free_chunk(off)
+    }
+
+    /// Frees the run at `off`, which error `e` left unused; returns the error to report:
+    /// `e`, or — when the free fails too, which leaks the run until the next recovery —
+    /// both, as corruption (the caller's failure then poisons the store rather than
+    /// letting it run on with space it cannot account for).
+    pub fn free_after(&self, off: u64, e: Error) -> Error {
+        match self.free_run(off) {
+            Ok(()) => e,
+            Err(free) => Error::corruption(
+                Tier::Pmem,
+                off,
+                format!("{e}; and its run could not be freed: {free}"),
+            ),
+        }
     }
 
     /// Bytes of the run starting at `off` (as the allocator knows it).

@@ -1,0 +1,368 @@
+//! Regression tests of the second review (issue 22), each named after what it reproduces,
+//! on a memory without background threads (the test decides when blocks are flushed,
+//! marked and reorganised) and with a plain variable or a tierkv index standing in for the
+//! plugged-in index.
+
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tierkv_core::media::pmem::{CrashImageOptions, PmemPool};
+use tierkv_core::{EngineSpec, Error, KvStore, Limits, Tier};
+
+use crate::format::record::MAX_TS;
+use crate::mem::{HeterMem, HookPoint, TestHook};
+use crate::options::HeterOptions;
+use crate::plugin::{CoreIndex, PluggedIndex};
+use crate::recovery::open_memory;
+use crate::recovery::tests::pool_config;
+use crate::reorg::Reason;
+use crate::store::HeterStore;
+
+/// A memory of 64 DRAM pages of 4 KiB, blocks of 32 KiB, in an 8 MiB pool.
+struct Rig {
+    mem: Arc<HeterMem>,
+    pool: Arc<PmemPool>,
+    dir: tempfile::TempDir,
+}
+
+fn options(extra: &str) -> HeterOptions {
+    let spec = format!("hetermm@page_bits=12,block_bits=15{extra}");
+    let spec: EngineSpec = spec.parse().unwrap();
+    HeterOptions::from_params(spec.params(), 64 * 4096).unwrap()
+}
+
+impl Rig {
+    fn new(extra: &str) -> Rig {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = PmemPool::create(&pool_config(dir.path().join("pool"))).unwrap();
+        let (mem, _) = open_memory(pool.clone(), options(extra), true).unwrap();
+        Rig {
+            mem: Arc::new(mem),
+            pool,
+            dir,
+        }
+    }
+
+    /// A whole put under one guard (`old` is the key's current address); its new address.
+    fn put(&self, key: &[u8], value: &[u8], old: Option<u64>) -> u64 {
+        let g = self.mem.pin().unwrap();
+        self.mem.reserve(&g, key.len(), value.len()).unwrap();
+        self.mem.write_value(&g, old, key, value).unwrap()
+    }
+
+    fn flush_oldest(&self) {
+        let mut st = self.mem.flusher.lock();
+        self.mem.flush_oldest(&mut st).unwrap();
+    }
+}
+
+/// Polls `done` for up to two seconds.
+fn eventually(what: &str, done: impl Fn() -> bool) {
+    let until = Instant::now() + Duration::from_secs(2);
+    while !done() {
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Bug 1: a reader pinned while the key was updated still holds the old address; the old
+/// record is marked (its replacement flushed) and its block reorganised away while the
+/// reader is still pinned — the reader must still read it, not get `Corruption`.
+///
+/// The interleaving: the writer holds its reservation (pinned) in block 1; the flusher
+/// begins to flush block 1 (it moves off_ReadOnly and waits for the writer's epoch); the
+/// reader pins only now — so the flusher does not wait for it — and reads the index; the
+/// writer installs the new version and unpins; the flusher flushes block 1 and marks the
+/// old record in block 0; block 0 is reorganised; the reader reads.
+#[test]
+fn a_reader_pinned_before_an_update_reads_the_old_record_after_its_block_is_reorganised() {
+    let rig = Rig::new("");
+    let mem = rig.mem.clone();
+    let x = rig.put(b"k", b"old value", None);
+    rig.flush_oldest();
+    assert!(x < mem.off_dram(), "the old version is in pmem");
+    let g = mem.pin().unwrap();
+    mem.reserve(&g, 1, 9).unwrap();
+    let marks_before = mem.counters.marks.get();
+    let reorganised = AtomicBool::new(false);
+    let read_now = AtomicBool::new(false);
+    let pinned = AtomicBool::new(false);
+    let epoch = mem.threads.epoch();
+    std::thread::scope(|s| {
+        let flusher = s.spawn(|| {
+            let mut st = mem.flusher.lock();
+            mem.flush_oldest(&mut st).unwrap();
+        });
+        eventually("the flusher's synchronization", || {
+            mem.threads.epoch() > epoch
+        });
+        // The reader pins after the flusher's synchronization began.
+        let reader = s.spawn(|| {
+            let r = mem.pin().unwrap();
+            pinned.store(true, Ordering::SeqCst);
+            eventually("the test to let the reader read", || {
+                read_now.load(Ordering::SeqCst)
+            });
+            let got = mem.read_value(&r, x, b"k");
+            drop(r);
+            got
+        });
+        eventually("the reader to pin", || pinned.load(Ordering::SeqCst));
+        mem.write_value(&g, Some(x), b"k", b"new value").unwrap();
+        drop(g);
+        eventually("the old record's mark", || {
+            mem.counters.marks.get() > marks_before
+        });
+        let reorganiser = s.spawn(|| {
+            let done = mem.reorganise(0, Reason::Sparse).unwrap();
+            reorganised.store(true, Ordering::SeqCst);
+            done
+        });
+        // Before the fix the reorganisation finished here, with the reader still pinned.
+        let until = Instant::now() + Duration::from_millis(300);
+        while !reorganised.load(Ordering::SeqCst) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        read_now.store(true, Ordering::SeqCst);
+        let got = reader.join().unwrap();
+        assert_eq!(
+            got.unwrap(),
+            b"old value",
+            "a pinned reader lost the record it was reading"
+        );
+        assert!(reorganiser.join().unwrap(), "block 0 was reorganised");
+        flusher.join().unwrap();
+    });
+    let _ = (&rig.pool, &rig.dir);
+}
+
+/// Recovers a crash image of the rig's pool (everything above was persisted) with the index
+/// `variant`.
+fn crash_and_recover(rig: &Rig, variant: &str) -> Arc<HeterStore> {
+    let path = rig.dir.path().join("image");
+    let image = rig.pool.crash_image(1, CrashImageOptions::torn_words());
+    std::fs::write(&path, image.unwrap()).unwrap();
+    let pool = PmemPool::open(&pool_config(path)).unwrap();
+    let index = CoreIndex::new(variant).unwrap();
+    HeterStore::open(pool, options(""), Limits::default(), index, false).unwrap()
+}
+
+/// Writer B puts "winner" and pauses after its log entry, before its index update; writer
+/// A — a put of "loser" or a delete — runs its first attempt (a newer timestamp), pauses
+/// after its entry; B installs and returns; A's compare-and-swap fails, and its retry
+/// fails. Returns what each returned and the rig (A's record is flushed when
+/// `flush_loser`).
+fn lost_race_then_failure(a_deletes: bool, flush_loser: bool) -> (Rig, Arc<CoreIndex>) {
+    let rig = Rig::new("");
+    let mem = rig.mem.clone();
+    let index = CoreIndex::new("lockfree").unwrap();
+    if a_deletes {
+        PluggedIndex::put(&*index, &*mem, b"k", b"first").unwrap();
+        rig.flush_oldest();
+    }
+    let b_logged = Arc::new(AtomicBool::new(false));
+    let a_logged = Arc::new(AtomicBool::new(false));
+    let release_b = Arc::new(AtomicBool::new(false));
+    let release_a = Arc::new(AtomicBool::new(false));
+    let a_value: &'static [u8] = if a_deletes { b"" } else { b"loser" };
+    let hook: TestHook = {
+        let (b_logged, a_logged) = (b_logged.clone(), a_logged.clone());
+        let (release_b, release_a) = (release_b.clone(), release_a.clone());
+        Arc::new(move |point, value| {
+            let wait =
+                |flag: &AtomicBool| eventually("the test's go", || flag.load(Ordering::SeqCst));
+            match (point, value) {
+                (HookPoint::Logged, b"winner") => {
+                    b_logged.store(true, Ordering::SeqCst);
+                    wait(&release_b);
+                }
+                (HookPoint::Logged, v) if v == a_value => {
+                    a_logged.store(true, Ordering::SeqCst);
+                    wait(&release_a);
+                }
+                (HookPoint::Write, v) if v == a_value && a_logged.load(Ordering::SeqCst) => {
+                    return Err(Error::no_space(Tier::Pmem, "injected: the retry fails"));
+                }
+                _ => {}
+            }
+            Ok(())
+        })
+    };
+    *mem.hook.lock() = Some(hook);
+    std::thread::scope(|s| {
+        let b = s.spawn(|| PluggedIndex::put(&*index, &*mem, b"k", b"winner"));
+        eventually("B's entry", || b_logged.load(Ordering::SeqCst));
+        let a = s.spawn(|| {
+            if a_deletes {
+                PluggedIndex::delete(&*index, &*mem, b"k")
+            } else {
+                PluggedIndex::put(&*index, &*mem, b"k", b"loser")
+            }
+        });
+        eventually("A's entry", || a_logged.load(Ordering::SeqCst));
+        release_b.store(true, Ordering::SeqCst);
+        b.join().unwrap().expect("B's put is acknowledged");
+        release_a.store(true, Ordering::SeqCst);
+        assert!(a.join().unwrap().is_err(), "A's retry was made to fail");
+    });
+    *mem.hook.lock() = None;
+    let g = mem.pin().unwrap();
+    let at = PluggedIndex::<HeterMem>::address(&*index, b"k").unwrap();
+    assert_eq!(mem.read_value(&g, at.0, b"k").unwrap(), b"winner");
+    drop(g);
+    if flush_loser {
+        let last_page = mem.regions.next_page.load(Ordering::SeqCst) - 1;
+        while mem.geo.block_of(mem.off_dram()) <= mem.geo.block_of_page(last_page) {
+            rig.flush_oldest();
+        }
+    }
+    (rig, index)
+}
+
+/// Bug 2: writer A's first attempt took its timestamp after writer B's and committed its
+/// entry; it lost the compare-and-swap to B, and its retry failed. For a put, once the flush
+/// frontier passed A's record (an orphan, marked), recovery took A's entry for a flushed
+/// newest version of the key and dropped B's acknowledged record: the key was gone. For a
+/// delete, A's entry, newer than B's put, deleted the key at recovery.
+fn assert_the_acknowledged_winner_survives(a_deletes: bool, flush_loser: bool) {
+    let (rig, _index) = lost_race_then_failure(a_deletes, flush_loser);
+    let store = crash_and_recover(&rig, "lockfree");
+    assert_eq!(
+        store.get(b"k").unwrap().as_deref(),
+        Some(&b"winner"[..]),
+        "B's acknowledged put was lost"
+    );
+    store.close().unwrap();
+}
+
+#[test]
+fn an_acknowledged_lockfree_put_survives_a_crash_after_a_newer_attempt_lost_its_race_and_failed() {
+    assert_the_acknowledged_winner_survives(false, true);
+}
+
+#[test]
+fn an_acknowledged_lockfree_put_survives_a_crash_after_a_delete_lost_its_race_and_failed() {
+    assert_the_acknowledged_winner_survives(true, false);
+}
+
+/// Bug 3: the in-place update came before the log append, and the append could still fail:
+/// the reclaimer took the thread's log page after `reserve` made room in it, and no pmem
+/// was left for a new one. The put failed — and its value was visible.
+#[test]
+fn a_put_whose_log_append_fails_leaves_the_value_unchanged() {
+    let rig = Rig::new("");
+    let mem = rig.mem.clone();
+    let a = rig.put(b"k", b"v1", None);
+    let log = mem.oplog.as_ref().unwrap();
+    log.close_current();
+    let g = mem.pin().unwrap();
+    mem.reserve(&g, 1, 2).unwrap();
+    assert!(
+        log.frozen_oldest().is_some(),
+        "the thread's page is taken away"
+    );
+    while mem.nvm.alloc.alloc_chunks(0x484d_00ff, 1).is_ok() {}
+    while mem.nvm.reserve.take("the test").is_ok() {}
+    let r = mem.write_value(&g, Some(a), b"k", b"v2");
+    drop(g);
+    assert!(r.is_err(), "no pmem for the log entry: {r:?}");
+    let g = mem.pin().unwrap();
+    assert_eq!(
+        mem.read_value(&g, a, b"k").unwrap(),
+        b"v1",
+        "a failed put changed the value"
+    );
+}
+
+/// Bug 5 (timestamps): a clock at the end of its 61 bits handed out a timestamp that the
+/// meta word cannot hold (`ts << 3` overflows to 0) and the record became unreadable. Writes
+/// are refused cleanly well before that now.
+#[test]
+fn a_clock_at_its_end_refuses_writes_and_damages_nothing() {
+    let rig = Rig::new("");
+    let mem = rig.mem.clone();
+    let index = CoreIndex::new("btree").unwrap();
+    PluggedIndex::put(&*index, &*mem, b"k", b"v").unwrap();
+    mem.clock.store(MAX_TS, Ordering::SeqCst);
+    for v in [&b"one"[..], b"two", b"three"] {
+        let r = PluggedIndex::put(&*index, &*mem, b"k", v);
+        assert!(matches!(r, Err(Error::NoSpace { .. }) | Ok(())), "{r:?}");
+    }
+    let g = mem.pin().unwrap();
+    let at = PluggedIndex::<HeterMem>::address(&*index, b"k").unwrap();
+    let got = mem.read_value(&g, at.0, b"k");
+    assert!(got.is_ok(), "the record was damaged: {got:?}");
+    drop(g);
+    assert!(
+        matches!(
+            PluggedIndex::put(&*index, &*mem, b"other", b"x"),
+            Err(Error::NoSpace { .. })
+        ),
+        "writes are refused"
+    );
+}
+
+/// Item 6: the descriptor declares the value limit the engine enforces with its default
+/// pages (the facade used to advertise 1 MiB and the engine refused past 32 KiB).
+#[test]
+fn the_declared_value_limit_is_the_largest_value_a_default_store_takes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = pool_config(dir.path().join("pool"));
+    config.size = 32 << 20;
+    let pool = PmemPool::create(&config).unwrap();
+    let opts = HeterOptions {
+        dram_budget: 4 << 20,
+        ..HeterOptions::default()
+    };
+    let store = HeterStore::open(
+        pool,
+        opts,
+        Limits::default(),
+        CoreIndex::new("hash").unwrap(),
+        true,
+    )
+    .unwrap();
+    let max = crate::DESCRIPTOR.max_value_len.unwrap();
+    store.put(b"k", &vec![1; max]).unwrap();
+    assert_eq!(store.get(b"k").unwrap().map(|v| v.len()), Some(max));
+    let e = store.put(b"k", &vec![1; max + 1]).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    store.close().unwrap();
+}
+
+/// Item 6: `dram_bytes` counts the index (keys, addresses, structure), not only the pages.
+#[test]
+fn dram_bytes_count_the_index() {
+    let rig = Rig::new("");
+    let index = CoreIndex::new("btree").unwrap();
+    for i in 0..1000u32 {
+        PluggedIndex::put(&*index, &*rig.mem, format!("key{i:017}").as_bytes(), b"v").unwrap();
+    }
+    PluggedIndex::delete(&*index, &*rig.mem, b"key00000000000000000").unwrap();
+    let bytes = PluggedIndex::<HeterMem>::dram_bytes(&*index);
+    assert_eq!(bytes, 999 * (20 + 64), "keys and their entries");
+}
+
+/// Item 6: a run that cannot be freed after a failure is reported (it leaks until the next
+/// recovery), not ignored.
+#[test]
+fn a_run_that_cannot_be_freed_after_a_failure_is_reported() {
+    let rig = Rig::new("");
+    let nvm = &rig.mem.nvm;
+    let off = nvm.alloc_block().unwrap();
+    let e = nvm.free_after(off, Error::no_space(Tier::Pmem, "the first failure"));
+    assert!(
+        matches!(e, Error::NoSpace { .. }),
+        "freed: the first error stands"
+    );
+    let e = nvm.free_after(off, Error::no_space(Tier::Pmem, "the first failure"));
+    assert!(e.is_corruption(), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("the first failure") && text.contains("could not be freed"),
+        "{text}"
+    );
+}
