@@ -111,7 +111,7 @@ impl EmulatedLatency {
 pub struct PmemOptions {
     /// Directory of the pool file (`pmem.pool`); default: the data directory.
     pub dir: Option<PathBuf>,
-    /// Pool size (the file is created sparse).
+    /// Pool size (every block of the file is allocated at creation).
     pub size: ByteSize,
     /// Durability mode.
     pub mode: DurabilityMode,
