@@ -18,7 +18,7 @@ struct SmallFs {
 impl SmallFs {
     fn mount(parent: &Path, mib: u32) -> Option<SmallFs> {
         let dir = parent.join("small");
-        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&dir).expect("mkdir");
         let o = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
             .arg(&dir)
@@ -36,7 +36,7 @@ impl SmallFs {
 
     /// Fills the filesystem to the last byte.
     fn fill(&self) {
-        let mut f = std::fs::File::create(self.dir.join("filler")).unwrap();
+        let mut f = std::fs::File::create(self.dir.join("filler")).expect("filler");
         let block = vec![0u8; 1 << 20];
         while f.write_all(&block).is_ok() {}
         let small = vec![0u8; 4096];
@@ -57,12 +57,12 @@ fn tierkv(args: &[&str], dir: &Path, stdin: Option<&[u8]>) -> Output {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = c.spawn().expect("run tierkv");
-    let mut pipe = child.stdin.take().unwrap();
+    let mut pipe = child.stdin.take().expect("stdin");
     if let Some(b) = stdin {
-        pipe.write_all(b).unwrap();
+        pipe.write_all(b).expect("write stdin");
     }
     drop(pipe);
-    child.wait_with_output().unwrap()
+    child.wait_with_output().expect("wait")
 }
 
 fn describe(o: &Output) -> String {
@@ -78,7 +78,7 @@ fn describe(o: &Output) -> String {
 /// Creates a prism store in `store` with its pool of `pmem_size` in `pmem_dir` (and a
 /// small flash tier) by putting `a` = `1`.
 fn create_prism(store: &Path, pmem_dir: &Path, pmem_size: &str) -> Output {
-    let pmem = pmem_dir.to_str().unwrap();
+    let pmem = pmem_dir.to_str().expect("utf-8 path");
     let args = [
         "put",
         "--engine",
