@@ -3,7 +3,7 @@
 
 use std::io::{Read, Write};
 
-use tierkv::{Db, Error, Options, Result};
+use tierkv::{Db, DurabilityMode, Error, Options, Result};
 
 use crate::args::{GetArgs, KeyArgs, PutArgs, ScanArgs, StatsArgs, StoreArgs};
 use crate::output::{bytes_arg, escaped, hex};
@@ -41,20 +41,32 @@ pub fn options(a: &StoreArgs) -> Result<Options> {
     Ok(o)
 }
 
-/// Opens an existing store; the engine comes from the manifest unless `--engine` says
+/// The options for the store in `a.dir` and its manifest (`None`: the directory holds no
+/// store). The engine comes from the manifest unless `--engine` or `--config` says
 /// otherwise (and then it must match).
-fn open_existing(a: &StoreArgs) -> Result<Db> {
+fn resolve(a: &StoreArgs) -> Result<(Options, Option<tierkv::Manifest>)> {
     let mut o = options(a)?;
-    if a.engine.is_none() && a.config.is_none() {
-        match tierkv::Manifest::read_from(&a.dir) {
-            Ok(Some(m)) => o.engine = m.engine,
-            Ok(None) => return Err(Error::NoStore(a.dir.clone())),
-            Err(e) => return Err(e),
-        }
+    let m = tierkv::Manifest::read_from(&a.dir)?;
+    if let Some(m) = &m
+        && a.engine.is_none()
+        && a.config.is_none()
+    {
+        o.engine.clone_from(&m.engine);
     }
-    Db::open_existing(&a.dir, o)
+    Ok((o, m))
 }
 
+/// Opens an existing store ([`Error::NoStore`] when the directory holds none).
+fn open_existing(a: &StoreArgs) -> Result<Db> {
+    match resolve(a)? {
+        (o, Some(_)) => Db::open_existing(&a.dir, o),
+        (_, None) => Err(Error::NoStore(a.dir.clone())),
+    }
+}
+
+/// Says on stderr when what this command writes is less durable than a store's default:
+/// a volatile engine, or a pmem mode that does not survive power loss (issue 23 finding
+/// 7: a weaker mode than the store was created with is never used silently).
 fn warn_if_volatile(db: &Db) {
     if db.descriptor().volatile {
         eprintln!(
@@ -62,6 +74,24 @@ fn warn_if_volatile(db: &Db) {
             db.spec()
         );
     }
+    let Some(pool) = &db.media().pmem else {
+        return;
+    };
+    let mode = pool.mode();
+    if matches!(mode, DurabilityMode::Dax | DurabilityMode::Msync) {
+        return;
+    }
+    let created = db.manifest().pmem.as_ref().map(|p| p.created_mode);
+    let downgrade = match created {
+        Some(c @ (DurabilityMode::Dax | DurabilityMode::Msync)) => format!(
+            " (the store was created with pmem mode {c}; writes of this command are weaker)"
+        ),
+        _ => String::new(),
+    };
+    eprintln!(
+        "tierkv: warning: pmem mode {mode}: this write is {}{downgrade}",
+        mode.guarantee()
+    );
 }
 
 pub fn put(s: &StoreArgs, a: &PutArgs) -> Result<u8> {
@@ -75,10 +105,14 @@ pub fn put(s: &StoreArgs, a: &PutArgs) -> Result<u8> {
     } else {
         bytes_arg(a.value.as_deref().unwrap_or_default(), a.hex, "value")?
     };
-    let db = if tierkv::Manifest::read_from(&s.dir)?.is_some() {
-        open_existing(s)?
-    } else {
-        Db::open(&s.dir, options(s)?)?
+    let (o, manifest) = resolve(s)?;
+    // Bad input is refused before a store is created for it.
+    let limits = Db::limits_for(&o)?;
+    limits.check_key(&key)?;
+    limits.check_value(&value)?;
+    let db = match manifest {
+        Some(_) => Db::open_existing(&s.dir, o)?,
+        None => Db::open(&s.dir, o)?,
     };
     warn_if_volatile(&db);
     db.put(&key, &value)?;
@@ -113,6 +147,7 @@ pub fn get(s: &StoreArgs, a: &GetArgs) -> Result<u8> {
 pub fn del(s: &StoreArgs, a: &KeyArgs) -> Result<u8> {
     let key = bytes_arg(&a.key, a.hex, "key")?;
     let db = open_existing(s)?;
+    warn_if_volatile(&db);
     db.delete(&key)?;
     db.close()?;
     Ok(0)
