@@ -92,7 +92,7 @@ pub const DESCRIPTOR: EngineDescriptor = EngineDescriptor {
     tiers: &[Tier::Pmem],
     volatile: false,
     min_pmem_size: 1 << 20,
-    max_value_len: None,
+    max_value_len: Some(31_616), // a 32 KiB page (page_bits 15) less 128 header bytes and a 1 KiB key
     open,
 };
 

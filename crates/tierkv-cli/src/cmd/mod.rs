@@ -222,8 +222,9 @@ pub fn engines() -> Result<u8> {
         } else {
             format!("dram + {}", tiers.join(" + "))
         };
+        let limit = Db::limits_for(&Options::default().engine(d.name))?.max_value_len;
         println!(
-            "{:<10} variants: {:<22} tiers: {:<22} {}",
+            "{:<10} variants: {:<22} tiers: {:<22} values up to {limit} bytes. {}",
             d.name,
             d.variants.join("|"),
             tiers,
