@@ -4,24 +4,15 @@
 //! than the store was created with is never used silently.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 /// Small tiers, so that a default-engine store does not allocate the default 4 GiB of
 /// flash in a test; no `--engine`.
 const SMALL: [&str; 4] = ["--pmem-size", "8MiB", "--flash-size", "16MiB"];
 
-fn tierkv(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tierkv"))
-        .args(args)
-        .arg("--dir")
-        .arg(dir)
-        .output()
-        .expect("run tierkv")
-}
+mod common;
 
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use common::{stderr_of as stderr, tierkv_in as tierkv};
 
 fn put(dir: &Path, extra: &[&str], k: &str, v: &str) -> Output {
     let mut args = vec!["put"];

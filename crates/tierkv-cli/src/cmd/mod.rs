@@ -1,11 +1,14 @@
 //! One function per subcommand. Each returns the process exit code or an error (printed as
 //! one line by `main`).
 
+mod dump;
+mod stats;
+
 use std::io::{Read, Write};
 
 use tierkv::{Db, DurabilityMode, Error, Options, Result};
 
-use crate::args::{GetArgs, KeyArgs, PutArgs, ScanArgs, StatsArgs, StoreArgs};
+use crate::args::{DumpArgs, GetArgs, KeyArgs, LoadArgs, PutArgs, ScanArgs, StatsArgs, StoreArgs};
 use crate::output::{bytes_arg, escaped, hex};
 
 /// Builds `Options` from `--config` and the flags (flags win).
@@ -153,6 +156,8 @@ pub fn del(s: &StoreArgs, a: &KeyArgs) -> Result<u8> {
     Ok(0)
 }
 
+/// Prints pairs in key order; a damaged value is reported on stderr (exit code 4) and the
+/// scan goes on past it (issue 23 finding 9).
 pub fn scan(s: &StoreArgs, a: &ScanArgs) -> Result<u8> {
     let start = a
         .start
@@ -165,22 +170,30 @@ pub fn scan(s: &StoreArgs, a: &ScanArgs) -> Result<u8> {
         .map(|k| bytes_arg(k, a.hex, "end key"))
         .transpose()?;
     let db = open_existing(s)?;
-    let start = start.unwrap_or_default();
-    let rows = match &end {
-        Some(e) => db.scan(start.as_slice()..e.as_slice(), a.limit)?,
-        None => db.scan(start.as_slice().., a.limit)?,
-    };
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let (mut n, mut skipped) = (0usize, 0u64);
+    dump::walk(&db, &start.unwrap_or_default(), &mut |item| match item {
+        _ if n >= a.limit => Ok(false),
+        dump::Item::Record((k, _)) if end.as_ref().is_some_and(|e| k >= *e) => Ok(false),
+        dump::Item::Record((k, v)) => {
+            let line = if a.hex {
+                format!("{}\t{}", hex(&k), hex(&v))
+            } else {
+                format!("{}\t{}", escaped(&k), escaped(&v))
+            };
+            n += 1;
+            writeln!(out, "{line}").map_err(|e| Error::io("write", "<stdout>", e))?;
+            Ok(true)
+        }
+        dump::Item::Skipped(note) => {
+            skipped += 1;
+            eprintln!("tierkv: scan: skipped damaged record {note}");
+            Ok(true)
+        }
+    })?;
+    out.flush().map_err(|e| Error::io("write", "<stdout>", e))?;
     db.close()?;
-    let mut out = std::io::stdout().lock();
-    for (k, v) in rows {
-        let line = if a.hex {
-            format!("{}\t{}", hex(&k), hex(&v))
-        } else {
-            format!("{}\t{}", escaped(&k), escaped(&v))
-        };
-        writeln!(out, "{line}").map_err(|e| Error::io("write", "<stdout>", e))?;
-    }
-    Ok(0)
+    Ok(if skipped > 0 { crate::EXIT_PARTIAL } else { 0 })
 }
 
 pub fn stats(s: &StoreArgs, a: &StatsArgs) -> Result<u8> {
@@ -191,14 +204,7 @@ pub fn stats(s: &StoreArgs, a: &StatsArgs) -> Result<u8> {
         let text = serde_json::to_string_pretty(&st).map_err(|e| Error::invalid(e.to_string()))?;
         println!("{text}");
     } else {
-        println!("engine {} in {}", db.spec(), db.dir().display());
-        for (k, v) in st.flatten() {
-            if v.fract() == 0.0 {
-                println!("{k:<28} {v:.0}");
-            } else {
-                println!("{k:<28} {v:.4}");
-            }
-        }
+        stats::print_text(&db, &st);
     }
     Ok(0)
 }
@@ -211,6 +217,48 @@ pub fn check(s: &StoreArgs) -> Result<u8> {
         println!("ok  {l}");
     }
     println!("check passed: {}", s.dir.display());
+    Ok(0)
+}
+
+pub fn dump(s: &StoreArgs, a: &DumpArgs) -> Result<u8> {
+    let db = open_existing(s)?;
+    let sum = match &a.out {
+        Some(p) => {
+            let mut f = std::fs::File::create(p).map_err(|e| Error::io("create", p, e))?;
+            let sum = dump::dump(&db, &mut f)?;
+            f.sync_all().map_err(|e| Error::io("fsync", p, e))?;
+            sum
+        }
+        None => dump::dump(&db, &mut std::io::stdout().lock())?,
+    };
+    db.close()?;
+    eprintln!(
+        "tierkv: dumped {} records, skipped {} damaged",
+        sum.records, sum.skipped
+    );
+    Ok(if sum.skipped > 0 {
+        crate::EXIT_PARTIAL
+    } else {
+        0
+    })
+}
+
+pub fn load(s: &StoreArgs, a: &LoadArgs) -> Result<u8> {
+    let mut input: Box<dyn std::io::BufRead> = match &a.input {
+        Some(p) => Box::new(std::io::BufReader::new(
+            std::fs::File::open(p).map_err(|e| Error::io("open", p, e))?,
+        )),
+        None => Box::new(std::io::stdin().lock()),
+    };
+    let (o, manifest) = resolve(s)?;
+    let db = match manifest {
+        Some(_) => Db::open_existing(&s.dir, o)?,
+        None => Db::open(&s.dir, o)?,
+    };
+    warn_if_volatile(&db);
+    let n = dump::load(&db, &mut input)?;
+    db.close()?;
+    eprintln!("tierkv: loaded {n} records into {}", s.dir.display());
     Ok(0)
 }
 
