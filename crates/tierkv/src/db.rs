@@ -478,8 +478,14 @@ fn open_media(
 /// Refuses to create a store where a store's files lie without a MANIFEST (issue 23
 /// finding 6): the MANIFEST was lost or a creation was interrupted, and a new store —
 /// of any engine, the volatile one too — would bury them. Looks at the default pool and
-/// flash locations in `dir` and at the ones `options` name.
+/// flash locations in `dir` and at the ones `options` name (unless the caller injected
+/// the media).
 fn refuse_foreign_files(dir: &Path, options: &Options) -> Result<()> {
+    if options.media.is_some() {
+        // NOTE: injected media (tests, the stress harness) were made by the caller for
+        // this store, in its directory; they are not another store's files.
+        return Ok(());
+    }
     let mut pools = vec![dir.join(POOL_FILE)];
     pools.extend(options.pmem.dir.as_ref().map(|d| d.join(POOL_FILE)));
     let mut flash = vec![dir.join(FLASH_DIR)];
