@@ -15,6 +15,37 @@ pub struct Cli {
 
 const EXIT_CODES: &str = "Exit codes: 0 success, 1 error, 2 usage error, 3 key not found (get).";
 
+const PUT_EXAMPLES: &str = "Examples:
+  tierkv put --dir my-store greeting hello            # creates a prism store if none
+  tierkv put --dir small --pmem-size 16MiB --flash-size 64MiB k v
+  tierkv put --dir my-store --hex 00ff 68656c6c6f      # key and value in hex
+  tierkv put --dir my-store photo --stdin < photo.jpg  # the value from a file";
+const GET_EXAMPLES: &str = "Examples:
+  tierkv get --dir my-store greeting                  # prints hello (exit 3 if absent)
+  tierkv get --dir my-store --hex 00ff                # key given, value printed, in hex";
+const DEL_EXAMPLES: &str = "Examples:
+  tierkv del --dir my-store greeting
+  tierkv del --dir my-store --hex 00ff";
+const SCAN_EXAMPLES: &str = "Examples:
+  tierkv scan --dir my-store                          # the first 100 pairs
+  tierkv scan --dir my-store user: --end user; --limit 1000
+  tierkv scan --dir my-store --hex 00 --limit 10";
+const STATS_EXAMPLES: &str = "Examples:
+  tierkv stats --dir my-store                         # a table: value, unit, meaning
+  tierkv stats --dir my-store --json                  # the same numbers as JSON
+Counters count what the stats process itself did (they start at 0 in every process);
+gauges such as keys describe the store.";
+const CHECK_EXAMPLES: &str = "Examples:
+  tierkv check --dir my-store                         # one ok line per thing checked";
+
+const DUMP_EXAMPLES: &str = "Examples:
+  tierkv dump --dir my-store > my-store.dump         # every record, key order, hex
+  tierkv dump --dir damaged --out rescued.dump       # the readable records; skipped ones listed
+Exit codes: 0 every record dumped, 4 some damaged records skipped, 1 error.";
+const LOAD_EXAMPLES: &str = "Examples:
+  tierkv load --dir new-store --in rescued.dump
+  tierkv dump --dir old | tierkv load --dir new --pmem-size 1GiB   # copy into a new store";
+
 /// Where the store is and how to open it.
 #[derive(Args, Debug, Clone)]
 pub struct StoreArgs {
@@ -51,18 +82,31 @@ pub struct StoreArgs {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Store a value (creates the store if the directory holds none).
+    #[command(after_help = PUT_EXAMPLES)]
     Put(PutArgs),
     /// Print a value followed by a newline (exit code 3 if the key is absent).
+    #[command(after_help = GET_EXAMPLES)]
     Get(GetArgs),
     /// Delete a key (no error if it is absent).
+    #[command(after_help = DEL_EXAMPLES)]
     Del(KeyArgs),
     /// Print key/value pairs in key order, one per line, tab-separated.
+    #[command(after_help = SCAN_EXAMPLES)]
     Scan(ScanArgs),
-    /// Print the store's counters.
+    /// Print the store's counters, with units and meanings (counters are per process).
+    #[command(after_help = STATS_EXAMPLES)]
     Stats(StatsArgs),
     /// Verify a data directory: manifest, media headers, engine invariants.
+    #[command(after_help = CHECK_EXAMPLES)]
     Check(CheckArgs),
-    /// List the engines of this build.
+    /// Write every readable record, in key order, in the format `load` reads; on a damaged
+    /// store, the readable ones and a `# skipped` line for each damaged one (exit code 4).
+    #[command(after_help = DUMP_EXAMPLES)]
+    Dump(DumpArgs),
+    /// Put every record of a dump into a store (creating it if the directory holds none).
+    #[command(after_help = LOAD_EXAMPLES)]
+    Load(LoadArgs),
+    /// List the engines of this build (with each one's value-size limit).
     Engines,
     /// YCSB benchmark (Load, A-F) of one or more engines on the same generated workload, with
     /// ratios against the first; `rocksdb` is a peer when built with `--features rocksdb`.
@@ -148,4 +192,22 @@ pub struct StatsArgs {
 pub struct CheckArgs {
     #[command(flatten)]
     pub store: StoreArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct DumpArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Write the dump to FILE instead of standard output.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct LoadArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Read the dump from FILE instead of standard input.
+    #[arg(long = "in", value_name = "FILE")]
+    pub input: Option<PathBuf>,
 }

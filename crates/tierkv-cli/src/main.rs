@@ -2,7 +2,7 @@
 //! directory (and, as they land, bench, bench-io, stress and serve).
 //!
 //! Exit codes: 0 success; 1 an error (one line on stderr); 2 a usage error; 3 `get` of a
-//! key that is not there. Never a panic or a backtrace: a panic hook turns the unexpected
+//! key that is not there; 4 a `dump` that skipped damaged records. Never a panic or a backtrace: a panic hook turns the unexpected
 //! into one line and exit code 70.
 
 #![forbid(unsafe_code)]
@@ -19,6 +19,8 @@ use args::{Cli, Command};
 
 /// Exit code of `get` when the key is absent.
 pub const EXIT_NOT_FOUND: u8 = 3;
+/// Exit code of `dump` when it skipped damaged records.
+pub const EXIT_PARTIAL: u8 = 4;
 /// Exit code after an internal error (a bug).
 pub const EXIT_INTERNAL: u8 = 70;
 
@@ -45,6 +47,8 @@ fn main() -> ExitCode {
         Command::Scan(a) => cmd::scan(&a.store, a).map_err(Into::into),
         Command::Stats(a) => cmd::stats(&a.store, a).map_err(Into::into),
         Command::Check(a) => cmd::check(&a.store).map_err(Into::into),
+        Command::Dump(a) => cmd::dump(&a.store, a).map_err(Into::into),
+        Command::Load(a) => cmd::load(&a.store, a).map_err(Into::into),
         Command::Engines => cmd::engines().map_err(Into::into),
         Command::Bench(a) => tierkv_ycsb::run(a).map(|()| 0),
         Command::BenchIo(a) => tierkv_iobench::run(a).map(|()| 0),

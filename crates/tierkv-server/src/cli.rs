@@ -25,7 +25,7 @@ pub struct ServeArgs {
     /// Data directory of the store (created if it holds none).
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
-    /// Engine spec, e.g. `dram:hash` [default: the store's own engine, else `dram`].
+    /// Engine spec, e.g. `dram:hash` [default: the store's own engine, else `prism`].
     #[arg(long, value_name = "SPEC")]
     pub engine: Option<String>,
     /// Address to listen on [default: 127.0.0.1:6379].

@@ -14,86 +14,24 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::{Commands, cmd};
 
-/// A running `tierkv-server` process.
-struct Proc {
-    child: Child,
-    addr: SocketAddr,
-    log: std::thread::JoinHandle<String>,
-}
+use common::proc::Proc;
 
 fn start(dir: &Path, engine: Option<&str>) -> Proc {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tierkv-server"));
-    c.arg("--dir").arg(dir).arg("--bind").arg("127.0.0.1:0");
     // Small tiers; the pool in volatile mode (it survives the server process, which is what
     // a restart tests, without an msync per write).
-    c.args(["--pmem-mode", "volatile", "--pmem-size", "64MiB"]);
-    c.args(["--flash-size", "256MiB", "--dram", "64MiB"]);
+    let mut args = vec!["--pmem-mode", "volatile", "--pmem-size", "64MiB"];
+    args.extend_from_slice(&["--flash-size", "256MiB", "--dram", "64MiB"]);
     if let Some(e) = engine {
-        c.arg("--engine").arg(e);
+        args.extend_from_slice(&["--engine", e]);
     }
-    let mut child = c.stderr(Stdio::piped()).spawn().unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut seen = String::new();
-    let addr = loop {
-        let line = lines
-            .next()
-            .unwrap_or_else(|| panic!("server exited before listening:\n{seen}"))
-            .unwrap();
-        seen.push_str(&line);
-        seen.push('\n');
-        if let Some(a) = line.strip_prefix("tierkv serve: listening on ") {
-            break a.parse().unwrap();
-        }
-    };
-    let log = std::thread::spawn(move || {
-        for l in lines.map_while(Result::ok) {
-            seen.push_str(&l);
-            seen.push('\n');
-        }
-        seen
-    });
-    Proc { child, addr, log }
-}
-
-impl Proc {
-    fn client(&self) -> redis::Connection {
-        redis::Client::open(format!("redis://{}/", self.addr))
-            .unwrap()
-            .get_connection()
-            .unwrap()
-    }
-
-    fn sigterm(&self) {
-        let ok = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status()
-            .unwrap();
-        assert!(ok.success());
-    }
-
-    /// Waits for the process to exit; returns its status and its stderr.
-    fn wait(mut self) -> (ExitStatus, String) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return (status, self.log.join().unwrap());
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!("the server did not exit after SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+    Proc::start(dir, &args)
 }
 
 fn engines() -> Vec<String> {

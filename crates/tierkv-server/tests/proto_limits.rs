@@ -204,3 +204,25 @@ fn a_client_that_does_not_read_is_throttled_not_buffered() {
     assert_eq!(got.len(), total);
     assert!(got.ends_with(b"bbbb\r\n"));
 }
+
+/// Issue 23 finding 8: the server's value limit is the engine's own, the one `tierkv
+/// engines` and the README give; a longer value is an error naming it.
+#[test]
+fn the_value_limit_is_the_engines_own() {
+    let desc = tierkv::descriptor("hetermm").unwrap();
+    let limit = desc.max_value_len.unwrap();
+    let options = Options::default()
+        .engine("hetermm")
+        .pmem_size(ByteSize::mib(32));
+    let srv = common::start_with(options, common::test_config());
+    let mut c = srv.client();
+    let info: String = cmd("INFO").query(&mut c).unwrap();
+    assert!(info.contains(&format!("max_value_len:{limit}")), "{info}");
+    let e = common::error_of(&mut c, cmd("SET").arg("k").arg(vec![b'x'; limit + 1]));
+    // Refused by the parser already, with the same number.
+    assert!(e.contains(&format!("limited to {limit} bytes")), "{e}");
+    let fits = limit - 64;
+    let mut c = srv.client();
+    c.set::<_, _, ()>("k", vec![b'x'; fits]).unwrap();
+    assert_eq!(c.get::<_, Vec<u8>>("k").unwrap().len(), fits);
+}

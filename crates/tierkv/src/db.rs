@@ -134,12 +134,12 @@ impl Db {
                 (m, false)
             }
             None if !options.create_if_missing => return Err(Error::NoStore(dir)),
-            None => (new_manifest(desc, &base, &options, &dir), true),
+            None => {
+                refuse_foreign_files(&dir, &options)?;
+                (new_manifest(desc, &base, &options, &dir), true)
+            }
         };
-        let mut limits = options.limits;
-        if let Some(max) = desc.max_value_len {
-            limits.max_value_len = limits.max_value_len.min(max);
-        }
+        let limits = limits_of(desc, &options);
         let mut manifest = manifest;
         let media = open_media(desc, &mut manifest, &options, created)?;
         let ctx = EngineContext {
@@ -184,6 +184,13 @@ impl Db {
     /// Opens an existing store; an error ([`Error::NoStore`]) when `dir` holds none.
     pub fn open_existing(dir: impl AsRef<Path>, options: Options) -> Result<Db> {
         Db::open(dir, options.create_if_missing(false))
+    }
+
+    /// The limits a store opened with `options` checks every call against: the
+    /// configured ones, capped by the engine's own ([`EngineDescriptor::max_value_len`]).
+    pub fn limits_for(options: &Options) -> Result<Limits> {
+        let spec = options.engine_spec()?;
+        Ok(limits_of(descriptor(&spec.name)?, options))
     }
 
     /// The value under `key`.
@@ -316,6 +323,14 @@ impl Drop for Db {
         // Errors on close at drop have nowhere to go; callers who care call close().
         let _ = self.store.close();
     }
+}
+
+fn limits_of(desc: &EngineDescriptor, options: &Options) -> Limits {
+    let mut limits = options.limits;
+    if let Some(max) = desc.max_value_len {
+        limits.max_value_len = limits.max_value_len.min(max);
+    }
+    limits
 }
 
 fn new_manifest(desc: &EngineDescriptor, base: &str, options: &Options, dir: &Path) -> Manifest {
@@ -458,6 +473,48 @@ fn open_media(
         media.flash.push(FlashDevice::open(&f.path, &fo)?);
     }
     Ok(media)
+}
+
+/// Refuses to create a store where a store's files lie without a MANIFEST (issue 23
+/// finding 6): the MANIFEST was lost or a creation was interrupted, and a new store —
+/// of any engine, the volatile one too — would bury them. Looks at the default pool and
+/// flash locations in `dir` and at the ones `options` name (unless the caller injected
+/// the media).
+fn refuse_foreign_files(dir: &Path, options: &Options) -> Result<()> {
+    if options.media.is_some() {
+        // NOTE: injected media (tests, the stress harness) were made by the caller for
+        // this store, in its directory; they are not another store's files.
+        return Ok(());
+    }
+    let mut pools = vec![dir.join(POOL_FILE)];
+    pools.extend(options.pmem.dir.as_ref().map(|d| d.join(POOL_FILE)));
+    let mut flash = vec![dir.join(FLASH_DIR)];
+    flash.extend(options.flash.dirs.iter().cloned());
+    let mut found: Vec<String> = pools
+        .iter()
+        .filter(|p| p.exists())
+        .map(|p| p.display().to_string())
+        .collect();
+    for f in &flash {
+        if dir_has_entries(f)? {
+            found.push(format!("{}/ (not empty)", f.display()));
+        }
+    }
+    let tmp = dir.join(tierkv_core::format::manifest::MANIFEST_TMP_FILE);
+    if tmp.exists() {
+        found.push(tmp.display().to_string());
+    }
+    found.dedup();
+    if found.is_empty() {
+        return Ok(());
+    }
+    Err(Error::invalid(format!(
+        "{} has no MANIFEST but holds a store's files ({}): the MANIFEST was lost or a \
+         creation was interrupted; refusing to create a new store over them (restore the \
+         MANIFEST, or move those files away)",
+        dir.display(),
+        found.join(", ")
+    )))
 }
 
 fn dir_has_entries(p: &Path) -> Result<bool> {

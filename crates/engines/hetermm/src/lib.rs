@@ -98,11 +98,12 @@ pub const DESCRIPTOR: EngineDescriptor = EngineDescriptor {
     open,
 };
 
-/// The largest value a store with the default pages holds (with a 1-byte key: key + value
-/// must fit a page less 128 bytes, `mem/mod.rs`), declared so that the facade refuses larger
-/// ones itself. Stores created with a larger `page_bits` are held to it through the facade
+/// The largest value a store with the default pages holds whatever its key (key + value must
+/// fit a page less 128 bytes, `mem/mod.rs`, and keys may be up to 1 KiB), declared so that the
+/// facade refuses larger ones itself and every key length gets the same promise. Stores created with a larger `page_bits` are held to it through the facade
 /// too (the descriptor is the same for every store).
-pub const MAX_VALUE_LEN: usize = (1 << options::DEFAULT_PAGE_BITS) - 128 - 1;
+pub const MAX_VALUE_LEN: usize =
+    (1 << options::DEFAULT_PAGE_BITS) - 128 - tierkv_core::api::options::DEFAULT_MAX_KEY_LEN;
 
 fn open(ctx: EngineContext) -> Result<Arc<dyn KvStore>> {
     let variant = DESCRIPTOR.variant(&ctx.spec)?;

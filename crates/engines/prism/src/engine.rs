@@ -39,7 +39,7 @@ pub const DESCRIPTOR: EngineDescriptor = EngineDescriptor {
     tiers: &[Tier::Pmem, Tier::Flash],
     volatile: false,
     min_pmem_size: 4 << 20,
-    max_value_len: None,
+    max_value_len: Some(524_208), // = chunk_format::max_value_len(DEFAULT_CHUNK_SIZE): one 512 KiB chunk
     open: open_store,
 };
 

@@ -1,11 +1,14 @@
 //! One function per subcommand. Each returns the process exit code or an error (printed as
 //! one line by `main`).
 
+mod dump;
+mod stats;
+
 use std::io::{Read, Write};
 
-use tierkv::{Db, Error, Options, Result};
+use tierkv::{Db, DurabilityMode, Error, Options, Result};
 
-use crate::args::{GetArgs, KeyArgs, PutArgs, ScanArgs, StatsArgs, StoreArgs};
+use crate::args::{DumpArgs, GetArgs, KeyArgs, LoadArgs, PutArgs, ScanArgs, StatsArgs, StoreArgs};
 use crate::output::{bytes_arg, escaped, hex};
 
 /// Builds `Options` from `--config` and the flags (flags win).
@@ -41,20 +44,32 @@ pub fn options(a: &StoreArgs) -> Result<Options> {
     Ok(o)
 }
 
-/// Opens an existing store; the engine comes from the manifest unless `--engine` says
+/// The options for the store in `a.dir` and its manifest (`None`: the directory holds no
+/// store). The engine comes from the manifest unless `--engine` or `--config` says
 /// otherwise (and then it must match).
-fn open_existing(a: &StoreArgs) -> Result<Db> {
+fn resolve(a: &StoreArgs) -> Result<(Options, Option<tierkv::Manifest>)> {
     let mut o = options(a)?;
-    if a.engine.is_none() && a.config.is_none() {
-        match tierkv::Manifest::read_from(&a.dir) {
-            Ok(Some(m)) => o.engine = m.engine,
-            Ok(None) => return Err(Error::NoStore(a.dir.clone())),
-            Err(e) => return Err(e),
-        }
+    let m = tierkv::Manifest::read_from(&a.dir)?;
+    if let Some(m) = &m
+        && a.engine.is_none()
+        && a.config.is_none()
+    {
+        o.engine.clone_from(&m.engine);
     }
-    Db::open_existing(&a.dir, o)
+    Ok((o, m))
 }
 
+/// Opens an existing store ([`Error::NoStore`] when the directory holds none).
+fn open_existing(a: &StoreArgs) -> Result<Db> {
+    match resolve(a)? {
+        (o, Some(_)) => Db::open_existing(&a.dir, o),
+        (_, None) => Err(Error::NoStore(a.dir.clone())),
+    }
+}
+
+/// Says on stderr when what this command writes is less durable than a store's default:
+/// a volatile engine, or a pmem mode that does not survive power loss (issue 23 finding
+/// 7: a weaker mode than the store was created with is never used silently).
 fn warn_if_volatile(db: &Db) {
     if db.descriptor().volatile {
         eprintln!(
@@ -62,6 +77,24 @@ fn warn_if_volatile(db: &Db) {
             db.spec()
         );
     }
+    let Some(pool) = &db.media().pmem else {
+        return;
+    };
+    let mode = pool.mode();
+    if matches!(mode, DurabilityMode::Dax | DurabilityMode::Msync) {
+        return;
+    }
+    let created = db.manifest().pmem.as_ref().map(|p| p.created_mode);
+    let downgrade = match created {
+        Some(c @ (DurabilityMode::Dax | DurabilityMode::Msync)) => format!(
+            " (the store was created with pmem mode {c}; writes of this command are weaker)"
+        ),
+        _ => String::new(),
+    };
+    eprintln!(
+        "tierkv: warning: pmem mode {mode}: this write is {}{downgrade}",
+        mode.guarantee()
+    );
 }
 
 pub fn put(s: &StoreArgs, a: &PutArgs) -> Result<u8> {
@@ -75,10 +108,14 @@ pub fn put(s: &StoreArgs, a: &PutArgs) -> Result<u8> {
     } else {
         bytes_arg(a.value.as_deref().unwrap_or_default(), a.hex, "value")?
     };
-    let db = if tierkv::Manifest::read_from(&s.dir)?.is_some() {
-        open_existing(s)?
-    } else {
-        Db::open(&s.dir, options(s)?)?
+    let (o, manifest) = resolve(s)?;
+    // Bad input is refused before a store is created for it.
+    let limits = Db::limits_for(&o)?;
+    limits.check_key(&key)?;
+    limits.check_value(&value)?;
+    let db = match manifest {
+        Some(_) => Db::open_existing(&s.dir, o)?,
+        None => Db::open(&s.dir, o)?,
     };
     warn_if_volatile(&db);
     db.put(&key, &value)?;
@@ -113,11 +150,14 @@ pub fn get(s: &StoreArgs, a: &GetArgs) -> Result<u8> {
 pub fn del(s: &StoreArgs, a: &KeyArgs) -> Result<u8> {
     let key = bytes_arg(&a.key, a.hex, "key")?;
     let db = open_existing(s)?;
+    warn_if_volatile(&db);
     db.delete(&key)?;
     db.close()?;
     Ok(0)
 }
 
+/// Prints pairs in key order; a damaged value is reported on stderr (exit code 4) and the
+/// scan goes on past it (issue 23 finding 9).
 pub fn scan(s: &StoreArgs, a: &ScanArgs) -> Result<u8> {
     let start = a
         .start
@@ -130,22 +170,30 @@ pub fn scan(s: &StoreArgs, a: &ScanArgs) -> Result<u8> {
         .map(|k| bytes_arg(k, a.hex, "end key"))
         .transpose()?;
     let db = open_existing(s)?;
-    let start = start.unwrap_or_default();
-    let rows = match &end {
-        Some(e) => db.scan(start.as_slice()..e.as_slice(), a.limit)?,
-        None => db.scan(start.as_slice().., a.limit)?,
-    };
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let (mut n, mut skipped) = (0usize, 0u64);
+    dump::walk(&db, &start.unwrap_or_default(), &mut |item| match item {
+        _ if n >= a.limit => Ok(false),
+        dump::Item::Record((k, _)) if end.as_ref().is_some_and(|e| k >= *e) => Ok(false),
+        dump::Item::Record((k, v)) => {
+            let line = if a.hex {
+                format!("{}\t{}", hex(&k), hex(&v))
+            } else {
+                format!("{}\t{}", escaped(&k), escaped(&v))
+            };
+            n += 1;
+            writeln!(out, "{line}").map_err(|e| Error::io("write", "<stdout>", e))?;
+            Ok(true)
+        }
+        dump::Item::Skipped(note) => {
+            skipped += 1;
+            eprintln!("tierkv: scan: skipped damaged record {note}");
+            Ok(true)
+        }
+    })?;
+    out.flush().map_err(|e| Error::io("write", "<stdout>", e))?;
     db.close()?;
-    let mut out = std::io::stdout().lock();
-    for (k, v) in rows {
-        let line = if a.hex {
-            format!("{}\t{}", hex(&k), hex(&v))
-        } else {
-            format!("{}\t{}", escaped(&k), escaped(&v))
-        };
-        writeln!(out, "{line}").map_err(|e| Error::io("write", "<stdout>", e))?;
-    }
-    Ok(0)
+    Ok(if skipped > 0 { crate::EXIT_PARTIAL } else { 0 })
 }
 
 pub fn stats(s: &StoreArgs, a: &StatsArgs) -> Result<u8> {
@@ -156,14 +204,7 @@ pub fn stats(s: &StoreArgs, a: &StatsArgs) -> Result<u8> {
         let text = serde_json::to_string_pretty(&st).map_err(|e| Error::invalid(e.to_string()))?;
         println!("{text}");
     } else {
-        println!("engine {} in {}", db.spec(), db.dir().display());
-        for (k, v) in st.flatten() {
-            if v.fract() == 0.0 {
-                println!("{k:<28} {v:.0}");
-            } else {
-                println!("{k:<28} {v:.4}");
-            }
-        }
+        stats::print_text(&db, &st);
     }
     Ok(0)
 }
@@ -179,6 +220,48 @@ pub fn check(s: &StoreArgs) -> Result<u8> {
     Ok(0)
 }
 
+pub fn dump(s: &StoreArgs, a: &DumpArgs) -> Result<u8> {
+    let db = open_existing(s)?;
+    let sum = match &a.out {
+        Some(p) => {
+            let mut f = std::fs::File::create(p).map_err(|e| Error::io("create", p, e))?;
+            let sum = dump::dump(&db, &mut f)?;
+            f.sync_all().map_err(|e| Error::io("fsync", p, e))?;
+            sum
+        }
+        None => dump::dump(&db, &mut std::io::stdout().lock())?,
+    };
+    db.close()?;
+    eprintln!(
+        "tierkv: dumped {} records, skipped {} damaged",
+        sum.records, sum.skipped
+    );
+    Ok(if sum.skipped > 0 {
+        crate::EXIT_PARTIAL
+    } else {
+        0
+    })
+}
+
+pub fn load(s: &StoreArgs, a: &LoadArgs) -> Result<u8> {
+    let mut input: Box<dyn std::io::BufRead> = match &a.input {
+        Some(p) => Box::new(std::io::BufReader::new(
+            std::fs::File::open(p).map_err(|e| Error::io("open", p, e))?,
+        )),
+        None => Box::new(std::io::stdin().lock()),
+    };
+    let (o, manifest) = resolve(s)?;
+    let db = match manifest {
+        Some(_) => Db::open_existing(&s.dir, o)?,
+        None => Db::open(&s.dir, o)?,
+    };
+    warn_if_volatile(&db);
+    let n = dump::load(&db, &mut input)?;
+    db.close()?;
+    eprintln!("tierkv: loaded {n} records into {}", s.dir.display());
+    Ok(0)
+}
+
 pub fn engines() -> Result<u8> {
     for d in tierkv::ENGINES {
         let tiers: Vec<String> = d.tiers.iter().map(ToString::to_string).collect();
@@ -187,8 +270,9 @@ pub fn engines() -> Result<u8> {
         } else {
             format!("dram + {}", tiers.join(" + "))
         };
+        let limit = Db::limits_for(&Options::default().engine(d.name))?.max_value_len;
         println!(
-            "{:<10} variants: {:<22} tiers: {:<22} {}",
+            "{:<10} variants: {:<22} tiers: {:<22} values up to {limit} bytes. {}",
             d.name,
             d.variants.join("|"),
             tiers,

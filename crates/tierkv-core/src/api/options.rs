@@ -18,6 +18,9 @@ use super::size::ByteSize;
 use super::spec::EngineSpec;
 use crate::media::Media;
 
+/// The engine of [`Options::default`]: `prism`, persistent (the facade's registry lists it
+/// first).
+pub const DEFAULT_ENGINE: &str = "prism";
 /// Default maximum key length (1 KiB).
 pub const DEFAULT_MAX_KEY_LEN: usize = 1 << 10;
 /// Default maximum value length (1 MiB).
@@ -111,7 +114,7 @@ impl EmulatedLatency {
 pub struct PmemOptions {
     /// Directory of the pool file (`pmem.pool`); default: the data directory.
     pub dir: Option<PathBuf>,
-    /// Pool size (the file is created sparse).
+    /// Pool size (every block of the file is allocated at creation).
     pub size: ByteSize,
     /// Durability mode.
     pub mode: DurabilityMode,
@@ -248,7 +251,8 @@ impl Limits {
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Options {
-    /// The engine spec (`dram`, `prism@queue_depth=1`, `hetermm:hash`, ...).
+    /// The engine spec (`prism`, `prism@queue_depth=1`, `dram`, `hetermm:hash`, ...;
+    /// default [`DEFAULT_ENGINE`]).
     pub engine: String,
     /// Create the store when the directory holds none (default true).
     pub create_if_missing: bool,
@@ -272,7 +276,9 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            engine: "dram".to_owned(),
+            // The default keeps what it acknowledged (issue 23 finding 5): the first
+            // persistent engine of the registry, never the volatile `dram`.
+            engine: DEFAULT_ENGINE.to_owned(),
             create_if_missing: true,
             dram_budget: ByteSize::mib(256),
             pmem: PmemOptions::default(),

@@ -1,5 +1,6 @@
 //! Building blocks shared by engines: concurrent in-DRAM indexes (and, as engines land,
 //! bloom filters, caches, epochs, budgets).
 
+pub(crate) mod falloc;
 pub mod index;
 pub mod prefetch;

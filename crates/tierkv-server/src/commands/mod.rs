@@ -62,9 +62,29 @@ impl From<tierkv::Error> for CmdError {
         CmdError::new(match e {
             tierkv::Error::InvalidArgument(m) => format!("ERR {m}"),
             tierkv::Error::NoSpace { .. } => format!("OOM {e}"),
-            tierkv::Error::Poisoned(_) => format!("MISCONF {e}"),
+            tierkv::Error::Poisoned(why) => format!("MISCONF {}", misconf(&why)),
             other => format!("ERR {other}"),
         })
+    }
+}
+
+/// The text of a `MISCONF` reply: what failed, and what helps (issue 23 finding 2). After
+/// a transient failure a restart (which reopens the store) helps; after the engine's
+/// background work ran out of space it does not, because the reopened engine meets the
+/// full tier again at once. Then the reply names what does help.
+fn misconf(why: &str) -> String {
+    if why.contains("no space left") {
+        format!(
+            "the store refuses writes and deletes: its background work ran out of space \
+             ({why}). Restarting the server does not help while the tier is full: stop it and \
+             delete keys with `tierkv del --dir DIR KEY` (one process each), or copy the \
+             store to larger tiers with `tierkv dump` and `tierkv load`"
+        )
+    } else {
+        format!(
+            "the store refuses writes after an earlier failure ({why}); restart the server \
+             to reopen it"
+        )
     }
 }
 
@@ -289,5 +309,11 @@ mod tests {
         assert!(e.0.starts_with("OOM "), "{}", e.0);
         let e: CmdError = tierkv::Error::Poisoned("fsync".into()).into();
         assert!(e.0.starts_with("MISCONF "), "{}", e.0);
+        assert!(e.0.contains("restart the server"), "{}", e.0);
+        let full = tierkv::Error::no_space(tierkv::Tier::Flash, "no free chunk").to_string();
+        let e: CmdError = tierkv::Error::Poisoned(full).into();
+        assert!(e.0.starts_with("MISCONF "), "{}", e.0);
+        assert!(!e.0.contains("reopen"), "{}", e.0);
+        assert!(e.0.contains("tierkv del"), "{}", e.0);
     }
 }

@@ -10,6 +10,8 @@
     reason = "test helpers: a failure here is a test failure"
 )]
 
+pub mod proc;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;

@@ -168,3 +168,29 @@ fn open_with_engine_opens_an_unregistered_descriptor_named_by_the_spec() {
     db.put(b"k", b"v").unwrap();
     assert_eq!(db.get(b"k").unwrap(), Some(b"v".to_vec()));
 }
+
+#[test]
+fn the_default_engine_is_the_first_registered_and_persistent() {
+    let spec = Options::default().engine_spec().unwrap();
+    assert_eq!(spec.name, crate::ENGINES[0].name);
+    assert!(
+        !crate::ENGINES[0].volatile,
+        "the default engine must keep what it acknowledged"
+    );
+}
+
+#[test]
+fn creation_over_another_stores_files_without_a_manifest_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join(POOL_FILE), b"someone's pool").unwrap();
+    let e = Db::open(d.path(), opts()).unwrap_err();
+    assert!(e.to_string().contains("no MANIFEST"), "{e}");
+    assert!(!d.path().join(MANIFEST_FILE).exists());
+    std::fs::remove_file(d.path().join(POOL_FILE)).unwrap();
+    std::fs::create_dir(d.path().join(FLASH_DIR)).unwrap();
+    std::fs::write(d.path().join(FLASH_DIR).join("x.vs"), b"data").unwrap();
+    let e = Db::open(d.path(), opts()).unwrap_err();
+    assert!(e.to_string().contains("flash"), "{e}");
+    std::fs::remove_dir_all(d.path().join(FLASH_DIR)).unwrap();
+    Db::open(d.path(), opts()).unwrap().close().unwrap();
+}

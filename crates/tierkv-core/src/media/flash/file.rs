@@ -244,6 +244,10 @@ impl FlashFile {
                 c.add(len as u64);
                 Ok(())
             }
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => Err(Error::no_space(
+                Tier::Flash,
+                format!("{} {}: {e}", op.name(), self.inner.path.display()),
+            )),
             Err(e) => Err(Error::io(op.name(), &self.inner.path, e)),
         }
     }
@@ -262,29 +266,20 @@ fn create_on_disk(core: &DeviceCore, path: &Path, len: u64) -> Result<(File, boo
     Ok((file, direct))
 }
 
-/// Reserves `len` bytes for the file (`fallocate`, or `ftruncate` where unsupported).
+/// Reserves `len` bytes for the file (`fallocate`, or `ftruncate` where unsupported: flash
+/// files are written with `pwrite`, never mapped, so a write into a hole of a full
+/// filesystem fails with ENOSPC, reported as [`Error::NoSpace`], rather than SIGBUS).
 fn allocate(file: &File, path: &Path, len: u64) -> Result<()> {
-    let Ok(off_len) = libc::off_t::try_from(len) else {
-        return Err(Error::invalid(format!(
-            "flash file length {len} is too large"
-        )));
-    };
-    // SAFETY: the descriptor is open for writing and owned by `file` for the whole call.
-    #[expect(unsafe_code, reason = "fallocate(2) on a descriptor we own")]
-    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, off_len) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let e = io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::ENOSPC) => Err(Error::no_space(
+    match crate::common::falloc::fallocate(file, len) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => Err(Error::no_space(
             Tier::Flash,
             format!("cannot allocate {len} bytes for {}: {e}", path.display()),
         )),
-        Some(libc::EOPNOTSUPP) => file
+        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => file
             .set_len(len)
             .map_err(|e| Error::io("ftruncate", path, e)),
-        _ => Err(Error::io("fallocate", path, e)),
+        Err(e) => Err(Error::io("fallocate", path, e)),
     }
 }
 

@@ -21,8 +21,8 @@
 //!    pool — in this process or another — maps or resizes it at the same time. (`flock`
 //!    is advisory: a foreign program that truncates the file anyway makes later accesses
 //!    raise `SIGBUS`, a process crash rather than undefined behaviour in Rust terms. The
-//!    same holds if a sparse pool's filesystem runs out of space on a page fault;
-//!    `PmemPool::create` refuses a pool larger than the space the filesystem has free.)
+//!    same would hold for a page fault into a hole on a full filesystem, so `file.rs`
+//!    allocates every block of the pool before it is mapped, at create and at open.)
 //! 3. **Every byte is initialized.** A shared file mapping reads back file contents or
 //!    zeros (holes), never uninitialized memory; `u8` and `u64` have no invalid values, so
 //!    any bytes are valid values of the types handed out.
