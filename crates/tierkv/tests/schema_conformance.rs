@@ -1,7 +1,7 @@
-//! The schema API conformance suite (`tierkv_testkit::schema`) through the facade: the
-//! consolidated adapter over `dram`, `prism` and `hetermm` (and `hetermm:hash`, whose
-//! scans must be `Unsupported`), the scattered adapter over `dram`; schemas and rows
-//! survive a reopen.
+//! The schema API conformance suite (`tierkv_testkit::schema`) through the facade: `focus`
+//! natively, the consolidated adapter over `dram`, `prism` and `hetermm` (and
+//! `hetermm:hash`, whose scans must be `Unsupported`), the scattered adapter over `dram`;
+//! schemas and rows survive a reopen.
 
 #![allow(clippy::unwrap_used, reason = "test code: an unwrap is an assertion")]
 
@@ -22,7 +22,7 @@ fn options(engine: &str) -> Options {
 }
 
 const PRISM: &str = "prism@pwb_count=2,pwb_size=64KiB,chunk_size=64KiB";
-const ENGINES: &[&str] = &["dram:btree", PRISM, "hetermm:btree"];
+const ENGINES: &[&str] = &["focus", "dram:btree", PRISM, "hetermm:btree"];
 
 fn model(engine: &str, scans: bool) {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
@@ -73,7 +73,7 @@ fn concurrent_updates_of_different_fields_lose_nothing_on_every_engine() {
 
 #[test]
 fn schemas_and_rows_survive_a_reopen() {
-    for e in [PRISM, "hetermm:btree"] {
+    for e in ["focus", PRISM, "hetermm:btree"] {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         let id;
         {
@@ -99,4 +99,16 @@ fn schemas_and_rows_survive_a_reopen() {
             "{e}"
         );
     }
+}
+
+#[test]
+fn focus_offers_its_native_schema_store() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let db = Db::open(dir.path(), options("focus")).unwrap();
+    let s = db.schema_store().unwrap();
+    let id = s.create_schema("t", &[FieldDef::fixed("a", 1)]).unwrap().id;
+    s.put_row(id, b"k", &[b"x"]).unwrap();
+    // Native rows are no 0xFF-prefixed values in the plain key space.
+    assert!(db.scan(&b""[..].., 10).unwrap().is_empty());
+    assert_eq!(db.stats().counters["focus_rows_put"], 1);
 }

@@ -163,6 +163,11 @@ impl FocusStore {
         self.index.get(&index_key(schema, key))
     }
 
+    /// The persistent log (tests and tools).
+    pub fn plog(&self) -> &PLog {
+        &self.plog
+    }
+
     pub(crate) fn index_len(&self) -> usize {
         self.index.len()
     }
