@@ -25,6 +25,7 @@
 //! | §V-B | partial read: tail to head, stop once every field is found | `swim.rs` |
 //! | §V-B, Alg. 1 | cacheline-aware in-place merge | not yet (FORMAT.md § Not yet implemented) |
 //! | §V-C | SeaCache | not yet (FORMAT.md § Not yet implemented) |
+//! | §I (one sentence) | garbage collection of CLog/DLog chunks, thread `focus:gc` | `gc.rs` |
 //! | (ours) | record key, schema id, sequence number, checksums, epochs; recovery | `format/`, `recovery.rs`, FORMAT.md |
 //! | (ours) | `tierkv check` | `check.rs` |
 //!
@@ -45,6 +46,7 @@
 
 mod check;
 pub mod format;
+pub mod gc;
 pub mod options;
 pub mod plog;
 mod recovery;
@@ -68,7 +70,7 @@ pub const DESCRIPTOR: EngineDescriptor = EngineDescriptor {
     tiers: &[Tier::Pmem],
     volatile: false,
     min_pmem_size: 4 << 20,
-    max_value_len: Some(256 << 10),
+    max_value_len: Some(60 << 10),
     open,
 };
 
@@ -93,6 +95,8 @@ impl FocusStore {
         } else {
             recovery::open(pool, opts, limits)?
         };
-        Ok(Arc::new(store))
+        let store = Arc::new(store);
+        store.start()?;
+        Ok(store)
     }
 }

@@ -3,19 +3,24 @@
 //!
 //! | option | paper | default | meaning |
 //! |---|---|---|---|
-//! | `chunk_size` | unspecified | 1 MiB | bytes of a CLog/DLog chunk (§V-A); fixed at creation |
+//! | `chunk_size` | unspecified | pool / 64, 64 KiB..1 MiB | bytes of a CLog/DLog chunk (§V-A); fixed at creation; a value or row must fit one |
 //! | `log_shards` | - | 4 | pairs of open CLog/DLog chunks; writer threads map onto them by a thread id, each pair appends under its own lock |
 //! | `restore_point` | 5 (§V-B) | 5 | deltas a chain may hold; the next update of the row rewrites it whole (a restore point) |
 //! | `swim` | on | on | `off`: every update rewrites the whole record in the CLog (the ablation of §VI-C) |
+//! | `gc_threshold` | - | 0.25 | GC collects chunks while fewer than this fraction of the region's chunks are free |
 //!
-//! Not yet offered (FORMAT.md § Not yet implemented): the in-place merge, SeaCache and GC.
+//! Not yet offered (FORMAT.md § Not yet implemented): the in-place merge and SeaCache.
 //!
 //! Thread safety: plain values.
 
 use tierkv_core::{ByteSize, EngineParams, Error, Result, Switch};
 
-/// Default chunk size.
+/// Largest default chunk size.
 pub const DEFAULT_CHUNK_SIZE: u64 = 1 << 20;
+/// Smallest default chunk size (values up to about 60 KiB fit).
+pub const MIN_DEFAULT_CHUNK_SIZE: u64 = 64 << 10;
+/// Default GC threshold.
+pub const DEFAULT_GC_THRESHOLD: f64 = 0.25;
 /// Smallest and largest chunk size.
 pub const CHUNK_SIZE_RANGE: (u64, u64) = (16 << 10, 64 << 20);
 /// The paper's restore point: "a threshold, typically set at 5" (§V-B).
@@ -24,25 +29,28 @@ pub const DEFAULT_RESTORE_POINT: u32 = 5;
 pub const DEFAULT_LOG_SHARDS: usize = 4;
 
 /// Everything the engine is configured with.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct FocusOptions {
-    /// Bytes per chunk (a new store; a reopened one keeps its own).
-    pub chunk_size: u64,
+    /// Bytes per chunk, if the spec sets it (a reopened store keeps its own).
+    pub chunk_size: Option<u64>,
     /// Pairs of open CLog/DLog chunks.
     pub log_shards: usize,
     /// Deltas a chain may hold before an update writes a restore point.
     pub restore_point: u32,
     /// swim on (deltas) or off (whole-record updates).
     pub swim: bool,
+    /// Free fraction of chunks below which GC runs.
+    pub gc_threshold: f64,
 }
 
 impl Default for FocusOptions {
     fn default() -> Self {
         FocusOptions {
-            chunk_size: DEFAULT_CHUNK_SIZE,
+            chunk_size: None,
             log_shards: DEFAULT_LOG_SHARDS,
             restore_point: DEFAULT_RESTORE_POINT,
             swim: true,
+            gc_threshold: DEFAULT_GC_THRESHOLD,
         }
     }
 }
@@ -52,24 +60,41 @@ impl FocusOptions {
     pub fn from_params(mut p: EngineParams) -> Result<FocusOptions> {
         let d = FocusOptions::default();
         let o = FocusOptions {
-            chunk_size: p.take("chunk_size", ByteSize(d.chunk_size))?.bytes(),
+            chunk_size: match p.take("chunk_size", ByteSize(0))?.bytes() {
+                0 => None,
+                n => Some(n),
+            },
             log_shards: p.take("log_shards", d.log_shards)?,
             restore_point: p.take("restore_point", d.restore_point)?,
             swim: p.take("swim", Switch(d.swim))?.0,
+            gc_threshold: p.take("gc_threshold", d.gc_threshold)?,
         };
         p.finish()?;
         o.validate()?;
         Ok(o)
     }
 
+    /// The chunk size of a new store in a pool of `pool_len` bytes: the one given, or
+    /// 1/64 of the pool rounded down to a power of two, within 64 KiB ..= 1 MiB.
+    pub fn chunk_size_for(&self, pool_len: u64) -> u64 {
+        self.chunk_size.unwrap_or_else(|| {
+            let c = (pool_len / 64).max(1);
+            (1u64 << (63 - c.leading_zeros())).clamp(MIN_DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_SIZE)
+        })
+    }
+
     /// Checks ranges.
     pub fn validate(&self) -> Result<()> {
         let (lo, hi) = CHUNK_SIZE_RANGE;
-        if !self.chunk_size.is_power_of_two() || !(lo..=hi).contains(&self.chunk_size) {
+        if let Some(c) = self.chunk_size
+            && (!c.is_power_of_two() || !(lo..=hi).contains(&c))
+        {
             return Err(Error::invalid(format!(
-                "focus chunk_size {} must be a power of two in {lo}..={hi}",
-                self.chunk_size
+                "focus chunk_size {c} must be a power of two in {lo}..={hi}"
             )));
+        }
+        if !(0.0..=0.9).contains(&self.gc_threshold) {
+            return Err(Error::invalid("focus gc_threshold must be in 0..=0.9"));
         }
         if !(1..=64).contains(&self.log_shards) {
             return Err(Error::invalid("focus log_shards must be in 1..=64"));
@@ -97,13 +122,18 @@ mod tests {
         let o = parse("focus@restore_point=8,swim=off,chunk_size=64KiB").unwrap_or_default();
         assert_eq!(
             (o.restore_point, o.swim, o.chunk_size),
-            (8, false, 64 << 10)
+            (8, false, Some(64 << 10))
         );
+        let d = FocusOptions::default();
+        assert_eq!(d.chunk_size_for(4 << 20), 64 << 10);
+        assert_eq!(d.chunk_size_for(40 << 20), 512 << 10);
+        assert_eq!(d.chunk_size_for(1 << 40), 1 << 20);
         for bad in [
             "focus@restore_point=0",
             "focus@chunk_size=3000",
             "focus@nope=1",
             "focus@log_shards=0",
+            "focus@gc_threshold=2",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }

@@ -52,6 +52,25 @@ pub struct PlogCounters {
     pub bytes_appended: Counter,
 }
 
+/// A function called at each persist point (tests: crash images at every point).
+pub type PersistHook = Arc<dyn Fn(PersistPoint) + Send + Sync>;
+
+/// The moments `PLog` calls its [`PersistHook`]: just before each persist (or allocation)
+/// that the crash-consistency argument of FORMAT.md depends on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PersistPoint {
+    /// Before the superblock's `next_epoch` is persisted.
+    Epoch,
+    /// Before a chunk is allocated.
+    Alloc,
+    /// Before a new chunk's header is persisted (it is written).
+    ChunkHeader,
+    /// Before a record is persisted (it is written).
+    Record,
+    /// Before a collected chunk's cleared magic is persisted (GC).
+    Release,
+}
+
 /// The PLog.
 pub struct PLog {
     pool: Arc<PmemPool>,
@@ -61,6 +80,12 @@ pub struct PLog {
     next_epoch: Mutex<u64>,
     shards: Box<[Mutex<Shard>]>,
     catalog: Mutex<Option<Active>>,
+    /// The open chunks GC copies live rows into (never a writer's).
+    gc_shard: Mutex<Shard>,
+    /// Every chunk of the store: offset -> (kind, epoch).
+    chunks: Mutex<std::collections::BTreeMap<u64, (ChunkKind, u32)>>,
+    total_chunks: u64,
+    hook: parking_lot::RwLock<Option<PersistHook>>,
     /// Chunk counters.
     pub counters: PlogCounters,
 }
@@ -81,13 +106,28 @@ impl PLog {
     ) -> PLog {
         PLog {
             chunk_size: alloc.chunk_size(),
+            total_chunks: alloc.layout().chunk_count,
             pool,
             alloc,
             sb_off,
             next_epoch: Mutex::new(next_epoch),
             shards: (0..shards.max(1)).map(|_| Mutex::default()).collect(),
             catalog: Mutex::new(None),
+            gc_shard: Mutex::default(),
+            chunks: Mutex::default(),
+            hook: parking_lot::RwLock::new(None),
             counters: PlogCounters::default(),
+        }
+    }
+
+    /// Installs (or, with `None`, removes) the persist hook.
+    pub fn set_persist_hook(&self, hook: Option<PersistHook>) {
+        *self.hook.write() = hook;
+    }
+
+    fn point(&self, p: PersistPoint) {
+        if let Some(h) = self.hook.read().as_ref() {
+            h(p);
         }
     }
 
@@ -142,19 +182,24 @@ impl PLog {
             // IMPORTANT: the epoch is durable as used before any record carries it, so no
             // later life of any chunk reuses it (FORMAT.md § Chunks).
             self.pool.store_u64(self.sb_off + NEXT_EPOCH_OFF, e + 1)?;
+            self.point(PersistPoint::Epoch);
             self.pool.persist(self.sb_off + NEXT_EPOCH_OFF, 8)?;
             *next = e + 1;
             e
         };
+        self.point(PersistPoint::Alloc);
         let off = self.alloc.alloc_chunk(kind.tag())?;
         let h = ChunkHeader {
             kind,
             epoch: epoch as u32,
         };
-        self.pool.write_persist(off, &h.encode())?;
+        self.pool.write(off, &h.encode())?;
+        self.point(PersistPoint::ChunkHeader);
+        self.pool.persist(off, HEADER_LEN)?;
         if let Some(c) = self.counters.chunks_opened.get(kind as usize - 1) {
             c.incr();
         }
+        self.register(off, kind, h.epoch);
         Ok(Active {
             off,
             epoch: h.epoch,
@@ -187,6 +232,7 @@ impl PLog {
         let at = a.off + a.used;
         // IMPORTANT: the record is durable before it is published (index) or acknowledged.
         self.pool.write(at, &h.encode(key, body))?;
+        self.point(PersistPoint::Record);
         self.pool.persist(at, len as usize)?;
         a.used += len;
         self.counters.bytes_appended.add(len);
@@ -208,6 +254,60 @@ impl PLog {
         self.append_in(slot, kind, h, key, body)
     }
 
+    /// Appends a record to GC's own open chunk of `kind` (CLog or DLog).
+    pub fn append_gc(
+        &self,
+        kind: ChunkKind,
+        h: RecordHeader,
+        key: &[u8],
+        body: &[u8],
+    ) -> Result<u64> {
+        let mut shard = self.gc_shard.lock();
+        let slot = if kind == ChunkKind::CLog {
+            &mut shard.clog
+        } else {
+            &mut shard.dlog
+        };
+        self.append_in(slot, kind, h, key, body)
+    }
+
+    /// Records that the chunk at `off` belongs to the store (open and recovery).
+    pub fn register(&self, off: u64, kind: ChunkKind, epoch: u32) {
+        self.chunks.lock().insert(off, (kind, epoch));
+    }
+
+    /// Every chunk of the store: (offset, kind, epoch).
+    pub fn chunks(&self) -> Vec<(u64, ChunkKind, u32)> {
+        self.chunks
+            .lock()
+            .iter()
+            .map(|(o, (k, e))| (*o, *k, *e))
+            .collect()
+    }
+
+    /// Chunks of the region not in use.
+    pub fn free_chunks(&self) -> u64 {
+        self.total_chunks
+            .saturating_sub(self.chunks.lock().len() as u64)
+    }
+
+    /// Chunks in the allocator region.
+    pub fn total_chunks(&self) -> u64 {
+        self.total_chunks
+    }
+
+    /// Frees a chunk nothing refers to any more: its header's magic is cleared and
+    /// persisted first, so that a later life of the chunk never shows this header
+    /// (FORMAT.md § Chunks), then it goes back to the allocator.
+    pub fn release(&self, off: u64) -> Result<()> {
+        self.pool.store_u64(off, 0)?;
+        self.point(PersistPoint::Release);
+        self.pool.persist(off, 8)?;
+        self.alloc.free_chunk(off)?;
+        self.chunks.lock().remove(&off);
+        Ok(())
+    }
+
     /// Appends a schema record to the catalog chunk.
     pub fn append_catalog(&self, h: RecordHeader, body: &[u8]) -> Result<u64> {
         let mut slot = self.catalog.lock();
@@ -226,6 +326,9 @@ impl PLog {
             .flatten()
             .collect();
         v.extend(*self.catalog.lock());
+        let g = self.gc_shard.lock();
+        v.extend(g.clog);
+        v.extend(g.dlog);
         v
     }
 }

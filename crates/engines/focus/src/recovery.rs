@@ -43,9 +43,10 @@ pub fn create(pool: Arc<PmemPool>, opts: FocusOptions, limits: Limits) -> Result
         .len()
         .checked_sub(alloc_off)
         .ok_or_else(|| Error::no_space(Tier::Pmem, "the pool is too small for a FOCUS store"))?;
-    let alloc = PmemAllocator::format(pool.clone(), alloc_off, region, opts.chunk_size)?;
+    let chunk_size = opts.chunk_size_for(pool.len());
+    let alloc = PmemAllocator::format(pool.clone(), alloc_off, region, chunk_size)?;
     let sb = Superblock {
-        chunk_size: opts.chunk_size,
+        chunk_size,
         alloc_off,
     };
     pool.write_persist(sb_off, &sb.encode())?;
@@ -66,7 +67,7 @@ struct Found {
 }
 
 /// Reads the records of the chunk at `off` (header `h`); returns where they end.
-fn scan_chunk(
+pub(crate) fn scan_chunk(
     pool: &PmemPool,
     off: u64,
     size: u64,
@@ -106,6 +107,12 @@ pub fn open(pool: Arc<PmemPool>, mut opts: FocusOptions, limits: Limits) -> Resu
     let sb = Superblock::decode(pool.read(sb_off, superblock::LEN as usize)?, sb_off)?;
     let next_epoch = pool.load_u64(sb_off + NEXT_EPOCH_OFF)?;
     let alloc = PmemAllocator::open(pool.clone(), sb.alloc_off)?;
+    if opts.chunk_size.is_some_and(|c| c != sb.chunk_size) {
+        return Err(Error::invalid(format!(
+            "this focus store was created with chunk_size {}",
+            sb.chunk_size
+        )));
+    }
     if alloc.chunk_size() != sb.chunk_size {
         return Err(Error::corruption(
             Tier::Pmem,
@@ -113,7 +120,7 @@ pub fn open(pool: Arc<PmemPool>, mut opts: FocusOptions, limits: Limits) -> Resu
             "the allocator's chunk size is not the superblock's",
         ));
     }
-    opts.chunk_size = sb.chunk_size;
+    opts.chunk_size = Some(sb.chunk_size);
     let mut records: HashMap<u64, Found> = HashMap::new();
     let mut schemas: Vec<Schema> = Vec::new();
     let mut open_chunks: Vec<(ChunkKind, Active)> = Vec::new();
@@ -166,6 +173,9 @@ pub fn open(pool: Arc<PmemPool>, mut opts: FocusOptions, limits: Limits) -> Resu
         }
     }
     let plog = PLog::new(pool, alloc, sb_off, next_epoch, opts.log_shards);
+    for (kind, a) in &open_chunks {
+        plog.register(a.off, *kind, a.epoch);
+    }
     // Chunks with room for a small record are appended to again.
     open_chunks.sort_by_key(|(_, a)| std::cmp::Reverse(a.used));
     for (kind, a) in open_chunks {

@@ -28,6 +28,14 @@ pub struct FocusCounters {
     pub chain_steps: Counter,
     /// Schemas created.
     pub schemas_created: Counter,
+    /// Chunks collected by GC.
+    pub gc_chunks: Counter,
+    /// Rows GC rewrote (restore points) to free a chunk.
+    pub gc_rewrites: Counter,
+    /// Tombstones GC appended again.
+    pub gc_tombstones: Counter,
+    /// Writes that waited for GC to make room.
+    pub write_stalls: Counter,
     /// Records found valid at the last recovery.
     pub recovered_records: Counter,
     /// Microseconds the last recovery took.
@@ -54,6 +62,11 @@ impl FocusStore {
         counter("chain_steps", c.chain_steps.get());
         counter("schemas_created", c.schemas_created.get());
         counter("recovered_records", c.recovered_records.get());
+        counter("gc_chunks", c.gc_chunks.get());
+        counter("gc_rewrites", c.gc_rewrites.get());
+        counter("gc_tombstones", c.gc_tombstones.get());
+        counter("write_stalls", c.write_stalls.get());
+        counter("free_chunks", self.plog.free_chunks());
         let p = &self.plog.counters;
         counter("clog_chunks_opened", p.chunks_opened[0].get());
         counter("dlog_chunks_opened", p.chunks_opened[1].get());

@@ -32,7 +32,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use tierkv_core::common::index::{BTreeIndex, ConcurrentIndex};
 use tierkv_core::schema::{Catalog, Stripes, codec};
 use tierkv_core::{
@@ -93,12 +93,20 @@ pub struct FocusStore {
     pub(crate) catalog: Catalog,
     pub(crate) schemas: RwLock<HashMap<SchemaId, Arc<SchemaInfo>>>,
     pub(crate) index: BTreeIndex<Arc<Entry>>,
-    stripes: Stripes,
+    pub(crate) stripes: Stripes,
     pub(crate) seq: AtomicU64,
     pub(crate) opts: FocusOptions,
     limits: Limits,
     pub(crate) counters: FocusCounters,
     closed: AtomicBool,
+    /// Serializes GC steps.
+    pub(crate) gc_lock: Mutex<()>,
+    /// Readers of records hold it shared; GC holds it exclusively to free a chunk.
+    pub(crate) reclaim: RwLock<()>,
+    /// GC's wake-ups (writers waiting for room, the thread waiting for work).
+    pub(crate) signal: Arc<crate::gc::Signal>,
+    poisoned: std::sync::OnceLock<String>,
+    bg: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl FocusStore {
@@ -139,6 +147,11 @@ impl FocusStore {
             },
             counters: FocusCounters::default(),
             closed: AtomicBool::new(false),
+            gc_lock: Mutex::new(()),
+            reclaim: RwLock::new(()),
+            signal: Arc::default(),
+            poisoned: std::sync::OnceLock::new(),
+            bg: Mutex::new(None),
         })
     }
 
@@ -188,6 +201,84 @@ impl FocusStore {
         self.limits.check_key(key)
     }
 
+    /// Checks a write: open, not poisoned, a valid key; waits (holding no lock) while free
+    /// chunks are below GC's hard floor and GC is making room.
+    fn admit_write(&self, key: &[u8]) -> Result<()> {
+        self.check_key(key)?;
+        if let Some(why) = self.poisoned.get() {
+            return Err(Error::Poisoned(why.clone()));
+        }
+        let floor = crate::gc::hard_floor(self.opts.log_shards);
+        let mut waited = 0;
+        while self.plog.free_chunks() < floor && waited < 500 && self.bg.lock().is_some() {
+            if waited == 0 {
+                self.counters.write_stalls.incr();
+            }
+            self.signal.notify();
+            self.signal.wait(std::time::Duration::from_millis(10));
+            waited += 1;
+        }
+        Ok(())
+    }
+
+    /// Refuses writes from now on (a background failure).
+    pub(crate) fn poison(&self, why: String) {
+        let _ = self.poisoned.set(why);
+    }
+
+    /// Starts the background threads (at open).
+    pub(crate) fn start(self: &Arc<Self>) -> Result<()> {
+        *self.bg.lock() = Some(crate::gc::spawn(self)?);
+        Ok(())
+    }
+
+    /// The index entry under an index key.
+    pub(crate) fn index_get(&self, ikey: &[u8]) -> Option<Arc<Entry>> {
+        self.index.get(ikey)
+    }
+
+    /// Appends a complete record or tombstone to GC's own chunks with the next sequence
+    /// number.
+    pub(crate) fn append_gc_record(
+        &self,
+        log: ChunkKind,
+        kind: RecordKind,
+        schema: SchemaId,
+        key: &[u8],
+        body: &[u8],
+    ) -> Result<u64> {
+        self.plog
+            .append_gc(log, self.next_header(kind, schema, key, 0, body), key, body)
+    }
+
+    /// A record header with the next sequence number (its epoch is the chunk's, set by
+    /// the PLog).
+    fn next_header(
+        &self,
+        kind: RecordKind,
+        schema: SchemaId,
+        key: &[u8],
+        prev: u64,
+        body: &[u8],
+    ) -> RecordHeader {
+        RecordHeader {
+            kind,
+            key_len: key.len() as u16,
+            body_len: body.len() as u32,
+            seq: self.seq.fetch_add(1, Ordering::Relaxed),
+            schema,
+            epoch: 0,
+            prev,
+        }
+    }
+
+    /// Moves a row's tail from `cur` to a complete record at `new` (stripe lock held).
+    pub(crate) fn replace_tail(&self, e: &Entry, cur: u64, new: u64) -> Result<()> {
+        self.cas_tail(e, cur, new)?;
+        e.deltas.store(0, Ordering::Release);
+        Ok(())
+    }
+
     /// Appends a record for `key` in `schema` with the next sequence number.
     fn append(
         &self,
@@ -198,16 +289,12 @@ impl FocusStore {
         prev: u64,
         body: &[u8],
     ) -> Result<u64> {
-        let h = RecordHeader {
-            kind,
-            key_len: key.len() as u16,
-            body_len: body.len() as u32,
-            seq: self.seq.fetch_add(1, Ordering::Relaxed),
-            schema,
-            epoch: 0,
-            prev,
-        };
-        self.plog.append(log, h, key, body)
+        self.plog.append(
+            log,
+            self.next_header(kind, schema, key, prev, body),
+            key,
+            body,
+        )
     }
 
     /// Installs a complete record at `off` as the row's chain (stripe lock held).
@@ -263,6 +350,7 @@ impl FocusStore {
 
     /// Reads fields `ids` of the chain ending at `e`'s tail.
     fn walk(&self, info: &SchemaInfo, e: &Entry, ids: &[FieldId]) -> Result<Walk> {
+        let _r = self.reclaim.read();
         let w = swim::read_fields(
             self.plog.pool(),
             &info.layout,
@@ -295,6 +383,7 @@ impl FocusStore {
 
     /// The value of a plain key (schema 0).
     fn get_plain(&self, e: &Entry) -> Result<Vec<u8>> {
+        let _r = self.reclaim.read();
         let pool = self.plog.pool();
         let off = e.tail.load(Ordering::Acquire);
         let h = swim::header(pool, off)?;
@@ -373,7 +462,7 @@ impl SchemaStore for FocusStore {
     }
 
     fn put_row(&self, schema: SchemaId, key: &[u8], values: &[&[u8]]) -> Result<()> {
-        self.check_key(key)?;
+        self.admit_write(key)?;
         let info = self.info(schema)?;
         info.schema.check_row(values)?;
         let ikey = index_key(schema, key);
@@ -387,7 +476,7 @@ impl SchemaStore for FocusStore {
         key: &[u8],
         set: &[(FieldId, &[u8])],
     ) -> Result<bool> {
-        self.check_key(key)?;
+        self.admit_write(key)?;
         let info = self.info(schema)?;
         info.schema.check_update(set)?;
         let ikey = index_key(schema, key);
@@ -467,7 +556,7 @@ impl SchemaStore for FocusStore {
     }
 
     fn delete_row(&self, schema: SchemaId, key: &[u8]) -> Result<()> {
-        self.check_key(key)?;
+        self.admit_write(key)?;
         self.info(schema)?;
         let ikey = index_key(schema, key);
         let _g = self.stripes.lock(&ikey);
@@ -485,7 +574,7 @@ impl KvStore for FocusStore {
     }
 
     fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.check_key(key)?;
+        self.admit_write(key)?;
         self.limits.check_value(value)?;
         let ikey = index_key(PLAIN_SCHEMA, key);
         let _g = self.stripes.lock(&ikey);
@@ -508,7 +597,7 @@ impl KvStore for FocusStore {
     }
 
     fn delete(&self, key: &[u8]) -> Result<()> {
-        self.check_key(key)?;
+        self.admit_write(key)?;
         let ikey = index_key(PLAIN_SCHEMA, key);
         let _g = self.stripes.lock(&ikey);
         self.remove(PLAIN_SCHEMA, key, &ikey)
@@ -538,7 +627,17 @@ impl KvStore for FocusStore {
 
     fn close(&self) -> Result<()> {
         self.shut();
-        Ok(())
+        self.signal.stop();
+        let handle = self.bg.lock().take();
+        if let Some(h) = handle
+            && h.thread().id() != std::thread::current().id()
+        {
+            let _ = h.join();
+        }
+        match self.poisoned.get() {
+            Some(why) => Err(Error::Poisoned(why.clone())),
+            None => Ok(()),
+        }
     }
 
     fn check(&self) -> Result<Vec<String>> {
@@ -548,5 +647,11 @@ impl KvStore for FocusStore {
 
     fn native_schema_store(self: Arc<Self>) -> Option<Arc<dyn SchemaStore>> {
         Some(self)
+    }
+}
+
+impl Drop for FocusStore {
+    fn drop(&mut self) {
+        let _ = KvStore::close(self);
     }
 }

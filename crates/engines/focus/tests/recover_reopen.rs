@@ -72,6 +72,7 @@ fn rows_chains_and_schemas_survive_a_reopen() {
     want.insert(extra_key, vec![vec![1; 8], b"x".to_vec()]);
     s.update_fields(id, b"key0001", &[(1, b"changed")]).unwrap();
     want.get_mut(&b"key0001"[..]).unwrap()[1] = b"changed".to_vec();
+    s.close().unwrap();
     drop(s);
     let s = common::reopen(&path, extra);
     let got: std::collections::BTreeMap<_, _> = s
@@ -102,6 +103,7 @@ fn plain_api_passes_the_model_test_across_a_reopen() {
         );
         let r = run_model(s.clone(), &cfg);
         s.check().unwrap();
+        s.close().unwrap();
         r.final_keys
     };
     let s = common::reopen(&path, "");
