@@ -27,7 +27,13 @@ pub fn check(store: &FocusStore) -> Result<Vec<String>> {
         for steps in 1..=MAX_CHAIN {
             let r = swim::header(pool, at).and_then(|h| {
                 let rec = pool.read(at, h.total_len() as usize)?;
-                record::verify(rec, &h, at)?;
+                // A complete record below deltas may be in the middle of an in-place
+                // merge after a crash: its body checksum is renewed by the next merge.
+                if h.kind == RecordKind::Row && steps > 1 {
+                    record::verify_header(rec, &h, at)?;
+                } else {
+                    record::verify(rec, &h, at)?;
+                }
                 let key = rec.get(record::HEADER_LEN..record::HEADER_LEN + usize::from(h.key_len));
                 let mut want = h.schema.to_le_bytes().to_vec();
                 want.extend_from_slice(key.unwrap_or_default());

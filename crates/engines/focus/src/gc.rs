@@ -77,7 +77,7 @@ impl FocusStore {
         // The keys with a record in the victim (tombstones apart).
         let mut keys: BTreeSet<(u32, Vec<u8>)> = BTreeSet::new();
         let mut tombs: BTreeSet<(u32, Vec<u8>)> = BTreeSet::new();
-        crate::recovery::scan_chunk(&pool, victim, size, header, |_, rh, rec| {
+        crate::recovery::scan_chunk(&pool, victim, size, header, |_, rh, rec, _| {
             let key = rec
                 .get(HEADER_LEN..HEADER_LEN + usize::from(rh.key_len))
                 .unwrap_or_default();

@@ -23,7 +23,7 @@
 //! | §V-B | swim: out-of-place delta append, CAS of the index | `store.rs` (`update_fields`) |
 //! | §V-B | restore point after N deltas (default 5) | `store.rs` (`update_fields`), `options.rs` |
 //! | §V-B | partial read: tail to head, stop once every field is found | `swim.rs` |
-//! | §V-B, Alg. 1 | cacheline-aware in-place merge | not yet (FORMAT.md § Not yet implemented) |
+//! | §V-B, Alg. 1 | cacheline-aware in-place merge, thread `focus:merge` | `merge.rs` |
 //! | §V-C | SeaCache | not yet (FORMAT.md § Not yet implemented) |
 //! | §I (one sentence) | garbage collection of CLog/DLog chunks, thread `focus:gc` | `gc.rs` |
 //! | (ours) | record key, schema id, sequence number, checksums, epochs; recovery | `format/`, `recovery.rs`, FORMAT.md |
@@ -47,6 +47,7 @@
 mod check;
 pub mod format;
 pub mod gc;
+pub mod merge;
 pub mod options;
 pub mod plog;
 mod recovery;

@@ -7,9 +7,10 @@
 //! | `log_shards` | - | 4 | pairs of open CLog/DLog chunks; writer threads map onto them by a thread id, each pair appends under its own lock |
 //! | `restore_point` | 5 (§V-B) | 5 | deltas a chain may hold; the next update of the row rewrites it whole (a restore point) |
 //! | `swim` | on | on | `off`: every update rewrites the whole record in the CLog (the ablation of §VI-C) |
+//! | `merge` | on (Alg. 1) | `cacheline` | `cacheline`: the in-place merge persists each dirty line once; `naive`: one persist per field; `off`: no merge |
 //! | `gc_threshold` | - | 0.25 | GC collects chunks while fewer than this fraction of the region's chunks are free |
 //!
-//! Not yet offered (FORMAT.md § Not yet implemented): the in-place merge and SeaCache.
+//! Not yet offered (FORMAT.md § Not yet implemented): SeaCache.
 //!
 //! Thread safety: plain values.
 
@@ -41,6 +42,8 @@ pub struct FocusOptions {
     pub swim: bool,
     /// Free fraction of chunks below which GC runs.
     pub gc_threshold: f64,
+    /// How the in-place merge persists (or whether it runs).
+    pub merge: crate::merge::MergeMode,
 }
 
 impl Default for FocusOptions {
@@ -51,6 +54,7 @@ impl Default for FocusOptions {
             restore_point: DEFAULT_RESTORE_POINT,
             swim: true,
             gc_threshold: DEFAULT_GC_THRESHOLD,
+            merge: crate::merge::MergeMode::Cacheline,
         }
     }
 }
@@ -68,6 +72,16 @@ impl FocusOptions {
             restore_point: p.take("restore_point", d.restore_point)?,
             swim: p.take("swim", Switch(d.swim))?.0,
             gc_threshold: p.take("gc_threshold", d.gc_threshold)?,
+            merge: match p.take("merge", "cacheline".to_string())?.as_str() {
+                "cacheline" => crate::merge::MergeMode::Cacheline,
+                "naive" => crate::merge::MergeMode::Naive,
+                "off" => crate::merge::MergeMode::Off,
+                other => {
+                    return Err(Error::invalid(format!(
+                        "focus merge={other}: cacheline, naive or off"
+                    )));
+                }
+            },
         };
         p.finish()?;
         o.validate()?;
@@ -134,6 +148,7 @@ mod tests {
             "focus@nope=1",
             "focus@log_shards=0",
             "focus@gc_threshold=2",
+            "focus@merge=fast",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }

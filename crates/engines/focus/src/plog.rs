@@ -125,7 +125,7 @@ impl PLog {
         *self.hook.write() = hook;
     }
 
-    fn point(&self, p: PersistPoint) {
+    pub(crate) fn point(&self, p: PersistPoint) {
         if let Some(h) = self.hook.read().as_ref() {
             h(p);
         }

@@ -66,14 +66,26 @@ struct Found {
     ikey: Vec<u8>,
 }
 
-/// Reads the records of the chunk at `off` (header `h`); returns where they end.
+/// How a record of a chunk checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Checked {
+    /// Both checksums match.
+    Valid,
+    /// The header checksum matches, the body's does not: a torn append, or a complete
+    /// record in the middle of an in-place merge (FORMAT.md § Merge).
+    BodyUnchecked,
+}
+
+/// Reads the records of the chunk at `off` (header `h`); returns where the last record
+/// whose header checks ends, and whether that record's body checked too.
 pub(crate) fn scan_chunk(
     pool: &PmemPool,
     off: u64,
     size: u64,
     h: ChunkHeader,
-    mut each: impl FnMut(u64, &RecordHeader, &[u8]) -> Result<()>,
-) -> Result<u64> {
+    mut each: impl FnMut(u64, &RecordHeader, &[u8], Checked) -> Result<()>,
+) -> Result<(u64, Checked)> {
+    let mut last = Checked::Valid;
     let mut at = CHUNK_HEADER_LEN as u64;
     while at + HEADER_LEN as u64 <= size {
         let Some(rh) = RecordHeader::decode(pool.read(off + at, HEADER_LEN)?, off + at)? else {
@@ -84,13 +96,17 @@ pub(crate) fn scan_chunk(
             break;
         }
         let rec = pool.read(off + at, len as usize)?;
-        if record::verify(rec, &rh, off + at).is_err() {
+        if record::verify_header(rec, &rh, off + at).is_err() {
             break;
         }
-        each(off + at, &rh, rec)?;
+        last = match record::verify(rec, &rh, off + at) {
+            Ok(()) => Checked::Valid,
+            Err(_) => Checked::BodyUnchecked,
+        };
+        each(off + at, &rh, rec, last)?;
         at += len;
     }
-    Ok(at)
+    Ok((at, last))
 }
 
 /// Opens the store in `pool`, recovering it.
@@ -124,6 +140,9 @@ pub fn open(pool: Arc<PmemPool>, mut opts: FocusOptions, limits: Limits) -> Resu
     let mut records: HashMap<u64, Found> = HashMap::new();
     let mut schemas: Vec<Schema> = Vec::new();
     let mut open_chunks: Vec<(ChunkKind, Active)> = Vec::new();
+    let mut sealed: Vec<(ChunkKind, Active)> = Vec::new();
+    // Complete records whose body did not check: kept only if a delta points at them.
+    let mut unchecked: Vec<u64> = Vec::new();
     let mut max_seq = 0;
     for kind in ChunkKind::ALL {
         for a in alloc.iter_chunks(kind.tag()).collect::<Vec<_>>() {
@@ -140,7 +159,13 @@ pub fn open(pool: Arc<PmemPool>, mut opts: FocusOptions, limits: Limits) -> Resu
                     "a chunk header that does not match its allocation or the superblock",
                 ));
             }
-            let end = scan_chunk(&pool, a.offset, a.size, h, |off, rh, rec| {
+            let (end, last) = scan_chunk(&pool, a.offset, a.size, h, |off, rh, rec, checked| {
+                if checked == Checked::BodyUnchecked {
+                    if rh.kind != RecordKind::Row {
+                        return Ok(());
+                    }
+                    unchecked.push(off);
+                }
                 let key = rec
                     .get(HEADER_LEN..HEADER_LEN + usize::from(rh.key_len))
                     .unwrap_or_default();
@@ -162,20 +187,24 @@ pub fn open(pool: Arc<PmemPool>, mut opts: FocusOptions, limits: Limits) -> Resu
                 );
                 Ok(())
             })?;
-            open_chunks.push((
-                kind,
-                Active {
-                    off: a.offset,
-                    epoch: h.epoch,
-                    used: end,
-                },
-            ));
+            let act = Active {
+                off: a.offset,
+                epoch: h.epoch,
+                used: end,
+            };
+            // A chunk ending in a record whose body did not check is not appended to.
+            if last == Checked::Valid {
+                open_chunks.push((kind, act));
+            } else {
+                sealed.push((kind, act));
+            }
         }
     }
     let plog = PLog::new(pool, alloc, sb_off, next_epoch, opts.log_shards);
-    for (kind, a) in &open_chunks {
+    for (kind, a) in open_chunks.iter().chain(&sealed) {
         plog.register(a.off, *kind, a.epoch);
     }
+    drop_torn_rows(&mut records, &unchecked);
     // Chunks with room for a small record are appended to again.
     open_chunks.sort_by_key(|(_, a)| std::cmp::Reverse(a.used));
     for (kind, a) in open_chunks {
@@ -193,6 +222,29 @@ pub fn open(pool: Arc<PmemPool>, mut opts: FocusOptions, limits: Limits) -> Resu
         .recovery_micros
         .set(started.elapsed().as_micros() as u64);
     Ok(store)
+}
+
+/// Keeps a complete record whose body checksum failed only when a valid delta of its key
+/// points at it (a merge was writing it; the deltas hold every field it touched);
+/// otherwise it was a torn append and is dropped.
+fn drop_torn_rows(records: &mut HashMap<u64, Found>, unchecked: &[u64]) {
+    let pointed: std::collections::HashSet<(u64, &[u8])> = records
+        .values()
+        .filter(|f| f.kind == RecordKind::Delta)
+        .map(|f| (f.prev, f.ikey.as_slice()))
+        .collect();
+    let torn: Vec<u64> = unchecked
+        .iter()
+        .copied()
+        .filter(|off| {
+            records
+                .get(off)
+                .is_none_or(|f| !pointed.contains(&(*off, f.ikey.as_slice())))
+        })
+        .collect();
+    for off in torn {
+        records.remove(&off);
+    }
 }
 
 /// Steps 4 and 5: newest version per key, chains checked, the index built.

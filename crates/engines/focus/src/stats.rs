@@ -28,6 +28,14 @@ pub struct FocusCounters {
     pub chain_steps: Counter,
     /// Schemas created.
     pub schemas_created: Counter,
+    /// In-place merges done.
+    pub merges: Counter,
+    /// Deltas those merges folded into complete records.
+    pub merged_deltas: Counter,
+    /// Merges skipped (a chain with a variable-field delta).
+    pub merges_skipped: Counter,
+    /// Cache lines persisted by merges.
+    pub merge_lines_persisted: Counter,
     /// Chunks collected by GC.
     pub gc_chunks: Counter,
     /// Rows GC rewrote (restore points) to free a chunk.
@@ -62,6 +70,10 @@ impl FocusStore {
         counter("chain_steps", c.chain_steps.get());
         counter("schemas_created", c.schemas_created.get());
         counter("recovered_records", c.recovered_records.get());
+        counter("merges", c.merges.get());
+        counter("merged_deltas", c.merged_deltas.get());
+        counter("merges_skipped", c.merges_skipped.get());
+        counter("merge_lines_persisted", c.merge_lines_persisted.get());
         counter("gc_chunks", c.gc_chunks.get());
         counter("gc_rewrites", c.gc_rewrites.get());
         counter("gc_tombstones", c.gc_tombstones.get());

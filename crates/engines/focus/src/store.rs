@@ -59,6 +59,8 @@ pub struct Entry {
     pub tail: AtomicU64,
     /// Deltas between the tail and the chain's complete record.
     pub deltas: AtomicU32,
+    /// A seqlock: odd while a merge writes the chain's complete record in place.
+    pub merging: AtomicU64,
 }
 
 impl Entry {
@@ -67,6 +69,7 @@ impl Entry {
         Arc::new(Entry {
             tail: AtomicU64::new(tail),
             deltas: AtomicU32::new(deltas),
+            merging: AtomicU64::new(0),
         })
     }
 }
@@ -107,6 +110,9 @@ pub struct FocusStore {
     pub(crate) signal: Arc<crate::gc::Signal>,
     poisoned: std::sync::OnceLock<String>,
     bg: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Rows waiting for an in-place merge, and the merge thread's signal.
+    pub(crate) merge_queue: Arc<crate::merge::MergeQueue>,
+    merger: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl FocusStore {
@@ -152,6 +158,8 @@ impl FocusStore {
             signal: Arc::default(),
             poisoned: std::sync::OnceLock::new(),
             bg: Mutex::new(None),
+            merge_queue: Arc::default(),
+            merger: Mutex::new(None),
         })
     }
 
@@ -229,6 +237,9 @@ impl FocusStore {
     /// Starts the background threads (at open).
     pub(crate) fn start(self: &Arc<Self>) -> Result<()> {
         *self.bg.lock() = Some(crate::gc::spawn(self)?);
+        if self.opts.merge != crate::merge::MergeMode::Off {
+            *self.merger.lock() = Some(crate::merge::spawn(self)?);
+        }
         Ok(())
     }
 
@@ -351,12 +362,23 @@ impl FocusStore {
     /// Reads fields `ids` of the chain ending at `e`'s tail.
     fn walk(&self, info: &SchemaInfo, e: &Entry, ids: &[FieldId]) -> Result<Walk> {
         let _r = self.reclaim.read();
-        let w = swim::read_fields(
-            self.plog.pool(),
-            &info.layout,
-            e.tail.load(Ordering::Acquire),
-            ids,
-        )?;
+        let w = loop {
+            // NOTE: the seqlock: a read that overlapped an in-place merge is done again.
+            let v = e.merging.load(Ordering::Acquire);
+            if v % 2 == 1 {
+                std::thread::yield_now();
+                continue;
+            }
+            let w = swim::read_fields(
+                self.plog.pool(),
+                &info.layout,
+                e.tail.load(Ordering::Acquire),
+                ids,
+            );
+            if e.merging.load(Ordering::Acquire) == v {
+                break w?;
+            }
+        };
         self.counters.reads.incr();
         self.counters.chain_steps.add(w.steps as u64);
         self.counters.ops.reads_from_pmem.incr();
@@ -511,6 +533,16 @@ impl SchemaStore for FocusStore {
         // IMPORTANT: the delta is durable (append persisted it) before the index moves.
         self.cas_tail(&e, prev, off)?;
         e.deltas.store(deltas + 1, Ordering::Release);
+        if self.opts.merge != crate::merge::MergeMode::Off
+            && set.iter().all(|(id, _)| {
+                matches!(
+                    info.layout.kind(*id),
+                    Ok(tierkv_core::FieldKind::Fixed { .. })
+                )
+            })
+        {
+            self.merge_queue.push(schema, key);
+        }
         self.counters.deltas_appended.incr();
         self.counters
             .ops
@@ -628,11 +660,12 @@ impl KvStore for FocusStore {
     fn close(&self) -> Result<()> {
         self.shut();
         self.signal.stop();
-        let handle = self.bg.lock().take();
-        if let Some(h) = handle
-            && h.thread().id() != std::thread::current().id()
-        {
-            let _ = h.join();
+        self.merge_queue.signal.stop();
+        let handles = [self.bg.lock().take(), self.merger.lock().take()];
+        for h in handles.into_iter().flatten() {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
         }
         match self.poisoned.get() {
             Some(why) => Err(Error::Poisoned(why.clone())),

@@ -9,12 +9,10 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tierkv_core::media::pmem::{CrashImageOptions, DurabilityMode};
+use tierkv_core::media::pmem::DurabilityMode;
 use tierkv_core::{FieldDef, FieldSelection, KvStore, SchemaStore};
 use tierkv_focus::FocusStore;
 
@@ -128,21 +126,7 @@ fn a_crash_at_every_persist_point_of_gc_loses_nothing() {
     let s = common::new_store(dir.path(), 8 << 20, DurabilityMode::Tracked, extra);
     let id = schema(&s);
     let (rows, plain) = writer(&s, id, 0, 400, seed);
-    let pool = s.plog().pool().clone();
-    let images: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
-    {
-        let (images, pool) = (images.clone(), pool.clone());
-        let n = std::sync::atomic::AtomicU64::new(seed);
-        s.plog().set_persist_hook(Some(Arc::new(move |_| {
-            let k = n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let o = if k.is_multiple_of(2) {
-                CrashImageOptions::lines()
-            } else {
-                CrashImageOptions::torn_words()
-            };
-            images.lock().push(pool.crash_image(k, o).unwrap());
-        })));
-    }
+    let images = common::capture_images(&s, seed);
     let (mut steps, mut checked) = (0, 0);
     while steps < 12 && s.gc_step().unwrap() {
         steps += 1;

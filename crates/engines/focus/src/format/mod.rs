@@ -47,3 +47,16 @@ pub(crate) fn le_u64(b: &[u8], at: usize) -> u64 {
     }
     u64::from_le_bytes(w)
 }
+
+/// `ChecksumMismatch` at pool offset `at` unless `got == want`.
+pub(crate) fn check_crc(got: u32, want: u32, at: u64) -> tierkv_core::Result<()> {
+    if got == want {
+        return Ok(());
+    }
+    Err(tierkv_core::Error::ChecksumMismatch {
+        tier: tierkv_core::Tier::Pmem,
+        offset: at,
+        expected: want,
+        got,
+    })
+}

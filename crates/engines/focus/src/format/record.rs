@@ -139,36 +139,30 @@ fn header_crc(head: &[u8], key: &[u8]) -> u32 {
     tierkv_core::format::checksum::mask(tierkv_core::format::checksum::crc32c_append(c, key))
 }
 
-/// Checks a whole record `rec` (header, key, body as read at `at`): both checksums.
-pub fn verify(rec: &[u8], h: &RecordHeader, at: u64) -> Result<()> {
+/// Checks the header checksum of a record `rec` (read at `at`): its header and key are what
+/// was written, so its lengths can be trusted.
+pub fn verify_header(rec: &[u8], h: &RecordHeader, at: u64) -> Result<()> {
     let key_end = HEADER_LEN + usize::from(h.key_len);
-    let body_end = key_end + h.body_len as usize;
-    let (Some(head), Some(key), Some(body)) = (
-        rec.get(..HCRC_OFF),
-        rec.get(HEADER_LEN..key_end),
-        rec.get(key_end..body_end),
-    ) else {
+    let (Some(head), Some(key)) = (rec.get(..HCRC_OFF), rec.get(HEADER_LEN..key_end)) else {
         return Err(Error::corruption(
             Tier::Pmem,
             at,
-            "record shorter than its lengths",
+            "record shorter than its key",
         ));
     };
-    for (got, off) in [
-        (header_crc(head, key), HCRC_OFF),
-        (masked_crc32c(body), BCRC_OFF),
-    ] {
-        let want = le_u32(rec, off);
-        if got != want {
-            return Err(Error::ChecksumMismatch {
-                tier: Tier::Pmem,
-                offset: at,
-                expected: want,
-                got,
-            });
-        }
-    }
-    Ok(())
+    let (got, want) = (header_crc(head, key), le_u32(rec, HCRC_OFF));
+    super::check_crc(got, want, at)
+}
+
+/// Checks a whole record `rec` (header, key, body as read at `at`): both checksums.
+pub fn verify(rec: &[u8], h: &RecordHeader, at: u64) -> Result<()> {
+    verify_header(rec, h, at)?;
+    let key_end = HEADER_LEN + usize::from(h.key_len);
+    let body = rec
+        .get(key_end..key_end + h.body_len as usize)
+        .ok_or_else(|| Error::corruption(Tier::Pmem, at, "record shorter than its body"))?;
+    let (got, want) = (masked_crc32c(body), le_u32(rec, BCRC_OFF));
+    super::check_crc(got, want, at)
 }
 
 #[cfg(test)]

@@ -71,15 +71,7 @@ impl Superblock {
                 supported: FORMAT_VERSION,
             });
         }
-        let (got, want) = (crc(b), le_u32(b, CRC_OFF));
-        if got != want {
-            return Err(Error::ChecksumMismatch {
-                tier: Tier::Pmem,
-                offset: at,
-                expected: want,
-                got,
-            });
-        }
+        super::check_crc(crc(b), le_u32(b, CRC_OFF), at)?;
         Ok(Superblock {
             chunk_size: le_u64(b, CHUNK_SIZE_OFF),
             alloc_off: le_u64(b, ALLOC_OFF_OFF),

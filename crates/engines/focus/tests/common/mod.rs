@@ -7,7 +7,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use tierkv_core::media::pmem::{DurabilityMode, EmulatedLatency, PmemConfig, PmemPool};
+use parking_lot::Mutex;
+use tierkv_core::media::pmem::{
+    CrashImageOptions, DurabilityMode, EmulatedLatency, PmemConfig, PmemPool,
+};
 use tierkv_core::{EngineSpec, Limits};
 use tierkv_focus::{FocusOptions, FocusStore};
 
@@ -75,4 +78,23 @@ pub fn new_store(dir: &Path, size: u64, mode: DurabilityMode, extra: &str) -> Ar
 pub fn reopen(path: &Path, extra: &str) -> Arc<FocusStore> {
     let pool = open_pool(path, DurabilityMode::Volatile);
     FocusStore::open(pool, options(extra), Limits::default(), false).expect("recover store")
+}
+
+/// Installs a persist hook on `s` (a Tracked pool) that takes a crash image just before
+/// every persist point, alternately line- and word-torn; returns where they collect.
+pub fn capture_images(s: &FocusStore, seed: u64) -> Arc<Mutex<Vec<Vec<u8>>>> {
+    let images: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+    let (out, pool) = (images.clone(), s.plog().pool().clone());
+    let n = std::sync::atomic::AtomicU64::new(seed);
+    s.plog().set_persist_hook(Some(Arc::new(move |_| {
+        let k = n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let o = if k.is_multiple_of(2) {
+            CrashImageOptions::lines()
+        } else {
+            CrashImageOptions::torn_words()
+        };
+        out.lock()
+            .push(pool.crash_image(k, o).expect("crash image"));
+    })));
+    images
 }
