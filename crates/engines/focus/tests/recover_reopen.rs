@@ -48,6 +48,7 @@ fn rows_chains_and_schemas_survive_a_reopen() {
             s.stats().counters["focus_clog_chunks_opened"] > 1,
             "chunks rolled over"
         );
+        s.close().unwrap();
         (id, want)
     };
     let s = common::reopen(&path, extra);
