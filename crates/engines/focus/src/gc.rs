@@ -139,7 +139,7 @@ impl FocusStore {
         } else {
             let info = self.info(schema)?;
             let all: Vec<FieldId> = (0..info.schema.len() as FieldId).collect();
-            let row = swim::read_fields(pool, &info.layout, tail, &all)?.values;
+            let row = swim::read_fields(pool, &info.layout, tail, &all, (0, 0))?.values;
             let refs: Vec<&[u8]> = row.iter().map(Vec::as_slice).collect();
             let body = info.layout.encode(&refs);
             self.append_gc_record(ChunkKind::CLog, RecordKind::Row, schema, key, &body)?

@@ -1,8 +1,14 @@
 //! The cacheline-aware in-place merge (FOCUS §V-B, Algorithm 1; FORMAT.md § Merge): the
 //! fixed-field values of a row's deltas are written into its complete record in the CLog,
-//! each dirty cache line is persisted once, the record's body checksum is renewed, and the
-//! index moves from the newest delta to the record, so that reads find every field in one
-//! entry again.
+//! each dirty cache line is persisted once and the record's body checksum is renewed. The
+//! chain itself stays as it is on pmem ("the index records the new version in the
+//! subsequent chain", §V-B), so recovery never depends on a merge; in DRAM the index entry
+//! remembers the newest merged delta, and a read that reaches it jumps straight to the
+//! complete record: after a merge a read takes one step plus one per newer delta.
+//!
+//! Why the chain stays: if the index left the merged deltas, GC could free some of them and
+//! not others, and recovery, which takes the newest version per key by sequence number,
+//! could then follow a surviving stale delta over the merged record.
 //!
 //! - **Which rows**: an update that appended a delta of fixed fields only queues its row
 //!   (a bounded queue; a full queue drops the request, the restore point still bounds the
@@ -24,8 +30,7 @@
 //! `bcrc` may not match its body; recovery accepts such a record because a valid delta of
 //! the same key points at it (a torn append never has one), and every field the merge
 //! touched is still in those deltas, which a read finds first. After the checksum, the
-//! record is valid on its own; after the index moves, the deltas are unreferenced and GC
-//! may free them.
+//! record is valid on its own. The chain is unchanged, so GC treats it as any other.
 //!
 //! Thread safety: the thread `focus:merge` runs [`FocusStore::merge_row`]; tests call it
 //! directly.
@@ -126,6 +131,11 @@ impl FocusStore {
         self.merge_queue.signal.notify();
     }
 
+    /// Rows waiting for a merge.
+    pub fn merges_pending(&self) -> usize {
+        self.merge_queue.len()
+    }
+
     /// Merges the deltas of a row into its complete record; false when there was nothing to
     /// merge (no deltas, a variable-field delta, no row).
     pub fn merge_row(&self, schema: u32, key: &[u8]) -> Result<bool> {
@@ -137,10 +147,14 @@ impl FocusStore {
         let info = self.info(schema)?;
         let pool = self.plog.pool().clone();
         let tail = e.tail.load(Ordering::Acquire);
-        // The chain, newest first: (delta offset, its body) ... down to the record.
+        let merged = e.merged.load(Ordering::Acquire);
+        // The unmerged deltas, newest first: (offset, body) ... down to the record.
         let mut deltas: Vec<(u64, Vec<u8>)> = Vec::new();
         let mut at = tail;
         let (row, row_h) = loop {
+            if merged != 0 && at == merged {
+                at = e.base.load(Ordering::Acquire);
+            }
             let h = swim::header(&pool, at)?;
             match h.kind {
                 RecordKind::Delta => {
@@ -204,8 +218,9 @@ impl FocusStore {
         pool.store_u64(row + 32, hcrc | u64::from(bcrc) << 32)?;
         self.plog.point(crate::plog::PersistPoint::Record);
         pool.persist(row + 32, 8)?;
-        // IMPORTANT: the index leaves the deltas only once the record holds them durably.
-        self.replace_tail(&e, tail, row)?;
+        // Reads may jump to the record once it holds the merged fields durably.
+        e.base.store(row, Ordering::Release);
+        e.merged.store(tail, Ordering::Release);
         self.counters.merges.incr();
         self.counters.merged_deltas.add(deltas.len() as u64);
         Ok(true)

@@ -61,6 +61,12 @@ pub struct Entry {
     pub deltas: AtomicU32,
     /// A seqlock: odd while a merge writes the chain's complete record in place.
     pub merging: AtomicU64,
+    /// The newest delta the in-place merge folded into the complete record (0: none): a
+    /// read that reaches it jumps to [`Entry::base`], which holds its fields and every
+    /// older delta's.
+    pub merged: AtomicU64,
+    /// The chain's complete record (valid while `merged` is not 0).
+    pub base: AtomicU64,
 }
 
 impl Entry {
@@ -70,6 +76,8 @@ impl Entry {
             tail: AtomicU64::new(tail),
             deltas: AtomicU32::new(deltas),
             merging: AtomicU64::new(0),
+            merged: AtomicU64::new(0),
+            base: AtomicU64::new(0),
         })
     }
 }
@@ -285,6 +293,7 @@ impl FocusStore {
 
     /// Moves a row's tail from `cur` to a complete record at `new` (stripe lock held).
     pub(crate) fn replace_tail(&self, e: &Entry, cur: u64, new: u64) -> Result<()> {
+        e.merged.store(0, Ordering::Release);
         self.cas_tail(e, cur, new)?;
         e.deltas.store(0, Ordering::Release);
         Ok(())
@@ -313,8 +322,7 @@ impl FocusStore {
         match old {
             Some(e) => {
                 let cur = e.tail.load(Ordering::Acquire);
-                self.cas_tail(e, cur, off)?;
-                e.deltas.store(0, Ordering::Release);
+                self.replace_tail(e, cur, off)?;
             }
             None => {
                 self.index.insert(ikey, Entry::new(off, 0));
@@ -369,12 +377,12 @@ impl FocusStore {
                 std::thread::yield_now();
                 continue;
             }
-            let w = swim::read_fields(
-                self.plog.pool(),
-                &info.layout,
-                e.tail.load(Ordering::Acquire),
-                ids,
+            let tail = e.tail.load(Ordering::Acquire);
+            let shortcut = (
+                e.merged.load(Ordering::Acquire),
+                e.base.load(Ordering::Acquire),
             );
+            let w = swim::read_fields(self.plog.pool(), &info.layout, tail, ids, shortcut);
             if e.merging.load(Ordering::Acquire) == v {
                 break w?;
             }

@@ -52,12 +52,23 @@ pub struct Walk {
     pub steps: usize,
 }
 
-/// Reads fields `ids` of the row whose chain ends at `tail`.
-pub fn read_fields(pool: &PmemPool, layout: &Layout, tail: u64, ids: &[FieldId]) -> Result<Walk> {
+/// Reads fields `ids` of the row whose chain ends at `tail`. `shortcut` is (the newest
+/// delta the in-place merge folded into the complete record, that record) or (0, _): a
+/// walk that reaches the former goes on at the latter (`merge.rs`).
+pub fn read_fields(
+    pool: &PmemPool,
+    layout: &Layout,
+    tail: u64,
+    ids: &[FieldId],
+    shortcut: (u64, u64),
+) -> Result<Walk> {
     let mut found: Vec<Option<Vec<u8>>> = vec![None; ids.len()];
     let mut missing = ids.len();
     let mut at = tail;
     for steps in 1..=MAX_CHAIN {
+        if shortcut.0 != 0 && at == shortcut.0 {
+            at = shortcut.1;
+        }
         let h = header(pool, at)?;
         match h.kind {
             RecordKind::Delta => {

@@ -27,6 +27,8 @@ use tierkv_core::{FieldDef, FieldSelection, KvStore, SchemaStore};
 use tierkv_focus::FocusStore;
 use tierkv_focus::plog::PersistPoint;
 
+/// Where the scripted tail of the run starts (see `step`).
+const SCRIPTED_FROM: usize = 190;
 const EXTRA: &str = "chunk_size=16KiB,restore_point=3,log_shards=1,merge=off";
 
 /// Crash images taken by the hook, with the point each was taken at.
@@ -87,11 +89,26 @@ fn step(s: &FocusStore, model: &mut State, rng: &mut ChaCha8Rng, op: usize) {
         model.schemas.insert((*name).to_owned(), id);
         return;
     }
-    let key = format!("k{}", rng.random_range(0..6)).into_bytes();
-    let which = rng.random_range(0..defs.len());
+    // The last operations put one row and update it until restore points are written.
+    let scripted = (SCRIPTED_FROM..SCRIPTED_FROM + 10).contains(&op);
+    let key = if scripted {
+        b"k0".to_vec()
+    } else {
+        format!("k{}", rng.random_range(0..6)).into_bytes()
+    };
+    let which = if scripted {
+        0
+    } else {
+        rng.random_range(0..defs.len())
+    };
     let (name, fields) = &defs[which];
     let id = model.schemas[*name];
-    match rng.random_range(0..10) {
+    let choice = match op {
+        _ if !scripted => rng.random_range(0..10),
+        SCRIPTED_FROM => 0,
+        _ => 3,
+    };
+    match choice {
         0..3 => {
             let row: Vec<Vec<u8>> = fields.iter().map(|f| value(rng, f)).collect();
             let refs: Vec<&[u8]> = row.iter().map(Vec::as_slice).collect();
@@ -163,7 +180,7 @@ fn every_persist_point_recovers_all_or_nothing() {
     let mut model = State::default();
     let mut checked: BTreeMap<String, usize> = BTreeMap::new();
     let mut n = 0;
-    for op in 0..200 * scale {
+    for op in 0..(200 * scale).max(SCRIPTED_FROM + 10) {
         let before = model.clone();
         step(&s, &mut model, &mut rng, op);
         let mid: Vec<_> = std::mem::take(&mut *images.lock());

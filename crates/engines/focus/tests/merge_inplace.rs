@@ -142,6 +142,10 @@ fn merges_racing_with_updates_lose_nothing() {
             assert_eq!(got, last, "row {r} field {t}");
         }
     }
+    let started = std::time::Instant::now();
+    while s.merges_pending() > 0 && started.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     assert!(
         s.stats().counters["focus_merges"] > 0,
         "the merge thread ran"

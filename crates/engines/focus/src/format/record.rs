@@ -15,7 +15,7 @@
 //!                        paper's ChainPointer/PrevRow; else 0)
 //! 32  4  hcrc       masked CRC-32C of bytes 0..32 and the key
 //! 36  4  bcrc       masked CRC-32C of the body
-//! 40  8  reserved   0 (room for an in-place merge mark; FORMAT.md § Merge)
+//! 40  8  reserved   0
 //! 48     key        key_len bytes
 //!        body       body_len bytes, then zero padding to 8 bytes
 //! ```
