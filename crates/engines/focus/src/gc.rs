@@ -145,6 +145,17 @@ impl FocusStore {
             self.append_gc_record(ChunkKind::CLog, RecordKind::Row, schema, key, &body)?
         };
         self.replace_tail(&e, tail, off)?;
+        if schema != PLAIN_SCHEMA {
+            let info = self.info(schema)?;
+            self.cache_after_write(
+                &info,
+                &ikey,
+                &e,
+                tail,
+                off,
+                crate::cache_ops::CacheWrite::Retag,
+            );
+        }
         self.counters.gc_rewrites.incr();
         Ok(())
     }

@@ -24,7 +24,7 @@
 //! | §V-B | restore point after N deltas (default 5) | `store.rs` (`update_fields`), `options.rs` |
 //! | §V-B | partial read: tail to head, stop once every field is found | `swim.rs` |
 //! | §V-B, Alg. 1 | cacheline-aware in-place merge, thread `focus:merge` | `merge.rs` |
-//! | §V-C | SeaCache | not yet (FORMAT.md § Not yet implemented) |
+//! | §V-C, Fig. 8 | SeaCache: page pool, per-schema page lists, slots, index pointers, thread `focus:cache` | `seacache.rs`, `cache_ops.rs` |
 //! | §I (one sentence) | garbage collection of CLog/DLog chunks, thread `focus:gc` | `gc.rs` |
 //! | (ours) | record key, schema id, sequence number, checksums, epochs; recovery | `format/`, `recovery.rs`, FORMAT.md |
 //! | (ours) | `tierkv check` | `check.rs` |
@@ -44,6 +44,7 @@
 
 #![forbid(unsafe_code)]
 
+mod cache_ops;
 mod check;
 pub mod format;
 pub mod gc;
@@ -51,6 +52,7 @@ pub mod merge;
 pub mod options;
 pub mod plog;
 mod recovery;
+pub mod seacache;
 pub mod stats;
 pub mod store;
 pub mod swim;
@@ -77,7 +79,7 @@ pub const DESCRIPTOR: EngineDescriptor = EngineDescriptor {
 
 fn open(ctx: EngineContext) -> Result<Arc<dyn KvStore>> {
     DESCRIPTOR.variant(&ctx.spec)?;
-    let opts = FocusOptions::from_params(ctx.spec.params())?;
+    let opts = FocusOptions::from_params(ctx.spec.params(), ctx.options.dram_budget.bytes())?;
     let pool = ctx.media.require_pmem()?.clone();
     let store = FocusStore::open(pool, opts, ctx.options.limits, ctx.created)?;
     Ok(store)

@@ -8,9 +8,15 @@
 //! | `restore_point` | 5 (§V-B) | 5 | deltas a chain may hold; the next update of the row rewrites it whole (a restore point) |
 //! | `swim` | on | on | `off`: every update rewrites the whole record in the CLog (the ablation of §VI-C) |
 //! | `merge` | on (Alg. 1) | `cacheline` | `cacheline`: the in-place merge persists each dirty line once; `naive`: one persist per field; `off`: no merge |
+//! | `seacache` | on | on | SeaCache (§V-C): hot rows in DRAM, found through the index |
+//! | `seacache_size` | 500 MB (§VI-A) | half of `Options::dram_budget` | bytes of cache pages |
+//! | `cache_page_size` | - | 64 KiB | bytes per cache page; rows over half a page are not cached |
+//! | `hit_threshold` | 0.5 (§VI-A) | 0.5 | a schema whose hit ratio exceeds it has every missed row admitted |
+//! | `cache_lifetime_ms` | - (formula lost) | 1000 | base idle lifetime of a cached row (see `seacache.rs`) |
+//! | `evict_target` | 80% (§V-C3) | 0.8 | page use eviction brings the pool down to |
 //! | `gc_threshold` | - | 0.25 | GC collects chunks while fewer than this fraction of the region's chunks are free |
 //!
-//! Not yet offered (FORMAT.md § Not yet implemented): SeaCache.
+//! Plain key-value pairs (schema 0) are not cached.
 //!
 //! Thread safety: plain values.
 
@@ -44,6 +50,10 @@ pub struct FocusOptions {
     pub gc_threshold: f64,
     /// How the in-place merge persists (or whether it runs).
     pub merge: crate::merge::MergeMode,
+    /// SeaCache on.
+    pub seacache: bool,
+    /// SeaCache's pages and policy.
+    pub cache: crate::seacache::CacheConfig,
 }
 
 impl Default for FocusOptions {
@@ -55,13 +65,21 @@ impl Default for FocusOptions {
             swim: true,
             gc_threshold: DEFAULT_GC_THRESHOLD,
             merge: crate::merge::MergeMode::Cacheline,
+            seacache: true,
+            cache: crate::seacache::CacheConfig {
+                size: 128 << 20,
+                page_size: 64 << 10,
+                hit_threshold: 0.5,
+                lifetime_ms: 1000,
+                evict_target: 0.8,
+            },
         }
     }
 }
 
 impl FocusOptions {
     /// Parses the spec's parameters (rejecting unknown ones) and checks them.
-    pub fn from_params(mut p: EngineParams) -> Result<FocusOptions> {
+    pub fn from_params(mut p: EngineParams, dram_budget: u64) -> Result<FocusOptions> {
         let d = FocusOptions::default();
         let o = FocusOptions {
             chunk_size: match p.take("chunk_size", ByteSize(0))?.bytes() {
@@ -81,6 +99,16 @@ impl FocusOptions {
                         "focus merge={other}: cacheline, naive or off"
                     )));
                 }
+            },
+            seacache: p.take("seacache", Switch(d.seacache))?.0,
+            cache: crate::seacache::CacheConfig {
+                size: p.take("seacache_size", ByteSize(dram_budget / 2))?.bytes(),
+                page_size: p
+                    .take("cache_page_size", ByteSize(d.cache.page_size))?
+                    .bytes(),
+                hit_threshold: p.take("hit_threshold", d.cache.hit_threshold)?,
+                lifetime_ms: p.take("cache_lifetime_ms", d.cache.lifetime_ms)?,
+                evict_target: p.take("evict_target", d.cache.evict_target)?,
             },
         };
         p.finish()?;
@@ -107,6 +135,17 @@ impl FocusOptions {
                 "focus chunk_size {c} must be a power of two in {lo}..={hi}"
             )));
         }
+        let c = &self.cache;
+        if c.page_size < 4096 || c.page_size > (16 << 20) || c.size < c.page_size && self.seacache {
+            return Err(Error::invalid(
+                "focus cache_page_size must be 4 KiB..16 MiB and seacache_size at least one page",
+            ));
+        }
+        if !(0.0..=1.0).contains(&c.hit_threshold) || !(0.0..1.0).contains(&c.evict_target) {
+            return Err(Error::invalid(
+                "focus hit_threshold must be in 0..=1 and evict_target in 0..1",
+            ));
+        }
         if !(0.0..=0.9).contains(&self.gc_threshold) {
             return Err(Error::invalid("focus gc_threshold must be in 0..=0.9"));
         }
@@ -127,12 +166,14 @@ mod tests {
 
     fn parse(s: &str) -> Result<FocusOptions> {
         let spec: EngineSpec = s.parse()?;
-        FocusOptions::from_params(spec.params())
+        FocusOptions::from_params(spec.params(), 256 << 20)
     }
 
     #[test]
     fn options_parse_defaults_and_reject_bad_values() {
-        assert_eq!(parse("focus").ok(), Some(FocusOptions::default()));
+        let mut d = FocusOptions::default();
+        d.cache.size = 128 << 20;
+        assert_eq!(parse("focus").ok(), Some(d));
         let o = parse("focus@restore_point=8,swim=off,chunk_size=64KiB").unwrap_or_default();
         assert_eq!(
             (o.restore_point, o.swim, o.chunk_size),
@@ -149,6 +190,8 @@ mod tests {
             "focus@log_shards=0",
             "focus@gc_threshold=2",
             "focus@merge=fast",
+            "focus@hit_threshold=2",
+            "focus@cache_page_size=100",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }

@@ -92,6 +92,30 @@ impl FocusStore {
                 c.chain_steps.get() as f64 / reads as f64,
             );
         }
+        if let Some(cache) = &self.cache {
+            let cc = &cache.counters;
+            for (name, v) in [
+                ("cache_hits", cc.hits.get()),
+                ("cache_misses", cc.misses.get()),
+                ("cache_admissions", cc.admissions.get()),
+                ("cache_rejections", cc.rejections.get()),
+                ("cache_evictions", cc.evictions.get()),
+                ("cache_eviction_rounds", cc.eviction_rounds.get()),
+                ("cache_rows", cache.rows() as u64),
+            ] {
+                s.counters.insert(format!("focus_{name}"), v);
+            }
+            s.gauges
+                .insert("focus_cache_page_use".into(), cache.usage());
+            for (id, st) in cache.all_stats() {
+                let name = self
+                    .info(id)
+                    .map_or_else(|_| id.to_string(), |i| i.schema.name.clone());
+                if let Some(r) = st.ratio() {
+                    s.gauges.insert(format!("focus_cache_hit_ratio_{name}"), r);
+                }
+            }
+        }
         let a = self.plog.alloc().stats();
         s.gauges.insert(
             "focus_pmem_used_fraction".into(),

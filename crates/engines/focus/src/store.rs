@@ -67,6 +67,9 @@ pub struct Entry {
     pub merged: AtomicU64,
     /// The chain's complete record (valid while `merged` is not 0).
     pub base: AtomicU64,
+    /// The SeaCache slot holding the row (0: none): the paper's index pointer to a cached
+    /// row (§V-C1).
+    pub cached: AtomicU64,
 }
 
 impl Entry {
@@ -78,6 +81,7 @@ impl Entry {
             merging: AtomicU64::new(0),
             merged: AtomicU64::new(0),
             base: AtomicU64::new(0),
+            cached: AtomicU64::new(0),
         })
     }
 }
@@ -88,6 +92,33 @@ pub struct SchemaInfo {
     pub schema: Arc<Schema>,
     /// Its precomputed offsets.
     pub layout: Layout,
+    /// The SeaCache slot size of its rows, if they can be cached.
+    pub slot: Option<usize>,
+}
+
+impl SchemaInfo {
+    fn new(schema: Arc<Schema>, cache: Option<&crate::seacache::SeaCache>) -> SchemaInfo {
+        let layout = Layout::new(&schema);
+        let max_body = layout.fixed_len() as usize
+            + schema
+                .fields
+                .iter()
+                .filter_map(|f| match f.kind {
+                    tierkv_core::FieldKind::Var { max_len } if usize::from(max_len) > 8 => {
+                        Some(usize::from(max_len))
+                    }
+                    _ => None,
+                })
+                .sum::<usize>();
+        let slot = cache
+            .filter(|c| c.fits(max_body))
+            .map(|_| max_body.div_ceil(8) * 8);
+        SchemaInfo {
+            schema,
+            layout,
+            slot,
+        }
+    }
 }
 
 /// The index key of `key` in `schema`.
@@ -121,6 +152,9 @@ pub struct FocusStore {
     /// Rows waiting for an in-place merge, and the merge thread's signal.
     pub(crate) merge_queue: Arc<crate::merge::MergeQueue>,
     merger: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// SeaCache, when on.
+    pub(crate) cache: Option<Arc<crate::seacache::SeaCache>>,
+    cacher: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl FocusStore {
@@ -132,15 +166,15 @@ impl FocusStore {
         limits: Limits,
         next_seq: u64,
     ) -> Result<FocusStore> {
+        let cache = opts
+            .seacache
+            .then(|| Arc::new(crate::seacache::SeaCache::new(opts.cache.clone())));
         let infos = schemas
             .iter()
             .map(|s| {
                 (
                     s.id,
-                    Arc::new(SchemaInfo {
-                        layout: Layout::new(s),
-                        schema: Arc::new(s.clone()),
-                    }),
+                    Arc::new(SchemaInfo::new(Arc::new(s.clone()), cache.as_deref())),
                 )
             })
             .collect();
@@ -168,6 +202,8 @@ impl FocusStore {
             bg: Mutex::new(None),
             merge_queue: Arc::default(),
             merger: Mutex::new(None),
+            cache,
+            cacher: Mutex::new(None),
         })
     }
 
@@ -202,8 +238,8 @@ impl FocusStore {
     }
 
     pub(crate) fn dram_bytes(&self) -> u64 {
-        // Index entries: key, Arc'd entry and tree overhead, roughly.
-        (self.index.len() * 96) as u64
+        // Index entries (key, Arc'd entry and tree overhead, roughly) and cache pages.
+        (self.index.len() * 128) as u64 + self.cache.as_ref().map_or(0, |c| c.dram_bytes())
     }
 
     /// The limits every call is checked against (the value limit lowered to what a chunk
@@ -247,6 +283,9 @@ impl FocusStore {
         *self.bg.lock() = Some(crate::gc::spawn(self)?);
         if self.opts.merge != crate::merge::MergeMode::Off {
             *self.merger.lock() = Some(crate::merge::spawn(self)?);
+        }
+        if let Some(c) = &self.cache {
+            *self.cacher.lock() = Some(crate::cache_ops::spawn(self, c.clone())?);
         }
         Ok(())
     }
@@ -350,6 +389,7 @@ impl FocusStore {
     ) -> Result<()> {
         let body = info.layout.encode(values);
         let old = self.index.get(ikey);
+        let old_tail = old.as_ref().map(|e| e.tail.load(Ordering::Acquire));
         let off = self.append(
             ChunkKind::CLog,
             RecordKind::Row,
@@ -359,6 +399,16 @@ impl FocusStore {
             &body,
         )?;
         self.install(ikey, old.as_deref(), off)?;
+        if let (Some(e), Some(t)) = (&old, old_tail) {
+            self.cache_after_write(
+                info,
+                ikey,
+                e,
+                t,
+                off,
+                crate::cache_ops::CacheWrite::Row(&body),
+            );
+        }
         self.counters.rows_put.incr();
         self.counters
             .ops
@@ -368,7 +418,7 @@ impl FocusStore {
     }
 
     /// Reads fields `ids` of the chain ending at `e`'s tail.
-    fn walk(&self, info: &SchemaInfo, e: &Entry, ids: &[FieldId]) -> Result<Walk> {
+    pub(crate) fn walk(&self, info: &SchemaInfo, e: &Entry, ids: &[FieldId]) -> Result<Walk> {
         let _r = self.reclaim.read();
         let w = loop {
             // NOTE: the seqlock: a read that overlapped an in-place merge is done again.
@@ -432,11 +482,12 @@ impl FocusStore {
 
     /// Removes a row (stripe lock held): tombstone first, then the index entry.
     fn remove(&self, schema: SchemaId, key: &[u8], ikey: &[u8]) -> Result<()> {
-        if self.index.get(ikey).is_none() {
+        let Some(e) = self.index.get(ikey) else {
             return Ok(());
-        }
+        };
         // IMPORTANT: the tombstone is durable before the row leaves the index.
         self.append(ChunkKind::CLog, RecordKind::Tombstone, schema, key, 0, b"")?;
+        self.cache_forget(ikey, &e);
         self.index.remove(ikey);
         self.counters.tombstones.incr();
         Ok(())
@@ -470,13 +521,11 @@ impl SchemaStore for FocusStore {
             // IMPORTANT: the schema record is durable before the schema is visible.
             self.plog.append_catalog(h, &body).map(|_| ())
         })?;
-        let layout = Layout::new(&s);
-        self.schemas.write().entry(s.id).or_insert_with(|| {
-            Arc::new(SchemaInfo {
-                schema: s.clone(),
-                layout,
-            })
-        });
+        let info = SchemaInfo::new(s.clone(), self.cache.as_deref());
+        self.schemas
+            .write()
+            .entry(s.id)
+            .or_insert_with(|| Arc::new(info));
         self.counters.schemas_created.incr();
         Ok(s)
     }
@@ -540,6 +589,14 @@ impl SchemaStore for FocusStore {
         let off = self.append(ChunkKind::DLog, RecordKind::Delta, schema, key, prev, &body)?;
         // IMPORTANT: the delta is durable (append persisted it) before the index moves.
         self.cas_tail(&e, prev, off)?;
+        self.cache_after_write(
+            &info,
+            &ikey,
+            &e,
+            prev,
+            off,
+            crate::cache_ops::CacheWrite::Update(set),
+        );
         e.deltas.store(deltas + 1, Ordering::Release);
         if self.opts.merge != crate::merge::MergeMode::Off
             && set.iter().all(|(id, _)| {
@@ -570,7 +627,13 @@ impl SchemaStore for FocusStore {
         let ids = self.ids_of(&info, selection)?;
         match self.index.get(&index_key(schema, key)) {
             None => Ok(None),
-            Some(e) => Ok(Some(self.walk(&info, &e, &ids)?.values)),
+            Some(e) => Ok(Some(self.read_row(
+                &info,
+                &index_key(schema, key),
+                key,
+                &e,
+                &ids,
+            )?)),
         }
     }
 
@@ -590,7 +653,8 @@ impl SchemaStore for FocusStore {
             let Some(user) = k.strip_prefix(&prefix[..]) else {
                 break;
             };
-            out.push((user.to_vec(), self.walk(&info, &e, &ids)?.values));
+            let row = self.read_row(&info, &k, user, &e, &ids)?;
+            out.push((user.to_vec(), row));
         }
         Ok(out)
     }
@@ -669,7 +733,14 @@ impl KvStore for FocusStore {
         self.shut();
         self.signal.stop();
         self.merge_queue.signal.stop();
-        let handles = [self.bg.lock().take(), self.merger.lock().take()];
+        if let Some(c) = &self.cache {
+            c.signal.stop();
+        }
+        let handles = [
+            self.bg.lock().take(),
+            self.merger.lock().take(),
+            self.cacher.lock().take(),
+        ];
         for h in handles.into_iter().flatten() {
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();

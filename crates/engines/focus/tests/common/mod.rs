@@ -65,7 +65,7 @@ pub fn options(extra: &str) -> FocusOptions {
         format!("focus@{extra}")
     };
     let spec: EngineSpec = spec.parse().expect("spec");
-    FocusOptions::from_params(spec.params()).expect("options")
+    FocusOptions::from_params(spec.params(), 64 << 20).expect("options")
 }
 
 /// A new store in a fresh `size`-byte pool under `dir`.
