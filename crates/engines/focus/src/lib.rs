@@ -39,6 +39,14 @@
 //!   (`format/row.rs`).
 //! - The restore point is written by the update that would put the (N+1)th delta on a
 //!   chain, in the foreground, so that it is crash-atomic with that update (`store.rs`).
+//! - The in-place merge leaves the chain on pmem as it is and lets reads jump over the
+//!   merged deltas in DRAM; it persists only dirty cache lines (Algorithm 1 read literally
+//!   also flushes clean lines between close fields) (`merge.rs`).
+//! - SeaCache's admission probability and lifetime formulas and the R_W table were lost in
+//!   the text; ours are in `seacache.rs`, their constants are options. Plain key-value
+//!   pairs (schema 0) are not cached; rows wider than half a cache page are not cached.
+//! - GC is ours (the paper has one sentence): log-order victims, live rows rewritten as
+//!   restore points (`gc.rs`).
 //!
 //! Thread safety: [`FocusStore`] is `Send + Sync`; every method takes `&self`.
 
