@@ -43,17 +43,21 @@ fn all_decoders(layout: &Layout, schema: &Schema, data: &[u8]) {
 fn decoders_survive_random_and_mutated_bytes() {
     let seed = common::seed("decoders_survive_random_and_mutated_bytes");
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let schema = Schema::new(
-        1,
-        "f",
-        &[
-            FieldDef::fixed("a", 3),
-            FieldDef::var("b", 20),
-            FieldDef::var("c", 5),
-            FieldDef::fixed("d", 1),
-        ],
-    )
-    .unwrap();
+    // Fixed 3, var 20, var 5, fixed 1: both sides of the 8-byte inline limit.
+    let kinds = [(true, 3), (false, 20), (false, 5), (true, 1)];
+    let fields: Vec<FieldDef> = kinds
+        .iter()
+        .enumerate()
+        .map(|(i, (fixed, n))| {
+            let name = format!("f{i}");
+            if *fixed {
+                FieldDef::fixed(&name, *n)
+            } else {
+                FieldDef::var(&name, *n)
+            }
+        })
+        .collect();
+    let schema = Schema::new(1, "f", &fields).unwrap();
     let layout = Layout::new(&schema);
     let row = layout.encode(&[b"abc", b"0123456789abc", b"xy", b"z"]);
     let dl = delta::encode(&layout, &[(1, b"0123456789"), (3, b"q")]);
