@@ -1,6 +1,8 @@
 //! One function per subcommand. Each returns the process exit code or an error (printed as
 //! one line by `main`).
 
+pub mod schema;
+
 use std::io::{Read, Write};
 
 use tierkv::{Db, Error, Options, Result};
@@ -43,7 +45,7 @@ pub fn options(a: &StoreArgs) -> Result<Options> {
 
 /// Opens an existing store; the engine comes from the manifest unless `--engine` says
 /// otherwise (and then it must match).
-fn open_existing(a: &StoreArgs) -> Result<Db> {
+pub(crate) fn open_existing(a: &StoreArgs) -> Result<Db> {
     let mut o = options(a)?;
     if a.engine.is_none() && a.config.is_none() {
         match tierkv::Manifest::read_from(&a.dir) {
@@ -53,6 +55,18 @@ fn open_existing(a: &StoreArgs) -> Result<Db> {
         }
     }
     Db::open_existing(&a.dir, o)
+}
+
+/// Opens the store, creating it if the directory holds none (with a note when the engine
+/// is volatile).
+pub(crate) fn open_or_create(s: &StoreArgs) -> Result<Db> {
+    let db = if tierkv::Manifest::read_from(&s.dir)?.is_some() {
+        open_existing(s)?
+    } else {
+        Db::open(&s.dir, options(s)?)?
+    };
+    warn_if_volatile(&db);
+    Ok(db)
 }
 
 fn warn_if_volatile(db: &Db) {
@@ -75,12 +89,7 @@ pub fn put(s: &StoreArgs, a: &PutArgs) -> Result<u8> {
     } else {
         bytes_arg(a.value.as_deref().unwrap_or_default(), a.hex, "value")?
     };
-    let db = if tierkv::Manifest::read_from(&s.dir)?.is_some() {
-        open_existing(s)?
-    } else {
-        Db::open(&s.dir, options(s)?)?
-    };
-    warn_if_volatile(&db);
+    let db = open_or_create(s)?;
     db.put(&key, &value)?;
     db.close()?;
     Ok(0)
