@@ -120,6 +120,10 @@ pub enum Command {
     /// Crash, fault and bad-input testing of an engine: kill loops, pmem crash images,
     /// flash faults, every acknowledged write checked against an expected-state oracle.
     Stress(tierkv_stress::StressArgs),
+    /// Declare and list schemas (the field-level API; FOCUS).
+    Schema(crate::cmd::schema::SchemaArgs),
+    /// Put, read, update and delete rows of a schema field by field.
+    Row(crate::cmd::schema::RowArgs),
 }
 
 /// A key, as text or hex.

@@ -1,5 +1,5 @@
 //! The `tierkv` command-line tool: put / get / del / scan / stats / check on a data
-//! directory (and, as they land, bench, bench-io, stress and serve).
+//! directory, schema / row for the field-level API (and bench, bench-io, stress, serve).
 //!
 //! Exit codes: 0 success; 1 an error (one line on stderr); 2 a usage error; 3 `get` of a
 //! key that is not there; 4 a `dump` that skipped damaged records. Never a panic or a backtrace: a panic hook turns the unexpected
@@ -54,6 +54,8 @@ fn main() -> ExitCode {
         Command::BenchIo(a) => tierkv_iobench::run(a).map(|()| 0),
         Command::Serve(a) => tierkv_server::run(a).map(|()| 0),
         Command::Stress(a) => tierkv_stress::run(a).map(|passed| if passed { 0 } else { 1 }),
+        Command::Schema(a) => cmd::schema::schema(a).map_err(Into::into),
+        Command::Row(a) => cmd::schema::row(a).map_err(Into::into),
     };
     match result {
         Ok(code) => ExitCode::from(code),

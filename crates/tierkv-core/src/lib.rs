@@ -4,7 +4,8 @@
 //! - [`api`]: the [`KvStore`] trait, [`Options`], [`Error`], engine specs, [`Stats`];
 //! - [`media`]: the persistent-memory pool and the flash tier;
 //! - [`format`]: the manifest and checksums;
-//! - [`common`]: building blocks (in-DRAM indexes, caches, ...).
+//! - [`common`]: building blocks (in-DRAM indexes, caches, ...);
+//! - [`schema`]: the field-level API ([`SchemaStore`]) over any [`KvStore`] (adapters).
 //!
 //! Engines depend on this crate only, never on each other.
 
@@ -12,10 +13,14 @@ pub mod api;
 pub mod common;
 pub mod format;
 pub mod media;
+pub mod schema;
 
 pub use api::error::{Error, Result, Tier};
 pub use api::options::{
     DurabilityMode, EmulatedLatency, FlashOptions, IoBackend, Limits, Options, PmemOptions,
+};
+pub use api::schema::{
+    FieldDef, FieldId, FieldKind, FieldSelection, Row, RowPair, Schema, SchemaId, SchemaStore,
 };
 pub use api::size::ByteSize;
 pub use api::spec::{EngineParams, EngineSpec, Switch};

@@ -16,6 +16,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod schema;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

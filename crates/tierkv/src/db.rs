@@ -18,7 +18,7 @@ use tierkv_core::media::flash::FlashDevice;
 use tierkv_core::media::pmem::{PmemConfig, PmemPool};
 use tierkv_core::{
     EngineContext, EngineDescriptor, EngineSpec, Error, KvPair, KvStore, Limits, Options, Result,
-    Stats, Tier,
+    SchemaStore, Stats, Tier,
 };
 
 use crate::registry::descriptor;
@@ -40,6 +40,9 @@ pub struct Db {
     media: Media,
     limits: Limits,
     created: bool,
+    /// The schema API, made on first use (one per `Db`, so that every caller shares the
+    /// adapter's row locks).
+    schema: std::sync::Mutex<Option<Arc<dyn SchemaStore>>>,
     _lock: File,
 }
 
@@ -177,6 +180,7 @@ impl Db {
             media,
             limits,
             created,
+            schema: std::sync::Mutex::new(None),
             _lock: lock,
         })
     }
@@ -315,6 +319,24 @@ impl Db {
     /// The engine behind the facade, for harnesses that drive it directly.
     pub fn store(&self) -> Arc<dyn KvStore> {
         self.store.clone()
+    }
+
+    /// The field-level (schema) API of this store: the engine's own when it has one
+    /// (`focus`), else the consolidated adapter over the engine
+    /// ([`tierkv_core::schema::Consolidated`]: a row is one value under a key starting with
+    /// 0xFF, so user keys of the plain API must not start with 0xFF, and row keys are 6
+    /// bytes shorter than the key limit). Every call returns the same object.
+    pub fn schema_store(&self) -> Result<Arc<dyn SchemaStore>> {
+        let mut slot = self.schema.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = slot.as_ref() {
+            return Ok(s.clone());
+        }
+        let s: Arc<dyn SchemaStore> = match self.store.clone().native_schema_store() {
+            Some(native) => native,
+            None => Arc::new(tierkv_core::schema::Consolidated::open(self.store.clone())?),
+        };
+        *slot = Some(s.clone());
+        Ok(s)
     }
 }
 

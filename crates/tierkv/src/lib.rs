@@ -33,6 +33,9 @@ pub use tierkv_core::{
     ByteSize, DurabilityMode, EngineSpec, Error, FlashOptions, IoBackend, KvPair, KvStore, Limits,
     Manifest, Options, PmemOptions, Result, Stats, Tier,
 };
+pub use tierkv_core::{
+    FieldDef, FieldId, FieldKind, FieldSelection, Row, RowPair, Schema, SchemaId, SchemaStore,
+};
 
 /// The core crate, for engine authors and tools that need the media layer.
 pub use tierkv_core as core;

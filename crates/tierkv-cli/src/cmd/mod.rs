@@ -3,6 +3,7 @@
 
 mod dump;
 mod stats;
+pub mod schema;
 
 use std::io::{Read, Write};
 
@@ -60,11 +61,23 @@ fn resolve(a: &StoreArgs) -> Result<(Options, Option<tierkv::Manifest>)> {
 }
 
 /// Opens an existing store ([`Error::NoStore`] when the directory holds none).
-fn open_existing(a: &StoreArgs) -> Result<Db> {
+pub(crate) fn open_existing(a: &StoreArgs) -> Result<Db> {
     match resolve(a)? {
         (o, Some(_)) => Db::open_existing(&a.dir, o),
         (_, None) => Err(Error::NoStore(a.dir.clone())),
     }
+}
+
+/// Opens the store, creating it if the directory holds none; refuses bad input before it
+/// creates anything, and says when what is written is less durable than the store's default.
+pub(crate) fn open_or_create(s: &StoreArgs) -> Result<Db> {
+    let (o, manifest) = resolve(s)?;
+    let db = match manifest {
+        Some(_) => Db::open_existing(&s.dir, o)?,
+        None => Db::open(&s.dir, o)?,
+    };
+    warn_if_volatile(&db);
+    Ok(db)
 }
 
 /// Says on stderr when what this command writes is less durable than a store's default:

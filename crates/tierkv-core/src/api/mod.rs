@@ -3,6 +3,7 @@
 
 pub mod error;
 pub mod options;
+pub mod schema;
 pub mod size;
 pub mod spec;
 pub mod stats;

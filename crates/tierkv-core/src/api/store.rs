@@ -49,6 +49,11 @@ pub trait KvStore: Send + Sync {
     fn check(&self) -> Result<Vec<String>> {
         Ok(Vec::new())
     }
+    /// The engine's native schema API (FOCUS, `api::schema`), if it has one; the facade
+    /// falls back to the consolidated adapter ([`crate::schema::Consolidated`]) otherwise.
+    fn native_schema_store(self: Arc<Self>) -> Option<Arc<dyn super::schema::SchemaStore>> {
+        None
+    }
 }
 
 /// What an engine is told when it is opened.

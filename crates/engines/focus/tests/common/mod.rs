@@ -1,0 +1,100 @@
+//! Helpers shared by the focus integration tests: pools on tmpfs, small chunks (so chunk
+//! rollover happens in short tests), printed seeds.
+
+#![allow(dead_code)] // each test file uses a subset
+#![allow(clippy::unwrap_used, reason = "test helpers fail the test on errors")]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tierkv_core::media::pmem::{
+    CrashImageOptions, DurabilityMode, EmulatedLatency, PmemConfig, PmemPool,
+};
+use tierkv_core::{EngineSpec, Limits};
+use tierkv_focus::{FocusOptions, FocusStore};
+
+/// A scratch directory, on /dev/shm when it exists.
+pub fn scratch_dir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir()
+        && let Ok(d) = tempfile::tempdir_in(shm)
+    {
+        return d;
+    }
+    tempfile::tempdir().expect("temp dir")
+}
+
+/// The seed of a random test: `TIERKV_SEED` if set, else a fresh one; printed either way.
+pub fn seed(test: &str) -> u64 {
+    let seed = std::env::var("TIERKV_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    println!("{test}: seed {seed} (replay with TIERKV_SEED={seed})");
+    seed
+}
+
+/// Creates a pool.
+pub fn create_pool(path: &Path, size: u64, mode: DurabilityMode) -> Arc<PmemPool> {
+    PmemPool::create(&PmemConfig {
+        path: path.to_owned(),
+        size,
+        mode,
+        latency: EmulatedLatency::default(),
+    })
+    .expect("create pool")
+}
+
+/// Opens an existing pool.
+pub fn open_pool(path: &Path, mode: DurabilityMode) -> Arc<PmemPool> {
+    PmemPool::open(&PmemConfig {
+        path: path.to_owned(),
+        size: 0,
+        mode,
+        latency: EmulatedLatency::default(),
+    })
+    .expect("open pool")
+}
+
+/// Options from a spec's `@...` part (e.g. `"chunk_size=64KiB"`).
+pub fn options(extra: &str) -> FocusOptions {
+    let spec = if extra.is_empty() {
+        "focus".to_owned()
+    } else {
+        format!("focus@{extra}")
+    };
+    let spec: EngineSpec = spec.parse().expect("spec");
+    FocusOptions::from_params(spec.params(), 64 << 20).expect("options")
+}
+
+/// A new store in a fresh `size`-byte pool under `dir`.
+pub fn new_store(dir: &Path, size: u64, mode: DurabilityMode, extra: &str) -> Arc<FocusStore> {
+    let pool = create_pool(&dir.join("pool"), size, mode);
+    FocusStore::open(pool, options(extra), Limits::default(), true).expect("create store")
+}
+
+/// Reopens (recovers) the store in the pool file `path`.
+pub fn reopen(path: &Path, extra: &str) -> Arc<FocusStore> {
+    let pool = open_pool(path, DurabilityMode::Volatile);
+    FocusStore::open(pool, options(extra), Limits::default(), false).expect("recover store")
+}
+
+/// Installs a persist hook on `s` (a Tracked pool) that takes a crash image just before
+/// every persist point, alternately line- and word-torn; returns where they collect.
+pub fn capture_images(s: &FocusStore, seed: u64) -> Arc<Mutex<Vec<Vec<u8>>>> {
+    let images: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+    let (out, pool) = (images.clone(), s.plog().pool().clone());
+    let n = std::sync::atomic::AtomicU64::new(seed);
+    s.plog().set_persist_hook(Some(Arc::new(move |_| {
+        let k = n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let o = if k.is_multiple_of(2) {
+            CrashImageOptions::lines()
+        } else {
+            CrashImageOptions::torn_words()
+        };
+        out.lock()
+            .push(pool.crash_image(k, o).expect("crash image"));
+    })));
+    images
+}
