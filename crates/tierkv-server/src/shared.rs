@@ -14,6 +14,7 @@ use tierkv::{Db, DurabilityMode};
 use crate::config::ServerConfig;
 use crate::cursors::CursorTable;
 use crate::locks::KeyLocks;
+use crate::resp::Batch;
 
 /// Counters the server keeps for INFO.
 #[derive(Debug, Default)]
@@ -97,6 +98,8 @@ pub struct Shared {
     pub port: u16,
     /// The pmem durability mode the store was opened with (for INFO).
     pub pmem_mode: DurabilityMode,
+    /// Bumped by FLUSHDB/FLUSHALL: a change of every key, as WATCH sees it.
+    pub flush_epoch: AtomicU64,
 }
 
 impl Shared {
@@ -114,6 +117,7 @@ impl Shared {
             started: Instant::now(),
             port,
             pmem_mode,
+            flush_epoch: AtomicU64::new(0),
         }
     }
 
@@ -139,6 +143,32 @@ pub struct Session {
     pub lib_ver: Option<Vec<u8>>,
     /// Set by `QUIT`: close after the reply.
     pub quit: bool,
+    /// The transaction being queued, between MULTI and EXEC/DISCARD.
+    pub tx: Option<Transaction>,
+    /// The keys under WATCH.
+    pub watched: Vec<Watched>,
+}
+
+/// A transaction being queued.
+#[derive(Debug, Default)]
+pub struct Transaction {
+    /// The queued commands (owned copies).
+    pub queued: Batch,
+    /// A command was refused while queuing: EXEC answers EXECABORT.
+    pub dirty: bool,
+}
+
+/// A key under WATCH and what it was when watched.
+#[derive(Debug, Clone)]
+pub struct Watched {
+    /// The key as the client named it.
+    pub key: Vec<u8>,
+    /// The version of its lock stripe ([`KeyLocks::version`]).
+    pub version: u64,
+    /// [`Shared::flush_epoch`] then.
+    pub epoch: u64,
+    /// Whether the key existed (a key that expires after WATCH fails EXEC, as in Redis).
+    pub existed: bool,
 }
 
 impl Session {

@@ -211,8 +211,14 @@ fn command_info(ctx: &mut Ctx<'_>, c: &CommandSpec) {
     out.array(10);
     out.bulk(c.name.as_bytes());
     out.int(i64::from(c.arity));
-    out.array(c.flags.len());
-    c.flags.iter().for_each(|f| out.simple(f));
+    // `multi_now` and `allkeys` steer this server's dispatcher; Redis has no such flags.
+    let flags: Vec<_> = c
+        .flags
+        .iter()
+        .filter(|f| !matches!(**f, "multi_now" | "allkeys"))
+        .collect();
+    out.array(flags.len());
+    flags.iter().for_each(|f| out.simple(f));
     out.int(i64::from(c.first_key));
     out.int(i64::from(c.last_key));
     out.int(i64::from(c.step));

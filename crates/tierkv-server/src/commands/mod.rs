@@ -18,6 +18,7 @@ pub(crate) mod connection;
 pub(crate) mod hashes;
 pub(crate) mod info;
 pub(crate) mod keys;
+pub(crate) mod multi;
 pub(crate) mod scan;
 pub(crate) mod strings;
 pub(crate) mod table;
@@ -97,19 +98,29 @@ impl Ctx<'_> {
         Ok(v)
     }
 
-    /// Stores `raw` as a string under `key`.
-    pub(crate) fn store_string(&self, key: &[u8], raw: &[u8]) -> CmdResult {
-        Ok(self.shared.db.put(key, &encoding::encode_string(raw))?)
+    /// True when `key` exists (not counted as a hit or miss: WATCH bookkeeping).
+    pub(crate) fn exists_quiet(&self, key: &[u8]) -> Result<bool, CmdError> {
+        Ok(self.shared.db.get(key)?.is_some())
     }
 
-    /// Stores already-encoded bytes under `key`.
+    /// Stores `raw` as a string under `key`.
+    pub(crate) fn store_string(&self, key: &[u8], raw: &[u8]) -> CmdResult {
+        self.store_encoded(key, &encoding::encode_string(raw))
+    }
+
+    /// Stores already-encoded bytes under `key`. Every write of a command goes through
+    /// here or [`Ctx::remove`] (WATCH counts them; write batches will collect them).
     pub(crate) fn store_encoded(&self, key: &[u8], bytes: &[u8]) -> CmdResult {
-        Ok(self.shared.db.put(key, bytes)?)
+        self.shared.db.put(key, bytes)?;
+        self.shared.locks.touch(key);
+        Ok(())
     }
 
     /// Removes `key`.
     pub(crate) fn remove(&self, key: &[u8]) -> CmdResult {
-        Ok(self.shared.db.delete(key)?)
+        self.shared.db.delete(key)?;
+        self.shared.locks.touch(key);
+        Ok(())
     }
 
     /// The store's value limit.
@@ -181,22 +192,29 @@ pub(crate) fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
     COMMANDS.iter().find(|c| is(name, c.name))
 }
 
-/// Runs one command and writes its reply.
+/// Runs one command and writes its reply (inside MULTI: checks and queues it).
 pub(crate) fn execute(ctx: &mut Ctx<'_>, args: Args<'_>) {
     ctx.tally.commands += 1;
     let Some(spec) = lookup(args.get(0)) else {
+        multi::flag_error(ctx);
         ctx.out.error(&unknown_command(args));
         return;
     };
     if !ctx.session.authenticated && !spec.has_flag("no_auth") {
+        multi::flag_error(ctx);
         ctx.out.error(msg::NOAUTH);
         return;
     }
     if !spec.arity_ok(args.len()) {
+        multi::flag_error(ctx);
         ctx.out.error(&format!(
             "ERR wrong number of arguments for '{}' command",
             spec.name
         ));
+        return;
+    }
+    if ctx.session.tx.is_some() && !spec.has_flag("multi_now") {
+        multi::queue(ctx, args);
         return;
     }
     let shared = ctx.shared;
@@ -205,7 +223,16 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, args: Args<'_>) {
     } else {
         Access::Read
     };
-    let _guard = shared.locks.lock(spec.keys(args), access);
+    let _guard = if spec.has_flag("allkeys") {
+        shared.locks.lock_all()
+    } else {
+        shared.locks.lock(spec.keys(args), access)
+    };
+    run_locked(ctx, spec, args);
+}
+
+/// Runs a checked command whose locks are held.
+pub(crate) fn run_locked(ctx: &mut Ctx<'_>, spec: &CommandSpec, args: Args<'_>) {
     let mark = ctx.out.mark();
     if let Err(e) = (spec.handler)(ctx, args) {
         ctx.out.truncate(mark);

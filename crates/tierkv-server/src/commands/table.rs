@@ -9,7 +9,7 @@
 //!
 //! Thread-safety: immutable static data.
 
-use super::{Handler, connection, hashes, info, keys, scan, strings};
+use super::{Handler, connection, hashes, info, keys, multi, scan, strings};
 use crate::resp::Args;
 
 /// One command.
@@ -388,7 +388,7 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
     cmd!(
         "quit",
         -1,
-        &["no_auth", "fast"],
+        &["no_auth", "fast", "multi_now"],
         (0, 0, 0),
         "connection",
         "1.0.0",
@@ -434,6 +434,56 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         "2.0.0",
         "CONFIG GET: reads the server's settings (read-only).",
         info::config
+    ),
+    cmd!(
+        "multi",
+        1,
+        &["fast", "multi_now"],
+        (0, 0, 0),
+        "transactions",
+        "1.2.0",
+        "Starts a transaction.",
+        multi::multi
+    ),
+    cmd!(
+        "exec",
+        1,
+        &["multi_now"],
+        (0, 0, 0),
+        "transactions",
+        "1.2.0",
+        "Executes all commands in a transaction, isolated from other clients.",
+        multi::exec
+    ),
+    cmd!(
+        "discard",
+        1,
+        &["fast", "multi_now"],
+        (0, 0, 0),
+        "transactions",
+        "2.0.0",
+        "Discards a transaction.",
+        multi::discard
+    ),
+    cmd!(
+        "watch",
+        -2,
+        &["fast", "multi_now"],
+        (1, -1, 1),
+        "transactions",
+        "2.2.0",
+        "Monitors changes to keys to determine the execution of a transaction.",
+        multi::watch
+    ),
+    cmd!(
+        "unwatch",
+        1,
+        &["fast"],
+        (0, 0, 0),
+        "transactions",
+        "2.2.0",
+        "Forgets about watched keys of a transaction.",
+        multi::unwatch
     ),
 ];
 
