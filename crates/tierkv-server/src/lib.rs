@@ -10,6 +10,7 @@
 //! - [`commands`] (private): one module per command family, one command table;
 //! - [`encoding`]: how strings and hashes are stored as one value per key;
 //! - [`locks`]: the striped lock table that makes commands atomic per key;
+//! - [`expiry`]: key deadlines, lazy removal and the active sweep thread;
 //! - [`cursors`]: the resume keys of SCAN cursors;
 //! - [`server`]: listener, connections, pipelining, throttling, max clients, shutdown;
 //! - [`config`]: the `--config FILE` and the server's settings;
@@ -37,6 +38,7 @@ pub(crate) mod commands;
 pub mod config;
 pub mod cursors;
 pub mod encoding;
+pub mod expiry;
 pub mod glob;
 pub mod locks;
 pub mod resp;

@@ -13,6 +13,7 @@ use tierkv::{Db, DurabilityMode};
 
 use crate::config::ServerConfig;
 use crate::cursors::CursorTable;
+use crate::expiry::ExpiryQueue;
 use crate::locks::KeyLocks;
 use crate::resp::Batch;
 
@@ -100,6 +101,8 @@ pub struct Shared {
     pub pmem_mode: DurabilityMode,
     /// Bumped by FLUSHDB/FLUSHALL: a change of every key, as WATCH sees it.
     pub flush_epoch: AtomicU64,
+    /// Deadlines set in this run, for the active expiry sweep.
+    pub expiry: ExpiryQueue,
 }
 
 impl Shared {
@@ -118,6 +121,7 @@ impl Shared {
             port,
             pmem_mode,
             flush_epoch: AtomicU64::new(0),
+            expiry: ExpiryQueue::default(),
         }
     }
 

@@ -25,7 +25,8 @@ fn set_fields(ctx: &mut Ctx<'_>, args: Args<'_>, name: &str) -> Result<i64, CmdE
         )));
     }
     let key = args.get(1);
-    let old = ctx.load(key)?;
+    let (old, deadline) = ctx.load_entry(key)?.unzip();
+    let deadline = deadline.flatten();
     let from = old.as_deref().map(as_hash).transpose()?;
     let mut edit = HashEdit::new(from);
     let mut added = 0;
@@ -40,7 +41,7 @@ fn set_fields(ctx: &mut Ctx<'_>, args: Args<'_>, name: &str) -> Result<i64, CmdE
             "ERR hash would take {len} bytes encoded, over the store's value limit of {max} bytes"
         )));
     }
-    ctx.store_encoded(key, &edit.encode())?;
+    ctx.store_with_deadline(key, &edit.encode(), deadline)?;
     Ok(added)
 }
 
@@ -117,7 +118,7 @@ pub(crate) fn hgetall(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
 /// HDEL key field [field ...]
 pub(crate) fn hdel(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let key = args.get(1);
-    let stored = ctx.load(key)?;
+    let (stored, deadline) = ctx.load_entry(key)?.unzip();
     let Some(h) = stored.as_deref().map(as_hash).transpose()? else {
         ctx.out.int(0);
         return Ok(());
@@ -128,7 +129,7 @@ pub(crate) fn hdel(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
         if edit.is_empty() {
             ctx.remove(key)?;
         } else {
-            ctx.store_encoded(key, &edit.encode())?;
+            ctx.store_with_deadline(key, &edit.encode(), deadline.flatten())?;
         }
     }
     ctx.out.int(removed as i64);

@@ -28,6 +28,7 @@ use std::ops::Bound;
 
 use super::{CmdError, CmdResult, Ctx, is, msg, parse_int};
 use crate::encoding::{self, Stored};
+use crate::expiry;
 use crate::glob;
 use crate::resp::Args;
 
@@ -179,6 +180,10 @@ pub(crate) fn scan(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
 
 fn wanted(o: &ScanOptions<'_>, key: &[u8], value: &[u8]) -> Result<bool, CmdError> {
     if o.pattern.is_some_and(|p| !glob::matches(p, key)) {
+        return Ok(false);
+    }
+    let (deadline, _) = encoding::split_expiry(value)?;
+    if expiry::expired(deadline, expiry::now_ms()) {
         return Ok(false);
     }
     Ok(match o.type_filter {

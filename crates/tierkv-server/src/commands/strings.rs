@@ -10,7 +10,7 @@
 //!
 //! Thread-safety: handlers run concurrently on worker threads under the key locks.
 
-use super::{CmdError, CmdResult, Ctx, as_string, is, msg, parse_i64_strict, parse_int};
+use super::{CmdError, CmdResult, Ctx, as_string, expire, is, msg, parse_i64_strict, parse_int};
 use crate::encoding::{self, Stored};
 use crate::resp::Args;
 use crate::resp::writer::format_decimal;
@@ -37,13 +37,28 @@ enum Condition {
 struct SetOptions {
     condition: Condition,
     get: bool,
+    expiry: NewExpiry,
+}
+
+/// What a write does to the key's deadline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NewExpiry {
+    /// No deadline (a plain SET clears the old one).
+    Clear,
+    /// Keep the old deadline (KEEPTTL).
+    Keep,
+    /// This deadline, Unix ms.
+    At(u64),
 }
 
 fn parse_set_options(args: Args<'_>) -> Result<SetOptions, CmdError> {
     let mut o = SetOptions {
         condition: Condition::Always,
         get: false,
+        expiry: NewExpiry::Clear,
     };
+    let mut keep = false;
+    let mut expire: Option<(usize, expire::Unit)> = None;
     let mut i = 3;
     while i < args.len() {
         let a = args.get(i);
@@ -62,23 +77,31 @@ fn parse_set_options(args: Args<'_>) -> Result<SetOptions, CmdError> {
         } else if is(a, "GET") {
             o.get = true;
         } else if is(a, "KEEPTTL") {
-            // No key has a TTL, so keeping it is what happens anyway.
-        } else if ["EX", "PX", "EXAT", "PXAT"].iter().any(|w| is(a, w)) {
-            if i + 1 >= args.len() {
+            if expire.is_some() {
                 return Err(CmdError::new(msg::SYNTAX));
             }
-            return Err(CmdError::new(
-                "ERR SET with EX, PX, EXAT or PXAT is not supported: tierkv keys do not expire (no TTL yet)",
-            ));
+            keep = true;
+        } else if let Some(unit) = expire::Unit::of_option(a) {
+            if keep || expire.is_some() || i + 1 >= args.len() {
+                return Err(CmdError::new(msg::SYNTAX));
+            }
+            expire = Some((i + 1, unit));
+            i += 1;
         } else {
             return Err(CmdError::new(msg::SYNTAX));
         }
         i += 1;
     }
+    if keep {
+        o.expiry = NewExpiry::Keep;
+    }
+    if let Some((at, unit)) = expire {
+        o.expiry = NewExpiry::At(expire::deadline_of(args.get(at), unit, "set")?);
+    }
     Ok(o)
 }
 
-/// SET key value [NX | XX] [GET] [KEEPTTL]
+/// SET key value [NX | XX] [GET] [EX s | PX ms | EXAT s | PXAT ms | KEEPTTL]
 pub(crate) fn set(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let (key, value) = (args.get(1), args.get(2));
     let o = if args.len() > 3 {
@@ -87,16 +110,17 @@ pub(crate) fn set(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
         SetOptions {
             condition: Condition::Always,
             get: false,
+            expiry: NewExpiry::Clear,
         }
     };
-    if !o.get && o.condition == Condition::Always {
+    if !o.get && o.condition == Condition::Always && o.expiry == NewExpiry::Clear {
         ctx.store_string(key, value)?;
         ctx.out.ok();
         return Ok(());
     }
-    let old = ctx.load(key)?;
+    let old = ctx.load_entry(key)?;
     let old_string = match (&old, o.get) {
-        (Some(v), true) => Some(as_string(v)?),
+        (Some((v, _)), true) => Some(as_string(v)?),
         _ => None,
     };
     let write = match o.condition {
@@ -105,7 +129,12 @@ pub(crate) fn set(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
         Condition::IfPresent => old.is_some(),
     };
     if write {
-        ctx.store_string(key, value)?;
+        let deadline = match o.expiry {
+            NewExpiry::Clear => None,
+            NewExpiry::Keep => old.as_ref().and_then(|(_, d)| *d),
+            NewExpiry::At(at) => Some(at),
+        };
+        ctx.store_with_deadline(key, &encoding::encode_string(value), deadline)?;
     }
     match (o.get, old_string, write) {
         (true, Some(s), _) => ctx.out.bulk(s),
@@ -194,7 +223,7 @@ pub(crate) fn mset(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     Ok(())
 }
 
-fn check_string_len(ctx: &Ctx<'_>, encoded_len: usize) -> CmdResult {
+pub(crate) fn check_string_len(ctx: &Ctx<'_>, encoded_len: usize) -> CmdResult {
     let max = ctx.max_value_len();
     if encoded_len > max {
         return Err(CmdError::new(format!(
@@ -205,17 +234,18 @@ fn check_string_len(ctx: &Ctx<'_>, encoded_len: usize) -> CmdResult {
 }
 
 fn incr_by(ctx: &mut Ctx<'_>, key: &[u8], delta: i64) -> CmdResult {
-    let current = match ctx.load(key)? {
-        None => 0,
-        Some(v) => {
-            parse_i64_strict(as_string(&v)?).ok_or_else(|| CmdError::new(msg::NOT_INTEGER))?
-        }
+    let (current, deadline) = match ctx.load_entry(key)? {
+        None => (0, None),
+        Some((v, deadline)) => (
+            parse_i64_strict(as_string(&v)?).ok_or_else(|| CmdError::new(msg::NOT_INTEGER))?,
+            deadline,
+        ),
     };
     let new = current
         .checked_add(delta)
         .ok_or_else(|| CmdError::new(msg::OVERFLOW))?;
     let mut digits = [0u8; 20];
-    ctx.store_string(key, format_decimal(new, &mut digits))?;
+    ctx.store_with_deadline(key, format_decimal(new, &mut digits), deadline)?;
     ctx.out.int(new);
     Ok(())
 }
@@ -247,14 +277,13 @@ pub(crate) fn decrby(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
 /// APPEND key value
 pub(crate) fn append(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let (key, tail) = (args.get(1), args.get(2));
-    let old = ctx.load(key)?;
-    let mut new = match &old {
-        Some(v) => as_string(v)?.to_vec(),
-        None => Vec::new(),
+    let (mut new, deadline) = match ctx.load_entry(key)? {
+        Some((v, deadline)) => (as_string(&v)?.to_vec(), deadline),
+        None => (Vec::new(), None),
     };
     new.extend_from_slice(tail);
     check_string_len(ctx, encoding::encoded_string_len(&new))?;
-    ctx.store_string(key, &new)?;
+    ctx.store_with_deadline(key, &encoding::encode_string(&new), deadline)?;
     ctx.out.int(new.len() as i64);
     Ok(())
 }

@@ -9,7 +9,7 @@
 //!
 //! Thread-safety: immutable static data.
 
-use super::{Handler, connection, hashes, info, keys, multi, scan, strings};
+use super::{Handler, connection, expire, hashes, info, keys, multi, scan, strings};
 use crate::resp::Args;
 
 /// One command.
@@ -102,7 +102,7 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         (1, 1, 1),
         "string",
         "1.0.0",
-        "Sets the string value of a key; NX, XX and GET options (no expiry: EX/PX are refused).",
+        "Sets the string value of a key, ignoring its type. The key is created if it doesn't exist.",
         strings::set
     ),
     cmd!(
@@ -484,6 +484,126 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         "2.2.0",
         "Forgets about watched keys of a transaction.",
         multi::unwatch
+    ),
+    cmd!(
+        "expire",
+        -3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "generic",
+        "1.0.0",
+        "Sets the expiration time of a key in seconds.",
+        expire::expire
+    ),
+    cmd!(
+        "pexpire",
+        -3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "generic",
+        "2.6.0",
+        "Sets the expiration time of a key in milliseconds.",
+        expire::pexpire
+    ),
+    cmd!(
+        "expireat",
+        -3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "generic",
+        "1.2.0",
+        "Sets the expiration time of a key to a Unix timestamp.",
+        expire::expireat
+    ),
+    cmd!(
+        "pexpireat",
+        -3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "generic",
+        "2.6.0",
+        "Sets the expiration time of a key to a Unix milliseconds timestamp.",
+        expire::pexpireat
+    ),
+    cmd!(
+        "ttl",
+        2,
+        READ_FAST,
+        (1, 1, 1),
+        "generic",
+        "1.0.0",
+        "Returns the expiration time in seconds of a key.",
+        expire::ttl
+    ),
+    cmd!(
+        "pttl",
+        2,
+        READ_FAST,
+        (1, 1, 1),
+        "generic",
+        "2.6.0",
+        "Returns the expiration time in milliseconds of a key.",
+        expire::pttl
+    ),
+    cmd!(
+        "expiretime",
+        2,
+        READ_FAST,
+        (1, 1, 1),
+        "generic",
+        "7.0.0",
+        "Returns the expiration time of a key as a Unix timestamp.",
+        expire::expiretime
+    ),
+    cmd!(
+        "pexpiretime",
+        2,
+        READ_FAST,
+        (1, 1, 1),
+        "generic",
+        "7.0.0",
+        "Returns the expiration time of a key as a Unix milliseconds timestamp.",
+        expire::pexpiretime
+    ),
+    cmd!(
+        "persist",
+        2,
+        WRITE_FAST,
+        (1, 1, 1),
+        "generic",
+        "2.2.0",
+        "Removes the expiration time of a key.",
+        expire::persist
+    ),
+    cmd!(
+        "setex",
+        4,
+        WRITE,
+        (1, 1, 1),
+        "string",
+        "2.0.0",
+        "Sets the string value and expiration time of a key. Creates the key if it doesn't exist.",
+        expire::setex
+    ),
+    cmd!(
+        "psetex",
+        4,
+        WRITE,
+        (1, 1, 1),
+        "string",
+        "2.6.0",
+        "Sets both string value and expiration time in milliseconds of a key. The key is created if it doesn't exist.",
+        expire::psetex
+    ),
+    cmd!(
+        "getex",
+        -2,
+        WRITE_FAST,
+        (1, 1, 1),
+        "string",
+        "6.2.0",
+        "Returns the string value of a key after setting its expiration time.",
+        expire::getex
     ),
 ];
 
