@@ -240,19 +240,23 @@ pub(crate) fn psetex(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
 }
 
 /// GETEX key [EX s | PX ms | EXAT s | PXAT ms | PERSIST]
+///
+/// Redis's order: the options' syntax, then the key (missing: null; not a string:
+/// WRONGTYPE), then the expire argument's value.
 pub(crate) fn getex(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
-    // None: leave the deadline; Some(None): PERSIST; Some(Some(at)): set it.
-    let mut change: Option<Option<u64>> = None;
+    let mut persist = false;
+    let mut expire: Option<(usize, Unit)> = None;
     let mut i = 2;
     while i < args.len() {
         let a = args.get(i);
-        if is(a, "PERSIST") && change.is_none() {
-            change = Some(None);
+        let free = !persist && expire.is_none();
+        if is(a, "PERSIST") && free {
+            persist = true;
         } else if let Some(unit) = Unit::of_option(a)
-            && change.is_none()
+            && free
             && i + 1 < args.len()
         {
-            change = Some(Some(deadline_of(args.get(i + 1), unit, "getex")?));
+            expire = Some((i + 1, unit));
             i += 1;
         } else {
             return Err(CmdError::new(msg::SYNTAX));
@@ -264,10 +268,16 @@ pub(crate) fn getex(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
         ctx.out.null();
         return Ok(());
     };
-    ctx.out.bulk(as_string(&stored)?);
-    match change {
-        Some(Some(at)) if at <= now_ms() => ctx.remove(key)?,
-        Some(new) if new != current => ctx.store_with_deadline(key, &stored, new)?,
+    let value = as_string(&stored)?;
+    let new = match expire {
+        Some((at, unit)) => Some(deadline_of(args.get(at), unit, "getex")?),
+        None => None,
+    };
+    ctx.out.bulk(value);
+    match new {
+        Some(at) if at <= now_ms() => ctx.remove(key)?,
+        Some(at) if Some(at) != current => ctx.store_with_deadline(key, &stored, Some(at))?,
+        None if persist && current.is_some() => ctx.store_with_deadline(key, &stored, None)?,
         _ => {}
     }
     Ok(())

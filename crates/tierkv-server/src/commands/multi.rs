@@ -13,8 +13,8 @@
 //! # Isolation
 //! EXEC takes, exclusively and in the lock table's global order, the stripes of every key
 //! of every queued command and of every watched key ([`crate::locks`]), or every stripe
-//! when a queued command walks the whole keyspace (flag `allkeys`: FLUSHDB, KEYS, SCAN,
-//! ...). It then checks the watches and runs the commands one after another without
+//! when a queued command changes the whole keyspace (flag `allkeys`: FLUSHDB, FLUSHALL).
+//! SCAN and DBSIZE inside EXEC read the store without locks, as they do outside it. It then checks the watches and runs the commands one after another without
 //! releasing anything, so no other client sees a state between two of them and no other
 //! write lands between the WATCH check and the last command.
 //!

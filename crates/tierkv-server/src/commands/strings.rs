@@ -297,3 +297,161 @@ pub(crate) fn strlen(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     ctx.out.int(n as i64);
     Ok(())
 }
+
+/// GETDEL key
+pub(crate) fn getdel(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let key = args.get(1);
+    match ctx.load(key)? {
+        None => ctx.out.null(),
+        Some(v) => {
+            let s = as_string(&v)?;
+            ctx.remove(key)?;
+            ctx.out.bulk(s);
+        }
+    }
+    Ok(())
+}
+
+/// The byte range `start..=end` of a string of `len` bytes, Redis's GETRANGE rules
+/// (negative indexes count from the end, out-of-range ends are clamped).
+fn clamp_range(start: i64, end: i64, len: usize) -> Option<std::ops::Range<usize>> {
+    let len = i64::try_from(len).unwrap_or(i64::MAX);
+    if (start < 0 && end < 0 && start > end) || len == 0 {
+        return None;
+    }
+    let fix = |i: i64| if i < 0 { (len + i).max(0) } else { i };
+    let (start, end) = (fix(start), fix(end).min(len - 1));
+    if start > end {
+        return None;
+    }
+    Some(start as usize..end as usize + 1)
+}
+
+/// GETRANGE key start end
+pub(crate) fn getrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let (start, end) = (parse_int(args.get(2))?, parse_int(args.get(3))?);
+    let v = ctx.load(args.get(1))?;
+    let s = match &v {
+        Some(v) => as_string(v)?,
+        None => &[][..],
+    };
+    let part = clamp_range(start, end, s.len())
+        .and_then(|r| s.get(r))
+        .unwrap_or_default();
+    ctx.out.bulk(part);
+    Ok(())
+}
+
+/// SETRANGE key offset value
+pub(crate) fn setrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let (key, patch) = (args.get(1), args.get(3));
+    let offset = usize::try_from(parse_int(args.get(2))?)
+        .map_err(|_| CmdError::new("ERR offset is out of range"))?;
+    let entry = ctx.load_entry(key)?;
+    let (mut s, deadline) = match &entry {
+        Some((v, d)) => (as_string(v)?.to_vec(), *d),
+        None => (Vec::new(), None),
+    };
+    if patch.is_empty() {
+        ctx.out.int(s.len() as i64);
+        return Ok(());
+    }
+    let end = offset
+        .checked_add(patch.len())
+        .ok_or_else(|| CmdError::new("ERR string exceeds maximum allowed size"))?;
+    check_string_len(ctx, end)?;
+    if s.len() < end {
+        s.resize(end, 0);
+    }
+    if let Some(dst) = s.get_mut(offset..end) {
+        dst.copy_from_slice(patch);
+    }
+    ctx.store_with_deadline(key, &encoding::encode_string(&s), deadline)?;
+    ctx.out.int(s.len() as i64);
+    Ok(())
+}
+
+/// MSETNX key value [key value ...]
+pub(crate) fn msetnx(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    if args.len().is_multiple_of(2) {
+        return Err(CmdError::new(
+            "ERR wrong number of arguments for 'msetnx' command",
+        ));
+    }
+    for i in (1..args.len()).step_by(2) {
+        if ctx.load(args.get(i))?.is_some() {
+            ctx.out.int(0);
+            return Ok(());
+        }
+    }
+    mset(ctx, args)?;
+    // `mset` answered +OK; MSETNX answers 1 instead.
+    ctx.out.truncate(ctx.out.len() - b"+OK\r\n".len());
+    ctx.out.int(1);
+    Ok(())
+}
+
+/// A float as Redis's `string2ld` reads one: no spaces, no NaN or infinity.
+fn parse_float(s: &[u8]) -> Option<f64> {
+    let text = std::str::from_utf8(s).ok()?;
+    if text.is_empty() || text.starts_with(|c: char| c.is_whitespace() || c == '+') {
+        return None;
+    }
+    let v: f64 = text.parse().ok()?;
+    v.is_finite().then_some(v)
+}
+
+/// Formats a float as Redis's INCRBYFLOAT reply does (shortest exact decimal, no exponent).
+fn format_float(v: f64) -> String {
+    let s = format!("{v}");
+    if s == "-0" { "0".to_string() } else { s }
+}
+
+/// INCRBYFLOAT key increment
+pub(crate) fn incrbyfloat(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let key = args.get(1);
+    let not_float = || CmdError::new("ERR value is not a valid float");
+    let delta = parse_float(args.get(2)).ok_or_else(not_float)?;
+    let (current, deadline) = match ctx.load_entry(key)? {
+        None => (0.0, None),
+        Some((v, d)) => (parse_float(as_string(&v)?).ok_or_else(not_float)?, d),
+    };
+    let new = current + delta;
+    if !new.is_finite() {
+        return Err(CmdError::new("ERR increment would produce NaN or Infinity"));
+    }
+    let text = format_float(new);
+    ctx.store_with_deadline(key, text.as_bytes(), deadline)?;
+    ctx.out.bulk(text.as_bytes());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn getrange_clamps_as_redis_does() {
+        assert_eq!(clamp_range(0, 3, 10), Some(0..4));
+        assert_eq!(clamp_range(-3, -1, 10), Some(7..10));
+        assert_eq!(clamp_range(5, 100, 10), Some(5..10));
+        assert_eq!(clamp_range(-100, 2, 10), Some(0..3));
+        assert_eq!(clamp_range(4, 2, 10), None);
+        assert_eq!(clamp_range(-1, -5, 10), None);
+        assert_eq!(clamp_range(0, -1, 0), None);
+        assert_eq!(clamp_range(0, -100, 10), Some(0..1));
+    }
+
+    #[test]
+    fn floats_parse_and_print_as_redis_does() {
+        assert_eq!(parse_float(b"1.5"), Some(1.5));
+        assert_eq!(parse_float(b"-3"), Some(-3.0));
+        assert_eq!(parse_float(b"5e2"), Some(500.0));
+        for bad in [&b""[..], b" 1", b"+1", b"nan", b"inf", b"1x"] {
+            assert_eq!(parse_float(bad), None, "{bad:?}");
+        }
+        assert_eq!(format_float(10.5), "10.5");
+        assert_eq!(format_float(3.0), "3");
+        assert_eq!(format_float(-0.0), "0");
+    }
+}

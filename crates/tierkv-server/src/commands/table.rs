@@ -605,6 +605,136 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         "Returns the string value of a key after setting its expiration time.",
         expire::getex
     ),
+    cmd!(
+        "getdel",
+        2,
+        WRITE_FAST,
+        (1, 1, 1),
+        "string",
+        "6.2.0",
+        "Returns the string value of a key after deleting the key.",
+        strings::getdel
+    ),
+    cmd!(
+        "getrange",
+        4,
+        &["readonly"],
+        (1, 1, 1),
+        "string",
+        "2.4.0",
+        "Returns a substring of the string stored at a key.",
+        strings::getrange
+    ),
+    cmd!(
+        "setrange",
+        4,
+        WRITE,
+        (1, 1, 1),
+        "string",
+        "2.2.0",
+        "Overwrites a part of a string value with another by an offset.",
+        strings::setrange
+    ),
+    cmd!(
+        "msetnx",
+        -3,
+        WRITE,
+        (1, -1, 2),
+        "string",
+        "1.0.1",
+        "Atomically modifies the string values of one or more keys only when all keys don't exist.",
+        strings::msetnx
+    ),
+    cmd!(
+        "incrbyfloat",
+        3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "string",
+        "2.6.0",
+        "Increment the floating point value of a key by a number.",
+        strings::incrbyfloat
+    ),
+    cmd!(
+        "hincrby",
+        4,
+        WRITE_FAST,
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Increments the integer value of a field in a hash by a number.",
+        hashes::hincrby
+    ),
+    cmd!(
+        "hkeys",
+        2,
+        &["readonly"],
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Returns all fields in a hash.",
+        hashes::hkeys
+    ),
+    cmd!(
+        "hvals",
+        2,
+        &["readonly"],
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Returns all values in a hash.",
+        hashes::hvals
+    ),
+    cmd!(
+        "rename",
+        3,
+        &["write"],
+        (1, 2, 1),
+        "generic",
+        "1.0.0",
+        "Renames a key and overwrites the destination.",
+        keys::rename
+    ),
+    cmd!(
+        "renamenx",
+        3,
+        WRITE_FAST,
+        (1, 2, 1),
+        "generic",
+        "1.0.0",
+        "Renames a key only when the target key name doesn't exist.",
+        keys::renamenx
+    ),
+    cmd!(
+        "time",
+        1,
+        &["fast"],
+        (0, 0, 0),
+        "server",
+        "2.6.0",
+        "Returns the server time.",
+        keys::time
+    ),
+    cmd!(
+        "flushdb",
+        -1,
+        &["write", "allkeys"],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Removes all keys from the current database.",
+        keys::flushdb
+    ),
+    cmd!(
+        "flushall",
+        -1,
+        &["write", "allkeys"],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Removes all keys from all databases.",
+        keys::flushdb
+    ),
 ];
 
 #[cfg(test)]
