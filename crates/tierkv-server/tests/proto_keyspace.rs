@@ -99,3 +99,28 @@ fn string_and_hash_commands_of_round_two() {
     assert_eq!(common::run::<Vec<String>>(&mut c, "HKEYS h"), ["n", "g"]);
     assert_eq!(common::run::<Vec<String>>(&mut c, "HVALS h"), ["-2", "x"]);
 }
+
+#[test]
+fn keys_and_randomkey_see_live_keys_only() {
+    let srv = common::start("dram:btree");
+    let mut c = srv.client();
+    assert_eq!(common::run::<Option<String>>(&mut c, "RANDOMKEY"), None);
+    let _: () = c.set("user:1", 1).unwrap();
+    let _: () = c.set("user:2", 2).unwrap();
+    let _: () = c.set("item:1", 3).unwrap();
+    let _: () = common::run(&mut c, "PSETEX user:3 1 gone");
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert_eq!(
+        common::run::<Vec<String>>(&mut c, "KEYS user:*"),
+        ["user:1", "user:2"]
+    );
+    assert_eq!(common::run::<Vec<String>>(&mut c, "KEYS *").len(), 3);
+    for _ in 0..20 {
+        let k: String = common::run(&mut c, "RANDOMKEY");
+        assert!(["user:1", "user:2", "item:1"].contains(&k.as_str()), "{k}");
+    }
+    assert_eq!(common::run::<i64>(&mut c, "COPY item:1 item:2"), 1);
+    assert_eq!(common::run::<i64>(&mut c, "COPY item:1 item:2"), 0);
+    assert_eq!(common::run::<i64>(&mut c, "COPY user:1 item:2 REPLACE"), 1);
+    assert_eq!(c.get::<_, i64>("item:2").unwrap(), 1);
+}

@@ -176,3 +176,41 @@ pub(crate) fn flushdb(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     ctx.out.ok();
     Ok(())
 }
+
+/// COPY source destination [DB 0] [REPLACE]: copies the value and its deadline.
+pub(crate) fn copy(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let (from, to) = (args.get(1), args.get(2));
+    let mut replace = false;
+    let mut i = 3;
+    while i < args.len() {
+        let opt = args.get(i);
+        if super::is(opt, "REPLACE") {
+            replace = true;
+            i += 1;
+        } else if super::is(opt, "DB") && i + 1 < args.len() {
+            let db = super::parse_int(args.get(i + 1))?;
+            if db != 0 {
+                return Err(CmdError::new("ERR DB index is out of range"));
+            }
+            i += 2;
+        } else {
+            return Err(CmdError::new(super::msg::SYNTAX));
+        }
+    }
+    if from == to {
+        return Err(CmdError::new(
+            "ERR source and destination objects are the same",
+        ));
+    }
+    let Some((value, deadline)) = ctx.load_entry(from)? else {
+        ctx.out.int(0);
+        return Ok(());
+    };
+    if !replace && ctx.load(to)?.is_some() {
+        ctx.out.int(0);
+        return Ok(());
+    }
+    ctx.store_with_deadline(to, &value, deadline)?;
+    ctx.out.int(1);
+    Ok(())
+}

@@ -735,6 +735,46 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         "Removes all keys from all databases.",
         keys::flushdb
     ),
+    cmd!(
+        "keys",
+        2,
+        &["readonly"],
+        (0, 0, 0),
+        "generic",
+        "1.0.0",
+        "Returns all key names that match a pattern (ordered engines).",
+        scan::keys
+    ),
+    cmd!(
+        "randomkey",
+        1,
+        &["readonly"],
+        (0, 0, 0),
+        "generic",
+        "1.0.0",
+        "Returns a random key name from the database (ordered engines).",
+        scan::randomkey
+    ),
+    cmd!(
+        "hscan",
+        -3,
+        &["readonly"],
+        (1, 1, 1),
+        "hash",
+        "2.8.0",
+        "Iterates over fields and values of a hash.",
+        scan::hscan
+    ),
+    cmd!(
+        "copy",
+        -3,
+        WRITE,
+        (1, 2, 1),
+        "generic",
+        "6.2.0",
+        "Copies the value of a key to a new key.",
+        keys::copy
+    ),
 ];
 
 #[cfg(test)]
