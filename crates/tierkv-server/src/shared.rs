@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use tierkv::{Db, DurabilityMode};
 
+use crate::clients::ClientRegistry;
 use crate::config::ServerConfig;
 use crate::cursors::CursorTable;
 use crate::expiry::ExpiryQueue;
@@ -103,6 +104,8 @@ pub struct Shared {
     pub flush_epoch: AtomicU64,
     /// Deadlines set in this run, for the active expiry sweep.
     pub expiry: ExpiryQueue,
+    /// The connected clients (CLIENT LIST).
+    pub clients: ClientRegistry,
 }
 
 impl Shared {
@@ -122,6 +125,7 @@ impl Shared {
             pmem_mode,
             flush_epoch: AtomicU64::new(0),
             expiry: ExpiryQueue::default(),
+            clients: ClientRegistry::default(),
         }
     }
 

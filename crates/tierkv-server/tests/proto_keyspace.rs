@@ -124,3 +124,57 @@ fn keys_and_randomkey_see_live_keys_only() {
     assert_eq!(common::run::<i64>(&mut c, "COPY user:1 item:2 REPLACE"), 1);
     assert_eq!(c.get::<_, i64>("item:2").unwrap(), 1);
 }
+
+#[test]
+fn client_list_info_and_info_sections() {
+    let srv = common::start("dram:btree");
+    let mut a = srv.client();
+    let mut b = srv.client();
+    let _: () = cmd("CLIENT")
+        .arg("SETNAME")
+        .arg("worker-a")
+        .query(&mut a)
+        .unwrap();
+    let _: () = cmd("CLIENT")
+        .arg("NO-EVICT")
+        .arg("on")
+        .query(&mut a)
+        .unwrap();
+    let mine: String = cmd("CLIENT").arg("INFO").query(&mut a).unwrap();
+    let id: i64 = cmd("CLIENT").arg("ID").query(&mut a).unwrap();
+    assert!(
+        mine.starts_with(&format!("id={id} addr=127.0.0.1:")),
+        "{mine}"
+    );
+    assert!(
+        mine.contains(" name=worker-a ") && mine.contains(" cmd=client|info "),
+        "{mine}"
+    );
+    let list: String = cmd("CLIENT").arg("LIST").query(&mut b).unwrap();
+    assert_eq!(list.lines().count(), 2, "{list}");
+    assert!(list.contains("name=worker-a"), "{list}");
+    drop(a);
+    let t = std::time::Instant::now();
+    loop {
+        let list: String = cmd("CLIENT").arg("LIST").query(&mut b).unwrap();
+        if list.lines().count() == 1 {
+            break;
+        }
+        assert!(
+            t.elapsed().as_secs() < 10,
+            "a closed client stays listed: {list}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _: () = common::run(&mut b, "PSETEX gone 1 x");
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert_eq!(b.get::<_, Option<String>>("gone").unwrap(), None);
+    let info: String = cmd("INFO").query(&mut b).unwrap();
+    for want in [
+        "# CPU\r\nused_cpu_sys:",
+        "# Persistence\r\nloading:0",
+        "expired_keys:1",
+    ] {
+        assert!(info.contains(want), "INFO lacks {want:?}:\n{info}");
+    }
+}
