@@ -8,9 +8,20 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
+# tierkv-server's differential test runs a real redis-server (skipped loudly without it).
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing ${need_apt[*]}"
   apt-get update -qq && apt-get install -y -qq "${need_apt[@]}"
+fi
+
+# tierkv-server's redis-py tests use this venv (skipped loudly without it).
+venv=target/redis-py-venv
+if ! "$venv/bin/python" -c 'import redis' >/dev/null 2>&1; then
+  echo "== creating $venv with redis-py"
+  { python3 -m venv "$venv" && "$venv/bin/pip" install -q redis; } ||
+    echo "== redis-py venv not created: the redis-py tests will be skipped"
 fi
 
 echo "== cargo test (workspace)"

@@ -9,7 +9,12 @@
 //!                themselves start with TAG, so a string can never be misread)
 //!   type 'h'     hash: body = count(u32 LE, >= 1)
 //!                       then per field: flen(u32 LE) field vlen(u32 LE) value
+//!   type 'x'     expiring value: body = deadline(u64 LE, Unix time in ms) | inner
+//!                where inner is a complete stored value of any other type (an escaped
+//!                or plain string, or a hash); never another 'x'
 //! ```
+//! A key with a TTL is stored as an `x` envelope around its value, so the deadline is
+//! written (and made durable) together with the value in one `put`, and survives restarts.
 //! Fields are kept in insertion order (as Redis keeps small hashes) and are unique.
 //!
 //! Invariants: a value written by the server decodes to what was written, and re-encoding
@@ -37,6 +42,10 @@ pub const HEADER_LEN: usize = VERSION_OFFSET + 1;
 pub const TYPE_STRING: u8 = b's';
 /// Type byte of a hash.
 pub const TYPE_HASH: u8 = b'h';
+/// Type byte of the expiry envelope.
+pub const TYPE_EXPIRING: u8 = b'x';
+/// Size of the deadline in an expiry envelope.
+const DEADLINE_SIZE: usize = 8;
 /// The only format version this build writes and reads.
 pub const VERSION: u8 = 1;
 /// Size of the field count and of each length prefix.
@@ -71,8 +80,46 @@ fn bad(what: impl Into<String>) -> DecodeError {
     DecodeError(what.into())
 }
 
-/// Decodes a stored value.
+/// True when `v` is an expiry envelope (a cheap test of its header).
+pub fn is_expiring(v: &[u8]) -> bool {
+    v.starts_with(&TAG) && v.get(TYPE_OFFSET) == Some(&TYPE_EXPIRING)
+}
+
+/// Splits an expiry envelope into its deadline (Unix ms) and the inner stored value; a
+/// value without an envelope has no deadline and is its own inner value.
+pub fn split_expiry(v: &[u8]) -> Result<(Option<u64>, &[u8]), DecodeError> {
+    if !is_expiring(v) {
+        return Ok((None, v));
+    }
+    if v.get(VERSION_OFFSET) != Some(&VERSION) {
+        return Err(bad("expiry envelope of an unknown version"));
+    }
+    let body = v.get(HEADER_LEN..).unwrap_or_default();
+    let (deadline, inner) = body
+        .split_first_chunk::<DEADLINE_SIZE>()
+        .ok_or_else(|| bad("expiry envelope without its deadline"))?;
+    if is_expiring(inner) {
+        return Err(bad("nested expiry envelope"));
+    }
+    Ok((Some(u64::from_le_bytes(*deadline)), inner))
+}
+
+/// `inner` (a complete stored value, not itself an envelope) with the deadline `at_ms`.
+pub fn wrap_expiry(at_ms: u64, inner: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(HEADER_LEN + DEADLINE_SIZE + inner.len());
+    push_header(&mut v, TYPE_EXPIRING);
+    v.extend_from_slice(&at_ms.to_le_bytes());
+    v.extend_from_slice(inner);
+    v
+}
+
+/// Bytes an expiry envelope adds to a value.
+pub const EXPIRY_OVERHEAD: usize = HEADER_LEN + DEADLINE_SIZE;
+
+/// Decodes a stored value (an expiry envelope is looked through: its inner value is
+/// decoded; whether it has expired is the caller's business).
 pub fn decode(v: &[u8]) -> Result<Stored<'_>, DecodeError> {
+    let (_, v) = split_expiry(v)?;
     if !v.starts_with(&TAG) {
         return Ok(Stored::Str(v));
     }
@@ -375,6 +422,28 @@ mod tests {
                 proptest::prop_assert_eq!(h.iter().count(), h.len());
             }
         }
+    }
+
+    #[test]
+    fn expiry_envelope_round_trips_around_strings_and_hashes() {
+        for inner in [
+            b"plain".to_vec(),
+            encode_string(b"\xFFTKx\x01 tag-like").into_owned(),
+            hash(&[(b"f", b"v")]),
+            Vec::new(),
+        ] {
+            let v = wrap_expiry(1_700_000_000_123, &inner);
+            assert!(is_expiring(&v));
+            assert_eq!(v.len(), inner.len() + EXPIRY_OVERHEAD);
+            let (at, got) = split_expiry(&v).unwrap();
+            assert_eq!((at, got), (Some(1_700_000_000_123), &inner[..]));
+            assert_eq!(decode(&v).unwrap(), decode(&inner).unwrap());
+        }
+        assert_eq!(split_expiry(b"abc").unwrap(), (None, &b"abc"[..]));
+        let nested = wrap_expiry(5, &wrap_expiry(6, b"x"));
+        assert!(split_expiry(&nested).is_err());
+        assert!(split_expiry(b"\xFFTKx\x01\x00\x01").is_err());
+        assert!(split_expiry(b"\xFFTKx\x02\x00\x00\x00\x00\x00\x00\x00\x00").is_err());
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //! - [`commands`] (private): one module per command family, one command table;
 //! - [`encoding`]: how strings and hashes are stored as one value per key;
 //! - [`locks`]: the striped lock table that makes commands atomic per key;
+//! - [`expiry`]: key deadlines, lazy removal and the active sweep thread;
 //! - [`cursors`]: the resume keys of SCAN cursors;
+//! - [`clients`]: the connected clients, for CLIENT LIST / CLIENT INFO;
 //! - [`server`]: listener, connections, pipelining, throttling, max clients, shutdown;
 //! - [`config`]: the `--config FILE` and the server's settings;
 //! - [`cli`]: [`ServeArgs`] and [`run`], the front the `tierkv` binary mounts as
@@ -33,10 +35,12 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod clients;
 pub(crate) mod commands;
 pub mod config;
 pub mod cursors;
 pub mod encoding;
+pub mod expiry;
 pub mod glob;
 pub mod locks;
 pub mod resp;

@@ -22,7 +22,21 @@
 //! the process dies in the middle, the keys written so far stay written (each one is
 //! durable when `put` returns), the rest do not. Clients are only told `OK` after all.
 //!
+//! # Versions (WATCH)
+//! Each stripe also counts the writes to its keys: a handler that changes a key calls
+//! [`KeyLocks::touch`] while it holds the key's stripe exclusively. `WATCH` remembers the
+//! versions of its keys' stripes; `EXEC` compares them under the locks. A write to another
+//! key of the same stripe therefore also fails the transaction: a spurious abort (the
+//! client retries, as after any lost race), never a missed change.
+//!
+//! # Everything at once
+//! [`KeyLocks::lock_all`] takes every stripe exclusively, in stripe order (FLUSHDB, and an
+//! EXEC whose commands walk the whole keyspace). It follows the same global order, so it
+//! keeps the deadlock argument above.
+//!
 //! Thread-safety: `Sync`; the whole point.
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -35,10 +49,11 @@ pub enum Access {
     Write,
 }
 
-/// One lock on its own cache line, so that two stripes never share a line.
+/// One lock and its write counter on their own cache line, so that two stripes never
+/// share a line.
 #[repr(align(64))]
 #[derive(Default)]
-struct Stripe(RwLock<()>);
+struct Stripe(RwLock<()>, AtomicU64);
 
 /// The lock table.
 pub struct KeyLocks {
@@ -106,6 +121,31 @@ impl KeyLocks {
             Access::Read => Guard::Shared(s.read()),
             Access::Write => Guard::Exclusive(s.write()),
         })
+    }
+
+    /// Counts a change of `key`; the caller holds its stripe exclusively (or at least
+    /// shared, for a lazy expiry removal, which changes nothing a reader could see).
+    pub fn touch(&self, key: &[u8]) {
+        if let Some(s) = self.stripes.get(Self::stripe_of(key)) {
+            s.1.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// The write count of `key`'s stripe.
+    pub fn version(&self, key: &[u8]) -> u64 {
+        self.stripes
+            .get(Self::stripe_of(key))
+            .map_or(0, |s| s.1.load(Ordering::Acquire))
+    }
+
+    /// Locks every stripe exclusively, in stripe order.
+    pub fn lock_all(&self) -> KeyGuard<'_> {
+        let all = (0..Self::STRIPES)
+            .filter_map(|s| self.take(s, Access::Write))
+            .collect();
+        KeyGuard {
+            _held: Held::Many(all),
+        }
     }
 
     /// Locks the stripes of `keys` (in stripe order; see the module doc).
@@ -196,6 +236,28 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
+    }
+
+    #[test]
+    fn touch_changes_the_version_of_the_stripe_only() {
+        let locks = KeyLocks::default();
+        let (a, b) = (b"alpha".as_slice(), b"beta".as_slice());
+        assert_ne!(KeyLocks::stripe_of(a), KeyLocks::stripe_of(b));
+        let (va, vb) = (locks.version(a), locks.version(b));
+        locks.touch(a);
+        assert_eq!(locks.version(a), va + 1);
+        assert_eq!(locks.version(b), vb);
+    }
+
+    #[test]
+    fn lock_all_excludes_every_key() {
+        let locks = KeyLocks::default();
+        let all = locks.lock_all();
+        for s in [0, 1, KeyLocks::STRIPES - 1] {
+            assert!(locks.stripes[s].0.try_read().is_none());
+        }
+        drop(all);
+        let _g = locks.lock([&b"k"[..]].into_iter(), Access::Write);
     }
 
     #[test]

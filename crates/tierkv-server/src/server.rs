@@ -8,7 +8,8 @@
 //!    job in flight finishes it and sends its replies (see [`connection`]).
 //! 3. Wait for every connection task. Each one awaits its job, so when the last task
 //!    ends no command is running; join the worker threads.
-//! 4. Close the store (`Db::close`: engine threads joined, everything durable).
+//! 4. Join the expiry sweep ([`crate::expiry::Sweeper`]).
+//! 5. Close the store (`Db::close`: engine threads joined, everything durable).
 //!
 //! # Admission
 //! The accept loop counts open connections; one over `max_clients` is answered
@@ -35,6 +36,7 @@ use tokio::task::JoinSet;
 
 use self::executor::Workers;
 use crate::config::ServerConfig;
+use crate::expiry::Sweeper;
 use crate::shared::Shared;
 
 /// The reply to a client over `max_clients` (Redis's words).
@@ -63,6 +65,7 @@ pub struct Server {
     listener: TcpListener,
     shared: Arc<Shared>,
     workers: Workers,
+    sweeper: Sweeper,
 }
 
 impl Server {
@@ -81,10 +84,12 @@ impl Server {
         let workers = Workers::start(config.worker_count(db.descriptor().volatile))
             .context("starting the worker threads")?;
         let shared = Arc::new(Shared::new(db, pmem_mode, config, port));
+        let sweeper = Sweeper::start(shared.clone()).context("starting the expiry sweep")?;
         Ok(Server {
             listener,
             shared,
             workers,
+            sweeper,
         })
     }
 
@@ -121,6 +126,7 @@ impl Server {
         }
         // Every connection awaited its last job, so the workers are idle: join them.
         self.workers.join();
+        self.sweeper.join();
         self.shared.db.close().context("closing the store")
     }
 

@@ -11,9 +11,12 @@ use std::time::Instant;
 
 use tierkv::{Db, DurabilityMode};
 
+use crate::clients::ClientRegistry;
 use crate::config::ServerConfig;
 use crate::cursors::CursorTable;
+use crate::expiry::ExpiryQueue;
 use crate::locks::KeyLocks;
+use crate::resp::Batch;
 
 /// Counters the server keeps for INFO.
 #[derive(Debug, Default)]
@@ -97,6 +100,12 @@ pub struct Shared {
     pub port: u16,
     /// The pmem durability mode the store was opened with (for INFO).
     pub pmem_mode: DurabilityMode,
+    /// Bumped by FLUSHDB/FLUSHALL: a change of every key, as WATCH sees it.
+    pub flush_epoch: AtomicU64,
+    /// Deadlines set in this run, for the active expiry sweep.
+    pub expiry: ExpiryQueue,
+    /// The connected clients (CLIENT LIST).
+    pub clients: ClientRegistry,
 }
 
 impl Shared {
@@ -114,6 +123,9 @@ impl Shared {
             started: Instant::now(),
             port,
             pmem_mode,
+            flush_epoch: AtomicU64::new(0),
+            expiry: ExpiryQueue::default(),
+            clients: ClientRegistry::default(),
         }
     }
 
@@ -139,6 +151,32 @@ pub struct Session {
     pub lib_ver: Option<Vec<u8>>,
     /// Set by `QUIT`: close after the reply.
     pub quit: bool,
+    /// The transaction being queued, between MULTI and EXEC/DISCARD.
+    pub tx: Option<Transaction>,
+    /// The keys under WATCH.
+    pub watched: Vec<Watched>,
+}
+
+/// A transaction being queued.
+#[derive(Debug, Default)]
+pub struct Transaction {
+    /// The queued commands (owned copies).
+    pub queued: Batch,
+    /// A command was refused while queuing: EXEC answers EXECABORT.
+    pub dirty: bool,
+}
+
+/// A key under WATCH and what it was when watched.
+#[derive(Debug, Clone)]
+pub struct Watched {
+    /// The key as the client named it.
+    pub key: Vec<u8>,
+    /// The version of its lock stripe ([`KeyLocks::version`]).
+    pub version: u64,
+    /// [`Shared::flush_epoch`] then.
+    pub epoch: u64,
+    /// Whether the key existed (a key that expires after WATCH fails EXEC, as in Redis).
+    pub existed: bool,
 }
 
 impl Session {

@@ -1,5 +1,5 @@
 //! Connection commands: PING, ECHO, HELLO, AUTH, SELECT, QUIT, CLIENT
-//! (ID, GETNAME, SETNAME, SETINFO, HELP).
+//! (ID, GETNAME, SETNAME, SETINFO, INFO, LIST, NO-EVICT, NO-TOUCH, HELP).
 //!
 //! Authentication follows Redis's `requirepass`: one password for the user `default`. Until
 //! a client authenticates, only AUTH, HELLO (with its AUTH option) and QUIT run; the rest
@@ -115,6 +115,7 @@ pub(crate) fn hello(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
         ctx.session.name = (!n.is_empty()).then(|| n.to_vec());
     }
     ctx.out.set_protocol(proto);
+    ctx.shared.clients.sync(ctx.session, proto.version());
     hello_reply(ctx, proto);
     Ok(())
 }
@@ -179,6 +180,14 @@ const CLIENT_HELP: &[&str] = &[
     "    Assign the name <name> to the current connection.",
     "SETINFO <LIB-NAME|LIB-VER> <value>",
     "    Set client meta attr. Options are:",
+    "INFO",
+    "    Return information about the current client connection.",
+    "LIST",
+    "    Return information about client connections.",
+    "NO-EVICT (ON|OFF)",
+    "    Accepted; nothing is evicted here.",
+    "NO-TOUCH (ON|OFF)",
+    "    Accepted; there is no LRU here.",
     "HELP",
     "    Print this help.",
 ];
@@ -207,10 +216,33 @@ pub(crate) fn client(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
         argc_ok(3, "setname")?;
         let n = valid_name(args.get(2))?;
         ctx.session.name = (!n.is_empty()).then(|| n.to_vec());
+        sync_client(ctx);
         ctx.out.ok();
     } else if is(sub, "SETINFO") {
         argc_ok(4, "setinfo")?;
         set_info(ctx, args.get(2), args.get(3))?;
+        sync_client(ctx);
+        ctx.out.ok();
+    } else if is(sub, "INFO") {
+        argc_ok(2, "info")?;
+        let line = client_line(ctx, "client|info");
+        ctx.out.verbatim(line.as_bytes());
+    } else if is(sub, "LIST") {
+        let multi = ctx
+            .session
+            .tx
+            .as_ref()
+            .map_or(-1, |t| t.queued.len() as i64);
+        let text = ctx
+            .shared
+            .clients
+            .list(ctx.session.id, multi, "client|list");
+        ctx.out.verbatim(text.as_bytes());
+    } else if is(sub, "NO-EVICT") || is(sub, "NO-TOUCH") {
+        argc_ok(3, "no-evict")?;
+        if !(is(args.get(2), "ON") || is(args.get(2), "OFF")) {
+            return Err(CmdError::new(msg::SYNTAX));
+        }
         ctx.out.ok();
     } else if is(sub, "HELP") {
         ctx.out.array(CLIENT_HELP.len());
@@ -221,6 +253,26 @@ pub(crate) fn client(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
         return Err(unknown_subcommand(sub, "CLIENT"));
     }
     Ok(())
+}
+
+/// Shows the session's name, library and protocol in CLIENT LIST.
+fn sync_client(ctx: &mut Ctx<'_>) {
+    ctx.shared
+        .clients
+        .sync(ctx.session, ctx.out.protocol().version());
+}
+
+/// This client's CLIENT LIST line.
+fn client_line(ctx: &mut Ctx<'_>, cmd: &str) -> String {
+    let multi = ctx
+        .session
+        .tx
+        .as_ref()
+        .map_or(-1, |t| t.queued.len() as i64);
+    ctx.shared
+        .clients
+        .line(ctx.session.id, multi, cmd)
+        .unwrap_or_default()
 }
 
 fn set_info(ctx: &mut Ctx<'_>, attr: &[u8], value: &[u8]) -> CmdResult {

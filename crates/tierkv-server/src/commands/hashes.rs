@@ -25,7 +25,8 @@ fn set_fields(ctx: &mut Ctx<'_>, args: Args<'_>, name: &str) -> Result<i64, CmdE
         )));
     }
     let key = args.get(1);
-    let old = ctx.load(key)?;
+    let (old, deadline) = ctx.load_entry(key)?.unzip();
+    let deadline = deadline.flatten();
     let from = old.as_deref().map(as_hash).transpose()?;
     let mut edit = HashEdit::new(from);
     let mut added = 0;
@@ -40,7 +41,7 @@ fn set_fields(ctx: &mut Ctx<'_>, args: Args<'_>, name: &str) -> Result<i64, CmdE
             "ERR hash would take {len} bytes encoded, over the store's value limit of {max} bytes"
         )));
     }
-    ctx.store_encoded(key, &edit.encode())?;
+    ctx.store_with_deadline(key, &edit.encode(), deadline)?;
     Ok(added)
 }
 
@@ -117,7 +118,7 @@ pub(crate) fn hgetall(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
 /// HDEL key field [field ...]
 pub(crate) fn hdel(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let key = args.get(1);
-    let stored = ctx.load(key)?;
+    let (stored, deadline) = ctx.load_entry(key)?.unzip();
     let Some(h) = stored.as_deref().map(as_hash).transpose()? else {
         ctx.out.int(0);
         return Ok(());
@@ -128,7 +129,7 @@ pub(crate) fn hdel(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
         if edit.is_empty() {
             ctx.remove(key)?;
         } else {
-            ctx.store_encoded(key, &edit.encode())?;
+            ctx.store_with_deadline(key, &edit.encode(), deadline.flatten())?;
         }
     }
     ctx.out.int(removed as i64);
@@ -150,4 +151,51 @@ pub(crate) fn hlen(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
         ctx.out.int(h.map_or(0, |h| h.len() as i64));
         Ok(())
     })
+}
+
+/// HINCRBY key field increment
+pub(crate) fn hincrby(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let (key, field) = (args.get(1), args.get(2));
+    let delta = super::parse_int(args.get(3))?;
+    let (old, deadline) = ctx.load_entry(key)?.unzip();
+    let from = old.as_deref().map(as_hash).transpose()?;
+    let current = match from.and_then(|h| h.get(field)) {
+        None => 0,
+        Some(v) => super::parse_i64_strict(v)
+            .ok_or_else(|| CmdError::new("ERR hash value is not an integer"))?,
+    };
+    let new = current
+        .checked_add(delta)
+        .ok_or_else(|| CmdError::new(super::msg::OVERFLOW))?;
+    let text = new.to_string();
+    let mut edit = HashEdit::new(from);
+    edit.set(field, text.as_bytes());
+    ctx.store_with_deadline(key, &edit.encode(), deadline.flatten())?;
+    ctx.out.int(new);
+    Ok(())
+}
+
+/// HKEYS key, HVALS key: the fields' names (`values` false) or values.
+fn fields_or_values(ctx: &mut Ctx<'_>, args: Args<'_>, values: bool) -> CmdResult {
+    with_hash(ctx, args, |ctx, h| {
+        let Some(h) = h else {
+            ctx.out.array(0);
+            return Ok(());
+        };
+        ctx.out.array(h.len());
+        for (f, v) in h.iter() {
+            ctx.out.bulk(if values { v } else { f });
+        }
+        Ok(())
+    })
+}
+
+/// HKEYS key
+pub(crate) fn hkeys(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    fields_or_values(ctx, args, false)
+}
+
+/// HVALS key
+pub(crate) fn hvals(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    fields_or_values(ctx, args, true)
 }

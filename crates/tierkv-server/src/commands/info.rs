@@ -31,6 +31,8 @@ const SECTIONS: &[(&str, Section)] = &[
     ("clients", clients_section),
     ("memory", memory_section),
     ("stats", stats_section),
+    ("persistence", persistence_section),
+    ("cpu", cpu_section),
     ("keyspace", keyspace_section),
     ("tierkv", tierkv_section),
 ];
@@ -117,6 +119,47 @@ fn stats_section(s: &Shared, t: &mut String) {
     for (name, counter) in rows {
         line(t, name, ServerStats::get(counter));
     }
+    line(t, "expired_keys", ServerStats::get(&s.expiry.expired_keys));
+}
+
+fn persistence_section(s: &Shared, t: &mut String) {
+    t.push_str("# Persistence\r\n");
+    line(t, "loading", 0);
+    // Every acknowledged write is in the store (see "Durability" in the README); there is
+    // no RDB or AOF to speak of.
+    line(t, "rdb_changes_since_last_save", 0);
+    line(t, "aof_enabled", 0);
+    line(
+        t,
+        "tierkv_persistent",
+        u8::from(!s.db.descriptor().volatile),
+    );
+}
+
+/// User and system CPU seconds of the process, from `/proc/self/stat` (Linux; zeros
+/// elsewhere). Clock ticks are taken as 100 per second, the Linux default.
+fn cpu_seconds() -> (f64, f64) {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return (0.0, 0.0);
+    };
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+            / 100.0
+    };
+    (ticks(11), ticks(12))
+}
+
+fn cpu_section(_s: &Shared, t: &mut String) {
+    let (user, sys) = cpu_seconds();
+    t.push_str("# CPU\r\n");
+    line(t, "used_cpu_sys", format!("{sys:.6}"));
+    line(t, "used_cpu_user", format!("{user:.6}"));
 }
 
 fn keyspace_section(s: &Shared, t: &mut String) {
@@ -211,8 +254,14 @@ fn command_info(ctx: &mut Ctx<'_>, c: &CommandSpec) {
     out.array(10);
     out.bulk(c.name.as_bytes());
     out.int(i64::from(c.arity));
-    out.array(c.flags.len());
-    c.flags.iter().for_each(|f| out.simple(f));
+    // `multi_now` and `allkeys` steer this server's dispatcher; Redis has no such flags.
+    let flags: Vec<_> = c
+        .flags
+        .iter()
+        .filter(|f| !matches!(**f, "multi_now" | "allkeys"))
+        .collect();
+    out.array(flags.len());
+    flags.iter().for_each(|f| out.simple(f));
     out.int(i64::from(c.first_key));
     out.int(i64::from(c.last_key));
     out.int(i64::from(c.step));

@@ -93,3 +93,124 @@ fn count_by_scan(db: &tierkv::Db) -> Result<u64, tierkv::Error> {
         }
     }
 }
+
+/// RENAME key newkey / RENAMENX key newkey (`nx`): moves the value and its deadline.
+fn rename_generic(ctx: &mut Ctx<'_>, args: Args<'_>, nx: bool) -> CmdResult {
+    let (from, to) = (args.get(1), args.get(2));
+    let Some((value, deadline)) = ctx.load_entry(from)? else {
+        return Err(CmdError::new("ERR no such key"));
+    };
+    if from == to {
+        if nx {
+            ctx.out.int(0);
+        } else {
+            ctx.out.ok();
+        }
+        return Ok(());
+    }
+    if nx && ctx.load(to)?.is_some() {
+        ctx.out.int(0);
+        return Ok(());
+    }
+    ctx.store_with_deadline(to, &value, deadline)?;
+    ctx.remove(from)?;
+    if nx {
+        ctx.out.int(1);
+    } else {
+        ctx.out.ok();
+    }
+    Ok(())
+}
+
+/// RENAME key newkey
+pub(crate) fn rename(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    rename_generic(ctx, args, false)
+}
+
+/// RENAMENX key newkey
+pub(crate) fn renamenx(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    rename_generic(ctx, args, true)
+}
+
+/// TIME
+pub(crate) fn time(ctx: &mut Ctx<'_>, _args: Args<'_>) -> CmdResult {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    ctx.out.array(2);
+    ctx.out.bulk(now.as_secs().to_string().as_bytes());
+    ctx.out.bulk(now.subsec_micros().to_string().as_bytes());
+    Ok(())
+}
+
+/// FLUSHDB [ASYNC | SYNC], FLUSHALL [ASYNC | SYNC]: deletes every key (all locks held, see
+/// [`crate::locks`]). The engines offer no range drop yet, so this deletes key by key
+/// over a scan; an engine that cannot scan gets an error saying so.
+pub(crate) fn flushdb(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    match args.len() {
+        1 => {}
+        2 if super::is(args.get(1), "ASYNC") || super::is(args.get(1), "SYNC") => {}
+        _ => return Err(CmdError::new(super::msg::SYNTAX)),
+    }
+    let db = &ctx.shared.db;
+    loop {
+        let rows = db
+            .scan((Bound::<Vec<u8>>::Unbounded, Bound::Unbounded), COUNT_PAGE)
+            .map_err(|e| match e {
+                tierkv::Error::Unsupported(_) => CmdError::new(format!(
+                    "ERR FLUSHDB is not available on the {} engine: it cannot enumerate its keys",
+                    db.spec()
+                )),
+                other => CmdError::from(other),
+            })?;
+        if rows.is_empty() {
+            break;
+        }
+        for (k, _) in rows {
+            ctx.remove(&k)?;
+        }
+    }
+    ctx.shared
+        .flush_epoch
+        .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    ctx.out.ok();
+    Ok(())
+}
+
+/// COPY source destination [DB 0] [REPLACE]: copies the value and its deadline.
+pub(crate) fn copy(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let (from, to) = (args.get(1), args.get(2));
+    let mut replace = false;
+    let mut i = 3;
+    while i < args.len() {
+        let opt = args.get(i);
+        if super::is(opt, "REPLACE") {
+            replace = true;
+            i += 1;
+        } else if super::is(opt, "DB") && i + 1 < args.len() {
+            let db = super::parse_int(args.get(i + 1))?;
+            if db != 0 {
+                return Err(CmdError::new("ERR DB index is out of range"));
+            }
+            i += 2;
+        } else {
+            return Err(CmdError::new(super::msg::SYNTAX));
+        }
+    }
+    if from == to {
+        return Err(CmdError::new(
+            "ERR source and destination objects are the same",
+        ));
+    }
+    let Some((value, deadline)) = ctx.load_entry(from)? else {
+        ctx.out.int(0);
+        return Ok(());
+    };
+    if !replace && ctx.load(to)?.is_some() {
+        ctx.out.int(0);
+        return Ok(());
+    }
+    ctx.store_with_deadline(to, &value, deadline)?;
+    ctx.out.int(1);
+    Ok(())
+}

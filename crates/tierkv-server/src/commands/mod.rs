@@ -15,9 +15,11 @@
 //! [`Shared`], the per-connection state in [`Session`].
 
 pub(crate) mod connection;
+pub(crate) mod expire;
 pub(crate) mod hashes;
 pub(crate) mod info;
 pub(crate) mod keys;
+pub(crate) mod multi;
 pub(crate) mod scan;
 pub(crate) mod strings;
 pub(crate) mod table;
@@ -25,6 +27,7 @@ pub(crate) mod table;
 use std::borrow::Cow;
 
 use crate::encoding::{self, DecodeError, HashRef, Stored};
+use crate::expiry;
 use crate::locks::Access;
 use crate::resp::{Args, Reply};
 use crate::shared::{Session, Shared, Tally};
@@ -94,6 +97,9 @@ impl From<DecodeError> for CmdError {
     }
 }
 
+/// A live value (expiry envelope removed) and its deadline (Unix ms), if it has one.
+pub(crate) type Entry = (Vec<u8>, Option<u64>);
+
 /// The signature of every command handler.
 pub(crate) type Handler = fn(&mut Ctx<'_>, Args<'_>) -> CmdResult;
 
@@ -106,30 +112,87 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    /// The stored bytes under `key` (counted as a keyspace hit or miss).
+    /// The stored value under `key`, its expiry envelope removed (counted as a keyspace
+    /// hit or miss). An expired key reads as missing and is deleted.
     pub(crate) fn load(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, CmdError> {
-        let v = self.shared.db.get(key)?;
-        if v.is_some() {
+        Ok(self.load_entry(key)?.map(|(v, _)| v))
+    }
+
+    /// Like [`Ctx::load`], with the key's deadline (Unix ms), if it has one.
+    pub(crate) fn load_entry(&mut self, key: &[u8]) -> Result<Option<Entry>, CmdError> {
+        let entry = match self.shared.db.get(key)? {
+            Some(v) => self.live(key, v)?,
+            None => None,
+        };
+        if entry.is_some() {
             self.tally.hits += 1;
         } else {
             self.tally.misses += 1;
         }
-        Ok(v)
+        Ok(entry)
+    }
+
+    /// A stored value unwrapped, or `None` (and the key deleted) when it has expired. The
+    /// caller holds the key's stripe, shared at least: no writer races the deletion.
+    fn live(&self, key: &[u8], mut v: Vec<u8>) -> Result<Option<Entry>, CmdError> {
+        if !encoding::is_expiring(&v) {
+            return Ok(Some((v, None)));
+        }
+        let (deadline, inner) = encoding::split_expiry(&v)?;
+        if expiry::expired(deadline, expiry::now_ms()) {
+            self.remove(key)?;
+            self.shared
+                .expiry
+                .expired_keys
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Ok(None);
+        }
+        let header = v.len() - inner.len();
+        v.drain(..header);
+        Ok(Some((v, deadline)))
+    }
+
+    /// True when `key` exists (not counted as a hit or miss: WATCH bookkeeping).
+    pub(crate) fn exists_quiet(&self, key: &[u8]) -> Result<bool, CmdError> {
+        Ok(match self.shared.db.get(key)? {
+            Some(v) => self.live(key, v)?.is_some(),
+            None => false,
+        })
+    }
+
+    /// Stores already-encoded bytes under `key` with a deadline (Unix ms) or none.
+    pub(crate) fn store_with_deadline(
+        &self,
+        key: &[u8],
+        bytes: &[u8],
+        deadline: Option<u64>,
+    ) -> CmdResult {
+        let Some(at) = deadline else {
+            return self.store_encoded(key, bytes);
+        };
+        self.store_encoded(key, &encoding::wrap_expiry(at, bytes))?;
+        self.shared.expiry.push(key, at);
+        Ok(())
     }
 
     /// Stores `raw` as a string under `key`.
     pub(crate) fn store_string(&self, key: &[u8], raw: &[u8]) -> CmdResult {
-        Ok(self.shared.db.put(key, &encoding::encode_string(raw))?)
+        self.store_encoded(key, &encoding::encode_string(raw))
     }
 
-    /// Stores already-encoded bytes under `key`.
+    /// Stores already-encoded bytes under `key`. Every write of a command goes through
+    /// here or [`Ctx::remove`] (WATCH counts them; write batches will collect them).
     pub(crate) fn store_encoded(&self, key: &[u8], bytes: &[u8]) -> CmdResult {
-        Ok(self.shared.db.put(key, bytes)?)
+        self.shared.db.put(key, bytes)?;
+        self.shared.locks.touch(key);
+        Ok(())
     }
 
     /// Removes `key`.
     pub(crate) fn remove(&self, key: &[u8]) -> CmdResult {
-        Ok(self.shared.db.delete(key)?)
+        self.shared.db.delete(key)?;
+        self.shared.locks.touch(key);
+        Ok(())
     }
 
     /// The store's value limit.
@@ -201,22 +264,29 @@ pub(crate) fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
     COMMANDS.iter().find(|c| is(name, c.name))
 }
 
-/// Runs one command and writes its reply.
+/// Runs one command and writes its reply (inside MULTI: checks and queues it).
 pub(crate) fn execute(ctx: &mut Ctx<'_>, args: Args<'_>) {
     ctx.tally.commands += 1;
     let Some(spec) = lookup(args.get(0)) else {
+        multi::flag_error(ctx);
         ctx.out.error(&unknown_command(args));
         return;
     };
     if !ctx.session.authenticated && !spec.has_flag("no_auth") {
+        multi::flag_error(ctx);
         ctx.out.error(msg::NOAUTH);
         return;
     }
     if !spec.arity_ok(args.len()) {
+        multi::flag_error(ctx);
         ctx.out.error(&format!(
             "ERR wrong number of arguments for '{}' command",
             spec.name
         ));
+        return;
+    }
+    if ctx.session.tx.is_some() && !spec.has_flag("multi_now") {
+        multi::queue(ctx, args);
         return;
     }
     let shared = ctx.shared;
@@ -225,7 +295,16 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, args: Args<'_>) {
     } else {
         Access::Read
     };
-    let _guard = shared.locks.lock(spec.keys(args), access);
+    let _guard = if spec.has_flag("allkeys") {
+        shared.locks.lock_all()
+    } else {
+        shared.locks.lock(spec.keys(args), access)
+    };
+    run_locked(ctx, spec, args);
+}
+
+/// Runs a checked command whose locks are held.
+pub(crate) fn run_locked(ctx: &mut Ctx<'_>, spec: &CommandSpec, args: Args<'_>) {
     let mark = ctx.out.mark();
     if let Err(e) = (spec.handler)(ctx, args) {
         ctx.out.truncate(mark);

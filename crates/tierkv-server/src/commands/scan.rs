@@ -28,6 +28,7 @@ use std::ops::Bound;
 
 use super::{CmdError, CmdResult, Ctx, is, msg, parse_int};
 use crate::encoding::{self, Stored};
+use crate::expiry;
 use crate::glob;
 use crate::resp::Args;
 
@@ -135,14 +136,7 @@ pub(crate) fn scan(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let mut last: Option<Vec<u8>> = None;
     while examined < o.count {
         let want = (o.count - examined).min(PAGE);
-        let rows = ctx
-            .shared
-            .db
-            .scan((from, Bound::Unbounded), want)
-            .map_err(|e| match e {
-                tierkv::Error::Unsupported(_) => unsupported(ctx),
-                other => CmdError::from(other),
-            })?;
+        let rows = scan_store(ctx, from, want)?;
         let full = rows.len() == want;
         examined += rows.len();
         for (k, v) in rows {
@@ -181,6 +175,10 @@ fn wanted(o: &ScanOptions<'_>, key: &[u8], value: &[u8]) -> Result<bool, CmdErro
     if o.pattern.is_some_and(|p| !glob::matches(p, key)) {
         return Ok(false);
     }
+    let (deadline, _) = encoding::split_expiry(value)?;
+    if expiry::expired(deadline, expiry::now_ms()) {
+        return Ok(false);
+    }
     Ok(match o.type_filter {
         TypeFilter::Any => true,
         TypeFilter::Never => false,
@@ -189,10 +187,139 @@ fn wanted(o: &ScanOptions<'_>, key: &[u8], value: &[u8]) -> Result<bool, CmdErro
     })
 }
 
+/// A page of the store from `from`, or the error that says this engine cannot scan.
+fn scan_store(
+    ctx: &Ctx<'_>,
+    from: Bound<Vec<u8>>,
+    limit: usize,
+) -> Result<Vec<tierkv::KvPair>, CmdError> {
+    ctx.shared
+        .db
+        .scan((from, Bound::Unbounded), limit)
+        .map_err(|e| match e {
+            tierkv::Error::Unsupported(_) => unsupported(ctx),
+            other => CmdError::from(other),
+        })
+}
+
 fn unsupported(ctx: &Ctx<'_>) -> CmdError {
     CmdError::new(format!(
         "ERR SCAN is not supported by the {} engine: its index is unordered (use an ordered \
          engine, such as dram:btree, to scan)",
         ctx.shared.db.spec()
     ))
+}
+
+/// KEYS pattern: every live key matching the pattern, in key order (ordered engines only;
+/// bounded by `max_reply_bytes`).
+pub(crate) fn keys(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let pattern = args.get(1);
+    let prefix = glob::literal_prefix(pattern);
+    let (mark, bound) = (ctx.out.mark(), ctx.max_reply_bytes());
+    let mut found: Vec<Vec<u8>> = Vec::new();
+    let mut bytes = 0usize;
+    let mut from = Bound::Included(prefix.clone());
+    let now = expiry::now_ms();
+    'walk: loop {
+        let rows = scan_store(ctx, from, PAGE * 32)?;
+        let full = rows.len() == PAGE * 32;
+        let mut last = None;
+        for (k, v) in rows {
+            if !k.starts_with(&prefix) {
+                break 'walk;
+            }
+            let (deadline, _) = encoding::split_expiry(&v)?;
+            if glob::matches(pattern, &k) && !expiry::expired(deadline, now) {
+                bytes += k.len() + 16;
+                if bytes > bound {
+                    return Err(super::strings::reply_too_large(bound));
+                }
+                found.push(k.clone());
+            }
+            last = Some(k);
+        }
+        match last {
+            Some(k) if full => from = Bound::Excluded(k),
+            _ => break,
+        }
+    }
+    ctx.out.truncate(mark);
+    ctx.out.array(found.len());
+    for k in &found {
+        ctx.out.bulk(k);
+    }
+    Ok(())
+}
+
+/// RANDOMKEY: a live key chosen by scanning from a random point of the key space (keys
+/// after long gaps are likelier, unlike Redis's uniform choice); null when there is none.
+pub(crate) fn randomkey(ctx: &mut Ctx<'_>, _args: Args<'_>) -> CmdResult {
+    let seed = expiry::now_ms().wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ctx.session.id;
+    let start = seed.to_le_bytes().to_vec();
+    let now = expiry::now_ms();
+    for from in [Bound::Included(start), Bound::Unbounded] {
+        let rows = scan_store(ctx, from, PAGE)?;
+        for (k, v) in rows {
+            let (deadline, _) = encoding::split_expiry(&v)?;
+            if !expiry::expired(deadline, now) {
+                ctx.out.bulk(&k);
+                return Ok(());
+            }
+        }
+    }
+    ctx.out.null();
+    Ok(())
+}
+
+/// HSCAN key cursor [MATCH pattern] [COUNT count] [NOVALUES]: a hash is one stored value,
+/// so the whole (matching) hash comes back in one page with cursor 0, as Redis does for
+/// small hashes.
+pub(crate) fn hscan(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let cursor = std::str::from_utf8(args.get(2))
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .ok_or_else(|| CmdError::new("ERR invalid cursor"))?;
+    let mut pattern = None;
+    let mut novalues = false;
+    let mut i = 3;
+    while i < args.len() {
+        let opt = args.get(i);
+        if is(opt, "NOVALUES") {
+            novalues = true;
+            i += 1;
+            continue;
+        }
+        if i + 1 >= args.len() {
+            return Err(CmdError::new(msg::SYNTAX));
+        }
+        if is(opt, "MATCH") {
+            pattern = Some(args.get(i + 1)).filter(|p| *p != b"*");
+        } else if is(opt, "COUNT") {
+            if parse_int(args.get(i + 1))? < 1 {
+                return Err(CmdError::new(msg::SYNTAX));
+            }
+        } else {
+            return Err(CmdError::new(msg::SYNTAX));
+        }
+        i += 2;
+    }
+    let stored = ctx.load(args.get(1))?;
+    let hash = stored.as_deref().map(super::as_hash).transpose()?;
+    let pairs: Vec<(&[u8], &[u8])> = match hash {
+        Some(h) if cursor == 0 => h
+            .iter()
+            .filter(|(f, _)| pattern.is_none_or(|p| glob::matches(p, f)))
+            .collect(),
+        _ => Vec::new(),
+    };
+    ctx.out.array(2);
+    ctx.out.bulk(b"0");
+    ctx.out.array(pairs.len() * if novalues { 1 } else { 2 });
+    for (f, v) in pairs {
+        ctx.out.bulk(f);
+        if !novalues {
+            ctx.out.bulk(v);
+        }
+    }
+    Ok(())
 }

@@ -9,7 +9,7 @@
 //!
 //! Thread-safety: immutable static data.
 
-use super::{Handler, connection, hashes, info, keys, scan, strings};
+use super::{Handler, connection, expire, hashes, info, keys, multi, scan, strings};
 use crate::resp::Args;
 
 /// One command.
@@ -102,7 +102,7 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         (1, 1, 1),
         "string",
         "1.0.0",
-        "Sets the string value of a key; NX, XX and GET options (no expiry: EX/PX are refused).",
+        "Sets the string value of a key, ignoring its type. The key is created if it doesn't exist.",
         strings::set
     ),
     cmd!(
@@ -388,7 +388,7 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
     cmd!(
         "quit",
         -1,
-        &["no_auth", "fast"],
+        &["no_auth", "fast", "multi_now"],
         (0, 0, 0),
         "connection",
         "1.0.0",
@@ -434,6 +434,346 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         "2.0.0",
         "CONFIG GET: reads the server's settings (read-only).",
         info::config
+    ),
+    cmd!(
+        "multi",
+        1,
+        &["fast", "multi_now"],
+        (0, 0, 0),
+        "transactions",
+        "1.2.0",
+        "Starts a transaction.",
+        multi::multi
+    ),
+    cmd!(
+        "exec",
+        1,
+        &["multi_now"],
+        (0, 0, 0),
+        "transactions",
+        "1.2.0",
+        "Executes all commands in a transaction, isolated from other clients.",
+        multi::exec
+    ),
+    cmd!(
+        "discard",
+        1,
+        &["fast", "multi_now"],
+        (0, 0, 0),
+        "transactions",
+        "2.0.0",
+        "Discards a transaction.",
+        multi::discard
+    ),
+    cmd!(
+        "watch",
+        -2,
+        &["fast", "multi_now"],
+        (1, -1, 1),
+        "transactions",
+        "2.2.0",
+        "Monitors changes to keys to determine the execution of a transaction.",
+        multi::watch
+    ),
+    cmd!(
+        "unwatch",
+        1,
+        &["fast"],
+        (0, 0, 0),
+        "transactions",
+        "2.2.0",
+        "Forgets about watched keys of a transaction.",
+        multi::unwatch
+    ),
+    cmd!(
+        "expire",
+        -3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "generic",
+        "1.0.0",
+        "Sets the expiration time of a key in seconds.",
+        expire::expire
+    ),
+    cmd!(
+        "pexpire",
+        -3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "generic",
+        "2.6.0",
+        "Sets the expiration time of a key in milliseconds.",
+        expire::pexpire
+    ),
+    cmd!(
+        "expireat",
+        -3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "generic",
+        "1.2.0",
+        "Sets the expiration time of a key to a Unix timestamp.",
+        expire::expireat
+    ),
+    cmd!(
+        "pexpireat",
+        -3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "generic",
+        "2.6.0",
+        "Sets the expiration time of a key to a Unix milliseconds timestamp.",
+        expire::pexpireat
+    ),
+    cmd!(
+        "ttl",
+        2,
+        READ_FAST,
+        (1, 1, 1),
+        "generic",
+        "1.0.0",
+        "Returns the expiration time in seconds of a key.",
+        expire::ttl
+    ),
+    cmd!(
+        "pttl",
+        2,
+        READ_FAST,
+        (1, 1, 1),
+        "generic",
+        "2.6.0",
+        "Returns the expiration time in milliseconds of a key.",
+        expire::pttl
+    ),
+    cmd!(
+        "expiretime",
+        2,
+        READ_FAST,
+        (1, 1, 1),
+        "generic",
+        "7.0.0",
+        "Returns the expiration time of a key as a Unix timestamp.",
+        expire::expiretime
+    ),
+    cmd!(
+        "pexpiretime",
+        2,
+        READ_FAST,
+        (1, 1, 1),
+        "generic",
+        "7.0.0",
+        "Returns the expiration time of a key as a Unix milliseconds timestamp.",
+        expire::pexpiretime
+    ),
+    cmd!(
+        "persist",
+        2,
+        WRITE_FAST,
+        (1, 1, 1),
+        "generic",
+        "2.2.0",
+        "Removes the expiration time of a key.",
+        expire::persist
+    ),
+    cmd!(
+        "setex",
+        4,
+        WRITE,
+        (1, 1, 1),
+        "string",
+        "2.0.0",
+        "Sets the string value and expiration time of a key. Creates the key if it doesn't exist.",
+        expire::setex
+    ),
+    cmd!(
+        "psetex",
+        4,
+        WRITE,
+        (1, 1, 1),
+        "string",
+        "2.6.0",
+        "Sets both string value and expiration time in milliseconds of a key. The key is created if it doesn't exist.",
+        expire::psetex
+    ),
+    cmd!(
+        "getex",
+        -2,
+        WRITE_FAST,
+        (1, 1, 1),
+        "string",
+        "6.2.0",
+        "Returns the string value of a key after setting its expiration time.",
+        expire::getex
+    ),
+    cmd!(
+        "getdel",
+        2,
+        WRITE_FAST,
+        (1, 1, 1),
+        "string",
+        "6.2.0",
+        "Returns the string value of a key after deleting the key.",
+        strings::getdel
+    ),
+    cmd!(
+        "getrange",
+        4,
+        &["readonly"],
+        (1, 1, 1),
+        "string",
+        "2.4.0",
+        "Returns a substring of the string stored at a key.",
+        strings::getrange
+    ),
+    cmd!(
+        "setrange",
+        4,
+        WRITE,
+        (1, 1, 1),
+        "string",
+        "2.2.0",
+        "Overwrites a part of a string value with another by an offset.",
+        strings::setrange
+    ),
+    cmd!(
+        "msetnx",
+        -3,
+        WRITE,
+        (1, -1, 2),
+        "string",
+        "1.0.1",
+        "Atomically modifies the string values of one or more keys only when all keys don't exist.",
+        strings::msetnx
+    ),
+    cmd!(
+        "incrbyfloat",
+        3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "string",
+        "2.6.0",
+        "Increment the floating point value of a key by a number.",
+        strings::incrbyfloat
+    ),
+    cmd!(
+        "hincrby",
+        4,
+        WRITE_FAST,
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Increments the integer value of a field in a hash by a number.",
+        hashes::hincrby
+    ),
+    cmd!(
+        "hkeys",
+        2,
+        &["readonly"],
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Returns all fields in a hash.",
+        hashes::hkeys
+    ),
+    cmd!(
+        "hvals",
+        2,
+        &["readonly"],
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Returns all values in a hash.",
+        hashes::hvals
+    ),
+    cmd!(
+        "rename",
+        3,
+        &["write"],
+        (1, 2, 1),
+        "generic",
+        "1.0.0",
+        "Renames a key and overwrites the destination.",
+        keys::rename
+    ),
+    cmd!(
+        "renamenx",
+        3,
+        WRITE_FAST,
+        (1, 2, 1),
+        "generic",
+        "1.0.0",
+        "Renames a key only when the target key name doesn't exist.",
+        keys::renamenx
+    ),
+    cmd!(
+        "time",
+        1,
+        &["fast"],
+        (0, 0, 0),
+        "server",
+        "2.6.0",
+        "Returns the server time.",
+        keys::time
+    ),
+    cmd!(
+        "flushdb",
+        -1,
+        &["write", "allkeys"],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Removes all keys from the current database.",
+        keys::flushdb
+    ),
+    cmd!(
+        "flushall",
+        -1,
+        &["write", "allkeys"],
+        (0, 0, 0),
+        "server",
+        "1.0.0",
+        "Removes all keys from all databases.",
+        keys::flushdb
+    ),
+    cmd!(
+        "keys",
+        2,
+        &["readonly"],
+        (0, 0, 0),
+        "generic",
+        "1.0.0",
+        "Returns all key names that match a pattern (ordered engines).",
+        scan::keys
+    ),
+    cmd!(
+        "randomkey",
+        1,
+        &["readonly"],
+        (0, 0, 0),
+        "generic",
+        "1.0.0",
+        "Returns a random key name from the database (ordered engines).",
+        scan::randomkey
+    ),
+    cmd!(
+        "hscan",
+        -3,
+        &["readonly"],
+        (1, 1, 1),
+        "hash",
+        "2.8.0",
+        "Iterates over fields and values of a hash.",
+        scan::hscan
+    ),
+    cmd!(
+        "copy",
+        -3,
+        WRITE,
+        (1, 2, 1),
+        "generic",
+        "6.2.0",
+        "Copies the value of a key to a new key.",
+        keys::copy
     ),
 ];
 

@@ -104,6 +104,27 @@ impl Batch {
         })
     }
 
+    /// Appends a command given as owned arguments (they are copied into the side arena).
+    /// Used to queue the commands of a transaction between MULTI and EXEC; the caller
+    /// bounds the total size (see `commands::multi`), far below the arena's 2 GiB.
+    pub fn push_owned<'a>(&mut self, args: impl Iterator<Item = &'a [u8]>) {
+        let first_arg = self.args.len();
+        for a in args {
+            let start = self.extra.len();
+            self.extra.extend_from_slice(a);
+            self.args.push(ArgSpan::extra(start, a.len()));
+        }
+        self.cmds.push(CmdSpan {
+            first_arg: first_arg as u32,
+            argc: (self.args.len() - first_arg) as u32,
+        });
+    }
+
+    /// Bytes held by the side arena (the size of a queued transaction).
+    pub fn owned_bytes(&self) -> usize {
+        self.extra.len()
+    }
+
     /// Drops the data, keeps the vectors' capacity for the next burst.
     pub(crate) fn recycle(&mut self) {
         self.data = Bytes::new();

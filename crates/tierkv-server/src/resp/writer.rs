@@ -153,6 +153,14 @@ impl Reply {
         }
     }
 
+    /// The null array (an EXEC whose WATCH failed): `*-1` in RESP2, `_` in RESP3.
+    pub fn null_array(&mut self) {
+        match self.proto {
+            Protocol::Resp2 => self.buf.extend_from_slice(b"*-1\r\n"),
+            Protocol::Resp3 => self.buf.extend_from_slice(b"_\r\n"),
+        }
+    }
+
     /// The header of an array of `n` elements.
     pub fn array(&mut self, n: usize) {
         self.header(b'*', n);

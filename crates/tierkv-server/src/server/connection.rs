@@ -90,6 +90,12 @@ pub(crate) async fn serve(
     let password = shared.config.requirepass.is_some();
     let limits = shared.config.parser_limits(shared.max_arg_len());
     let session = Session::new(shared.stats.next_client_id(), password);
+    let id = session.id;
+    let show =
+        |a: std::io::Result<std::net::SocketAddr>| a.map_or_else(|_| "?".into(), |a| a.to_string());
+    shared
+        .clients
+        .register(id, show(sock.peer_addr()), show(sock.local_addr()));
     let _ = sock.set_nodelay(true);
     let mut c = Connection {
         sock,
@@ -106,6 +112,7 @@ pub(crate) async fn serve(
     };
     let _ = c.run().await;
     let _ = c.sock.shutdown().await;
+    c.shared.clients.unregister(id);
 }
 
 impl Connection {

@@ -1,0 +1,114 @@
+"""Application-style checks with redis-py against `tierkv serve` (run by tests/redis_py.rs).
+
+Usage: python app_tests.py HOST PORT. Exits non-zero on the first failed check.
+"""
+
+import sys
+import threading
+import time
+
+import redis
+
+host, port = sys.argv[1], int(sys.argv[2])
+r = redis.Redis(host=host, port=port, decode_responses=True)
+checks = 0
+
+
+def check(cond, what):
+    global checks
+    if not cond:
+        raise AssertionError(what)
+    checks += 1
+
+
+# 1. A transactional pipeline (redis-py wraps it in MULTI/EXEC by default).
+pipe = r.pipeline()
+res = pipe.set("a", 1).incr("a").set("b", "x").execute()
+check(res == [True, 2, True], f"pipeline results {res}")
+
+# 2. A queuing error aborts the whole transaction: nothing is applied, the client raises.
+pipe = r.pipeline()
+pipe.set("c", 1)
+pipe.execute_command("SET", "d")  # wrong number of arguments: refused while queuing
+try:
+    pipe.execute()
+    check(False, "a transaction with a queuing error must raise")
+except redis.exceptions.ResponseError as e:
+    check("EXECABORT" in str(e) or "wrong number" in str(e), f"error {e}")
+check(r.exists("c", "d") == 0, "an aborted transaction applied writes")
+
+# 3. A runtime error inside EXEC does not stop the other commands.
+pipe = r.pipeline()
+pipe.set("s", "text").incr("s").set("t", 1)
+res = pipe.execute(raise_on_error=False)
+check(res[0] is True and isinstance(res[1], redis.exceptions.ResponseError) and res[2] is True,
+      f"runtime error results {res}")
+check(r.get("t") == "1", "the command after a runtime error ran")
+
+# 4. WATCH retry loop (redis-py's transaction helper) from several threads.
+r.set("counter", 0)
+
+
+def bump(times):
+    c = redis.Redis(host=host, port=port, decode_responses=True)
+    for _ in range(times):
+        def incr(p):
+            v = int(p.get("counter"))
+            p.multi()
+            p.set("counter", v + 1)
+        c.transaction(incr, "counter")
+
+
+threads = [threading.Thread(target=bump, args=(50,)) for _ in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+check(r.get("counter") == "200", f"WATCH loop lost increments: {r.get('counter')}")
+
+# 5. A TTL-based cache (cache-aside).
+def slow_lookup(key):
+    return f"value-of-{key}"
+
+
+def cached(key, ttl_ms):
+    v = r.get(f"cache:{key}")
+    if v is None:
+        v = slow_lookup(key)
+        r.set(f"cache:{key}", v, px=ttl_ms)
+        return v, False
+    return v, True
+
+
+check(cached("x", 300) == ("value-of-x", False), "first lookup misses")
+check(cached("x", 300) == ("value-of-x", True), "second lookup hits")
+check(0 < r.pttl("cache:x") <= 300, f"pttl {r.pttl('cache:x')}")
+time.sleep(0.4)
+check(r.get("cache:x") is None, "an expired cache entry is gone")
+check(cached("x", 300)[1] is False, "an expired entry misses")
+r.setex("session:1", 100, "alice")
+check(r.ttl("session:1") in (99, 100), f"ttl {r.ttl('session:1')}")
+check(r.getex("session:1", persist=True) == "alice", "getex")
+check(r.ttl("session:1") == -1, "persist through getex")
+check(r.expire("session:1", 50, gt=True) is False, "GT against no TTL refuses")
+check(r.expire("session:1", 50) is True, "expire")
+
+# 6. A simple lock with SET NX PX.
+check(r.set("lock:job", "me", nx=True, px=5000) is True, "lock taken")
+check(r.set("lock:job", "you", nx=True, px=5000) is None, "lock held")
+check(r.delete("lock:job") == 1, "lock released")
+
+# 7. Hash usage: counters per field.
+r.hset("stats", mapping={"views": 1, "name": "page"})
+check(r.hincrby("stats", "views", 9) == 10, "hincrby")
+check(r.hgetall("stats") == {"views": "10", "name": "page"}, f"hgetall {r.hgetall('stats')}")
+check(sorted(r.hkeys("stats")) == ["name", "views"], "hkeys")
+check(dict(r.hscan_iter("stats")) == {"views": "10", "name": "page"}, "hscan_iter")
+
+# 8. Keyspace helpers.
+check(set(r.keys("cache:*")) == {"cache:x"}, f"keys {r.keys('cache:*')}")
+check(r.rename("stats", "stats2") is True, "rename")
+check(r.copy("stats2", "stats3") is True, "copy")
+check(r.flushdb() is True and r.dbsize() == 0, "flushdb")
+
+print(f"redis-py {redis.__version__}: {checks} checks passed")
