@@ -113,7 +113,6 @@ fn a_refused_del_after_a_restart_on_a_full_device_gives_advice_that_works() {
 }
 
 #[test]
-#[ignore = "needs prism's fix: a full flash tier must not poison deletes (issue 23 finding 2)"]
 fn after_a_restart_on_a_full_device_del_frees_space_through_the_server() {
     let d = tempfile::tempdir().unwrap();
     let (acked, _, value) = fill(d.path());

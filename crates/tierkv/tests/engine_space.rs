@@ -14,7 +14,6 @@ fn options() -> Options {
 }
 
 #[test]
-#[ignore = "needs the engine fix of issue 21/22"]
 fn a_full_prism_pool_takes_new_keys_after_deletes_and_a_reopen() {
     let d = tempfile::tempdir().unwrap();
     let db = Db::open(d.path(), options()).unwrap();
