@@ -1,0 +1,185 @@
+//! Compaction of the elastic buffer (MioDB §4.3-4.5). Policy ([`choose`], pure): a buffer
+//! level compacts when it holds `trigger` tables — its two oldest go to the next level;
+//! the last buffer level instead merges its oldest table into the repository (§4.4).
+//! Mechanism ([`Inner::compact_step`]): this build merges by copying (`compaction=copy`,
+//! P2-like: the newest version of each key goes into a new arena that is written as a new
+//! table in one piece), then publishes the result with one atomic root update and retires
+//! the inputs, whose runs are freed when the last reader drops them. Tombstones are
+//! dropped only when the output is the repository (nothing older can exist below it).
+//!
+//! Thread safety: one thread per level (§4.5); levels never pick the same tables, and the
+//! publish is serialized by the directory lock.
+
+use std::sync::Arc;
+
+use tierkv_core::Result;
+
+use crate::arena::Arena;
+use crate::merge::Merge;
+use crate::node::{HEAD_LEN, Kind};
+use crate::skiplist::Source;
+use crate::store::Inner;
+use crate::table::{self, Table};
+use crate::version::Version;
+
+/// What a level's compaction thread should do now.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// Nothing.
+    Idle,
+    /// Merge the tables at these indexes of `level` (oldest first) into the next level.
+    Merge {
+        /// The level.
+        level: usize,
+        /// Indexes of its tables, oldest first.
+        inputs: Vec<usize>,
+    },
+    /// Merge the oldest table of the last buffer level into the repository.
+    IntoRepository,
+}
+
+/// The policy for `level` given the tables per level (the last entry is the repository).
+pub fn choose(tables: &[usize], level: usize, trigger: usize) -> Choice {
+    let buffer = tables.len().saturating_sub(1);
+    match tables.get(level) {
+        Some(n) if level + 1 < buffer && *n >= trigger => Choice::Merge {
+            level,
+            inputs: vec![0, 1],
+        },
+        Some(n) if level + 1 == buffer && *n >= trigger => Choice::IntoRepository,
+        _ => Choice::Idle,
+    }
+}
+
+impl Inner {
+    /// Runs one compaction of `level` if the policy asks for one; returns whether it did.
+    pub fn compact_step(&self, level: usize) -> Result<bool> {
+        let v = self.version();
+        let choice = choose(&v.tables_per_level(), level, self.opts.trigger);
+        let repo = v.levels.len() - 1;
+        let (inputs, out_level): (Vec<Arc<Table>>, usize) = match choice {
+            Choice::Idle => return Ok(false),
+            Choice::Merge { level, inputs } => (
+                inputs
+                    .iter()
+                    .filter_map(|i| v.levels[level].get(*i).cloned())
+                    .collect(),
+                level + 1,
+            ),
+            Choice::IntoRepository => {
+                let mut ins: Vec<Arc<Table>> = v.levels[repo].to_vec();
+                ins.extend(v.levels[level].first().cloned());
+                (ins, repo)
+            }
+        };
+        let output = self.merge_tables(&inputs, out_level == repo)?;
+        self.publish_compaction(level, &inputs, output, out_level)?;
+        if let Some(c) = self.shared.counters.compactions.get(level) {
+            c.incr();
+        }
+        self.notify();
+        Ok(true)
+    }
+
+    /// Copies the newest version of every key of `inputs` into a new table.
+    fn merge_tables(
+        &self,
+        inputs: &[Arc<Table>],
+        drop_tombstones: bool,
+    ) -> Result<Option<Arc<Table>>> {
+        let cap = HEAD_LEN as u64 + inputs.iter().map(|t| t.bytes).sum::<u64>();
+        let out = Arena::new(cap as usize, inputs.iter().map(|t| t.meta.id).sum());
+        let sources: Vec<_> = inputs.iter().map(|t| (t.source(), t.meta.head)).collect();
+        let lists: Vec<(&dyn Source, u64)> = sources
+            .iter()
+            .map(|(s, h)| (s as &dyn Source, *h))
+            .collect();
+        let mut m = Merge::new(&lists, b"")?;
+        let mut copied = 0u64;
+        while let Some(e) = m.next_entry()? {
+            let (kind, value) = match &e.value {
+                Some(v) => (Kind::Put, v.as_slice()),
+                None if drop_tombstones => continue,
+                None => (Kind::Delete, &[][..]),
+            };
+            out.append(e.seq, kind, &e.key, value, e.height)?;
+            copied += (e.key.len() + value.len()) as u64;
+        }
+        self.shared.counters.compaction_bytes_copied.add(copied);
+        if out.entries() == 0 {
+            return Ok(None);
+        }
+        let max_seq = inputs.iter().map(|t| t.meta.max_seq).max().unwrap_or(0);
+        let id = self.take_id();
+        let t = table::write_table(&self.shared, out.snapshot(), id, max_seq, self.shape)?;
+        Ok(Some(Arc::new(t)))
+    }
+
+    /// Replaces `inputs` by `output` (in `out_level`) in the directory and the version.
+    fn publish_compaction(
+        &self,
+        level: usize,
+        inputs: &[Arc<Table>],
+        output: Option<Arc<Table>>,
+        out_level: usize,
+    ) -> Result<()> {
+        let ids: Vec<u64> = inputs.iter().map(|t| t.meta.id).collect();
+        let mut st = self.dir.lock();
+        let mut d = st.cur.clone();
+        for l in &mut d.levels {
+            l.retain(|t| !ids.contains(&t.id));
+        }
+        if let Some(o) = &output {
+            d.next_id = d.next_id.max(o.meta.id + 1);
+            if let Some(l) = d.levels.get_mut(out_level) {
+                l.push(o.meta.clone());
+            }
+        }
+        if let Err(e) = self.publish(&mut st, d) {
+            if let Some(o) = &output {
+                o.retire();
+            }
+            return Err(e);
+        }
+        let mut v = self.version.write();
+        let mut nv: Version = (**v).clone();
+        for l in &mut nv.levels {
+            l.retain(|t| !ids.contains(&t.meta.id));
+        }
+        if let (Some(o), Some(l)) = (output, nv.levels.get_mut(out_level)) {
+            l.push(o);
+        }
+        *v = Arc::new(nv);
+        drop(v);
+        drop(st);
+        for t in inputs {
+            t.retire();
+        }
+        let _ = level;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_merges_the_oldest_pair_and_feeds_the_repository() {
+        assert_eq!(choose(&[1, 0, 0, 0], 0, 2), Choice::Idle);
+        assert_eq!(
+            choose(&[2, 0, 0, 0], 0, 2),
+            Choice::Merge {
+                level: 0,
+                inputs: vec![0, 1]
+            }
+        );
+        assert_eq!(choose(&[0, 0, 3, 1], 2, 2), Choice::IntoRepository);
+        assert_eq!(choose(&[0, 0, 1, 1], 2, 2), Choice::Idle);
+        assert_eq!(
+            choose(&[0, 0, 0, 5], 3, 2),
+            Choice::Idle,
+            "the repository has no thread"
+        );
+    }
+}

@@ -1,0 +1,243 @@
+//! Opening a store (MioDB §4.7; `FORMAT.md` § Recovery): format a new pool, or decode the
+//! directory, collect what crashes leaked (runs and objects the directory does not
+//! reference), open every listed table (checking order, rebuilding Bloom filters), replay
+//! each live log into a MemTable and flush it (which retires the log), then start a fresh
+//! MemTable and the background threads.
+//!
+//! Thread safety: runs before any other thread sees the store.
+
+use std::collections::HashSet;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use parking_lot::{Condvar, Mutex, RwLock};
+use tierkv_core::media::pmem::{PmemAllocator, PmemPool};
+use tierkv_core::{Error, Limits, Result, Tier};
+
+use crate::arena::Arena;
+use crate::dir::{self, Directory};
+use crate::node::{self, MAX_HEIGHT};
+use crate::options::MioOptions;
+use crate::stats::Counters;
+use crate::store::{
+    DirState, Inner, MioStore, ROOT_DIR, ROOT_FORMATTED, ROOT_MAGIC, WriterState, arena_capacity,
+    log_capacity,
+};
+use crate::table::{self, Shared, TAG_TABLE, TAG_WAL, TableShape};
+use crate::version::{MemTable, Version};
+use crate::wal;
+
+/// Opens (or creates) a store in `pool`.
+pub fn open(
+    pool: Arc<PmemPool>,
+    opts: MioOptions,
+    limits: Limits,
+    created: bool,
+) -> Result<Arc<MioStore>> {
+    let started = Instant::now();
+    let fresh = created || pool.root(ROOT_FORMATTED)? == 0;
+    let (alloc, dir_state) = if fresh {
+        format(&pool, &opts)?
+    } else {
+        load(&pool, &opts)?
+    };
+    let shared = Arc::new(Shared {
+        pool,
+        alloc,
+        counters: Counters::default(),
+    });
+    if !fresh {
+        collect_leaks(&shared, &dir_state)?;
+    }
+    let capacity = shared.alloc.layout().chunk_count * shared.alloc.chunk_size();
+    let memtable_size = opts.memtable_for(capacity);
+    let shape = TableShape {
+        bloom_keys: if opts.bloom { memtable_size / 128 } else { 0 },
+        bloom_bits: opts.bloom_bits,
+    };
+    let levels = open_tables(&shared, &dir_state.cur, shape)?;
+    let arena_cap = arena_capacity(memtable_size, &limits);
+    // A placeholder MemTable until the logs are replayed (no log, never written).
+    let placeholder = Arc::new(MemTable {
+        arena: Arena::new(0, 1),
+        log: dir::LogMeta {
+            id: 0,
+            run: dir::Run { off: 0, chunks: 0 },
+        },
+    });
+    let old_logs = dir_state.cur.logs.clone();
+    let last_seq = dir_state.cur.last_seq;
+    let inner = Arc::new(Inner {
+        shared,
+        limits,
+        memtable_size,
+        arena_cap,
+        log_cap: log_capacity(arena_cap),
+        shape,
+        version: RwLock::new(Arc::new(Version {
+            mem: placeholder.clone(),
+            imm: None,
+            levels,
+        })),
+        writer: Mutex::new(WriterState {
+            mem: placeholder,
+            log: wal::LogWriter {
+                id: 0,
+                off: 0,
+                cap: 0,
+                tail: 0,
+            },
+            next_seq: 0,
+        }),
+        dir: Mutex::new(dir_state),
+        signal: Mutex::new(0),
+        wake: Condvar::new(),
+        stop: AtomicBool::new(false),
+        poisoned: OnceLock::new(),
+        opts,
+    });
+    let max_seq = replay_logs(&inner, &old_logs)?;
+    let (mem, log) = inner.new_memtable()?;
+    {
+        let mut w = inner.writer.lock();
+        w.next_seq = last_seq.max(max_seq) + 1;
+        w.mem = mem.clone();
+        w.log = log;
+        let mut v = inner.version.write();
+        let mut nv = (**v).clone();
+        nv.mem = mem;
+        *v = Arc::new(nv);
+    }
+    let threads = crate::background::start(&inner)?;
+    if !created {
+        inner
+            .shared
+            .counters
+            .recovery_micros
+            .set(started.elapsed().as_micros() as u64);
+    }
+    Ok(Arc::new(MioStore::new(inner, threads)))
+}
+
+fn format(pool: &Arc<PmemPool>, opts: &MioOptions) -> Result<(PmemAllocator, DirState)> {
+    let start = pool.data_start();
+    let alloc = PmemAllocator::format(
+        pool.clone(),
+        start,
+        pool.len() - start,
+        MioOptions::chunk_size_for(pool.len()),
+    )?;
+    let d = Directory::empty(opts.levels);
+    let bytes = dir::encode(&d);
+    let off = alloc.alloc(bytes.len() as u64)?;
+    pool.write(off, &bytes)?;
+    pool.persist(off, bytes.len())?;
+    pool.set_root(ROOT_DIR, off)?;
+    pool.set_root(ROOT_FORMATTED, ROOT_MAGIC)?;
+    Ok((alloc, DirState { cur: d, off }))
+}
+
+fn load(pool: &Arc<PmemPool>, opts: &MioOptions) -> Result<(PmemAllocator, DirState)> {
+    let magic = pool.root(ROOT_FORMATTED)?;
+    if magic != ROOT_MAGIC {
+        return Err(Error::corruption(
+            Tier::Pmem,
+            0,
+            format!("root word 0 is {magic:#x}, not a mio store"),
+        ));
+    }
+    let alloc = PmemAllocator::open(pool.clone(), pool.data_start())?;
+    let off = pool.root(ROOT_DIR)?;
+    let head = pool.read(off, dir::FIXED_LEN)?;
+    let len = dir::stated_len(head)
+        .ok_or_else(|| Error::corruption(Tier::Pmem, off, "directory truncated"))?;
+    let d = dir::decode(pool.read(off, len)?, off)?;
+    if d.levels.len() != opts.levels {
+        return Err(Error::invalid(format!(
+            "this mio store was created with levels={}; it cannot be opened with levels={}",
+            d.levels.len(),
+            opts.levels
+        )));
+    }
+    Ok((alloc, DirState { cur: d, off }))
+}
+
+/// Frees every tagged run and object the directory does not reference.
+fn collect_leaks(shared: &Shared, st: &DirState) -> Result<()> {
+    let referenced: HashSet<u64> = st.cur.runs().map(|r| r.off).collect();
+    for tag in [TAG_TABLE, TAG_WAL] {
+        for a in shared.alloc.iter_chunks(tag) {
+            if !referenced.contains(&a.offset) {
+                shared.alloc.free_chunk(a.offset)?;
+                shared.counters.leaks_collected.incr();
+            }
+        }
+    }
+    for a in shared.alloc.iter_allocated() {
+        if a.offset != st.off {
+            shared.alloc.free(a.offset)?;
+            shared.counters.leaks_collected.incr();
+        }
+    }
+    Ok(())
+}
+
+fn open_tables(
+    shared: &Arc<Shared>,
+    d: &Directory,
+    shape: TableShape,
+) -> Result<Vec<Vec<Arc<table::Table>>>> {
+    let repo = d.levels.len() - 1;
+    d.levels
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let shape = if i == repo {
+                TableShape {
+                    bloom_keys: 0,
+                    ..shape
+                }
+            } else {
+                shape
+            };
+            l.iter()
+                .map(|m| table::open_table(shared, m.clone(), shape).map(Arc::new))
+                .collect()
+        })
+        .collect()
+}
+
+/// Replays each live log (oldest first) into a MemTable and flushes it; returns the
+/// largest seq replayed.
+fn replay_logs(inner: &Inner, logs: &[dir::LogMeta]) -> Result<u64> {
+    let cs = inner.shared.alloc.chunk_size();
+    let mut max_seq = 0;
+    for log in logs {
+        let bytes = inner
+            .shared
+            .pool
+            .read(log.run.off, (log.run.chunks * cs) as usize)?;
+        let records = wal::replay(bytes, log.id);
+        let cap = node::HEAD_LEN
+            + records
+                .iter()
+                .map(|r| node::node_len(r.key.len(), r.value.len(), MAX_HEIGHT))
+                .sum::<usize>();
+        let mem = Arc::new(MemTable {
+            arena: Arena::new(cap, log.id),
+            log: *log,
+        });
+        for r in &records {
+            mem.arena.insert(r.seq, r.kind, &r.key, &r.value)?;
+            max_seq = max_seq.max(r.seq);
+        }
+        inner
+            .shared
+            .counters
+            .replayed_records
+            .add(records.len() as u64);
+        inner.flush_memtable(&mem, false)?;
+    }
+    Ok(max_seq)
+}
