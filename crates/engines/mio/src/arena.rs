@@ -81,6 +81,13 @@ impl Arena {
     pub fn insert(&self, seq: u64, kind: Kind, key: &[u8], value: &[u8]) -> Result<()> {
         let height = self.next_height();
         let off = self.write_node(seq, kind, key, value, height)?;
+        self.link_in(off, seq, key, height)?;
+        self.finish_insert(seq);
+        Ok(())
+    }
+
+    /// Links the written node at `off` after its predecessors (level 0 first).
+    fn link_in(&self, off: u64, seq: u64, key: &[u8], height: usize) -> Result<()> {
         let mut preds = [0u64; MAX_HEIGHT];
         skiplist::find_preds(self, 0, key, seq, &mut preds)?;
         for (level, pred) in preds.iter().enumerate().take(height) {
@@ -92,7 +99,6 @@ impl Arena {
         for (level, pred) in preds.iter().enumerate().take(height) {
             self.store(*pred + link(level), off, Ordering::Release)?;
         }
-        self.finish_insert(seq);
         Ok(())
     }
 

@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use tierkv_core::{Error, Result, Tier};
 
 use crate::node::MAX_HEIGHT;
-use crate::skiplist::{self, Source};
+use crate::skiplist;
 use crate::store::Inner;
 use crate::table::{TAG_TABLE, TAG_WAL, Table};
 
@@ -80,46 +80,23 @@ pub(crate) fn check(inner: &Inner) -> Result<Vec<String>> {
 fn check_table(t: &Table) -> Result<u64> {
     let src = t.source();
     let mut level0 = HashSet::new();
-    let mut n = 0;
-    for level in 0..MAX_HEIGHT {
-        let mut at = skiplist::next(&src, t.meta.head, level)?;
-        let mut prev: Option<(Vec<u8>, u64)> = None;
-        while at != 0 {
-            let h = skiplist::header(&src, at)?;
-            let key = skiplist::key(&src, at, &h)?.into_owned();
-            if let Some((pk, ps)) = &prev
-                && skiplist::cmp_node(pk, *ps, &key, h.seq) != std::cmp::Ordering::Less
-            {
-                return Err(Error::corruption(
-                    Tier::Pmem,
-                    at,
-                    format!("table {}: level {level} out of order", t.meta.id),
-                ));
-            }
+    let bad = |at: u64, what: &str| {
+        Error::corruption(Tier::Pmem, at, format!("table {}: {what}", t.meta.id))
+    };
+    let n = skiplist::walk_level(&src, t.meta.head, 0, |at, _, _| {
+        level0.insert(at);
+        Ok(())
+    })?;
+    for level in 1..MAX_HEIGHT {
+        skiplist::walk_level(&src, t.meta.head, level, |at, h, _| {
             if h.height <= level {
-                return Err(Error::corruption(
-                    Tier::Pmem,
-                    at,
-                    format!("table {}: node linked above its height", t.meta.id),
-                ));
+                return Err(bad(at, "node linked above its height"));
             }
-            if level == 0 {
-                level0.insert(at);
-                n += 1;
-            } else if !level0.contains(&at) {
-                return Err(Error::corruption(
-                    Tier::Pmem,
-                    at,
-                    format!(
-                        "table {}: level {level} node missing from level 0",
-                        t.meta.id
-                    ),
-                ));
+            if !level0.contains(&at) {
+                return Err(bad(at, "upper-level node missing from level 0"));
             }
-            prev = Some((key, h.seq));
-            at = skiplist::next(&src, at, level)?;
-        }
+            Ok(())
+        })?;
     }
-    let _ = src.word(t.meta.head)?;
     Ok(n)
 }

@@ -36,18 +36,32 @@ pub enum Choice {
     },
     /// Merge the oldest table of the last buffer level into the repository.
     IntoRepository,
+    /// Move the oldest table of `level` to the next level without copying anything (a
+    /// directory change only): under space pressure the buffer drains towards the
+    /// repository even where a level holds fewer than `trigger` tables.
+    MoveDown {
+        /// The level.
+        level: usize,
+    },
 }
 
-/// The policy for `level` given the tables per level (the last entry is the repository).
-pub fn choose(tables: &[usize], level: usize, trigger: usize) -> Choice {
+/// The policy for `level` given the tables per level (the last entry is the repository)
+/// and whether pmem is under pressure (less than half of it free).
+pub fn choose(tables: &[usize], level: usize, trigger: usize, pressure: bool) -> Choice {
     let buffer = tables.len().saturating_sub(1);
-    match tables.get(level) {
-        Some(n) if level + 1 < buffer && *n >= trigger => Choice::Merge {
+    let n = tables.get(level).copied().unwrap_or(0);
+    let due = n >= trigger || (pressure && n >= 1);
+    if level + 1 < buffer && n >= trigger {
+        Choice::Merge {
             level,
             inputs: vec![0, 1],
-        },
-        Some(n) if level + 1 == buffer && *n >= trigger => Choice::IntoRepository,
-        _ => Choice::Idle,
+        }
+    } else if level + 1 < buffer && due {
+        Choice::MoveDown { level }
+    } else if level + 1 == buffer && due {
+        Choice::IntoRepository
+    } else {
+        Choice::Idle
     }
 }
 
@@ -55,10 +69,20 @@ impl Inner {
     /// Runs one compaction of `level` if the policy asks for one; returns whether it did.
     pub fn compact_step(&self, level: usize) -> Result<bool> {
         let v = self.version();
-        let choice = choose(&v.tables_per_level(), level, self.opts.trigger);
+        let a = self.shared.alloc.stats();
+        let pressure = a.free_bytes < a.chunks * a.chunk_size / 2;
+        let choice = choose(&v.tables_per_level(), level, self.opts.trigger, pressure);
         let repo = v.levels.len() - 1;
         let (inputs, out_level): (Vec<Arc<Table>>, usize) = match choice {
             Choice::Idle => return Ok(false),
+            Choice::MoveDown { level } => {
+                let Some(t) = v.levels[level].first().cloned() else {
+                    return Ok(false);
+                };
+                self.publish_move(level, t)?;
+                self.notify();
+                return Ok(true);
+            }
             Choice::Merge { level, inputs } => (
                 inputs
                     .iter()
@@ -115,6 +139,26 @@ impl Inner {
         Ok(Some(Arc::new(t)))
     }
 
+    /// Moves table `t` from `level` to the end (newest) of the next level. The order
+    /// invariant holds: `t` is newer than every table below it, and it was the oldest of its
+    /// level, so it is older than every table left above it.
+    fn publish_move(&self, level: usize, t: Arc<Table>) -> Result<()> {
+        let mut st = self.dir.lock();
+        let mut d = st.cur.clone();
+        let Some(pos) = d.levels[level].iter().position(|m| m.id == t.meta.id) else {
+            return Ok(());
+        };
+        let m = d.levels[level].remove(pos);
+        d.levels[level + 1].push(m);
+        self.publish(&mut st, d)?;
+        let mut v = self.version.write();
+        let mut nv: Version = (**v).clone();
+        nv.levels[level].retain(|x| x.meta.id != t.meta.id);
+        nv.levels[level + 1].push(t);
+        *v = Arc::new(nv);
+        Ok(())
+    }
+
     /// Replaces `inputs` by `output` (in `out_level`) in the directory and the version.
     fn publish_compaction(
         &self,
@@ -166,20 +210,30 @@ mod tests {
 
     #[test]
     fn policy_merges_the_oldest_pair_and_feeds_the_repository() {
-        assert_eq!(choose(&[1, 0, 0, 0], 0, 2), Choice::Idle);
+        assert_eq!(choose(&[1, 0, 0, 0], 0, 2, false), Choice::Idle);
         assert_eq!(
-            choose(&[2, 0, 0, 0], 0, 2),
+            choose(&[2, 0, 0, 0], 0, 2, false),
             Choice::Merge {
                 level: 0,
                 inputs: vec![0, 1]
             }
         );
-        assert_eq!(choose(&[0, 0, 3, 1], 2, 2), Choice::IntoRepository);
-        assert_eq!(choose(&[0, 0, 1, 1], 2, 2), Choice::Idle);
+        assert_eq!(choose(&[0, 0, 3, 1], 2, 2, false), Choice::IntoRepository);
+        assert_eq!(choose(&[0, 0, 1, 1], 2, 2, false), Choice::Idle);
         assert_eq!(
-            choose(&[0, 0, 0, 5], 3, 2),
+            choose(&[0, 0, 0, 5], 3, 2, true),
             Choice::Idle,
             "the repository has no thread"
         );
+    }
+
+    #[test]
+    fn pressure_drains_the_buffer_towards_the_repository() {
+        assert_eq!(
+            choose(&[1, 0, 0, 0], 0, 2, true),
+            Choice::MoveDown { level: 0 }
+        );
+        assert_eq!(choose(&[0, 0, 1, 1], 2, 2, true), Choice::IntoRepository);
+        assert_eq!(choose(&[0, 1, 0, 1], 0, 2, true), Choice::Idle);
     }
 }

@@ -73,7 +73,7 @@ pub fn open(
         limits,
         memtable_size,
         arena_cap,
-        log_cap: log_capacity(arena_cap),
+        log_cap: log_capacity(memtable_size),
         shape,
         version: RwLock::new(Arc::new(Version {
             mem: placeholder.clone(),
@@ -98,7 +98,7 @@ pub fn open(
         opts,
     });
     let max_seq = replay_logs(&inner, &old_logs)?;
-    let (mem, log) = inner.new_memtable()?;
+    let (mem, log) = inner.new_memtable(0)?;
     {
         let mut w = inner.writer.lock();
         w.next_seq = last_seq.max(max_seq) + 1;

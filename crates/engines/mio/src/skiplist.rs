@@ -152,6 +152,38 @@ pub fn get<S: Source + ?Sized>(s: &S, head: u64, key: &[u8]) -> Result<Option<En
     entry(s, n).map(Some)
 }
 
+/// Walks the list of `level` from the head at `head`, calling `visit(off, header, key)` on
+/// every node and checking that each follows its predecessor in skiplist order (a node
+/// out of order is `Corruption`). Returns the nodes visited.
+pub fn walk_level<S: Source + ?Sized>(
+    s: &S,
+    head: u64,
+    level: usize,
+    mut visit: impl FnMut(u64, &NodeHeader, &[u8]) -> Result<()>,
+) -> Result<u64> {
+    let mut at = next(s, head, level)?;
+    let mut prev: Option<(Vec<u8>, u64)> = None;
+    let mut n = 0;
+    while at != 0 {
+        let h = header(s, at)?;
+        let k = key(s, at, &h)?.into_owned();
+        if let Some((pk, ps)) = &prev
+            && cmp_node(pk, *ps, &k, h.seq) != Ordering::Less
+        {
+            return Err(tierkv_core::Error::corruption(
+                tierkv_core::Tier::Pmem,
+                at,
+                format!("skiplist level {level} out of order"),
+            ));
+        }
+        visit(at, &h, &k)?;
+        n += 1;
+        prev = Some((k, h.seq));
+        at = next(s, at, level)?;
+    }
+    Ok(n)
+}
+
 /// A forward cursor over the nodes of one skiplist (every version).
 pub struct Cursor<S> {
     src: S,

@@ -145,9 +145,10 @@ impl Inner {
     }
 
     /// A new MemTable with a fresh log, listed in the directory before it takes a write.
-    pub fn new_memtable(&self) -> Result<(Arc<MemTable>, LogWriter)> {
+    /// `need`: bytes of the record that must fit the new log.
+    pub fn new_memtable(&self, need: u64) -> Result<(Arc<MemTable>, LogWriter)> {
         let cs = self.shared.alloc.chunk_size();
-        let chunks = self.log_cap.div_ceil(cs);
+        let chunks = self.log_cap.max(need).div_ceil(cs);
         let off = self.shared.alloc.alloc_chunks(TAG_WAL, chunks)?;
         let run = Run { off, chunks };
         let id = {
@@ -178,7 +179,7 @@ impl Inner {
 
     /// Makes the MemTable immutable and starts a new one, waiting (a stall) while the
     /// previous immutable MemTable is still being flushed.
-    pub fn switch_memtable(&self, w: &mut WriterState) -> Result<()> {
+    pub fn switch_memtable(&self, w: &mut WriterState, need: u64) -> Result<()> {
         let started = Instant::now();
         let deadline = started + Duration::from_millis(self.opts.stall_timeout_ms);
         let mut stalled = false;
@@ -211,7 +212,7 @@ impl Inner {
                 .stall_micros
                 .add(started.elapsed().as_micros() as u64);
         }
-        let (mem, log) = self.new_memtable()?;
+        let (mem, log) = self.new_memtable(need)?;
         {
             let mut v = self.version.write();
             let mut nv = (**v).clone();
@@ -231,7 +232,7 @@ impl Inner {
             || !w.mem.arena.fits(key.len(), value.len())
             || !w.log.fits(key.len(), value.len());
         if full {
-            self.switch_memtable(&mut w)?;
+            self.switch_memtable(&mut w, wal::record_len(key.len(), value.len()) as u64)?;
         }
         let seq = w.next_seq;
         if seq > node::MAX_SEQ {
@@ -406,7 +407,7 @@ impl KvStore for MioStore {
         {
             let mut w = self.inner.writer.lock();
             if w.mem.arena.entries() > 0 {
-                self.inner.switch_memtable(&mut w)?;
+                self.inner.switch_memtable(&mut w, 0)?;
             }
         }
         let until = Instant::now() + Duration::from_millis(self.inner.opts.stall_timeout_ms);
@@ -463,9 +464,11 @@ pub(crate) fn arena_capacity(memtable: u64, limits: &Limits) -> usize {
     memtable as usize + node::node_len(limits.max_key_len, limits.max_value_len, node::MAX_HEIGHT)
 }
 
-/// The log capacity for an arena of `arena` bytes: a record (24-byte header + key + value,
-/// padded) is never longer than its node (16 + 8 x height + key + value, padded), so a log
-/// as large as the arena never fills before its MemTable does.
-pub(crate) fn log_capacity(arena: usize) -> u64 {
-    arena as u64
+/// The log capacity for a MemTable of `memtable` bytes: a record (24-byte header + key +
+/// value, padded) is never longer than its node (16 + 8 x height + key + value, padded), so
+/// such a log fills no earlier than its MemTable, except for the one record that makes the
+/// MemTable full (a write that does not fit either switches MemTables; a new log is made
+/// large enough for the write that asked for it).
+pub(crate) fn log_capacity(memtable: u64) -> u64 {
+    memtable.next_multiple_of(8)
 }

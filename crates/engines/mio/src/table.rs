@@ -229,11 +229,7 @@ pub fn open_table(shared: &Arc<Shared>, meta: TableMeta, shape: TableShape) -> R
         ));
     }
     let mut bloom = shape.new_bloom();
-    let mut at = skiplist::next(&src, meta.head, 0)?;
-    let mut prev: Option<(Vec<u8>, u64)> = None;
-    let mut n = 0u64;
-    while at != 0 {
-        let h = skiplist::header(&src, at)?;
+    let n = skiplist::walk_level(&src, meta.head, 0, |at, h, key| {
         if !inside(at, h.size() as u64) {
             return Err(Error::corruption(
                 Tier::Pmem,
@@ -241,23 +237,11 @@ pub fn open_table(shared: &Arc<Shared>, meta: TableMeta, shape: TableShape) -> R
                 "table node outside its runs",
             ));
         }
-        let key = skiplist::key(&src, at, &h)?.into_owned();
-        if let Some((pk, ps)) = &prev
-            && skiplist::cmp_node(pk, *ps, &key, h.seq) != std::cmp::Ordering::Less
-        {
-            return Err(Error::corruption(
-                Tier::Pmem,
-                at,
-                "table nodes out of order",
-            ));
-        }
         if let Some(b) = bloom.as_mut() {
-            b.insert(&key);
+            b.insert(key);
         }
-        prev = Some((key, h.seq));
-        n += 1;
-        at = skiplist::next(&src, at, 0)?;
-    }
+        Ok(())
+    })?;
     let bytes = meta.allocs.iter().map(|r| r.chunks).sum::<u64>() * shared.alloc.chunk_size();
     Ok(Table {
         shared: shared.clone(),
