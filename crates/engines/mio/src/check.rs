@@ -17,6 +17,10 @@ use crate::table::{TAG_TABLE, TAG_WAL, Table};
 /// Checks the store; one line per thing checked.
 pub(crate) fn check(inner: &Inner) -> Result<Vec<String>> {
     let mut lines = Vec::new();
+    // Publishers change the directory and the version under the directory lock, and node
+    // moves hold their level's lock: with both held the store stands still.
+    let st = inner.dir.lock();
+    let _frozen: Vec<_> = inner.level_locks.iter().map(|l| l.read()).collect();
     let v = inner.version();
     for (i, level) in v.levels.iter().enumerate() {
         let mut nodes = 0;
@@ -29,7 +33,6 @@ pub(crate) fn check(inner: &Inner) -> Result<Vec<String>> {
         ));
     }
     let (dir_runs, dir_levels) = {
-        let st = inner.dir.lock();
         let runs: Vec<_> = st.cur.runs().collect();
         let levels: Vec<Vec<u64>> = st
             .cur

@@ -17,6 +17,7 @@ use tierkv_core::Result;
 use crate::arena::Arena;
 use crate::merge::Merge;
 use crate::node::{HEAD_LEN, Kind};
+use crate::options::Compaction;
 use crate::skiplist::Source;
 use crate::store::Inner;
 use crate::table::{self, Table};
@@ -69,6 +70,14 @@ impl Inner {
     /// Runs one compaction of `level` if the policy asks for one; returns whether it did.
     pub fn compact_step(&self, level: usize) -> Result<bool> {
         let v = self.version();
+        let merging = v
+            .levels
+            .get(level)
+            .and_then(|l| l.first())
+            .is_some_and(|t| t.merge.is_some());
+        if merging {
+            return self.zero_copy_step(level);
+        }
         let a = self.shared.alloc.stats();
         let pressure = a.free_bytes < a.chunks * a.chunk_size / 2;
         let choice = choose(&v.tables_per_level(), level, self.opts.trigger, pressure);
@@ -82,6 +91,9 @@ impl Inner {
                 self.publish_move(level, t)?;
                 self.notify();
                 return Ok(true);
+            }
+            Choice::Merge { level, .. } if self.opts.compaction == Compaction::ZeroCopy => {
+                return self.zero_copy_step(level);
             }
             Choice::Merge { level, inputs } => (
                 inputs

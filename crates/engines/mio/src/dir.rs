@@ -7,7 +7,8 @@
 //! 0   8  magic "MIODIR01"     8  4 version     12 4 crc (bytes 16..len)
 //! 16  4  len                  20 4 levels      24 8 generation
 //! 32  8  next_id              40 8 last_seq    48 4 log_count   52 4 reserved
-//! 56  .. logs { id, off, chunks }, then per level: count u32, pad u32,
+//! 56  .. logs { id, off, chunks }, merge_count u32, pad u32,
+//!        merges { level, old id, new id, mark offset }, then per level: count u32, pad u32,
 //!        tables { id, head, entries, max_seq, alloc_count u32, pad u32, allocs { off, chunks } }
 //! ```
 //!
@@ -60,6 +61,21 @@ pub struct TableMeta {
     pub allocs: Vec<Run>,
 }
 
+/// A zero-copy compaction in progress (§4.3, §4.7: "state variables in the NVM"): the
+/// newtable `new` is being merged into the oldtable `old` of `level`; `mark` is the pool
+/// offset of the insertion-mark word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MergeMeta {
+    /// The level of both tables.
+    pub level: u64,
+    /// The oldtable's id.
+    pub old: u64,
+    /// The newtable's id.
+    pub new: u64,
+    /// Where the insertion mark is.
+    pub mark: u64,
+}
+
 /// A decoded directory.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Directory {
@@ -71,6 +87,8 @@ pub struct Directory {
     pub last_seq: u64,
     /// Live logs, oldest first.
     pub logs: Vec<LogMeta>,
+    /// Zero-copy compactions in progress (at most one per level).
+    pub merges: Vec<MergeMeta>,
     /// Tables per level, oldest first; the last level is the repository.
     pub levels: Vec<Vec<TableMeta>>,
 }
@@ -83,6 +101,7 @@ impl Directory {
             next_id: 1,
             last_seq: 0,
             logs: Vec::new(),
+            merges: Vec::new(),
             levels: vec![Vec::new(); levels],
         }
     }
@@ -112,6 +131,13 @@ pub fn encode(d: &Directory) -> Vec<u8> {
     b.extend_from_slice(&[0; 4]);
     for l in &d.logs {
         for w in [l.id, l.run.off, l.run.chunks] {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+    }
+    b.extend_from_slice(&(d.merges.len() as u32).to_le_bytes());
+    b.extend_from_slice(&[0; 4]);
+    for m in &d.merges {
+        for w in [m.level, m.old, m.new, m.mark] {
             b.extend_from_slice(&w.to_le_bytes());
         }
     }
@@ -245,6 +271,17 @@ pub fn decode(bytes: &[u8], base: u64) -> Result<Directory> {
         };
         d.logs.push(LogMeta { id, run });
     }
+    let merges = r.count(32)?;
+    r.u32()?;
+    for _ in 0..merges {
+        let (level, old, new, mark) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+        d.merges.push(MergeMeta {
+            level,
+            old,
+            new,
+            mark,
+        });
+    }
     for _ in 0..levels {
         let n = r.count(40)?;
         r.u32()?;
@@ -285,6 +322,12 @@ mod tests {
         d.generation = 4;
         d.next_id = 12;
         d.last_seq = 99;
+        d.merges.push(MergeMeta {
+            level: 1,
+            old: 3,
+            new: 5,
+            mark: 4096,
+        });
         d.logs.push(LogMeta {
             id: 11,
             run: Run {

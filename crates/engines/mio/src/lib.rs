@@ -14,7 +14,7 @@
 //! |---|---|---|
 //! | §4.1, Fig. 3 | architecture: MemTable, elastic buffer L0..L(n-1), repository Ln | `version.rs`, `store.rs` |
 //! | §4.2, Fig. 4 | one-piece flush: one allocation, one copy, links rebased ("swizzled") | `arena.rs`, `table.rs` (`write_table`, `rebase`), `flush.rs` |
-//! | §4.3, Fig. 5 | zero-copy compaction, insertion mark | designed in `FORMAT.md` (P3); not implemented yet |
+//! | §4.3, Fig. 5 | zero-copy compaction, insertion mark | `zerocopy.rs` |
 //! | §4.4 | lazy-copy into the repository | `compact.rs` (this build copies the oldest L(n-1) table and the repository into a new repository table) |
 //! | §4.5 | one compaction thread per level | `background.rs`, `compact.rs` (`choose`) |
 //! | §4.6 | reads newest first; mergeable Bloom filters | `store.rs` (`get`, `scan`), `merge.rs`, `bloom.rs` |
@@ -31,9 +31,12 @@
 //!   authors' DRAM objects, which did not survive a crash.
 //! - Buffer memory is reclaimed when the last reader's version drops a retired table (an
 //!   `Arc` is the reader's epoch), not at the end of a lazy copy.
-//! - This build merges levels by copying (`compaction=copy`); zero-copy relinking and the
-//!   node-by-node lazy copy into a repository skiplist are specified in `FORMAT.md` and
-//!   are the next step.
+//! - Readers of a pair under zero-copy compaction hold the merge's lock shared and each
+//!   node move holds it exclusively (`zerocopy.rs` argues why the paper's lock-free
+//!   reading can miss nodes in a scan); writers are never blocked.
+//! - The merge into the repository copies the oldest L(n-1) table and the repository into
+//!   a new repository table; the node-by-node lazy copy of §4.4 is specified in
+//!   `FORMAT.md` (P4) and is the next step.
 //!
 //! Thread safety: [`MioStore`] is `Send + Sync`.
 
@@ -57,6 +60,7 @@ mod store;
 pub mod table;
 pub mod version;
 pub mod wal;
+pub mod zerocopy;
 
 use std::sync::Arc;
 

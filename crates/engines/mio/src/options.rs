@@ -10,7 +10,7 @@
 //! | `trigger` | 2 | 2 | a buffer level compacts when it holds this many tables |
 //! | `bloom` | on | on | Bloom filters on buffer tables |
 //! | `bloom_bits` | 16 | 16 | bits per key |
-//! | `compaction` | zero-copy | copy | `copy` (merge by copying into a new table); `zero_copy` is not implemented yet and refused |
+//! | `compaction` | zero-copy | `zero_copy` | `zero_copy` (relink, §4.3) or `copy` (merge buffer levels by copying into a new table: the baseline of the WA comparison) |
 //! | `stall_timeout_ms` | - | 10000 | how long a write waits for a flush before failing with `NoSpace` |
 //!
 //! Thread safety: plain data.
@@ -20,6 +20,8 @@ use tierkv_core::{ByteSize, EngineParams, Error, Result, Switch};
 /// How levels are merged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Compaction {
+    /// Relink the newtable's nodes into the oldtable (§4.3).
+    ZeroCopy,
     /// Copy the newest versions into a new table (the baseline of §5.3's WA figure).
     Copy,
 }
@@ -56,7 +58,7 @@ impl Default for MioOptions {
             trigger: 2,
             bloom: true,
             bloom_bits: 16,
-            compaction: Compaction::Copy,
+            compaction: Compaction::ZeroCopy,
             stall_timeout_ms: 10_000,
         }
     }
@@ -70,16 +72,12 @@ impl MioOptions {
             s if s.is_empty() => None,
             s => Some(s.parse()?),
         };
-        let compaction = match p.take("compaction", "copy".to_owned())?.as_str() {
+        let compaction = match p.take("compaction", "zero_copy".to_owned())?.as_str() {
             "copy" => Compaction::Copy,
-            "zero_copy" | "zero-copy" => {
-                return Err(Error::Unsupported(
-                    "mio: compaction=zero_copy is not implemented in this build; use compaction=copy".into(),
-                ));
-            }
+            "zero_copy" | "zero-copy" => Compaction::ZeroCopy,
             other => {
                 return Err(Error::invalid(format!(
-                    "mio: compaction={other}: expected copy"
+                    "mio: compaction={other}: expected zero_copy or copy"
                 )));
             }
         };
@@ -168,10 +166,10 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
-        assert!(matches!(
-            parse("mio@compaction=zero_copy"),
-            Err(Error::Unsupported(_))
-        ));
+        assert_eq!(
+            parse("mio@compaction=copy").unwrap().compaction,
+            Compaction::Copy
+        );
         assert_eq!(MioOptions::chunk_size_for(4 << 20), 16 << 10);
         assert_eq!(MioOptions::chunk_size_for(1 << 34), 1 << 20);
     }

@@ -16,7 +16,7 @@ use tierkv_core::media::pmem::{PmemAllocator, PmemPool};
 use tierkv_core::{Error, Limits, Result, Tier};
 
 use crate::arena::Arena;
-use crate::dir::{self, Directory};
+use crate::dir::{self, Directory, MergeMeta};
 use crate::node::{self, MAX_HEIGHT};
 use crate::options::MioOptions;
 use crate::stats::Counters;
@@ -27,6 +27,7 @@ use crate::store::{
 use crate::table::{self, Shared, TAG_TABLE, TAG_WAL, TableShape};
 use crate::version::{MemTable, Version};
 use crate::wal;
+use crate::zerocopy::{self, MergeState};
 
 /// Opens (or creates) a store in `pool`.
 pub fn open(
@@ -56,6 +57,7 @@ pub fn open(
         bloom_keys: if opts.bloom { memtable_size / 128 } else { 0 },
         bloom_bits: opts.bloom_bits,
     };
+    repair_marks(&shared, &dir_state.cur)?;
     let levels = open_tables(&shared, &dir_state.cur, shape)?;
     let arena_cap = arena_capacity(memtable_size, &limits);
     // A placeholder MemTable until the logs are replayed (no log, never written).
@@ -75,6 +77,7 @@ pub fn open(
         arena_cap,
         log_cap: log_capacity(memtable_size),
         shape,
+        level_locks: (0..opts.levels).map(|_| RwLock::new(())).collect(),
         version: RwLock::new(Arc::new(Version {
             mem: placeholder.clone(),
             imm: None,
@@ -174,8 +177,9 @@ fn collect_leaks(shared: &Shared, st: &DirState) -> Result<()> {
             }
         }
     }
+    let marks: HashSet<u64> = st.cur.merges.iter().map(|m| m.mark).collect();
     for a in shared.alloc.iter_allocated() {
-        if a.offset != st.off {
+        if a.offset != st.off && !marks.contains(&a.offset) {
             shared.alloc.free(a.offset)?;
             shared.counters.leaks_collected.incr();
         }
@@ -189,23 +193,88 @@ fn open_tables(
     shape: TableShape,
 ) -> Result<Vec<Vec<Arc<table::Table>>>> {
     let repo = d.levels.len() - 1;
-    d.levels
-        .iter()
-        .enumerate()
-        .map(|(i, l)| {
-            let shape = if i == repo {
-                TableShape {
-                    bloom_keys: 0,
-                    ..shape
-                }
-            } else {
-                shape
+    let mut levels = Vec::with_capacity(d.levels.len());
+    for (i, l) in d.levels.iter().enumerate() {
+        let shape = if i == repo {
+            TableShape {
+                bloom_keys: 0,
+                ..shape
+            }
+        } else {
+            shape
+        };
+        let merge = d.merges.iter().find(|m| m.level == i as u64);
+        let mut tables = Vec::with_capacity(l.len());
+        for m in l {
+            // A table in a zero-copy merge lies in the oldtable's runs (which include the
+            // newtable's since the merge started).
+            let runs = match merge.and_then(|g| l.iter().find(|t| t.id == g.old)) {
+                Some(old) if merge.is_some_and(|g| g.new == m.id || g.old == m.id) => &old.allocs,
+                _ => &m.allocs,
             };
-            l.iter()
-                .map(|m| table::open_table(shared, m.clone(), shape).map(Arc::new))
-                .collect()
-        })
-        .collect()
+            tables.push(Arc::new(table::open_table(shared, m.clone(), runs, shape)?));
+        }
+        if let Some(g) = merge {
+            attach_merge(shared, &mut tables, *g)?;
+        }
+        levels.push(tables);
+    }
+    Ok(levels)
+}
+
+/// Gives the two tables of an interrupted zero-copy merge their shared state and the
+/// oldtable the OR of both filters (the compaction thread resumes the merge).
+fn attach_merge(
+    shared: &Arc<Shared>,
+    tables: &mut [Arc<table::Table>],
+    g: MergeMeta,
+) -> Result<()> {
+    let find = |id: u64| tables.iter().position(|t| t.meta.id == id);
+    let (Some(o), Some(n)) = (find(g.old), find(g.new)) else {
+        return Err(Error::corruption(
+            Tier::Pmem,
+            g.mark,
+            "a zero-copy merge names tables its level does not hold",
+        ));
+    };
+    if (o, n) != (0, 1) {
+        return Err(Error::corruption(
+            Tier::Pmem,
+            g.mark,
+            "a zero-copy merge is not of its level's two oldest tables",
+        ));
+    }
+    let state = Arc::new(MergeState { meta: g });
+    tables[0].absorb_filter(&tables[1]);
+    let _ = shared;
+    let old = tables[0].rehandle(tables[0].meta.clone(), Some(state.clone()));
+    let new = tables[1].rehandle(tables[1].meta.clone(), Some(state));
+    tables[0] = Arc::new(old);
+    tables[1] = Arc::new(new);
+    Ok(())
+}
+
+/// Finishes the node move each interrupted merge was in (before any table is walked).
+fn repair_marks(shared: &Shared, d: &Directory) -> Result<()> {
+    for g in &d.merges {
+        let level = d.levels.get(g.level as usize);
+        let head = |id: u64| {
+            level
+                .and_then(|l| l.iter().find(|t| t.id == id))
+                .map(|t| t.head)
+        };
+        let (Some(old), Some(new)) = (head(g.old), head(g.new)) else {
+            return Err(Error::corruption(
+                Tier::Pmem,
+                g.mark,
+                "a zero-copy merge names tables its level does not hold",
+            ));
+        };
+        if zerocopy::repair_mark(&shared.pool, g, old, new)? {
+            shared.counters.marks_repaired.incr();
+        }
+    }
+    Ok(())
 }
 
 /// Replays each live log (oldest first) into a MemTable and flushes it; returns the

@@ -23,8 +23,7 @@ pub(crate) fn stats(inner: &Inner) -> Stats {
         .levels
         .iter()
         .flatten()
-        .filter_map(|t| t.bloom.as_ref())
-        .map(|b| b.bytes() as u64)
+        .filter_map(|t| t.bloom.read().as_ref().map(|b| b.bytes() as u64))
         .sum();
     s.dram_bytes = dram + blooms;
     let mut put = |k: &str, x: u64| {
@@ -35,7 +34,10 @@ pub(crate) fn stats(inner: &Inner) -> Stats {
     put("flush_bytes", c.flush_bytes.get());
     put("table_bytes_written", c.table_bytes_written.get());
     put("compaction_bytes_copied", c.compaction_bytes_copied.get());
-    put("compaction_bytes_relinked", 0);
+    put("compaction_bytes_relinked", c.relinked_words.get() * 8);
+    put("nodes_relinked", c.nodes_relinked.get());
+    put("versions_dropped", c.versions_dropped.get());
+    put("marks_repaired", c.marks_repaired.get());
     put("stall_micros", c.stall_micros.get());
     put("writes_refused", c.writes_refused.get());
     put("wal_bytes", c.wal_bytes.get());

@@ -23,6 +23,14 @@ pub struct Counters {
     pub compaction_bytes_copied: Counter,
     /// Microseconds writers waited for a flush (stall time).
     pub stall_micros: Counter,
+    /// Link and mark words stored by zero-copy compactions (8 bytes each).
+    pub relinked_words: Counter,
+    /// Nodes moved by zero-copy compactions.
+    pub nodes_relinked: Counter,
+    /// Older versions dropped by zero-copy compactions.
+    pub versions_dropped: Counter,
+    /// Marked nodes whose move recovery finished.
+    pub marks_repaired: Counter,
     /// Writes refused with NoSpace after waiting.
     pub writes_refused: Counter,
     /// Log bytes appended.

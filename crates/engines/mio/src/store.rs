@@ -58,6 +58,9 @@ pub(crate) struct Inner {
     pub log_cap: u64,
     pub shape: TableShape,
     pub version: RwLock<Arc<Version>>,
+    /// One per buffer level: a zero-copy node move holds its level's exclusively, readers
+    /// hold all of them shared (`zerocopy.rs`).
+    pub level_locks: Vec<RwLock<()>>,
     pub writer: Mutex<WriterState>,
     pub dir: Mutex<DirState>,
     /// Bumped and notified on every change background threads or stalled writers wait on.
@@ -255,6 +258,7 @@ impl Inner {
 
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let v = self.version();
+        let _frozen: Vec<_> = self.level_locks.iter().map(|l| l.read()).collect();
         let c = &self.shared.counters.ops;
         for m in std::iter::once(&v.mem).chain(v.imm.iter()) {
             if let Some(e) = m.arena.get(key)? {
@@ -282,6 +286,7 @@ impl Inner {
 
     fn scan(&self, start: &[u8], limit: usize) -> Result<Vec<KvPair>> {
         let v = self.version();
+        let _frozen: Vec<_> = self.level_locks.iter().map(|l| l.read()).collect();
         let pools: Vec<_> = v
             .levels
             .iter()

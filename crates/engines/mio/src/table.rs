@@ -15,6 +15,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use parking_lot::RwLock;
 use tierkv_core::media::pmem::{PmemAllocator, PmemPool};
 use tierkv_core::{Error, Result, Tier};
 
@@ -57,10 +58,15 @@ pub struct Table {
     shared: Arc<Shared>,
     /// What the directory lists.
     pub meta: TableMeta,
-    /// Its Bloom filter (none in the repository).
-    pub bloom: Option<Bloom>,
+    /// Its Bloom filter (none in the repository), shared by every handle on this pmem
+    /// table: a zero-copy merge ORs the newtable's filter into the oldtable's in place
+    /// before the first node moves, so that readers holding an older handle of the
+    /// oldtable never skip it for a key it has absorbed.
+    pub bloom: Arc<RwLock<Option<Bloom>>>,
     /// Bytes of its runs.
     pub bytes: u64,
+    /// The zero-copy compaction this table is part of, if any (`zerocopy.rs`).
+    pub merge: Option<Arc<crate::zerocopy::MergeState>>,
     obsolete: AtomicBool,
 }
 
@@ -72,13 +78,44 @@ impl Table {
 
     /// The newest version of `key` in this table (a tombstone has no value).
     pub fn get(&self, key: &[u8]) -> Result<Option<Entry>> {
-        if let Some(b) = &self.bloom
+        if let Some(b) = &*self.bloom.read()
             && !b.may_contain(key)
         {
             self.shared.counters.bloom_negatives.incr();
             return Ok(None);
         }
         skiplist::get(&self.source(), self.meta.head, key)
+    }
+
+    /// Another handle on the same pmem table (sharing its filter), with other metadata or
+    /// merge state. Only a handle that is retired frees the runs it lists.
+    pub fn rehandle(
+        &self,
+        meta: TableMeta,
+        merge: Option<Arc<crate::zerocopy::MergeState>>,
+    ) -> Table {
+        let bytes =
+            meta.allocs.iter().map(|r| r.chunks).sum::<u64>() * self.shared.alloc.chunk_size();
+        Table {
+            shared: self.shared.clone(),
+            meta,
+            bloom: self.bloom.clone(),
+            bytes,
+            merge,
+            obsolete: AtomicBool::new(false),
+        }
+    }
+
+    /// ORs `other`'s filter into this table's (§4.6), for every handle of this table.
+    pub fn absorb_filter(&self, other: &Table) {
+        if Arc::ptr_eq(&self.bloom, &other.bloom) {
+            return;
+        }
+        let theirs = other.bloom.read().clone();
+        let mut mine = self.bloom.write();
+        if let (Some(a), Some(b)) = (mine.as_ref(), theirs.as_ref()) {
+            *mine = a.merged(b);
+        }
     }
 
     /// Marks the table removed from the directory: its runs are freed once the last
@@ -205,20 +242,26 @@ pub fn write_table(
             max_seq,
             allocs: vec![Run { off, chunks }],
         },
-        bloom,
+        bloom: Arc::new(RwLock::new(bloom)),
         bytes: chunks * cs,
+        merge: None,
         obsolete: AtomicBool::new(false),
     })
 }
 
 /// Opens a table the directory lists (recovery §4.7): walks level 0, checking that every
-/// node decodes, lies in one of the table's runs and follows its predecessor in order, and
+/// node decodes, lies in one of `runs` (the table's own, or in a zero-copy compaction the
+/// oldtable's, which owns both tables' runs) and follows its predecessor in order, and
 /// rebuilds the Bloom filter.
-pub fn open_table(shared: &Arc<Shared>, meta: TableMeta, shape: TableShape) -> Result<Table> {
+pub fn open_table(
+    shared: &Arc<Shared>,
+    meta: TableMeta,
+    runs: &[Run],
+    shape: TableShape,
+) -> Result<Table> {
     let src = PoolSource(&shared.pool);
     let inside = |off: u64, len: u64| {
-        meta.allocs
-            .iter()
+        runs.iter()
             .any(|r| off >= r.off && off + len <= r.off + r.chunks * shared.alloc.chunk_size())
     };
     if !inside(meta.head, HEAD_LEN as u64) {
@@ -246,8 +289,9 @@ pub fn open_table(shared: &Arc<Shared>, meta: TableMeta, shape: TableShape) -> R
     Ok(Table {
         shared: shared.clone(),
         meta: TableMeta { entries: n, ..meta },
-        bloom,
+        bloom: Arc::new(RwLock::new(bloom)),
         bytes,
+        merge: None,
         obsolete: AtomicBool::new(false),
     })
 }

@@ -48,6 +48,12 @@ fn scenario(threads: usize, ops: usize, params: &str, test: &str) {
     );
     assert!(counter(&s, "compactions_l0") >= 5, "l0 compactions");
     assert!(compactions >= 10, "compactions {compactions}");
+    if !params.contains("compaction=copy") {
+        assert!(
+            counter(&s, "nodes_relinked") >= 1_000,
+            "zero-copy compactions relinked nodes"
+        );
+    }
     println!("{}", store.check().unwrap().join("\n"));
     // Everything the model holds, read back from the store and after a reopen.
     let all = store.scan(b"", usize::MAX).unwrap();
@@ -71,4 +77,14 @@ fn model_four_threads_tiny_memtable() {
 #[test]
 fn model_thirty_two_threads_without_deadlock() {
     scenario(32, 600, "memtable=16KiB,levels=5", "model_32_threads");
+}
+
+#[test]
+fn model_four_threads_copy_compaction() {
+    scenario(
+        4,
+        3_000,
+        "memtable=16KiB,levels=4,compaction=copy",
+        "model_copy",
+    );
 }
