@@ -97,5 +97,18 @@ pub fn open_store(
     limits: Limits,
     created: bool,
 ) -> Result<Arc<MioStore>> {
-    recovery::open(pool, opts, limits, created)
+    recovery::open(pool, opts, limits, created, None)
+}
+
+/// [`open_store`] with a hook called just before each of the engine's own persists (crash
+/// tests take a crash image there: every persist point of every operation).
+#[doc(hidden)]
+pub fn open_store_with_persist_hook(
+    pool: Arc<PmemPool>,
+    opts: MioOptions,
+    limits: Limits,
+    created: bool,
+    hook: table::PersistHook,
+) -> Result<Arc<MioStore>> {
+    recovery::open(pool, opts, limits, created, Some(hook))
 }

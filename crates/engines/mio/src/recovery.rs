@@ -24,7 +24,7 @@ use crate::store::{
     DirState, Inner, MioStore, ROOT_DIR, ROOT_FORMATTED, ROOT_MAGIC, WriterState, arena_capacity,
     log_capacity,
 };
-use crate::table::{self, Shared, TAG_TABLE, TAG_WAL, TableShape};
+use crate::table::{self, PersistHook, Shared, TAG_TABLE, TAG_WAL, TableShape};
 use crate::version::{MemTable, Version};
 use crate::wal;
 use crate::zerocopy::{self, MergeState};
@@ -35,6 +35,7 @@ pub fn open(
     opts: MioOptions,
     limits: Limits,
     created: bool,
+    hook: Option<PersistHook>,
 ) -> Result<Arc<MioStore>> {
     let started = Instant::now();
     let fresh = created || pool.root(ROOT_FORMATTED)? == 0;
@@ -47,6 +48,7 @@ pub fn open(
         pool,
         alloc,
         counters: Counters::default(),
+        hook,
     });
     if !fresh {
         collect_leaks(&shared, &dir_state)?;
@@ -270,7 +272,7 @@ fn repair_marks(shared: &Shared, d: &Directory) -> Result<()> {
                 "a zero-copy merge names tables its level does not hold",
             ));
         };
-        if zerocopy::repair_mark(&shared.pool, g, old, new)? {
+        if zerocopy::repair_mark(shared, g, old, new)? {
             shared.counters.marks_repaired.incr();
         }
     }

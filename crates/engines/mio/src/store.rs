@@ -132,8 +132,13 @@ impl Inner {
         let off = self.shared.alloc.alloc(bytes.len() as u64)?;
         let written = pool
             .write(off, &bytes)
-            .and_then(|()| pool.persist(off, bytes.len()))
-            .and_then(|()| pool.set_root(ROOT_DIR, off));
+            .and_then(|()| self.shared.persist("dir-object", off, bytes.len()))
+            .and_then(|()| {
+                if let Some(h) = &self.shared.hook {
+                    h("dir-root");
+                }
+                pool.set_root(ROOT_DIR, off)
+            });
         if let Err(e) = written {
             let _ = self.shared.alloc.free(off);
             return Err(e);
@@ -241,8 +246,7 @@ impl Inner {
         if seq > node::MAX_SEQ {
             return Err(Error::invalid("mio: sequence numbers exhausted"));
         }
-        let pool = self.shared.pool.clone();
-        w.log.append(&pool, seq, kind, key, value)?;
+        w.log.append(&self.shared, seq, kind, key, value)?;
         w.next_seq += 1;
         w.mem.arena.insert(seq, kind, key, value)?;
         let c = &self.shared.counters;

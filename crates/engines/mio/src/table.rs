@@ -30,6 +30,10 @@ pub const TAG_TABLE: u32 = 0x4d49_0001;
 /// Chunk tag of log runs.
 pub const TAG_WAL: u32 = 0x4d49_0002;
 
+/// Called with a label just before each of the engine's own persists (tests take crash
+/// images there: every persist point of every operation).
+pub type PersistHook = Arc<dyn Fn(&'static str) + Send + Sync>;
+
 /// What every table and background job shares: the pool, its allocator, the counters.
 pub struct Shared {
     /// The pool.
@@ -38,6 +42,18 @@ pub struct Shared {
     pub alloc: PmemAllocator,
     /// The engine's counters.
     pub counters: Counters,
+    /// The persist hook (tests only; `None` in a store opened normally).
+    pub hook: Option<PersistHook>,
+}
+
+impl Shared {
+    /// Persists `[off, off + len)`, after calling the hook with `label`.
+    pub fn persist(&self, label: &'static str, off: u64, len: usize) -> Result<()> {
+        if let Some(h) = &self.hook {
+            h(label);
+        }
+        self.pool.persist(off, len)
+    }
 }
 
 /// Reads a skiplist in the pool.
@@ -227,7 +243,7 @@ pub fn write_table(
     let written = shared
         .pool
         .write(off, &image)
-        .and_then(|()| shared.pool.persist(off, image.len()));
+        .and_then(|()| shared.persist("flush-table", off, image.len()));
     if let Err(e) = written {
         let _ = shared.alloc.free_chunk(off);
         return Err(e);

@@ -17,10 +17,10 @@
 //! Thread safety: [`LogWriter`] is used under the store's writer lock; decoding is pure.
 
 use tierkv_core::format::checksum::{crc32c_append, mask, unmask};
-use tierkv_core::media::pmem::PmemPool;
 use tierkv_core::{Error, Result, Tier};
 
 use crate::node::{Kind, seq_kind};
+use crate::table::Shared;
 
 /// Bytes of a record header.
 pub const HEADER_LEN: usize = 24;
@@ -133,7 +133,7 @@ impl LogWriter {
     /// Appends a record and persists it (P1 step 1).
     pub fn append(
         &mut self,
-        pool: &PmemPool,
+        sh: &Shared,
         seq: u64,
         kind: Kind,
         key: &[u8],
@@ -144,8 +144,8 @@ impl LogWriter {
             return Err(Error::no_space(Tier::Pmem, "write-ahead log is full"));
         }
         let at = self.off + self.tail;
-        pool.write(at, &rec)?;
-        pool.persist(at, rec.len())?;
+        sh.pool.write(at, &rec)?;
+        sh.persist("wal-record", at, rec.len())?;
         self.tail += rec.len() as u64;
         Ok(())
     }
