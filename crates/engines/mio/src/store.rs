@@ -214,13 +214,32 @@ impl Inner {
             }
             self.wait(seen, Duration::from_millis(20));
         }
+        // Back-pressure: without room for the new log, wait for the compactions to drain
+        // the buffer (they do under pressure), up to the stall timeout.
+        let (mem, log) = loop {
+            match self.new_memtable(need) {
+                Ok(x) => break x,
+                Err(Error::NoSpace { .. }) if Instant::now() < deadline => {
+                    self.check_writable()?;
+                    if self.stop.load(Ordering::Acquire) {
+                        return Err(Error::Closed);
+                    }
+                    stalled = true;
+                    let seen = self.signal_now();
+                    self.wait(seen, Duration::from_millis(20));
+                }
+                Err(e) => {
+                    self.shared.counters.writes_refused.incr();
+                    return Err(e);
+                }
+            }
+        };
         if stalled {
             self.shared
                 .counters
                 .stall_micros
                 .add(started.elapsed().as_micros() as u64);
         }
-        let (mem, log) = self.new_memtable(need)?;
         {
             let mut v = self.version.write();
             let mut nv = (**v).clone();

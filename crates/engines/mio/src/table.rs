@@ -311,3 +311,99 @@ pub fn open_table(
         obsolete: AtomicBool::new(false),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arena::Arena;
+    use crate::node::Kind;
+    use crate::stats::Counters;
+    use tierkv_core::media::pmem::{DurabilityMode, EmulatedLatency, PmemConfig};
+
+    #[test]
+    fn one_piece_flush_makes_one_allocation_and_every_rebased_link_lies_inside_it() {
+        let d = tempfile::tempdir().unwrap();
+        let pool = PmemPool::create(&PmemConfig {
+            path: d.path().join("pool"),
+            size: 4 << 20,
+            mode: DurabilityMode::Volatile,
+            latency: EmulatedLatency::default(),
+        })
+        .unwrap();
+        let start = pool.data_start();
+        let alloc = PmemAllocator::format(pool.clone(), start, pool.len() - start, 4096).unwrap();
+        let sh = Arc::new(Shared {
+            pool,
+            alloc,
+            counters: Counters::default(),
+            hook: None,
+        });
+        let arena = Arena::new(1 << 18, 3);
+        for i in 0..500u64 {
+            let k = format!("key{:04}", (i * 37) % 311);
+            arena
+                .insert(i + 1, Kind::Put, k.as_bytes(), &[b'v'; 100])
+                .unwrap();
+        }
+        let image = arena.snapshot();
+        let runs_before = sh.alloc.iter_chunks(TAG_TABLE).count();
+        let writes_before = sh.pool.counters().pmem_bytes_written;
+        let shape = TableShape {
+            bloom_keys: 512,
+            bloom_bits: 16,
+        };
+        let t = write_table(&sh, image.clone(), 9, 500, shape).unwrap();
+        let runs: Vec<_> = sh.alloc.iter_chunks(TAG_TABLE).collect();
+        assert_eq!(runs.len(), runs_before + 1, "one allocation");
+        assert_eq!(t.meta.allocs.len(), 1);
+        let (off, len) = (t.meta.head, image.len() as u64);
+        assert_eq!(runs[0].offset, off);
+        // One bulk write of the image: the bytes written are the image's and the
+        // allocator's one state word per chunk of the run, nothing else.
+        let chunks = t.meta.allocs[0].chunks;
+        assert_eq!(
+            sh.pool.counters().pmem_bytes_written - writes_before,
+            len + 8 * chunks
+        );
+        // Every link is the arena link rebased by the allocation's offset, inside it.
+        let mut links = 0;
+        let mut at = 0usize;
+        let src = PoolSource(&sh.pool);
+        while at < image.len() {
+            let height = if at == 0 {
+                node::MAX_HEIGHT
+            } else {
+                skiplist::header(&src, off + at as u64).unwrap().height
+            };
+            for l in 0..height {
+                let word_at = at + LINKS_OFF + 8 * l;
+                let dram = u64::from_le_bytes(image[word_at..word_at + 8].try_into().unwrap());
+                let pm = sh.pool.load_u64(off + word_at as u64).unwrap();
+                if dram == 0 {
+                    assert_eq!(pm, 0);
+                } else {
+                    assert_eq!(pm, dram + off);
+                    assert!(
+                        pm >= off && pm < off + len,
+                        "link {pm} outside [{off}, {})",
+                        off + len
+                    );
+                    links += 1;
+                }
+            }
+            at += if at == 0 {
+                HEAD_LEN
+            } else {
+                skiplist::header(&src, off + at as u64).unwrap().size()
+            };
+        }
+        assert!(links >= 500, "{links} links checked");
+        assert_eq!(t.meta.entries, 500);
+        for i in 0..311u64 {
+            let k = format!("key{i:04}");
+            assert!(
+                t.get(k.as_bytes()).unwrap().is_some() || (0..500).all(|j| (j * 37) % 311 != i)
+            );
+        }
+    }
+}
