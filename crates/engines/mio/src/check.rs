@@ -25,7 +25,13 @@ pub(crate) fn check(inner: &Inner) -> Result<Vec<String>> {
     for (i, level) in v.levels.iter().enumerate() {
         let mut nodes = 0;
         for t in level {
-            nodes += check_table(t)?;
+            nodes += check_table(t).map_err(|e| {
+                Error::corruption(
+                    Tier::Pmem,
+                    t.meta.head,
+                    format!("level {i} table {} (head {}): {e}", t.meta.id, t.meta.head),
+                )
+            })?;
         }
         lines.push(format!(
             "level {i}: {} tables, {nodes} nodes in order at every height",

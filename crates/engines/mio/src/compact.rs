@@ -1,11 +1,12 @@
 //! Compaction of the elastic buffer (MioDB §4.3-4.5). Policy ([`choose`], pure): a buffer
 //! level compacts when it holds `trigger` tables — its two oldest go to the next level;
 //! the last buffer level instead merges its oldest table into the repository (§4.4).
-//! Mechanism ([`Inner::compact_step`]): this build merges by copying (`compaction=copy`,
-//! P2-like: the newest version of each key goes into a new arena that is written as a new
-//! table in one piece), then publishes the result with one atomic root update and retires
-//! the inputs, whose runs are freed when the last reader drops them. Tombstones are
-//! dropped only when the output is the repository (nothing older can exist below it).
+//! Mechanisms ([`Inner::compact_step`]): zero-copy relinking (`zerocopy.rs`, the default),
+//! or with `compaction=copy` a merge by copying (P2-like: the newest version of each key
+//! goes into a new arena written as a new table in one piece, published with one atomic
+//! root update; the inputs are retired and their runs freed when the last reader drops
+//! them); the lazy copy into the repository (`lazycopy.rs`) in both modes; and, under
+//! pmem pressure, directory-only moves of a table one level down.
 //!
 //! Thread safety: one thread per level (§4.5); levels never pick the same tables, and the
 //! publish is serialized by the directory lock.
@@ -81,7 +82,6 @@ impl Inner {
         let a = self.shared.alloc.stats();
         let pressure = a.free_bytes < a.chunks * a.chunk_size / 2;
         let choice = choose(&v.tables_per_level(), level, self.opts.trigger, pressure);
-        let repo = v.levels.len() - 1;
         let (inputs, out_level): (Vec<Arc<Table>>, usize) = match choice {
             Choice::Idle => return Ok(false),
             Choice::MoveDown { level } => {
@@ -102,13 +102,9 @@ impl Inner {
                     .collect(),
                 level + 1,
             ),
-            Choice::IntoRepository => {
-                let mut ins: Vec<Arc<Table>> = v.levels[repo].to_vec();
-                ins.extend(v.levels[level].first().cloned());
-                (ins, repo)
-            }
+            Choice::IntoRepository => return self.lazy_copy_step(level),
         };
-        let output = self.merge_tables(&inputs, out_level == repo)?;
+        let output = self.merge_tables(&inputs)?;
         self.publish_compaction(level, &inputs, output, out_level)?;
         if let Some(c) = self.shared.counters.compactions.get(level) {
             c.incr();
@@ -118,11 +114,7 @@ impl Inner {
     }
 
     /// Copies the newest version of every key of `inputs` into a new table.
-    fn merge_tables(
-        &self,
-        inputs: &[Arc<Table>],
-        drop_tombstones: bool,
-    ) -> Result<Option<Arc<Table>>> {
+    fn merge_tables(&self, inputs: &[Arc<Table>]) -> Result<Option<Arc<Table>>> {
         let cap = HEAD_LEN as u64 + inputs.iter().map(|t| t.bytes).sum::<u64>();
         let out = Arena::new(cap as usize, inputs.iter().map(|t| t.meta.id).sum());
         let sources: Vec<_> = inputs.iter().map(|t| (t.source(), t.meta.head)).collect();
@@ -135,7 +127,6 @@ impl Inner {
         while let Some(e) = m.next_entry()? {
             let (kind, value) = match &e.value {
                 Some(v) => (Kind::Put, v.as_slice()),
-                None if drop_tombstones => continue,
                 None => (Kind::Delete, &[][..]),
             };
             out.append(e.seq, kind, &e.key, value, e.height)?;

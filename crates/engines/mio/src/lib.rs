@@ -15,7 +15,7 @@
 //! | §4.1, Fig. 3 | architecture: MemTable, elastic buffer L0..L(n-1), repository Ln | `version.rs`, `store.rs` |
 //! | §4.2, Fig. 4 | one-piece flush: one allocation, one copy, links rebased ("swizzled") | `arena.rs`, `table.rs` (`write_table`, `rebase`), `flush.rs` |
 //! | §4.3, Fig. 5 | zero-copy compaction, insertion mark | `zerocopy.rs` |
-//! | §4.4 | lazy-copy into the repository | `compact.rs` (this build copies the oldest L(n-1) table and the repository into a new repository table) |
+//! | §4.4 | lazy-copy into the repository | `lazycopy.rs` |
 //! | §4.5 | one compaction thread per level | `background.rs`, `compact.rs` (`choose`) |
 //! | §4.6 | reads newest first; mergeable Bloom filters | `store.rs` (`get`, `scan`), `merge.rs`, `bloom.rs` |
 //! | §4.7 | WAL, recovery | `wal.rs`, `recovery.rs`, `dir.rs` |
@@ -34,9 +34,9 @@
 //! - Readers of a pair under zero-copy compaction hold the merge's lock shared and each
 //!   node move holds it exclusively (`zerocopy.rs` argues why the paper's lock-free
 //!   reading can miss nodes in a scan); writers are never blocked.
-//! - The merge into the repository copies the oldest L(n-1) table and the repository into
-//!   a new repository table; the node-by-node lazy copy of §4.4 is specified in
-//!   `FORMAT.md` (P4) and is the next step.
+//! - The lazy copy inserts each newest version as a new node and unlinks and frees the
+//!   older ones (no in-place update: a value larger than 8 bytes cannot be overwritten
+//!   crash-atomically).
 //!
 //! Thread safety: [`MioStore`] is `Send + Sync`.
 
@@ -49,6 +49,7 @@ mod check;
 pub mod compact;
 pub mod dir;
 mod flush;
+pub mod lazycopy;
 pub mod merge;
 pub mod node;
 pub mod options;

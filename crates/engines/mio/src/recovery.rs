@@ -19,12 +19,13 @@ use crate::arena::Arena;
 use crate::dir::{self, Directory, MergeMeta};
 use crate::node::{self, MAX_HEIGHT};
 use crate::options::MioOptions;
+use crate::skiplist;
 use crate::stats::Counters;
 use crate::store::{
     DirState, Inner, MioStore, ROOT_DIR, ROOT_FORMATTED, ROOT_MAGIC, WriterState, arena_capacity,
     log_capacity,
 };
-use crate::table::{self, PersistHook, Shared, TAG_TABLE, TAG_WAL, TableShape};
+use crate::table::{self, PersistHook, PoolSource, Shared, TAG_TABLE, TAG_WAL, TableShape};
 use crate::version::{MemTable, Version};
 use crate::wal;
 use crate::zerocopy::{self, MergeState};
@@ -133,7 +134,22 @@ fn format(pool: &Arc<PmemPool>, opts: &MioOptions) -> Result<(PmemAllocator, Dir
         pool.len() - start,
         MioOptions::chunk_size_for(pool.len()),
     )?;
-    let d = Directory::empty(opts.levels);
+    let mut d = Directory::empty(opts.levels);
+    // The repository: one skiplist whose head is an object of its own (§4.4).
+    let head = alloc.alloc(node::HEAD_LEN as u64)?;
+    let empty = Arena::new(0, 1).snapshot();
+    pool.write(head, &empty)?;
+    pool.persist(head, empty.len())?;
+    d.next_id = 2;
+    if let Some(r) = d.levels.last_mut() {
+        r.push(dir::TableMeta {
+            id: 1,
+            head,
+            entries: 0,
+            max_seq: 0,
+            allocs: Vec::new(),
+        });
+    }
     let bytes = dir::encode(&d);
     let off = alloc.alloc(bytes.len() as u64)?;
     pool.write(off, &bytes)?;
@@ -179,9 +195,17 @@ fn collect_leaks(shared: &Shared, st: &DirState) -> Result<()> {
             }
         }
     }
-    let marks: HashSet<u64> = st.cur.merges.iter().map(|m| m.mark).collect();
+    let mut keep: HashSet<u64> = st.cur.merges.iter().map(|m| m.mark).collect();
+    keep.insert(st.off);
+    if let Some(r) = st.cur.levels.last().and_then(|l| l.first()) {
+        keep.insert(r.head);
+        skiplist::walk_level(&PoolSource(&shared.pool), r.head, 0, |at, _, _| {
+            keep.insert(at);
+            Ok(())
+        })?;
+    }
     for a in shared.alloc.iter_allocated() {
-        if a.offset != st.off && !marks.contains(&a.offset) {
+        if !keep.contains(&a.offset) {
             shared.alloc.free(a.offset)?;
             shared.counters.leaks_collected.incr();
         }
@@ -211,8 +235,11 @@ fn open_tables(
             // A table in a zero-copy merge lies in the oldtable's runs (which include the
             // newtable's since the merge started).
             let runs = match merge.and_then(|g| l.iter().find(|t| t.id == g.old)) {
-                Some(old) if merge.is_some_and(|g| g.new == m.id || g.old == m.id) => &old.allocs,
-                _ => &m.allocs,
+                _ if i == repo => None, // repository nodes are objects, not runs
+                Some(old) if merge.is_some_and(|g| g.new == m.id || g.old == m.id) => {
+                    Some(old.allocs.as_slice())
+                }
+                _ => Some(m.allocs.as_slice()),
             };
             tables.push(Arc::new(table::open_table(shared, m.clone(), runs, shape)?));
         }

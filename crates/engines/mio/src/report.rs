@@ -38,6 +38,7 @@ pub(crate) fn stats(inner: &Inner) -> Stats {
     put("nodes_relinked", c.nodes_relinked.get());
     put("versions_dropped", c.versions_dropped.get());
     put("marks_repaired", c.marks_repaired.get());
+    put("repository_nodes_freed", c.repository_nodes_freed.get());
     put("stall_micros", c.stall_micros.get());
     put("writes_refused", c.writes_refused.get());
     put("wal_bytes", c.wal_bytes.get());

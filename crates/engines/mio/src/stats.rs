@@ -31,6 +31,8 @@ pub struct Counters {
     pub versions_dropped: Counter,
     /// Marked nodes whose move recovery finished.
     pub marks_repaired: Counter,
+    /// Older repository versions freed by lazy copies.
+    pub repository_nodes_freed: Counter,
     /// Writes refused with NoSpace after waiting.
     pub writes_refused: Counter,
     /// Log bytes appended.

@@ -267,16 +267,20 @@ pub fn write_table(
 
 /// Opens a table the directory lists (recovery §4.7): walks level 0, checking that every
 /// node decodes, lies in one of `runs` (the table's own, or in a zero-copy compaction the
-/// oldtable's, which owns both tables' runs) and follows its predecessor in order, and
+/// oldtable's, which owns both tables' runs; `None` for the repository, whose nodes are
+/// separate objects) and follows its predecessor in order, and
 /// rebuilds the Bloom filter.
 pub fn open_table(
     shared: &Arc<Shared>,
     meta: TableMeta,
-    runs: &[Run],
+    runs: Option<&[Run]>,
     shape: TableShape,
 ) -> Result<Table> {
     let src = PoolSource(&shared.pool);
     let inside = |off: u64, len: u64| {
+        let Some(runs) = runs else {
+            return true; // the repository: nodes are objects anywhere in the pool
+        };
         runs.iter()
             .any(|r| off >= r.off && off + len <= r.off + r.chunks * shared.alloc.chunk_size())
     };

@@ -48,15 +48,20 @@ impl Crasher {
         let Some(pool) = self.pool.lock().unwrap().clone() else {
             return;
         };
-        let model = self.model.lock().unwrap().clone();
         let opts = if n % 2 == 0 {
             CrashImageOptions::lines()
         } else {
             CrashImageOptions::torn_words()
         };
-        let image = pool.crash_image(n ^ 0x5eed, opts).unwrap();
+        // The image and the model are taken together: the writer updates the model under
+        // its lock, so no write is acknowledged between the two.
+        let (image, model) = {
+            let m = self.model.lock().unwrap();
+            (pool.crash_image(n ^ 0x5eed, opts).unwrap(), m.clone())
+        };
         let path = self.dir.join(format!("img-{label}-{n}"));
         std::fs::write(&path, &image).unwrap();
+        std::fs::write(path.with_extension("orig"), &image).unwrap();
         let ctx = format!("crash before persist {label} #{n}");
         let img = PmemPool::open(&config(&path, 0, DurabilityMode::Volatile)).unwrap();
         let store = tierkv_mio::open_store(img, options(PARAMS), limits(), false)
@@ -72,12 +77,15 @@ impl Crasher {
                 acked.as_ref().map(|v| v.len())
             );
         }
-        store
-            .check()
-            .unwrap_or_else(|e| panic!("{ctx}: check: {e}"));
+        if let Err(e) = store.check() {
+            let kept = std::env::temp_dir().join(format!("mio-failed-image-{label}-{n}"));
+            let _ = std::fs::write(&kept, &image);
+            panic!("{ctx}: check: {e} (image kept in {})", kept.display());
+        }
         store.close().unwrap();
         drop(store);
         std::fs::remove_file(&path).unwrap();
+        let _ = std::fs::remove_file(path.with_extension("orig"));
         *self.verified.lock().unwrap().entry(label).or_default() += 1;
     }
 }
