@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tierkv_core::{Error, Result, Tier};
 
-use crate::node::{self, HEAD_LEN, Kind, LINKS_OFF, MAX_HEIGHT};
+use crate::node::{self, HEAD_LEN, Kind, MAX_HEIGHT, link_off as link};
 use crate::skiplist::{self, Entry, Source};
 
 /// A skiplist arena in DRAM.
@@ -197,11 +197,6 @@ impl Arena {
         }
         out
     }
-}
-
-/// Offset of link `level` inside a node.
-fn link(level: usize) -> u64 {
-    (LINKS_OFF + 8 * level) as u64
 }
 
 impl Source for Arena {

@@ -28,15 +28,11 @@ use std::sync::atomic::Ordering;
 use tierkv_core::Result;
 
 use crate::merge::Merge;
-use crate::node::{self, Kind, LINKS_OFF, MAX_HEIGHT};
+use crate::node::{self, Kind, MAX_HEIGHT, link_off as link};
 use crate::skiplist::{self, Entry, Source};
 use crate::store::Inner;
 use crate::table::{PoolSource, Shared, Table};
 use crate::version::Version;
-
-fn link(level: usize) -> u64 {
-    (LINKS_OFF + 8 * level) as u64
-}
 
 /// What applying one entry did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

@@ -99,6 +99,11 @@ impl NodeHeader {
     }
 }
 
+/// Offset of link `level` inside a node.
+pub fn link_off(level: usize) -> u64 {
+    (LINKS_OFF + 8 * level) as u64
+}
+
 /// The size of a node, padded to 8.
 pub fn node_len(key_len: usize, value_len: usize, height: usize) -> usize {
     (LINKS_OFF + 8 * height + key_len + value_len).next_multiple_of(8)

@@ -36,7 +36,7 @@ use std::sync::atomic::Ordering;
 use tierkv_core::{Error, Result, Tier};
 
 use crate::dir::MergeMeta;
-use crate::node::{LINKS_OFF, MAX_HEIGHT};
+use crate::node::{MAX_HEIGHT, link_off as link};
 use crate::skiplist;
 use crate::store::Inner;
 use crate::table::{PoolSource, Shared, Table};
@@ -46,10 +46,6 @@ use crate::version::Version;
 pub struct MergeState {
     /// What the directory records.
     pub meta: MergeMeta,
-}
-
-fn link(level: usize) -> u64 {
-    (LINKS_OFF + 8 * level) as u64
 }
 
 /// What one node move did.
