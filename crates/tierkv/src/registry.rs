@@ -8,6 +8,7 @@ pub static ENGINES: &[EngineDescriptor] = &[
     tierkv_dram::DESCRIPTOR,
     tierkv_hetermm::DESCRIPTOR,
     tierkv_focus::DESCRIPTOR,
+    tierkv_mio::DESCRIPTOR,
 ];
 
 /// The engine called `name`, or an error listing the known ones.

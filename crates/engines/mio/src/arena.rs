@@ -1,0 +1,266 @@
+//! The DRAM arena a MemTable's skiplist is built in (MioDB §4.2): one contiguous block of
+//! words whose links are arena offsets, so that the one-piece flush copies it to pmem as
+//! it is and only rebases the links (`flush.rs`).
+//!
+//! Invariants:
+//! 1. The head node is at offset 0; nodes follow back to back in allocation order; `used`
+//!    bytes are in use and every node lies below it.
+//! 2. A node is written whole (header, links, key, value) before a `Release` store of its
+//!    predecessor's level-0 link publishes it; upper levels are linked after level 0.
+//! 3. Links only point forward in skiplist order (key ascending, seq descending).
+//!
+//! Thread safety: one writer at a time (the store's writer lock, or the compaction that
+//! owns a builder arena); any number of concurrent readers through [`Source`].
+
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tierkv_core::{Error, Result, Tier};
+
+use crate::node::{self, HEAD_LEN, Kind, MAX_HEIGHT, link_off as link};
+use crate::skiplist::{self, Entry, Source};
+
+/// A skiplist arena in DRAM.
+pub struct Arena {
+    words: Box<[AtomicU64]>,
+    used: AtomicU64,
+    entries: AtomicU64,
+    max_seq: AtomicU64,
+    rng: AtomicU64,
+    /// Per level, the last node appended by [`Arena::append`] (writer only).
+    tail: [AtomicU64; MAX_HEIGHT],
+}
+
+impl Arena {
+    /// An empty arena of `capacity` bytes (rounded up to 8) holding only the head node.
+    pub fn new(capacity: usize, seed: u64) -> Arena {
+        let n = capacity.max(HEAD_LEN).div_ceil(8);
+        let words: Box<[AtomicU64]> = (0..n).map(|_| AtomicU64::new(0)).collect();
+        let a = Arena {
+            words,
+            used: AtomicU64::new(HEAD_LEN as u64),
+            entries: AtomicU64::new(0),
+            max_seq: AtomicU64::new(0),
+            rng: AtomicU64::new(seed | 1),
+            tail: std::array::from_fn(|_| AtomicU64::new(0)),
+        };
+        let [_, w1] = node::encode_header(0, Kind::Put, 0, MAX_HEIGHT, 0);
+        if let Some(w) = a.words.get(1) {
+            w.store(w1, Ordering::Relaxed);
+        }
+        a
+    }
+
+    /// Bytes of the arena.
+    pub fn capacity(&self) -> usize {
+        self.words.len() * 8
+    }
+
+    /// Bytes in use.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Acquire) as usize
+    }
+
+    /// Nodes inserted.
+    pub fn entries(&self) -> u64 {
+        self.entries.load(Ordering::Acquire)
+    }
+
+    /// The largest seq inserted (0 if none).
+    pub fn max_seq(&self) -> u64 {
+        self.max_seq.load(Ordering::Acquire)
+    }
+
+    /// True when a node for this key and value fits (at the tallest height).
+    pub fn fits(&self, key_len: usize, value_len: usize) -> bool {
+        self.used() + node::node_len(key_len, value_len, MAX_HEIGHT) <= self.capacity()
+    }
+
+    /// Inserts a node anywhere in order (the MemTable's put). The caller is the only writer
+    /// and checked [`Arena::fits`].
+    pub fn insert(&self, seq: u64, kind: Kind, key: &[u8], value: &[u8]) -> Result<()> {
+        let height = self.next_height();
+        let off = self.write_node(seq, kind, key, value, height)?;
+        self.link_in(off, seq, key, height)?;
+        self.finish_insert(seq);
+        Ok(())
+    }
+
+    /// Links the written node at `off` after its predecessors (level 0 first).
+    fn link_in(&self, off: u64, seq: u64, key: &[u8], height: usize) -> Result<()> {
+        let mut preds = [0u64; MAX_HEIGHT];
+        skiplist::find_preds(self, 0, key, seq, &mut preds)?;
+        for (level, pred) in preds.iter().enumerate().take(height) {
+            let succ = skiplist::next(self, *pred, level)?;
+            self.store(off + link(level), succ, Ordering::Relaxed)?;
+        }
+        // IMPORTANT: level 0 first, with Release: the node is complete before it is
+        // reachable; upper levels only shorten searches.
+        for (level, pred) in preds.iter().enumerate().take(height) {
+            self.store(*pred + link(level), off, Ordering::Release)?;
+        }
+        Ok(())
+    }
+
+    /// Appends a node after every node so far (a builder fed in skiplist order: the
+    /// compaction output). The caller guarantees the order and checked [`Arena::fits`].
+    pub fn append(
+        &self,
+        seq: u64,
+        kind: Kind,
+        key: &[u8],
+        value: &[u8],
+        height: usize,
+    ) -> Result<()> {
+        let off = self.write_node(seq, kind, key, value, height)?;
+        for level in 0..height {
+            let pred = self.tail[level].load(Ordering::Relaxed);
+            self.store(pred + link(level), off, Ordering::Release)?;
+            self.tail[level].store(off, Ordering::Relaxed);
+        }
+        self.finish_insert(seq);
+        Ok(())
+    }
+
+    fn finish_insert(&self, seq: u64) {
+        self.entries.fetch_add(1, Ordering::Release);
+        self.max_seq.fetch_max(seq, Ordering::Release);
+    }
+
+    fn next_height(&self) -> usize {
+        let mut r = self.rng.load(Ordering::Relaxed);
+        let h = node::random_height(&mut r);
+        self.rng.store(r, Ordering::Relaxed);
+        h
+    }
+
+    /// Writes a node (links 0) at the end of the used space; returns its offset.
+    fn write_node(
+        &self,
+        seq: u64,
+        kind: Kind,
+        key: &[u8],
+        value: &[u8],
+        height: usize,
+    ) -> Result<u64> {
+        let off = self.used.load(Ordering::Relaxed);
+        let len = node::node_len(key.len(), value.len(), height);
+        if off as usize + len > self.capacity() {
+            return Err(Error::no_space(Tier::Dram, "memtable arena is full"));
+        }
+        let [w0, w1] = node::encode_header(seq, kind, key.len(), height, value.len());
+        self.store(off, w0, Ordering::Relaxed)?;
+        self.store(off + 8, w1, Ordering::Relaxed)?;
+        let mut body = Vec::with_capacity(key.len() + value.len() + 8);
+        body.extend_from_slice(key);
+        body.extend_from_slice(value);
+        body.resize(body.len().next_multiple_of(8), 0);
+        let body_off = off + link(height);
+        for (i, chunk) in body.chunks_exact(8).enumerate() {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(chunk);
+            self.store(
+                body_off + 8 * i as u64,
+                u64::from_le_bytes(b),
+                Ordering::Relaxed,
+            )?;
+        }
+        self.used.store(off + len as u64, Ordering::Release);
+        Ok(off)
+    }
+
+    fn store(&self, off: u64, v: u64, order: Ordering) -> Result<()> {
+        self.slot(off)?.store(v, order);
+        Ok(())
+    }
+
+    fn slot(&self, off: u64) -> Result<&AtomicU64> {
+        if !off.is_multiple_of(8) {
+            return Err(Error::corruption(Tier::Dram, off, "unaligned arena word"));
+        }
+        self.words
+            .get((off / 8) as usize)
+            .ok_or_else(|| Error::corruption(Tier::Dram, off, "arena offset out of range"))
+    }
+
+    /// The newest version of `key` in this arena.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Entry>> {
+        skiplist::get(self, 0, key)
+    }
+
+    /// A copy of the used bytes (what the one-piece flush writes to pmem).
+    pub fn snapshot(&self) -> Vec<u8> {
+        let used = self.used();
+        let mut out = Vec::with_capacity(used);
+        for w in self.words.iter().take(used / 8) {
+            out.extend_from_slice(&w.load(Ordering::Acquire).to_le_bytes());
+        }
+        out
+    }
+}
+
+impl Source for Arena {
+    fn word(&self, off: u64) -> Result<u64> {
+        Ok(self.slot(off)?.load(Ordering::Acquire))
+    }
+
+    fn bytes(&self, off: u64, len: usize) -> Result<Cow<'_, [u8]>> {
+        let end = off
+            .checked_add(len as u64)
+            .filter(|e| *e <= self.capacity() as u64)
+            .ok_or_else(|| Error::corruption(Tier::Dram, off, "arena range out of bounds"))?;
+        let first = off / 8 * 8;
+        let mut out = Vec::with_capacity(len + 16);
+        let mut w = first;
+        while w < end {
+            out.extend_from_slice(&self.word(w)?.to_le_bytes());
+            w += 8;
+        }
+        let skip = (off - first) as usize;
+        out.drain(..skip);
+        out.truncate(len);
+        Ok(Cow::Owned(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::skiplist::Cursor;
+
+    #[test]
+    fn inserts_are_found_newest_first_and_iterate_in_order() {
+        let a = Arena::new(1 << 16, 7);
+        a.insert(1, Kind::Put, b"b", b"one").unwrap();
+        a.insert(2, Kind::Put, b"a", b"two").unwrap();
+        a.insert(3, Kind::Put, b"b", b"three").unwrap();
+        a.insert(4, Kind::Delete, b"c", b"").unwrap();
+        assert_eq!(
+            a.get(b"b").unwrap().unwrap().value.as_deref(),
+            Some(&b"three"[..])
+        );
+        assert_eq!(a.get(b"c").unwrap().unwrap().value, None);
+        assert!(a.get(b"d").unwrap().is_none());
+        let mut c = Cursor::seek(&a, 0, b"").unwrap();
+        let mut seen = Vec::new();
+        while let Some(e) = c.current().unwrap() {
+            seen.push((e.key, e.seq));
+            c.advance().unwrap();
+        }
+        let want: Vec<(Vec<u8>, u64)> = vec![
+            (b"a".to_vec(), 2),
+            (b"b".to_vec(), 3),
+            (b"b".to_vec(), 1),
+            (b"c".to_vec(), 4),
+        ];
+        assert_eq!(seen, want);
+        assert_eq!((a.entries(), a.max_seq()), (4, 4));
+    }
+
+    #[test]
+    fn a_full_arena_refuses_instead_of_overflowing() {
+        let a = Arena::new(HEAD_LEN + 64, 1);
+        assert!(!a.fits(10, 1000));
+        assert!(a.insert(1, Kind::Put, b"k", &[0u8; 1000]).is_err());
+    }
+}

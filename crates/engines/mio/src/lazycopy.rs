@@ -1,0 +1,288 @@
+//! Lazy-copy compaction (MioDB §4.4; P4 in `FORMAT.md`): the oldest table of the last
+//! buffer level is merged into the data repository, one huge skiplist whose nodes are
+//! individual pool objects. For the newest version of each key of the table:
+//!
+//! 1. if the repository holds no version at least as new: allocate a node, write it with
+//!    its links already pointing at its successors, persist; link it at level 0, persist,
+//!    then at the upper levels, each persisted;
+//! 2. unlink the older versions of the key that follow (for a tombstone: every version),
+//!    top level first, each link persisted; then free them.
+//!
+//! Every step is idempotent (an insert is skipped when the repository already holds a
+//! version at least as new), and the source table stays listed in its level until the copy
+//! ends with one directory publish, so a crash anywhere re-runs the copy at the next open;
+//! a node allocated but not linked, or unlinked but not freed, is an unreferenced object
+//! that recovery frees. Only the newest version of each key reaches the repository, and
+//! tombstones are dropped there (nothing older exists).
+//!
+//! Reclamation: each entry is applied holding the repository level's lock exclusively,
+//! and readers hold every level's lock shared for their whole read (`zerocopy.rs`), so no
+//! reader is inside the repository when an unlinked node is freed. The source table's runs
+//! are freed when the last version that lists it is dropped (`table.rs`).
+//!
+//! Thread safety: run by the last buffer level's compaction thread only.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tierkv_core::Result;
+
+use crate::merge::Merge;
+use crate::node::{self, Kind, MAX_HEIGHT, link_off as link};
+use crate::skiplist::{self, Entry, Source};
+use crate::store::Inner;
+use crate::table::{PoolSource, Shared, Table};
+use crate::version::Version;
+
+/// What applying one entry did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Applied {
+    /// Key and value bytes copied into a new node.
+    pub copied: u64,
+    /// Older versions unlinked and freed.
+    pub freed: u64,
+}
+
+/// Encodes a whole node (header, links, key, value, padding).
+fn encode_node(e: &Entry, kind: Kind, height: usize, links: &[u64]) -> Vec<u8> {
+    let value = e.value.as_deref().unwrap_or_default();
+    let mut b = Vec::with_capacity(node::node_len(e.key.len(), value.len(), height));
+    for w in node::encode_header(e.seq, kind, e.key.len(), height, value.len()) {
+        b.extend_from_slice(&w.to_le_bytes());
+    }
+    for l in links {
+        b.extend_from_slice(&l.to_le_bytes());
+    }
+    b.extend_from_slice(&e.key);
+    b.extend_from_slice(value);
+    b.resize(b.len().next_multiple_of(8), 0);
+    b
+}
+
+/// Applies the newest version `e` of a key to the repository whose head is at `head`
+/// (steps 1-2). `height` is the height a new node gets.
+pub fn apply(sh: &Shared, head: u64, e: &Entry, height: usize) -> Result<Applied> {
+    let pool = &sh.pool;
+    let src = PoolSource(pool);
+    let mut preds = [0u64; MAX_HEIGHT];
+    let after = skiplist::find_preds(&src, head, &e.key, u64::MAX, &mut preds)?;
+    let newest = if after == 0 {
+        None
+    } else {
+        let h = skiplist::header(&src, after)?;
+        (skiplist::key(&src, after, &h)?.as_ref() == e.key.as_slice()).then_some((after, h))
+    };
+    let mut out = Applied::default();
+    // The node older versions follow, with its height (0: none, remove from preds).
+    let anchor: (u64, usize) = match (&e.value, newest) {
+        (Some(_), Some((n, h))) if h.seq >= e.seq => {
+            // A re-run after a crash in the middle of this node's insert: it is linked at
+            // level 0 but perhaps not above; finish linking it before it anchors the
+            // unlinks (whose predecessors at a level are the anchor only if it is there).
+            for (l, p) in preds.iter().enumerate().take(h.height) {
+                let succ = skiplist::next(&src, *p, l)?;
+                if succ != n {
+                    pool.store_u64(n + link(l), succ)?;
+                    sh.persist("lc-node", n + link(l), 8)?;
+                    pool.store_u64(p + link(l), n)?;
+                    sh.persist("lc-link", p + link(l), 8)?;
+                }
+            }
+            (n, h.height)
+        }
+        (Some(v), _) => {
+            let links: Vec<u64> = (0..height)
+                .map(|l| skiplist::next(&src, preds[l], l))
+                .collect::<Result<_>>()?;
+            let bytes = encode_node(e, Kind::Put, height, &links);
+            let n = sh.alloc.alloc(bytes.len() as u64)?;
+            pool.write(n, &bytes)?;
+            sh.persist("lc-node", n, bytes.len())?;
+            // IMPORTANT: level 0 first; the node is whole and persisted before it is
+            // reachable.
+            for (l, p) in preds.iter().enumerate().take(height) {
+                pool.store_u64(p + link(l), n)?;
+                sh.persist("lc-link", p + link(l), 8)?;
+            }
+            out.copied = (e.key.len() + v.len()) as u64;
+            (n, height)
+        }
+        (None, _) => (0, 0),
+    };
+    loop {
+        let y = match anchor {
+            (0, _) => skiplist::next(&src, preds[0], 0)?,
+            (a, _) => skiplist::next(&src, a, 0)?,
+        };
+        if y == 0 {
+            break;
+        }
+        let hy = skiplist::header(&src, y)?;
+        if skiplist::key(&src, y, &hy)?.as_ref() != e.key.as_slice()
+            || hy.seq >= e.seq && anchor.0 == 0
+        {
+            break;
+        }
+        for l in (0..hy.height).rev() {
+            let p = if l < anchor.1 { anchor.0 } else { preds[l] };
+            if skiplist::next(&src, p, l)? == y {
+                pool.store_u64(p + link(l), skiplist::next(&src, y, l)?)?;
+                sh.persist("lc-unlink", p + link(l), 8)?;
+            }
+        }
+        sh.alloc.free(y)?;
+        out.freed += 1;
+    }
+    Ok(out)
+}
+
+impl Inner {
+    /// Copies the oldest table of the last buffer level `level` into the repository, then
+    /// drops it from the directory (§4.4); returns whether there was one.
+    pub fn lazy_copy_step(&self, level: usize) -> Result<bool> {
+        let v = self.version();
+        let repo = v.levels.len() - 1;
+        let (Some(t), Some(r)) = (
+            v.levels[level].first().cloned(),
+            v.levels[repo].first().cloned(),
+        ) else {
+            return Ok(false);
+        };
+        let src = t.source();
+        let mut m = Merge::new(&[(&src as &dyn Source, t.meta.head)], b"")?;
+        let mut rng = t.meta.id.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let c = &self.shared.counters;
+        while let Some(e) = m.next_entry()? {
+            if self.stop.load(Ordering::Acquire) {
+                return Ok(true); // re-run (idempotently) at the next open
+            }
+            let height = node::random_height(&mut rng);
+            let a = {
+                let _exclusive = self.level_locks[repo].write();
+                apply(&self.shared, r.meta.head, &e, height)?
+            };
+            c.compaction_bytes_copied.add(a.copied);
+            c.repository_nodes_freed.add(a.freed);
+        }
+        self.publish_lazy_copy(level, &t)?;
+        if let Some(c) = c.compactions.get(level) {
+            c.incr();
+        }
+        self.notify();
+        Ok(true)
+    }
+
+    fn publish_lazy_copy(&self, level: usize, t: &Arc<Table>) -> Result<()> {
+        let mut st = self.dir.lock();
+        let mut d = st.cur.clone();
+        d.levels[level].retain(|m| m.id != t.meta.id);
+        d.last_seq = d.last_seq.max(t.meta.max_seq);
+        self.publish(&mut st, d)?;
+        let mut v = self.version.write();
+        let mut nv: Version = (**v).clone();
+        nv.levels[level].retain(|x| x.meta.id != t.meta.id);
+        *v = Arc::new(nv);
+        drop(v);
+        drop(st);
+        t.retire();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arena::Arena;
+    use crate::stats::Counters;
+    use std::collections::{BTreeMap, HashSet};
+    use tierkv_core::media::pmem::{
+        DurabilityMode, EmulatedLatency, PmemAllocator, PmemConfig, PmemPool,
+    };
+
+    fn repository(dir: &std::path::Path) -> (Arc<Shared>, u64) {
+        let pool = PmemPool::create(&PmemConfig {
+            path: dir.join("pool"),
+            size: 8 << 20,
+            mode: DurabilityMode::Volatile,
+            latency: EmulatedLatency::default(),
+        })
+        .unwrap();
+        let start = pool.data_start();
+        let alloc =
+            PmemAllocator::format(pool.clone(), start, pool.len() - start, 16 << 10).unwrap();
+        let sh = Arc::new(Shared {
+            pool,
+            alloc,
+            counters: Counters::default(),
+            hook: None,
+        });
+        let head = sh.alloc.alloc(node::HEAD_LEN as u64).unwrap();
+        sh.pool.write(head, &Arena::new(0, 1).snapshot()).unwrap();
+        (sh, head)
+    }
+
+    /// Every level in order and a subset of level 0; returns level 0's (key, seq).
+    fn walk(sh: &Shared, head: u64) -> Vec<(Vec<u8>, u64)> {
+        let src = PoolSource(&sh.pool);
+        let mut l0 = Vec::new();
+        let mut offs = HashSet::new();
+        skiplist::walk_level(&src, head, 0, |at, h, k| {
+            offs.insert(at);
+            l0.push((k.to_vec(), h.seq));
+            Ok(())
+        })
+        .unwrap();
+        for level in 1..MAX_HEIGHT {
+            skiplist::walk_level(&src, head, level, |at, _, _| {
+                assert!(offs.contains(&at), "level {level} node {at} not in level 0");
+                Ok(())
+            })
+            .unwrap();
+        }
+        l0
+    }
+
+    #[test]
+    fn lazy_copy_keeps_one_version_per_key_and_drops_tombstones() {
+        let d = tempfile::tempdir().unwrap();
+        let (sh, head) = repository(d.path());
+        let mut model: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
+        let mut rng = 99u64;
+        let mut seq = 0;
+        for _round in 0..40 {
+            // One "table": newest version per key, in key order.
+            let mut batch: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+            for _ in 0..30 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let k = format!("k{:03}", rng % 97).into_bytes();
+                let v = (!rng.is_multiple_of(5)).then(|| vec![b'x'; (rng % 200) as usize]);
+                batch.insert(k, v);
+            }
+            for (k, v) in batch {
+                seq += 1;
+                let e = Entry {
+                    key: k.clone(),
+                    seq,
+                    value: v.clone(),
+                    height: 1,
+                };
+                let h = node::random_height(&mut rng);
+                apply(&sh, head, &e, h).unwrap();
+                // Applying the same entry again changes nothing (idempotent re-run).
+                assert_eq!(apply(&sh, head, &e, h).unwrap(), Applied::default());
+                match v {
+                    Some(_) => model.insert(k, seq),
+                    None => model.remove(&k),
+                };
+            }
+            let got = walk(&sh, head);
+            let want: Vec<(Vec<u8>, u64)> = model.iter().map(|(k, s)| (k.clone(), *s)).collect();
+            assert_eq!(got, want, "one version per key, newest, no tombstones");
+        }
+        // Freed older versions went back to the allocator: only live nodes (+ the head).
+        let objects = sh.alloc.iter_allocated().count();
+        assert_eq!(objects, model.len() + 1);
+    }
+}

@@ -1,0 +1,176 @@
+//! MioDB's options, parsed from the engine spec (`mio@memtable=4MiB,levels=6`) and checked
+//! before anything is opened. Defaults are the paper's (§5: 64 MB MemTables, 8 levels, a
+//! level compacts at 2 tables, 16 bits per key), scaled down only where a small pool
+//! could not hold them.
+//!
+//! | option | paper | default | meaning |
+//! |---|---|---|---|
+//! | `memtable` | 64 MB | 64 MiB, at most pool / 16 | MemTable size; a MemTable is full above it |
+//! | `levels` | 8 | 8 | levels including the repository (L0 .. L(n-1) buffer, Ln repository) |
+//! | `trigger` | 2 | 2 | a buffer level compacts when it holds this many tables |
+//! | `bloom` | on | on | Bloom filters on buffer tables |
+//! | `bloom_bits` | 16 | 16 | bits per key |
+//! | `compaction` | zero-copy | `zero_copy` | `zero_copy` (relink, §4.3) or `copy` (merge buffer levels by copying into a new table: the baseline of the WA comparison) |
+//! | `stall_timeout_ms` | - | 10000 | how long a write waits for a flush before failing with `NoSpace` |
+//!
+//! Thread safety: plain data.
+
+use tierkv_core::{ByteSize, EngineParams, Error, Result, Switch};
+
+/// How levels are merged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compaction {
+    /// Relink the newtable's nodes into the oldtable (§4.3).
+    ZeroCopy,
+    /// Copy the newest versions into a new table (the baseline of §5.3's WA figure).
+    Copy,
+}
+
+/// Everything the engine is configured with.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MioOptions {
+    /// MemTable bytes (None: the default for the pool).
+    pub memtable: Option<u64>,
+    /// Levels including the repository (>= 2).
+    pub levels: usize,
+    /// Tables that make a buffer level compact.
+    pub trigger: usize,
+    /// Bloom filters on.
+    pub bloom: bool,
+    /// Bits per key.
+    pub bloom_bits: u32,
+    /// The compaction scheme.
+    pub compaction: Compaction,
+    /// Longest wait of a write for a flush, in milliseconds.
+    pub stall_timeout_ms: u64,
+}
+
+/// The paper's MemTable size.
+pub const DEFAULT_MEMTABLE: u64 = 64 << 20;
+/// Smallest MemTable.
+pub const MIN_MEMTABLE: u64 = 4 << 10;
+
+impl Default for MioOptions {
+    fn default() -> Self {
+        MioOptions {
+            memtable: None,
+            levels: 8,
+            trigger: 2,
+            bloom: true,
+            bloom_bits: 16,
+            compaction: Compaction::ZeroCopy,
+            stall_timeout_ms: 10_000,
+        }
+    }
+}
+
+impl MioOptions {
+    /// Parses the spec's parameters (rejecting unknown ones) and checks them.
+    pub fn from_params(mut p: EngineParams) -> Result<MioOptions> {
+        let d = MioOptions::default();
+        let memtable: Option<ByteSize> = match p.take("memtable", String::new())? {
+            s if s.is_empty() => None,
+            s => Some(s.parse()?),
+        };
+        let compaction = match p.take("compaction", "zero_copy".to_owned())?.as_str() {
+            "copy" => Compaction::Copy,
+            "zero_copy" | "zero-copy" => Compaction::ZeroCopy,
+            other => {
+                return Err(Error::invalid(format!(
+                    "mio: compaction={other}: expected zero_copy or copy"
+                )));
+            }
+        };
+        let o = MioOptions {
+            memtable: memtable.map(ByteSize::bytes),
+            levels: p.take_checked(
+                "levels",
+                d.levels,
+                |l| (2..=32).contains(l),
+                "must be 2 ..= 32",
+            )?,
+            trigger: p.take_checked(
+                "trigger",
+                d.trigger,
+                |t| (2..=64).contains(t),
+                "must be 2 ..= 64",
+            )?,
+            bloom: p.take("bloom", Switch(d.bloom))?.0,
+            bloom_bits: p.take_checked(
+                "bloom_bits",
+                d.bloom_bits,
+                |b| (1..=64).contains(b),
+                "must be 1 ..= 64",
+            )?,
+            compaction,
+            stall_timeout_ms: p.take("stall_timeout_ms", d.stall_timeout_ms)?,
+        };
+        p.finish()?;
+        if let Some(m) = o.memtable
+            && m < MIN_MEMTABLE
+        {
+            return Err(Error::invalid(format!(
+                "mio: memtable={m}: at least {MIN_MEMTABLE} bytes"
+            )));
+        }
+        Ok(o)
+    }
+
+    /// The MemTable size for a pool whose allocator holds `capacity` bytes.
+    pub fn memtable_for(&self, capacity: u64) -> u64 {
+        self.memtable
+            .unwrap_or_else(|| DEFAULT_MEMTABLE.min(capacity / 16).max(MIN_MEMTABLE))
+    }
+
+    /// The allocator chunk size for a pool of `pool_len` bytes: pool / 256, a power of
+    /// two in 4 KiB ..= 1 MiB.
+    pub fn chunk_size_for(pool_len: u64) -> u64 {
+        (pool_len / 256)
+            .clamp(4 << 10, 1 << 20)
+            .next_power_of_two()
+            .min(1 << 20)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tierkv_core::EngineSpec;
+
+    fn parse(s: &str) -> Result<MioOptions> {
+        MioOptions::from_params(s.parse::<EngineSpec>()?.params())
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        let d = parse("mio").unwrap();
+        assert_eq!(d, MioOptions::default());
+        assert_eq!(d.memtable_for(1 << 40), DEFAULT_MEMTABLE);
+        assert_eq!(d.memtable_for(4 << 20), 256 << 10);
+        let o = parse("mio@memtable=16KiB,levels=4,trigger=3,bloom=off,bloom_bits=10").unwrap();
+        assert_eq!(
+            (o.memtable, o.levels, o.trigger, o.bloom, o.bloom_bits),
+            (Some(16 << 10), 4, 3, false, 10)
+        );
+    }
+
+    #[test]
+    fn bad_options_are_refused() {
+        for bad in [
+            "mio@levels=1",
+            "mio@trigger=1",
+            "mio@memtable=1KiB",
+            "mio@typo=1",
+            "mio@compaction=magic",
+            "mio@bloom_bits=0",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            parse("mio@compaction=copy").unwrap().compaction,
+            Compaction::Copy
+        );
+        assert_eq!(MioOptions::chunk_size_for(4 << 20), 16 << 10);
+        assert_eq!(MioOptions::chunk_size_for(1 << 34), 1 << 20);
+    }
+}

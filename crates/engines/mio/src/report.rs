@@ -1,0 +1,62 @@
+//! Builds the [`Stats`] of a store from its counters, the pool's byte counters and the
+//! current version (issue 18, item 11).
+//!
+//! Thread safety: reads atomics and clones the version.
+
+use tierkv_core::Stats;
+
+use crate::store::Inner;
+
+/// The store's counters now.
+pub(crate) fn stats(inner: &Inner) -> Stats {
+    let c = &inner.shared.counters;
+    let mut s = Stats::default();
+    c.ops.fill(&mut s);
+    s.add_media(&inner.shared.pool.counters());
+    s.recovery_micros = c.recovery_micros.get();
+    let v = inner.version();
+    let mut dram = v.mem.arena.capacity() as u64;
+    if let Some(imm) = &v.imm {
+        dram += imm.arena.capacity() as u64;
+    }
+    let blooms: u64 = v
+        .levels
+        .iter()
+        .flatten()
+        .filter_map(|t| t.bloom.read().as_ref().map(|b| b.bytes() as u64))
+        .sum();
+    s.dram_bytes = dram + blooms;
+    let mut put = |k: &str, x: u64| {
+        s.counters.insert(format!("mio_{k}"), x);
+    };
+    put("flushes", c.flushes.get());
+    put("flush_micros", c.flush_micros.get());
+    put("flush_bytes", c.flush_bytes.get());
+    put("table_bytes_written", c.table_bytes_written.get());
+    put("compaction_bytes_copied", c.compaction_bytes_copied.get());
+    put("compaction_bytes_relinked", c.relinked_words.get() * 8);
+    put("nodes_relinked", c.nodes_relinked.get());
+    put("versions_dropped", c.versions_dropped.get());
+    put("marks_repaired", c.marks_repaired.get());
+    put("repository_nodes_freed", c.repository_nodes_freed.get());
+    put("stall_micros", c.stall_micros.get());
+    put("writes_refused", c.writes_refused.get());
+    put("wal_bytes", c.wal_bytes.get());
+    put("dir_publishes", c.dir_publishes.get());
+    put("runs_freed", c.runs_freed.get());
+    put("bloom_negatives", c.bloom_negatives.get());
+    put("replayed_records", c.replayed_records.get());
+    put("leaks_collected", c.leaks_collected.get());
+    for (i, n) in c.compactions.iter().enumerate().take(v.levels.len()) {
+        put(&format!("compactions_l{i}"), n.get());
+    }
+    for (i, l) in v.levels.iter().enumerate() {
+        s.gauges.insert(format!("mio_tables_l{i}"), l.len() as f64);
+    }
+    let a = inner.shared.alloc.stats();
+    s.gauges
+        .insert("mio_pmem_used_bytes".into(), a.used_bytes as f64);
+    s.gauges
+        .insert("mio_pmem_free_bytes".into(), a.free_bytes as f64);
+    s
+}

@@ -1,0 +1,229 @@
+//! Search and iteration over a skiplist in the node layout of `node.rs`, wherever its
+//! nodes live: in a DRAM arena (links are arena offsets) or in pmem (links are pool
+//! offsets). MioDB §4.2-4.3: MemTables and PMTables are one structure.
+//!
+//! Order: key ascending, then seq descending, so the first node of a key is its newest
+//! version. Every link read from a source is `Acquire`, so a node published by a `Release`
+//! store of its predecessor's link is read whole.
+//!
+//! Thread safety: readers only; a source's writer publishes nodes with Release stores.
+
+use std::borrow::Cow;
+use std::cmp::Ordering;
+
+use tierkv_core::Result;
+
+use crate::node::{self, Kind, LINKS_OFF, NodeHeader};
+
+/// Where a skiplist's nodes are read from.
+pub trait Source {
+    /// The aligned word at `off` (Acquire).
+    fn word(&self, off: u64) -> Result<u64>;
+    /// `len` bytes at `off`.
+    fn bytes(&self, off: u64, len: usize) -> Result<Cow<'_, [u8]>>;
+}
+
+impl<T: Source + ?Sized> Source for &T {
+    fn word(&self, off: u64) -> Result<u64> {
+        (**self).word(off)
+    }
+    fn bytes(&self, off: u64, len: usize) -> Result<Cow<'_, [u8]>> {
+        (**self).bytes(off, len)
+    }
+}
+
+/// One version of a key, as read from a skiplist.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// The key.
+    pub key: Vec<u8>,
+    /// Its seq.
+    pub seq: u64,
+    /// The value; `None` for a tombstone.
+    pub value: Option<Vec<u8>>,
+    /// The node's height (kept when a compaction copies it).
+    pub height: usize,
+}
+
+/// The header of the node at `off`.
+pub fn header<S: Source + ?Sized>(s: &S, off: u64) -> Result<NodeHeader> {
+    node::decode_header(s.word(off)?, s.word(off + 8)?, off)
+}
+
+/// Link `level` of the node at `off`.
+pub fn next<S: Source + ?Sized>(s: &S, off: u64, level: usize) -> Result<u64> {
+    s.word(off + (LINKS_OFF + 8 * level) as u64)
+}
+
+/// The key of the node at `off`.
+pub fn key<'a, S: Source + ?Sized>(s: &'a S, off: u64, h: &NodeHeader) -> Result<Cow<'a, [u8]>> {
+    s.bytes(off + h.key_off() as u64, h.key_len)
+}
+
+/// The whole entry at `off`.
+pub fn entry<S: Source + ?Sized>(s: &S, off: u64) -> Result<Entry> {
+    let h = header(s, off)?;
+    let key = key(s, off, &h)?.into_owned();
+    let value = match h.kind {
+        Kind::Put => Some(
+            s.bytes(off + h.value_off() as u64, h.value_len)?
+                .into_owned(),
+        ),
+        Kind::Delete => None,
+    };
+    Ok(Entry {
+        key,
+        seq: h.seq,
+        value,
+        height: h.height,
+    })
+}
+
+/// Compares the node (`nkey`, `nseq`) with the target (`key`, `seq`) in skiplist order.
+pub fn cmp_node(nkey: &[u8], nseq: u64, key: &[u8], seq: u64) -> Ordering {
+    nkey.cmp(key).then(seq.cmp(&nseq))
+}
+
+/// Fills `preds` with, per level, the last node before (`key`, `seq`) in skiplist order,
+/// starting from the head at `head`; returns the node after `preds[0]` (0 if none).
+pub fn find_preds<S: Source + ?Sized>(
+    s: &S,
+    head: u64,
+    key: &[u8],
+    seq: u64,
+    preds: &mut [u64; node::MAX_HEIGHT],
+) -> Result<u64> {
+    let mut x = head;
+    let mut after = 0;
+    for level in (0..node::MAX_HEIGHT).rev() {
+        loop {
+            let n = next(s, x, level)?;
+            if n == 0 {
+                after = 0;
+                break;
+            }
+            let h = header(s, n)?;
+            if cmp_node(&key_of(s, n, &h)?, h.seq, key, seq) == Ordering::Less {
+                x = n;
+            } else {
+                after = n;
+                break;
+            }
+        }
+        preds[level] = x;
+    }
+    Ok(after)
+}
+
+fn key_of<'a, S: Source + ?Sized>(s: &'a S, off: u64, h: &NodeHeader) -> Result<Cow<'a, [u8]>> {
+    key(s, off, h)
+}
+
+/// The first node at or after `key` (its newest version), or 0.
+pub fn seek<S: Source + ?Sized>(s: &S, head: u64, key: &[u8]) -> Result<u64> {
+    let mut x = head;
+    for level in (0..node::MAX_HEIGHT).rev() {
+        loop {
+            let n = next(s, x, level)?;
+            if n == 0 {
+                break;
+            }
+            let h = header(s, n)?;
+            if key_of(s, n, &h)?.as_ref() < key {
+                x = n;
+            } else {
+                break;
+            }
+        }
+    }
+    next(s, x, 0)
+}
+
+/// The newest version of `key`: `Some(entry)` (a tombstone has no value) or `None`.
+pub fn get<S: Source + ?Sized>(s: &S, head: u64, key: &[u8]) -> Result<Option<Entry>> {
+    let n = seek(s, head, key)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    let h = header(s, n)?;
+    if key_of(s, n, &h)?.as_ref() != key {
+        return Ok(None);
+    }
+    entry(s, n).map(Some)
+}
+
+/// Walks the list of `level` from the head at `head`, calling `visit(off, header, key)` on
+/// every node and checking that each follows its predecessor in skiplist order (a node
+/// out of order is `Corruption`). Returns the nodes visited.
+pub fn walk_level<S: Source + ?Sized>(
+    s: &S,
+    head: u64,
+    level: usize,
+    mut visit: impl FnMut(u64, &NodeHeader, &[u8]) -> Result<()>,
+) -> Result<u64> {
+    let mut at = next(s, head, level)?;
+    let mut prev: Option<(Vec<u8>, u64)> = None;
+    let mut n = 0;
+    while at != 0 {
+        let h = header(s, at)?;
+        let k = key(s, at, &h)?.into_owned();
+        if let Some((pk, ps)) = &prev
+            && cmp_node(pk, *ps, &k, h.seq) != Ordering::Less
+        {
+            return Err(tierkv_core::Error::corruption(
+                tierkv_core::Tier::Pmem,
+                at,
+                format!("skiplist level {level} out of order"),
+            ));
+        }
+        visit(at, &h, &k)?;
+        n += 1;
+        prev = Some((k, h.seq));
+        at = next(s, at, level)?;
+    }
+    Ok(n)
+}
+
+/// A forward cursor over the nodes of one skiplist (every version).
+pub struct Cursor<S> {
+    src: S,
+    at: u64,
+}
+
+impl<S: Source> Cursor<S> {
+    /// A cursor at the first node at or after `key`.
+    pub fn seek(src: S, head: u64, key: &[u8]) -> Result<Self> {
+        let at = seek(&src, head, key)?;
+        Ok(Cursor { src, at })
+    }
+
+    /// The node under the cursor, if any.
+    pub fn current(&self) -> Result<Option<Entry>> {
+        if self.at == 0 {
+            return Ok(None);
+        }
+        entry(&self.src, self.at).map(Some)
+    }
+
+    /// The key under the cursor, if any (without copying the value).
+    pub fn current_key(&self) -> Result<Option<(Vec<u8>, u64)>> {
+        if self.at == 0 {
+            return Ok(None);
+        }
+        let h = header(&self.src, self.at)?;
+        Ok(Some((key(&self.src, self.at, &h)?.into_owned(), h.seq)))
+    }
+
+    /// Moves to the next node.
+    pub fn advance(&mut self) -> Result<()> {
+        if self.at != 0 {
+            self.at = next(&self.src, self.at, 0)?;
+        }
+        Ok(())
+    }
+
+    /// Where the cursor is (0 at the end).
+    pub fn position(&self) -> u64 {
+        self.at
+    }
+}

@@ -1,0 +1,54 @@
+//! MioDB's counters (issue 18, item 11): flushes and their time, compactions per level,
+//! bytes written by flushes and by copying compactions, stall time, tables per level,
+//! recovery time. Keys in [`Stats::counters`] and gauges carry the prefix `mio_`.
+//!
+//! Thread safety: counters are atomic.
+
+use tierkv_core::{Counter, OpCounters};
+
+/// Every counter the engine keeps.
+#[derive(Default)]
+pub struct Counters {
+    /// The common user-operation counters.
+    pub ops: OpCounters,
+    /// One-piece flushes.
+    pub flushes: Counter,
+    /// Microseconds spent in flushes (allocation, copy, rebase, persist, publish).
+    pub flush_micros: Counter,
+    /// Bytes written to pmem by one-piece flushes.
+    pub flush_bytes: Counter,
+    /// Bytes written to pmem as tables (flushes and copying compactions).
+    pub table_bytes_written: Counter,
+    /// Bytes copied by compactions (key and value bytes re-written).
+    pub compaction_bytes_copied: Counter,
+    /// Microseconds writers waited for a flush (stall time).
+    pub stall_micros: Counter,
+    /// Link and mark words stored by zero-copy compactions (8 bytes each).
+    pub relinked_words: Counter,
+    /// Nodes moved by zero-copy compactions.
+    pub nodes_relinked: Counter,
+    /// Older versions dropped by zero-copy compactions.
+    pub versions_dropped: Counter,
+    /// Marked nodes whose move recovery finished.
+    pub marks_repaired: Counter,
+    /// Older repository versions freed by lazy copies.
+    pub repository_nodes_freed: Counter,
+    /// Writes refused with NoSpace after waiting.
+    pub writes_refused: Counter,
+    /// Log bytes appended.
+    pub wal_bytes: Counter,
+    /// Directory publishes.
+    pub dir_publishes: Counter,
+    /// Runs freed after their tables became obsolete.
+    pub runs_freed: Counter,
+    /// Table lookups answered "absent" by a Bloom filter.
+    pub bloom_negatives: Counter,
+    /// Log records replayed at the last open.
+    pub replayed_records: Counter,
+    /// Unreferenced runs or objects freed at the last open.
+    pub leaks_collected: Counter,
+    /// Recovery time of the last open.
+    pub recovery_micros: Counter,
+    /// Compactions out of each level.
+    pub compactions: [Counter; 32],
+}

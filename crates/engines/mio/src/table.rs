@@ -1,0 +1,413 @@
+//! PMTables (MioDB §4.1-4.2): skiplists on pmem in the node layout of `node.rs`, whose
+//! links are pool offsets. A table is written once by [`write_table`] — the one-piece
+//! flush of an arena image (or of a compaction's output arena): ONE allocation, ONE bulk
+//! write, the links rebased by the allocation's offset in ONE pass over the nodes, ONE
+//! persist — and is then immutable until the store drops it.
+//!
+//! Reclamation (§4.4, "never while a reader may hold it"): readers hold a table through an
+//! `Arc` inside the version they cloned; a table removed from the directory is marked
+//! obsolete and its runs are freed when the last `Arc` goes, i.e. after every reader that
+//! could see it has finished (the version is the reader's epoch).
+//!
+//! Thread safety: `Table` is `Send + Sync`; reads are lock-free.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::RwLock;
+use tierkv_core::media::pmem::{PmemAllocator, PmemPool};
+use tierkv_core::{Error, Result, Tier};
+
+use crate::bloom::Bloom;
+use crate::dir::{Run, TableMeta};
+use crate::node::{self, HEAD_LEN, LINKS_OFF};
+use crate::skiplist::{self, Entry, Source};
+use crate::stats::Counters;
+
+/// Chunk tag of PMTable runs.
+pub const TAG_TABLE: u32 = 0x4d49_0001;
+/// Chunk tag of log runs.
+pub const TAG_WAL: u32 = 0x4d49_0002;
+
+/// Called with a label just before each of the engine's own persists (tests take crash
+/// images there: every persist point of every operation).
+pub type PersistHook = Arc<dyn Fn(&'static str) + Send + Sync>;
+
+/// What every table and background job shares: the pool, its allocator, the counters.
+pub struct Shared {
+    /// The pool.
+    pub pool: Arc<PmemPool>,
+    /// Its allocator.
+    pub alloc: PmemAllocator,
+    /// The engine's counters.
+    pub counters: Counters,
+    /// The persist hook (tests only; `None` in a store opened normally).
+    pub hook: Option<PersistHook>,
+}
+
+impl Shared {
+    /// Persists `[off, off + len)`, after calling the hook with `label`.
+    pub fn persist(&self, label: &'static str, off: u64, len: usize) -> Result<()> {
+        if let Some(h) = &self.hook {
+            h(label);
+        }
+        self.pool.persist(off, len)
+    }
+}
+
+/// Reads a skiplist in the pool.
+#[derive(Clone, Copy)]
+pub struct PoolSource<'a>(pub &'a PmemPool);
+
+impl Source for PoolSource<'_> {
+    fn word(&self, off: u64) -> Result<u64> {
+        self.0.load_u64(off)
+    }
+    fn bytes(&self, off: u64, len: usize) -> Result<Cow<'_, [u8]>> {
+        self.0.read(off, len).map(Cow::Borrowed)
+    }
+}
+
+/// One PMTable.
+pub struct Table {
+    shared: Arc<Shared>,
+    /// What the directory lists.
+    pub meta: TableMeta,
+    /// Its Bloom filter (none in the repository), shared by every handle on this pmem
+    /// table: a zero-copy merge ORs the newtable's filter into the oldtable's in place
+    /// before the first node moves, so that readers holding an older handle of the
+    /// oldtable never skip it for a key it has absorbed.
+    pub bloom: Arc<RwLock<Option<Bloom>>>,
+    /// Bytes of its runs.
+    pub bytes: u64,
+    /// The zero-copy compaction this table is part of, if any (`zerocopy.rs`).
+    pub merge: Option<Arc<crate::zerocopy::MergeState>>,
+    obsolete: AtomicBool,
+}
+
+impl Table {
+    /// The table's reader.
+    pub fn source(&self) -> PoolSource<'_> {
+        PoolSource(&self.shared.pool)
+    }
+
+    /// The newest version of `key` in this table (a tombstone has no value).
+    pub fn get(&self, key: &[u8]) -> Result<Option<Entry>> {
+        if let Some(b) = &*self.bloom.read()
+            && !b.may_contain(key)
+        {
+            self.shared.counters.bloom_negatives.incr();
+            return Ok(None);
+        }
+        skiplist::get(&self.source(), self.meta.head, key)
+    }
+
+    /// Another handle on the same pmem table (sharing its filter), with other metadata or
+    /// merge state. Only a handle that is retired frees the runs it lists.
+    pub fn rehandle(
+        &self,
+        meta: TableMeta,
+        merge: Option<Arc<crate::zerocopy::MergeState>>,
+    ) -> Table {
+        let bytes =
+            meta.allocs.iter().map(|r| r.chunks).sum::<u64>() * self.shared.alloc.chunk_size();
+        Table {
+            shared: self.shared.clone(),
+            meta,
+            bloom: self.bloom.clone(),
+            bytes,
+            merge,
+            obsolete: AtomicBool::new(false),
+        }
+    }
+
+    /// ORs `other`'s filter into this table's (§4.6), for every handle of this table.
+    pub fn absorb_filter(&self, other: &Table) {
+        if Arc::ptr_eq(&self.bloom, &other.bloom) {
+            return;
+        }
+        let theirs = other.bloom.read().clone();
+        let mut mine = self.bloom.write();
+        if let (Some(a), Some(b)) = (mine.as_ref(), theirs.as_ref()) {
+            *mine = a.merged(b);
+        }
+    }
+
+    /// Marks the table removed from the directory: its runs are freed once the last
+    /// reader drops it.
+    pub fn retire(&self) {
+        self.obsolete.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        if self.obsolete.load(Ordering::Acquire) {
+            for r in &self.meta.allocs {
+                // A failure here (a poisoned pool) leaves a leak that recovery collects.
+                if self.shared.alloc.free_chunk(r.off).is_ok() {
+                    self.shared.counters.runs_freed.incr();
+                }
+            }
+        }
+    }
+}
+
+/// Rebases every non-zero link of the nodes in `image` (an arena image, head at 0) by
+/// `base`, in one pass over the nodes in arena order; returns the nodes' keys' visitor
+/// results through `on_node` (for the Bloom filter). Fails on a malformed image.
+pub fn rebase(image: &mut [u8], base: u64, mut on_node: impl FnMut(&[u8])) -> Result<u64> {
+    let word = |b: &[u8], at: usize| -> Result<u64> {
+        b.get(at..at + 8)
+            .and_then(|s| s.try_into().ok())
+            .map(u64::from_le_bytes)
+            .ok_or_else(|| Error::corruption(Tier::Dram, at as u64, "arena image truncated"))
+    };
+    let mut at = 0usize;
+    let mut nodes = 0u64;
+    while at < image.len() {
+        let (height, size, key) = if at == 0 {
+            (node::MAX_HEIGHT, HEAD_LEN, None)
+        } else {
+            let h = node::decode_header(word(image, at)?, word(image, at + 8)?, at as u64)?;
+            (h.height, h.size(), Some((at + h.key_off(), h.key_len)))
+        };
+        for level in 0..height {
+            let l = at + LINKS_OFF + 8 * level;
+            let v = word(image, l)?;
+            if v != 0 {
+                if v as usize >= image.len() {
+                    return Err(Error::corruption(
+                        Tier::Dram,
+                        l as u64,
+                        "arena link out of range",
+                    ));
+                }
+                if let Some(dst) = image.get_mut(l..l + 8) {
+                    dst.copy_from_slice(&(v + base).to_le_bytes());
+                }
+            }
+        }
+        if let Some((k, n)) = key {
+            if let Some(kb) = image.get(k..k + n) {
+                on_node(kb);
+            }
+            nodes += 1;
+        }
+        at += size;
+    }
+    Ok(nodes)
+}
+
+/// How tables of one store are shaped.
+#[derive(Clone, Copy, Debug)]
+pub struct TableShape {
+    /// Keys a filter is sized for (0: no filters).
+    pub bloom_keys: u64,
+    /// Bits per key.
+    pub bloom_bits: u32,
+}
+
+impl TableShape {
+    fn new_bloom(&self) -> Option<Bloom> {
+        (self.bloom_keys > 0).then(|| Bloom::new(self.bloom_keys, self.bloom_bits))
+    }
+}
+
+/// The one-piece write of an arena image as a new table (P2 steps 1-2): one run, one
+/// write, links rebased in one pass, one persist. Not yet in the directory.
+pub fn write_table(
+    shared: &Arc<Shared>,
+    mut image: Vec<u8>,
+    id: u64,
+    max_seq: u64,
+    shape: TableShape,
+) -> Result<Table> {
+    let cs = shared.alloc.chunk_size();
+    let chunks = (image.len() as u64).div_ceil(cs).max(1);
+    let off = shared.alloc.alloc_chunks(TAG_TABLE, chunks)?;
+    let mut bloom = shape.new_bloom();
+    let entries = rebase(&mut image, off, |k| {
+        if let Some(b) = bloom.as_mut() {
+            b.insert(k);
+        }
+    });
+    let entries = match entries {
+        Ok(n) => n,
+        Err(e) => {
+            let _ = shared.alloc.free_chunk(off);
+            return Err(e);
+        }
+    };
+    let written = shared
+        .pool
+        .write(off, &image)
+        .and_then(|()| shared.persist("flush-table", off, image.len()));
+    if let Err(e) = written {
+        let _ = shared.alloc.free_chunk(off);
+        return Err(e);
+    }
+    shared.counters.table_bytes_written.add(image.len() as u64);
+    Ok(Table {
+        shared: shared.clone(),
+        meta: TableMeta {
+            id,
+            head: off,
+            entries,
+            max_seq,
+            allocs: vec![Run { off, chunks }],
+        },
+        bloom: Arc::new(RwLock::new(bloom)),
+        bytes: chunks * cs,
+        merge: None,
+        obsolete: AtomicBool::new(false),
+    })
+}
+
+/// Opens a table the directory lists (recovery §4.7): walks level 0, checking that every
+/// node decodes, lies in one of `runs` (the table's own, or in a zero-copy compaction the
+/// oldtable's, which owns both tables' runs; `None` for the repository, whose nodes are
+/// separate objects) and follows its predecessor in order, and
+/// rebuilds the Bloom filter.
+pub fn open_table(
+    shared: &Arc<Shared>,
+    meta: TableMeta,
+    runs: Option<&[Run]>,
+    shape: TableShape,
+) -> Result<Table> {
+    let src = PoolSource(&shared.pool);
+    let inside = |off: u64, len: u64| {
+        let Some(runs) = runs else {
+            return true; // the repository: nodes are objects anywhere in the pool
+        };
+        runs.iter()
+            .any(|r| off >= r.off && off + len <= r.off + r.chunks * shared.alloc.chunk_size())
+    };
+    if !inside(meta.head, HEAD_LEN as u64) {
+        return Err(Error::corruption(
+            Tier::Pmem,
+            meta.head,
+            "table head outside its runs",
+        ));
+    }
+    let mut bloom = shape.new_bloom();
+    let n = skiplist::walk_level(&src, meta.head, 0, |at, h, key| {
+        if !inside(at, h.size() as u64) {
+            return Err(Error::corruption(
+                Tier::Pmem,
+                at,
+                "table node outside its runs",
+            ));
+        }
+        if let Some(b) = bloom.as_mut() {
+            b.insert(key);
+        }
+        Ok(())
+    })?;
+    let bytes = meta.allocs.iter().map(|r| r.chunks).sum::<u64>() * shared.alloc.chunk_size();
+    Ok(Table {
+        shared: shared.clone(),
+        meta: TableMeta { entries: n, ..meta },
+        bloom: Arc::new(RwLock::new(bloom)),
+        bytes,
+        merge: None,
+        obsolete: AtomicBool::new(false),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arena::Arena;
+    use crate::node::Kind;
+    use crate::stats::Counters;
+    use tierkv_core::media::pmem::{DurabilityMode, EmulatedLatency, PmemConfig};
+
+    #[test]
+    fn one_piece_flush_makes_one_allocation_and_every_rebased_link_lies_inside_it() {
+        let d = tempfile::tempdir().unwrap();
+        let pool = PmemPool::create(&PmemConfig {
+            path: d.path().join("pool"),
+            size: 4 << 20,
+            mode: DurabilityMode::Volatile,
+            latency: EmulatedLatency::default(),
+        })
+        .unwrap();
+        let start = pool.data_start();
+        let alloc = PmemAllocator::format(pool.clone(), start, pool.len() - start, 4096).unwrap();
+        let sh = Arc::new(Shared {
+            pool,
+            alloc,
+            counters: Counters::default(),
+            hook: None,
+        });
+        let arena = Arena::new(1 << 18, 3);
+        for i in 0..500u64 {
+            let k = format!("key{:04}", (i * 37) % 311);
+            arena
+                .insert(i + 1, Kind::Put, k.as_bytes(), &[b'v'; 100])
+                .unwrap();
+        }
+        let image = arena.snapshot();
+        let runs_before = sh.alloc.iter_chunks(TAG_TABLE).count();
+        let writes_before = sh.pool.counters().pmem_bytes_written;
+        let shape = TableShape {
+            bloom_keys: 512,
+            bloom_bits: 16,
+        };
+        let t = write_table(&sh, image.clone(), 9, 500, shape).unwrap();
+        let runs: Vec<_> = sh.alloc.iter_chunks(TAG_TABLE).collect();
+        assert_eq!(runs.len(), runs_before + 1, "one allocation");
+        assert_eq!(t.meta.allocs.len(), 1);
+        let (off, len) = (t.meta.head, image.len() as u64);
+        assert_eq!(runs[0].offset, off);
+        // One bulk write of the image: the bytes written are the image's and the
+        // allocator's one state word per chunk of the run, nothing else.
+        let chunks = t.meta.allocs[0].chunks;
+        assert_eq!(
+            sh.pool.counters().pmem_bytes_written - writes_before,
+            len + 8 * chunks
+        );
+        // Every link is the arena link rebased by the allocation's offset, inside it.
+        let mut links = 0;
+        let mut at = 0usize;
+        let src = PoolSource(&sh.pool);
+        while at < image.len() {
+            let height = if at == 0 {
+                node::MAX_HEIGHT
+            } else {
+                skiplist::header(&src, off + at as u64).unwrap().height
+            };
+            for l in 0..height {
+                let word_at = at + LINKS_OFF + 8 * l;
+                let dram = u64::from_le_bytes(image[word_at..word_at + 8].try_into().unwrap());
+                let pm = sh.pool.load_u64(off + word_at as u64).unwrap();
+                if dram == 0 {
+                    assert_eq!(pm, 0);
+                } else {
+                    assert_eq!(pm, dram + off);
+                    assert!(
+                        pm >= off && pm < off + len,
+                        "link {pm} outside [{off}, {})",
+                        off + len
+                    );
+                    links += 1;
+                }
+            }
+            at += if at == 0 {
+                HEAD_LEN
+            } else {
+                skiplist::header(&src, off + at as u64).unwrap().size()
+            };
+        }
+        assert!(links >= 500, "{links} links checked");
+        assert_eq!(t.meta.entries, 500);
+        for i in 0..311u64 {
+            let k = format!("key{i:04}");
+            assert!(
+                t.get(k.as_bytes()).unwrap().is_some() || (0..500).all(|j| (j * 37) % 311 != i)
+            );
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! Helpers shared by the mio integration tests: pools on tmpfs, stores with tiny
+//! MemTables (so flushes and compactions run many times in a short test), printed seeds.
+
+#![allow(dead_code)] // each test file uses a subset
+#![allow(clippy::unwrap_used, reason = "test helpers fail the test on errors")]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tierkv_core::media::pmem::{DurabilityMode, EmulatedLatency, PmemConfig, PmemPool};
+use tierkv_core::{EngineSpec, Limits, Stats};
+use tierkv_mio::{MioOptions, MioStore};
+
+/// A scratch directory, on /dev/shm when it exists.
+pub fn scratch_dir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir()
+        && let Ok(d) = tempfile::tempdir_in(shm)
+    {
+        return d;
+    }
+    tempfile::tempdir().expect("temp dir")
+}
+
+/// The seed of a random test: `TIERKV_SEED` if set, else a fresh one; printed either way.
+pub fn seed(test: &str) -> u64 {
+    let seed = std::env::var("TIERKV_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    println!("{test}: seed {seed} (replay with TIERKV_SEED={seed})");
+    seed
+}
+
+/// A pool configuration.
+pub fn config(path: impl Into<PathBuf>, size: u64, mode: DurabilityMode) -> PmemConfig {
+    PmemConfig {
+        path: path.into(),
+        size,
+        mode,
+        latency: EmulatedLatency::default(),
+    }
+}
+
+/// Creates a pool.
+pub fn create_pool(path: &Path, size: u64, mode: DurabilityMode) -> Arc<PmemPool> {
+    PmemPool::create(&config(path, size, mode)).expect("create pool")
+}
+
+/// Options from a spec's parameters (`"memtable=16KiB,levels=4"`).
+pub fn options(params: &str) -> MioOptions {
+    let spec = if params.is_empty() {
+        "mio".to_owned()
+    } else {
+        format!("mio@{params}")
+    };
+    let spec: EngineSpec = spec.parse().expect("spec");
+    MioOptions::from_params(spec.params()).expect("options")
+}
+
+/// Limits small enough for tiny MemTables (values up to 4 KiB).
+pub fn limits() -> Limits {
+    Limits {
+        max_key_len: 64,
+        max_value_len: 4096,
+    }
+}
+
+/// Opens (or creates) a store.
+pub fn open(pool: Arc<PmemPool>, params: &str, created: bool) -> Arc<MioStore> {
+    tierkv_mio::open_store(pool, options(params), limits(), created).expect("open store")
+}
+
+/// An engine counter (0 if absent).
+pub fn counter(s: &Stats, name: &str) -> u64 {
+    s.counters.get(&format!("mio_{name}")).copied().unwrap_or(0)
+}
