@@ -70,6 +70,11 @@ pub struct StressArgs {
     /// Client threads.
     #[arg(long, default_value_t = 4, value_name = "N")]
     pub threads: usize,
+    /// Threads that write the same key at once (puts and deletes race; at most
+    /// --threads). 1: one writer per key. Above 1, acknowledged writes and reads are judged
+    /// by linearizability (see the README).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub writers_per_key: usize,
     /// Run for this long (e.g. 2m); with --rounds, whichever ends first. Default: 20
     /// rounds when neither is given.
     #[arg(long, value_name = "DURATION")]
@@ -143,6 +148,14 @@ impl StressArgs {
         if self.threads == 0 || self.threads > 1024 {
             bail!("--threads {}: between 1 and 1024", self.threads);
         }
+        if self.writers_per_key == 0 || self.writers_per_key > self.threads {
+            bail!(
+                "--writers-per-key {}: between 1 and --threads ({}); raise --threads for \
+                 more racing writers",
+                self.writers_per_key,
+                self.threads
+            );
+        }
         if self.keys == 0 || self.keys > 10_000_000 {
             bail!("--keys {}: between 1 and 10000000", self.keys);
         }
@@ -196,6 +209,7 @@ pub(crate) fn config(args: &StressArgs, seed: u64, work_dir: PathBuf) -> anyhow:
             max_scan: args.max_scan,
             sizes: ValueSizes::up_to(max_value),
             seed,
+            writers_per_key: args.writers_per_key,
         },
         space: KeySpace::new(args.keys),
         work_dir,
@@ -271,8 +285,12 @@ fn describe(cfg: &RunConfig, mode: Mode) -> String {
         (None, Some(d)) => format!("{:.0} s", d.as_secs_f64()),
         (None, None) => "unbounded".to_owned(),
     };
+    let racing = match cfg.workload.writers_per_key {
+        1 => String::new(),
+        n => format!(" ({n} writers per key)"),
+    };
     format!(
-        "engine {}, mode {mode}, {} threads, {} keys, values {MIN_VALUE_LEN} B..{} B, mix \
+        "engine {}, mode {mode}, {} threads{racing}, {} keys, values {MIN_VALUE_LEN} B..{} B, mix \
          put,delete,get,scan = {}, {budget}, rounds up to {:.0} ms; {}; dir {}",
         t.spec,
         cfg.workload.threads,

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use tierkv::DurabilityMode;
 
-use crate::expected_state::KeySpace;
+use crate::expected_state::{ExpectedState, KeySpace};
 use crate::target::{Target, TierConfig};
 use crate::workload::WorkloadConfig;
 
@@ -90,6 +90,20 @@ pub struct RunConfig {
 }
 
 impl RunConfig {
+    /// A fresh expected state for this run (racing, with more than one writer per key).
+    pub(crate) fn new_state(&self) -> ExpectedState {
+        self.adopt_state(ExpectedState::new(self.space))
+    }
+
+    /// `state` prepared for this run's writers.
+    pub(crate) fn adopt_state(&self, state: ExpectedState) -> ExpectedState {
+        if self.workload.writers_per_key > 1 {
+            state.racing()
+        } else {
+            state
+        }
+    }
+
     /// A random crash moment within a round (at least a twentieth of it, so that the
     /// workload always gets going).
     pub(crate) fn crash_delay(&self, rng: &mut impl Rng) -> Duration {

@@ -326,7 +326,7 @@ impl FlashLog {
                 }
                 Ok(())
             }
-            Fault::None | Fault::SkipPersist => w.file.sync(),
+            Fault::None | Fault::SkipPersist | Fault::LoseRaceWinner => w.file.sync(),
         }
     }
 

@@ -35,15 +35,26 @@ pub enum Fault {
     AckBeforePersist,
     /// Skips one persist (or sync) of the commit protocol.
     SkipPersist,
+    /// `reflog` only: a write that raced with another write to its key is logged with a
+    /// rank above every later write, so recovery resurrects it over the acknowledged
+    /// winner of a later round of writes (the shape of a lost CAS retried with a stale
+    /// timestamp).
+    LoseRaceWinner,
 }
 
 /// The variants, default first.
-pub const VARIANTS: &[&str] = &["correct", "ack-before-persist", "skip-persist"];
+pub const VARIANTS: &[&str] = &[
+    "correct",
+    "ack-before-persist",
+    "skip-persist",
+    "lose-race-winner",
+];
 
 fn fault_of(desc: &EngineDescriptor, ctx: &EngineContext) -> Result<Fault> {
     Ok(match desc.variant(&ctx.spec)? {
         "ack-before-persist" => Fault::AckBeforePersist,
         "skip-persist" => Fault::SkipPersist,
+        "lose-race-winner" => Fault::LoseRaceWinner,
         _ => Fault::None,
     })
 }
@@ -80,6 +91,11 @@ fn open_reflog(ctx: EngineContext) -> Result<Arc<dyn KvStore>> {
 
 fn open_reflog_flash(ctx: EngineContext) -> Result<Arc<dyn KvStore>> {
     let fault = fault_of(&REFLOG_FLASH, &ctx)?;
+    if fault == Fault::LoseRaceWinner {
+        return Err(tierkv_core::Error::invalid(
+            "reflog-flash has no lose-race-winner variant (reflog has)",
+        ));
+    }
     let mut params = ctx.spec.params();
     let segment = params.take("segment", tierkv_core::ByteSize(flash_log::DEFAULT_SEGMENT))?;
     params.finish()?;

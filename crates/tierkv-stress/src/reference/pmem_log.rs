@@ -30,12 +30,19 @@
 //! - `ack-before-persist`: steps (2) and (4) are deferred and done for 16 writes at once
 //!   (a group commit that acknowledges before the group is durable);
 //! - `skip-persist`: step (4) is skipped: the commit word is stored but never persisted.
+//! - `lose-race-winner`: a write that started while another write to the same key was in
+//!   flight is logged with its sequence number raised by 2^32, and recovery keeps, per
+//!   key, the record with the highest sequence number (instead of the last one in the
+//!   log). The live index is right; after a crash the racing write comes back over every
+//!   later write to its key, acknowledged or not.
 //!
 //! Thread safety: writers serialise on `writer`; readers only take the index's read lock
 //! (values are served from DRAM; pmem is read only at recovery).
 
 use std::sync::Arc;
 use std::time::Instant;
+
+use std::collections::HashMap;
 
 use parking_lot::Mutex;
 use tierkv_core::media::pmem::PmemPool;
@@ -109,7 +116,12 @@ pub struct PmemLog {
     fault: Fault,
     writer: Mutex<Writer>,
     core: LogCore,
+    /// `lose-race-winner`: writes in flight per key.
+    in_flight: Mutex<HashMap<Vec<u8>, u32>>,
 }
+
+/// `lose-race-winner`: how far a racing write's sequence number is raised.
+const RACE_BOOST: u64 = 1 << 32;
 
 /// Opens (formats or recovers) the log on the context's pool.
 pub(super) fn open(ctx: EngineContext, fault: Fault) -> Result<Arc<dyn KvStore>> {
@@ -119,7 +131,7 @@ pub(super) fn open(ctx: EngineContext, fault: Fault) -> Result<Arc<dyn KvStore>>
     let (writer, index) = if ctx.created {
         format(&pool, layout)?
     } else {
-        recover(&pool, layout)?
+        recover(&pool, layout, fault)?
     };
     Ok(Arc::new(PmemLog {
         pool,
@@ -127,6 +139,7 @@ pub(super) fn open(ctx: EngineContext, fault: Fault) -> Result<Arc<dyn KvStore>>
         fault,
         writer: Mutex::new(writer),
         core: LogCore::new(index, ctx.options.limits, started),
+        in_flight: Mutex::new(HashMap::new()),
     }))
 }
 
@@ -153,7 +166,10 @@ fn format(pool: &PmemPool, l: Layout) -> Result<Opened> {
     Ok((fresh_writer(0, 0, 1), Index::new()))
 }
 
-fn recover(pool: &PmemPool, l: Layout) -> Result<Opened> {
+fn recover(pool: &PmemPool, l: Layout, fault: Fault) -> Result<Opened> {
+    // BUG (deliberate, `lose-race-winner`): rank records by sequence number.
+    let by_rank = fault == Fault::LoseRaceWinner;
+    let mut ranks: HashMap<Vec<u8>, u64> = HashMap::new();
     if pool.root(ROOT_LOG)? != l.header {
         return Err(corrupt(0, "root word 0 does not point at a reflog header"));
     }
@@ -190,14 +206,25 @@ fn recover(pool: &PmemPool, l: Layout) -> Result<Opened> {
         let (rec, n) = record::decode(rest).map_err(|e| corrupt(at, e.to_string()))?;
         if let Some(prev) = last_seq
             && rec.seq != prev.wrapping_add(1)
+            && !by_rank
         {
             return Err(corrupt(
                 at,
                 format!("record seq {} after {prev}: not consecutive", rec.seq),
             ));
         }
-        last_seq = Some(rec.seq);
-        apply(&mut index, rec.kind, rec.key, rec.value);
+        let rank = rec.seq;
+        let seq = if by_rank { rank % RACE_BOOST } else { rank };
+        last_seq = Some(seq);
+        if by_rank {
+            let best = ranks.entry(rec.key.to_vec()).or_insert(0);
+            if rank >= *best {
+                *best = rank;
+                apply(&mut index, rec.kind, rec.key, rec.value);
+            }
+        } else {
+            apply(&mut index, rec.kind, rec.key, rec.value);
+        }
         off += n;
     }
     let next_seq = last_seq.map_or(1, |s| s.wrapping_add(1));
@@ -211,6 +238,30 @@ fn commit_word(half: usize, tail: u64) -> u64 {
 impl PmemLog {
     fn append(&self, kind: Kind, key: &[u8], value: &[u8]) -> Result<()> {
         self.core.check_write(key, value)?;
+        if self.fault != Fault::LoseRaceWinner {
+            return self.append_ranked(kind, key, value, 0);
+        }
+        let racing = {
+            let mut f = self.in_flight.lock();
+            let n = f.entry(key.to_vec()).or_insert(0);
+            *n += 1;
+            *n > 1
+        };
+        // Give the other writers of the key a chance to overlap (the bug needs a race).
+        std::thread::yield_now();
+        let r = self.append_ranked(kind, key, value, if racing { RACE_BOOST } else { 0 });
+        let mut f = self.in_flight.lock();
+        if let Some(n) = f.get_mut(key) {
+            *n -= 1;
+            if *n == 0 {
+                f.remove(key);
+            }
+        }
+        r
+    }
+
+    /// Appends one record whose sequence number is raised by `boost`.
+    fn append_ranked(&self, kind: Kind, key: &[u8], value: &[u8], boost: u64) -> Result<()> {
         let mut w = self.writer.lock();
         let len = record::encoded_len(key.len(), value.len()) as u64;
         if w.tail + len > self.layout.half_len {
@@ -223,7 +274,7 @@ impl PmemLog {
             }
         }
         // NOTE: encoded after a compaction, which moves the sequence numbers on.
-        let rec = record::encode(w.next_seq, kind, key, value)
+        let rec = record::encode(w.next_seq + boost, kind, key, value)
             .ok_or_else(|| Error::invalid("key or value too long for a reflog record"))?;
         let r = self.write_record(&mut w, &rec);
         self.core.poison_on_error(r)?;
@@ -238,7 +289,7 @@ impl PmemLog {
         self.pool.write(off, rec)?;
         let new_tail = w.tail + rec.len() as u64;
         match self.fault {
-            Fault::None => {
+            Fault::None | Fault::LoseRaceWinner => {
                 self.pool.persist(off, rec.len())?;
                 self.publish(w.half, new_tail, true)?;
             }
@@ -357,7 +408,7 @@ impl KvStore for PmemLog {
 
     fn check(&self) -> Result<Vec<String>> {
         let w = self.writer.lock();
-        let (again, index) = recover(&self.pool, self.layout)?;
+        let (again, index) = recover(&self.pool, self.layout, self.fault)?;
         if again.tail != w.tail || index != *self.core.index() {
             return Err(corrupt(
                 self.layout.commit_off(),
