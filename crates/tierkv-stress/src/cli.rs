@@ -19,7 +19,7 @@ use clap::{Args, ValueEnum};
 use tierkv::{ByteSize, DurabilityMode, IoBackend, Tier};
 
 use crate::expected_state::KeySpace;
-use crate::modes::{self, Budget, RunConfig};
+use crate::modes::{self, Budget, PersistPointsConfig, RunConfig};
 use crate::report::RunReport;
 use crate::target::{Target, TierConfig};
 use crate::value_codec::{MIN_VALUE_LEN, ValueSizes};
@@ -35,6 +35,10 @@ pub enum Mode {
     PmemImage,
     /// In-process flash crashes (unsynced writes dropped or torn) and injected EIO/ENOSPC.
     FlashFaults,
+    /// In-process, single-threaded: count the persists of a workload, replay it and take
+    /// crash images (lines and torn words) right after persist N for every N (or a
+    /// stratified sample of --points), each recovered and verified.
+    PersistPoints,
 }
 
 impl std::fmt::Display for Mode {
@@ -43,6 +47,7 @@ impl std::fmt::Display for Mode {
             Mode::Kill => "kill",
             Mode::PmemImage => "pmem-image",
             Mode::FlashFaults => "flash-faults",
+            Mode::PersistPoints => "persist-points",
         })
     }
 }
@@ -131,6 +136,13 @@ pub struct StressArgs {
     /// Fraction of flash-faults rounds with an injected EIO or ENOSPC.
     #[arg(long, default_value_t = 0.5, value_name = "F")]
     pub fault_fraction: f64,
+    /// persist-points mode: checked operations of each pass's workload.
+    #[arg(long, default_value_t = 400, value_name = "N")]
+    pub ops: u64,
+    /// persist-points mode: the most persist points cut per pass (every persist when the
+    /// workload makes fewer; else one per stratum of equal size).
+    #[arg(long, default_value_t = 2000, value_name = "N")]
+    pub points: u64,
     /// Keep the working directory after a passing run.
     #[arg(long)]
     pub keep: bool,
@@ -191,6 +203,8 @@ pub(crate) fn config(args: &StressArgs, seed: u64, work_dir: PathBuf) -> anyhow:
         );
     }
     let rounds = match (args.rounds, args.duration) {
+        // NOTE: a persist-points pass already cuts up to --points crashes.
+        (None, None) if args.mode == Mode::PersistPoints => Some(1),
         (None, None) => Some(20),
         (r, _) => r,
     };
@@ -204,7 +218,12 @@ pub(crate) fn config(args: &StressArgs, seed: u64, work_dir: PathBuf) -> anyhow:
         },
         pmem_mode: args.pmem_mode,
         workload: WorkloadConfig {
-            threads: args.threads,
+            // NOTE: persist-points runs one thread: its point is determinism.
+            threads: if args.mode == Mode::PersistPoints {
+                1
+            } else {
+                args.threads
+            },
             mix: args.mix,
             max_scan: args.max_scan,
             sizes: ValueSizes::up_to(max_value),
@@ -223,6 +242,10 @@ pub(crate) fn config(args: &StressArgs, seed: u64, work_dir: PathBuf) -> anyhow:
         fault_fraction: args.fault_fraction,
         seed,
         verbose: args.verbose,
+        persist_points: PersistPointsConfig {
+            ops: args.ops.max(1),
+            points: args.points.max(1),
+        },
         target,
     })
 }
@@ -259,6 +282,7 @@ fn check_engine(cfg: &RunConfig, mode: Mode) -> anyhow::Result<()> {
         Mode::Kill => modes::kill::check_engine(cfg),
         Mode::PmemImage => modes::pmem_image::check_engine(cfg),
         Mode::FlashFaults => modes::flash_faults::check_engine(cfg),
+        Mode::PersistPoints => modes::persist_points::check_engine(cfg),
     }
 }
 
@@ -324,6 +348,7 @@ pub fn run(args: &StressArgs) -> anyhow::Result<bool> {
         Mode::Kill => modes::kill::run(&cfg, &mut report),
         Mode::PmemImage => modes::pmem_image::run(&cfg, &mut report),
         Mode::FlashFaults => modes::flash_faults::run(&cfg, &mut report),
+        Mode::PersistPoints => modes::persist_points::run(&cfg, &mut report),
     };
     report.elapsed = started.elapsed();
     if let Err(e) = outcome {

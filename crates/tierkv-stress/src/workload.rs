@@ -23,7 +23,7 @@
 //! fields are atomics or locks.
 
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -197,6 +197,8 @@ pub struct Workload<'a> {
     locks: Box<[Mutex<()>]>,
     /// Racing writers: the current key of each group of threads.
     group_keys: Box<[AtomicU32]>,
+    /// Operations the workers may still start (see [`Workload::limit_ops`]).
+    ops_left: AtomicU64,
     stop: AtomicBool,
     crashed: AtomicBool,
     scans: AtomicBool,
@@ -234,6 +236,7 @@ impl<'a> Workload<'a> {
             context,
             locks: (0..n).map(|_| Mutex::new(())).collect(),
             group_keys,
+            ops_left: AtomicU64::new(u64::MAX),
             stop: AtomicBool::new(false),
             crashed: AtomicBool::new(false),
             scans: AtomicBool::new(true),
@@ -241,6 +244,25 @@ impl<'a> Workload<'a> {
             violations: Mutex::new(Vec::new()),
             write_error: Mutex::new(None),
         }
+    }
+
+    /// Stops the workload by itself after `n` operations (so that two runs with one
+    /// thread and one seed do the same operations).
+    pub fn limit_ops(self, n: u64) -> Self {
+        self.ops_left.store(n, Ordering::SeqCst);
+        self
+    }
+
+    /// Takes one operation from the budget; false (and the workload stops) when it is spent.
+    fn take_op(&self) -> bool {
+        let ok = self
+            .ops_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if !ok {
+            self.stop();
+        }
+        ok
     }
 
     /// Asks the workers to stop after their current operation.
@@ -320,7 +342,7 @@ impl<'a> Workload<'a> {
 
     fn worker(&self, seed: u64, thread: usize) {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        while !self.stopped() {
+        while !self.stopped() && self.take_op() {
             let id = self.next_key(&mut rng, thread);
             match self
                 .cfg

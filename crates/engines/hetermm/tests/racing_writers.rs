@@ -51,8 +51,7 @@ fn live(variant: &str) {
     store.close().unwrap();
 }
 
-fn crash(variant: &str, rounds: u64) {
-    let seed = fixed_seed(&format!("racing_crash_{variant}"));
+fn crash(variant: &str, rounds: u64, seed: u64) {
     let dir = scratch_dir();
     let pool = create_pool(&dir.path().join("pool"), 16 << 20, DurabilityMode::Tracked);
     let mut store: Arc<dyn KvStore> = open(pool.clone(), small_options(64, ""), variant, true);
@@ -108,15 +107,32 @@ fn racing_writers_are_linearizable_lockfree() {
 
 #[test]
 fn racing_writers_survive_crash_images_btree() {
-    crash("btree", 2);
+    crash("btree", 2, fixed_seed("racing_crash_btree"));
 }
 
 #[test]
 fn racing_writers_survive_crash_images_hash() {
-    crash("hash", 2);
+    crash("hash", 2, fixed_seed("racing_crash_hash"));
 }
 
 #[test]
 fn racing_writers_survive_crash_images_lockfree() {
-    crash("lockfree", 2);
+    crash("lockfree", 2, fixed_seed("racing_crash_lockfree"));
+}
+
+/// Issue 17 bug (found by the racing-writers crash test, every index variant): after a
+/// store has been recovered from a crash image twice, a put sometimes fails with
+/// `corruption in dram at offset 72: pages array slot of page 72 still holds page 8`
+/// (64 DRAM pages: logical page 8 is still mapped when page 72 needs its slot, so a page
+/// of the write region was never flushed and freed). Seen in about 3% of runs of three
+/// rounds; this runs 40 three-round sequences of each variant with distinct seeds.
+#[test]
+#[ignore = "reason: issue 17 bug, fixed in engine branch"]
+fn writes_after_two_recoveries_find_a_pages_array_slot_still_held() {
+    let first = fixed_seed("pages_array_slot");
+    for i in 0..40 {
+        for variant in ["btree", "hash", "lockfree"] {
+            crash(variant, 3, first.wrapping_add(i * 7919));
+        }
+    }
 }

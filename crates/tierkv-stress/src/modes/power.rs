@@ -135,7 +135,7 @@ impl RoundPaths {
         }
     }
 
-    fn remove(&self) -> std::io::Result<()> {
+    pub(crate) fn remove(&self) -> std::io::Result<()> {
         remove_path(&self.pool)?;
         remove_path(&self.flash)?;
         remove_path(&self.data)
@@ -216,7 +216,7 @@ fn copy_tree(from: &Path, to: &Path, skip: &[&Path]) -> anyhow::Result<()> {
 
 /// Copies the crashed store's files (not its pool: the image replaces it) into `next` and
 /// points the manifest at the new places.
-fn carry_over(from: &RoundPaths, next: &RoundPaths) -> anyhow::Result<()> {
+pub(crate) fn carry_over(from: &RoundPaths, next: &RoundPaths) -> anyhow::Result<()> {
     copy_tree(&from.data, &next.data, &[&from.pool, &from.flash])?;
     copy_tree(&from.flash, &next.flash, &[])?;
     let mut m = Manifest::read_from(&next.data)?
