@@ -199,6 +199,8 @@ pub struct Workload<'a> {
     group_keys: Box<[AtomicU32]>,
     /// Operations the workers may still start (see [`Workload::limit_ops`]).
     ops_left: AtomicU64,
+    /// Called by each worker before each operation (see [`Workload::pace_with`]).
+    pacer: Option<&'a (dyn Fn() + Sync)>,
     stop: AtomicBool,
     crashed: AtomicBool,
     scans: AtomicBool,
@@ -237,6 +239,7 @@ impl<'a> Workload<'a> {
             locks: (0..n).map(|_| Mutex::new(())).collect(),
             group_keys,
             ops_left: AtomicU64::new(u64::MAX),
+            pacer: None,
             stop: AtomicBool::new(false),
             crashed: AtomicBool::new(false),
             scans: AtomicBool::new(true),
@@ -250,6 +253,13 @@ impl<'a> Workload<'a> {
     /// thread and one seed do the same operations).
     pub fn limit_ops(self, n: u64) -> Self {
         self.ops_left.store(n, Ordering::SeqCst);
+        self
+    }
+
+    /// Calls `pacer` before each operation, outside any engine call (it may wait, e.g.
+    /// for the harness to catch up with work it queued from inside the engine).
+    pub fn pace_with(mut self, pacer: &'a (dyn Fn() + Sync)) -> Self {
+        self.pacer = Some(pacer);
         self
     }
 
@@ -343,6 +353,9 @@ impl<'a> Workload<'a> {
     fn worker(&self, seed: u64, thread: usize) {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         while !self.stopped() && self.take_op() {
+            if let Some(p) = self.pacer {
+                p();
+            }
             let id = self.next_key(&mut rng, thread);
             match self
                 .cfg

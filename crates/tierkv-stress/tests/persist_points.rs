@@ -33,9 +33,19 @@ fn the_reference_engine_survives_a_crash_after_every_persist() {
     // Fewer persists than --points: every one of them is cut.
     let counted = run.count("persists");
     assert!(counted > 50, "{}", run.verdict());
-    assert_eq!(run.count("persist"), counted, "{}", run.verdict());
+    assert_eq!(
+        run.count("persist"),
+        counted + run.count("named"),
+        "{}",
+        run.verdict()
+    );
     assert_eq!(run.count("acknowledged"), 0, "{}", run.verdict());
-    assert_eq!(run.count("pmem"), 2 * counted, "{}", run.verdict());
+    assert_eq!(
+        run.count("pmem"),
+        2 * run.count("persist"),
+        "{}",
+        run.verdict()
+    );
 }
 
 #[test]
@@ -44,9 +54,7 @@ fn broken_reference_engines_are_caught_at_a_persist_point() {
         let run = points_run(engine, "1721", "120", "1000");
         common::assert_caught(&run);
         assert!(
-            run.violations()
-                .iter()
-                .all(|v| v.contains("crash after persist ")),
+            run.violations().iter().all(|v| v.contains("crash at ")),
             "{}",
             run.stdout
         );
@@ -95,4 +103,49 @@ fn every_registered_pmem_engine_passes_a_short_persist_points_pass() {
             assert!(run.count("persist") > 0, "{}", run.verdict());
         }
     }
+}
+
+fn compacting_run(engine: &str) -> common::Run {
+    common::stress(&[
+        "--engine",
+        engine,
+        "--mode",
+        "persist-points",
+        "--seed",
+        "9",
+        "--ops",
+        "500",
+        "--points",
+        "40",
+        "--keys",
+        "100",
+        "--pmem-size",
+        "256KiB",
+        "--max-value",
+        "4KiB",
+    ])
+}
+
+#[test]
+fn named_points_inside_compaction_are_cut_and_the_correct_engine_passes_them() {
+    let run = compacting_run("reflog");
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.count("named") > 0,
+        "no named point cut: {}",
+        run.verdict()
+    );
+}
+
+#[test]
+fn a_move_acknowledged_before_its_persist_is_caught_at_the_named_point() {
+    let run = compacting_run("reflog:ack-before-move-persist");
+    common::assert_caught(&run);
+    assert!(
+        run.violations()
+            .iter()
+            .any(|v| v.contains("reflog.compact.after_switch")),
+        "{}",
+        run.stdout
+    );
 }

@@ -7,10 +7,17 @@
 //!    pool (`tierkv_core::media::pmem::crash_points`): right after persist number N
 //!    returns, for every N of `1..=P` when P ≤ `--points`, else one N drawn in each of
 //!    `--points` equal strata of `1..=P`, the handler takes two crash images — whole lines
-//!    and torn words — and recovers each into a fresh store beside the live one (the data
-//!    directory and the flash directory copied as they stand), then verifies every key
-//!    against the expected state at that instant (acknowledged writes must be there; the
-//!    write in flight whole or absent).
+//!    and torn words — and stages each beside the live store (the data directory and the
+//!    flash directory copied as they stand) with the expected state at that instant; a
+//!    verifier thread recovers each staged image into a fresh store and verifies every key
+//!    (acknowledged writes must be there; the write in flight whole or absent). The
+//!    verifier runs apart from the paused engine thread because recovery may wait for it
+//!    (prism's epochs are process-wide); the workload waits between operations while more
+//!    than a few images are staged.
+//!
+//! Every named crash point the engine reaches during the cutting run
+//! (`PmemPool::crash_point("prism.gc.after_copy")`, see `crash_points.rs`) is cut the same
+//! way, up to `--points` of them.
 //!
 //! So every ordering step of the engine's protocols on the workload's path is cut at
 //! least once (up to `--points` per pass), including the persists of background threads
@@ -25,13 +32,13 @@
 //! Thread safety: runs on the caller's thread plus the workload's thread; the handler runs
 //! on whichever engine thread persisted.
 
-use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tierkv::Tier;
@@ -80,6 +87,8 @@ pub fn sample_points(total: u64, points: u64, rng: &mut impl Rng) -> BTreeSet<u6
 #[derive(Default)]
 struct Cuts {
     points: u64,
+    /// Of those, at named points of the engine (`PmemPool::crash_point`).
+    named: u64,
     images: u64,
     torn: u64,
     keys_verified: u64,
@@ -102,6 +111,8 @@ struct Cutter {
     pass: u64,
     next_dir: AtomicU64,
     cuts: Mutex<Cuts>,
+    queue: Mutex<VecDeque<Job>>,
+    queued: Condvar,
     /// Held (shared) by every running handler; the mode takes it exclusively after
     /// disarming, to wait for a handler still running on a background thread.
     busy: RwLock<()>,
@@ -109,13 +120,24 @@ struct Cutter {
 
 impl Cutter {
     fn at_point(&self, cp: CrashPoint<'_>) {
-        let CrashPoint::Persist { number, .. } = cp else {
-            return;
+        let (label, number) = match cp {
+            CrashPoint::Persist { number, .. } => {
+                let rel = number.saturating_sub(self.first);
+                if !self.wanted.contains(&rel) {
+                    return;
+                }
+                (format!("persist {rel} of the workload"), number)
+            }
+            CrashPoint::Named(name) => {
+                // Every named point the run reaches is cut, up to --points of them.
+                let mut c = self.cuts.lock();
+                if c.named >= self.cfg.persist_points.points {
+                    return;
+                }
+                c.named += 1;
+                (format!("the engine's point {name}"), c.named << 32)
+            }
         };
-        let rel = number.saturating_sub(self.first);
-        if !self.wanted.contains(&rel) {
-            return;
-        }
         let _busy = self.busy.read();
         let Some(pool) = self.pool.upgrade() else {
             return;
@@ -142,15 +164,21 @@ impl Cutter {
                 at.rewind(id, *b);
             }
         }
+        let at = Arc::new(at);
         self.cuts.lock().points += 1;
         for (tear_words, img) in images {
             let how = if tear_words { "torn words" } else { "lines" };
-            let ctx = format!(
-                "pass {}: crash after persist {rel} of the workload ({how})",
-                self.pass
-            );
-            if let Err(e) = self.verify_image(&img, &at, &ctx) {
-                self.cuts.lock().failures.push(format!("{ctx}: {e:#}"));
+            let ctx = format!("pass {}: crash at {label} ({how})", self.pass);
+            match self.stage(&img) {
+                Ok(paths) => {
+                    self.queue.lock().push_back(Job {
+                        paths,
+                        at: at.clone(),
+                        ctx,
+                    });
+                    self.queued.notify_one();
+                }
+                Err(e) => self.cuts.lock().failures.push(format!("{ctx}: {e:#}")),
             }
             let mut c = self.cuts.lock();
             c.images += 1;
@@ -158,14 +186,53 @@ impl Cutter {
         }
     }
 
-    fn verify_image(&self, img: &[u8], at: &ExpectedState, ctx: &str) -> anyhow::Result<()> {
+    /// Copies the live store's files beside it with `img` as its pool (quick: the engine
+    /// is paused at the point meanwhile).
+    fn stage(&self, img: &[u8]) -> anyhow::Result<RoundPaths> {
         let n = self.next_dir.fetch_add(1, Ordering::SeqCst);
         let paths = RoundPaths::new(&self.cfg, 1_000_000 + self.pass * 100_000 + n);
         carry_over(&self.live, &paths)?;
         std::fs::write(&paths.pool, img)
             .with_context(|| format!("writing {}", paths.pool.display()))?;
+        Ok(paths)
+    }
+
+    /// Recovers and verifies staged images until `done` and nothing is queued (runs on
+    /// its own thread: recovering a store while the live one is paused inside its
+    /// protocol could wait for it, e.g. on a process-wide epoch).
+    fn verifier(&self, done: &AtomicBool) {
+        loop {
+            let job = {
+                let mut q = self.queue.lock();
+                loop {
+                    if let Some(j) = q.pop_front() {
+                        break Some(j);
+                    }
+                    if done.load(Ordering::SeqCst) {
+                        break None;
+                    }
+                    self.queued.wait_for(&mut q, Duration::from_millis(20));
+                }
+            };
+            let Some(job) = job else { return };
+            if let Err(e) = self.verify(&job) {
+                self.cuts
+                    .lock()
+                    .failures
+                    .push(format!("{}: {e:#}", job.ctx));
+            }
+        }
+    }
+
+    /// Images queued and not verified yet.
+    fn backlog(&self) -> usize {
+        self.queue.lock().len()
+    }
+
+    fn verify(&self, job: &Job) -> anyhow::Result<()> {
+        let (paths, ctx) = (&job.paths, job.ctx.as_str());
         let t0 = Instant::now();
-        let store = match open_store(&self.cfg, &paths, false) {
+        let store = match open_store(&self.cfg, paths, false) {
             Ok(s) => s,
             Err(e) => {
                 let mut c = self.cuts.lock();
@@ -175,7 +242,7 @@ impl Cutter {
             }
         };
         let took = t0.elapsed();
-        let v = verify_store(&store.db, at, &self.cfg.workload.sizes, ctx, false);
+        let v = verify_store(&store.db, &job.at, &self.cfg.workload.sizes, ctx, false);
         let engine = store.db.stats().recovery_micros;
         let _ = store.db.close();
         drop(store);
@@ -197,6 +264,16 @@ impl Cutter {
     }
 }
 
+/// A staged image waiting to be recovered and verified.
+struct Job {
+    paths: RoundPaths,
+    at: Arc<ExpectedState>,
+    ctx: String,
+}
+
+/// Images staged ahead of the verifier before the workload waits for it.
+const MAX_BACKLOG: usize = 4;
+
 /// Runs the single-threaded workload on `live` for `ops` operations.
 fn run_workload(
     cfg: &RunConfig,
@@ -205,13 +282,16 @@ fn run_workload(
     seed: u64,
     ops: u64,
     what: String,
+    pacer: &(dyn Fn() + Sync),
 ) -> anyhow::Result<(crate::workload::WorkloadEnd, [u64; 4])> {
     let wl_cfg = WorkloadConfig {
         threads: 1,
         seed,
         ..cfg.workload.clone()
     };
-    let wl = Workload::new(&live.db, state, wl_cfg, &NoObserver, what).limit_ops(ops);
+    let wl = Workload::new(&live.db, state, wl_cfg, &NoObserver, what)
+        .limit_ops(ops)
+        .pace_with(pacer);
     let end = wl.run();
     let c = &wl.counts;
     Ok((
@@ -259,7 +339,15 @@ fn one_pass(
         .ok_or_else(|| anyhow!("the store has no pmem pool"))?;
     let state = cfg.new_state();
     let first = pool.persist_count();
-    let (end, c) = run_workload(cfg, &live, &state, seed, ops, format!("pass {pass}, count"))?;
+    let (end, c) = run_workload(
+        cfg,
+        &live,
+        &state,
+        seed,
+        ops,
+        format!("pass {pass}, count"),
+        &|| {},
+    )?;
     let total = pool.persist_count() - first;
     add_ops(report, c);
     if !end.violations.is_empty() || end.write_error.is_some() {
@@ -293,18 +381,43 @@ fn one_pass(
         pass,
         next_dir: AtomicU64::new(0),
         cuts: Mutex::new(Cuts::default()),
+        queue: Mutex::new(VecDeque::new()),
+        queued: Condvar::new(),
         busy: RwLock::new(()),
     });
     let handler = cutter.clone();
     pool.arm_crash_points(Arc::new(move |cp| handler.at_point(cp)))?;
-    let run = run_workload(cfg, &live, &state, seed, ops, format!("pass {pass}, cut"));
-    pool.disarm_crash_points();
-    drop(cutter.busy.write());
+    let done = AtomicBool::new(false);
+    let pace = || {
+        while cutter.backlog() > MAX_BACKLOG {
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    };
+    let run = std::thread::scope(|s| {
+        let v = s.spawn(|| cutter.verifier(&done));
+        let run = run_workload(
+            cfg,
+            &live,
+            &state,
+            seed,
+            ops,
+            format!("pass {pass}, cut"),
+            &pace,
+        );
+        pool.disarm_crash_points();
+        drop(cutter.busy.write());
+        done.store(true, Ordering::SeqCst);
+        let joined = v.join();
+        joined
+            .map_err(|_| anyhow!("the verifier thread panicked"))
+            .and(run)
+    });
     let (end, c) = run?;
     add_ops(report, c);
     let cuts = std::mem::take(&mut *cutter.cuts.lock());
     report.persists_counted += total;
     report.crash_points += cuts.points;
+    report.named_points += cuts.named;
     report.crash_images += cuts.images;
     report.torn_images += cuts.torn;
     report.keys_verified += cuts.keys_verified;

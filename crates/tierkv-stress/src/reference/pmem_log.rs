@@ -35,6 +35,17 @@
 //!   key, the record with the highest sequence number (instead of the last one in the
 //!   log). The live index is right; after a crash the racing write comes back over every
 //!   later write to its key, acknowledged or not.
+//! - `ack-before-move-persist`: compaction stores and persists the commit word that
+//!   switches halves *before* persisting the moved records (and never persists them), so
+//!   a crash after the switch loses or tears live pairs that were acknowledged long ago.
+//! - `free-while-read`: gets read the value from the log through an offset looked up in
+//!   DRAM and then dropped the lock (no epoch, no reference), and compaction zeroes the
+//!   old half at once: a get that looked up its offset before a compaction reads freed
+//!   (zeroed, or rewritten) bytes.
+//!
+//! Named crash points (`PmemPool::crash_point`): `reflog.compact.after_copy` (moved
+//! records written, not yet persisted) and `reflog.compact.after_switch` (the commit word
+//! naming the new half stored and persisted).
 //!
 //! Thread safety: writers serialise on `writer`; readers only take the index's read lock
 //! (values are served from DRAM; pmem is read only at recovery).
@@ -118,6 +129,8 @@ pub struct PmemLog {
     core: LogCore,
     /// `lose-race-winner`: writes in flight per key.
     in_flight: Mutex<HashMap<Vec<u8>, u32>>,
+    /// `free-while-read`: where each live value is in the log (offset, length).
+    locs: parking_lot::RwLock<HashMap<Vec<u8>, (u64, usize)>>,
 }
 
 /// `lose-race-winner`: how far a racing write's sequence number is raised.
@@ -140,6 +153,7 @@ pub(super) fn open(ctx: EngineContext, fault: Fault) -> Result<Arc<dyn KvStore>>
         writer: Mutex::new(writer),
         core: LogCore::new(index, ctx.options.limits, started),
         in_flight: Mutex::new(HashMap::new()),
+        locs: parking_lot::RwLock::new(HashMap::new()),
     }))
 }
 
@@ -276,9 +290,13 @@ impl PmemLog {
         // NOTE: encoded after a compaction, which moves the sequence numbers on.
         let rec = record::encode(w.next_seq + boost, kind, key, value)
             .ok_or_else(|| Error::invalid("key or value too long for a reflog record"))?;
+        let at = self.layout.half_start(w.half) + w.tail;
         let r = self.write_record(&mut w, &rec);
         self.core.poison_on_error(r)?;
         self.core.applied(kind, key, value);
+        if self.fault == Fault::FreeWhileRead {
+            self.track(kind, key, at, value.len());
+        }
         w.next_seq += 1;
         Ok(())
     }
@@ -289,7 +307,10 @@ impl PmemLog {
         self.pool.write(off, rec)?;
         let new_tail = w.tail + rec.len() as u64;
         match self.fault {
-            Fault::None | Fault::LoseRaceWinner => {
+            Fault::None
+            | Fault::LoseRaceWinner
+            | Fault::AckBeforeMovePersist
+            | Fault::FreeWhileRead => {
                 self.pool.persist(off, rec.len())?;
                 self.publish(w.half, new_tail, true)?;
             }
@@ -333,12 +354,38 @@ impl PmemLog {
         Ok(())
     }
 
+    /// `free-while-read`: remembers where the value of `key` is (the record at `at`).
+    fn track(&self, kind: Kind, key: &[u8], at: u64, value_len: usize) {
+        let mut locs = self.locs.write();
+        match kind {
+            Kind::Put => {
+                let off = at + (record::HEADER_LEN + key.len()) as u64;
+                locs.insert(key.to_vec(), (off, value_len));
+            }
+            Kind::Delete => {
+                locs.remove(key);
+            }
+        }
+    }
+
+    /// `free-while-read`: the value read from the log through its remembered offset.
+    fn get_from_log(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let Some((off, len)) = self.locs.read().get(key).copied() else {
+            // Not written since this open: served from the index rebuilt at recovery.
+            return self.core.get(key);
+        };
+        // BUG (deliberate): nothing keeps the record alive once the lock is dropped.
+        std::thread::yield_now();
+        Ok(Some(self.pool.read(off, len)?.to_vec()))
+    }
+
     /// Copies the live pairs into the other half and switches to it.
     fn compact(&self, w: &mut Writer) -> Result<()> {
         let other = 1 - w.half;
         let start = self.layout.half_start(other);
         let mut tail = 0u64;
         let mut seq = w.next_seq;
+        let mut moved = Vec::new();
         {
             let index = self.core.index();
             for (k, v) in index.iter() {
@@ -352,17 +399,35 @@ impl PmemLog {
                 }
                 let r = self.pool.write(start + tail, &rec);
                 self.core.poison_on_error(r)?;
+                if self.fault == Fault::FreeWhileRead {
+                    moved.push((k.clone(), start + tail, v.len()));
+                }
                 tail += rec.len() as u64;
                 seq += 1;
             }
         }
+        self.pool.crash_point("reflog.compact.after_copy");
         let len = usize::try_from(tail).map_err(|_| corrupt(start, "tail"))?;
-        let r = self
-            .pool
-            .persist(start, len)
-            .and_then(|()| self.publish(other, tail, true));
+        let r = if self.fault == Fault::AckBeforeMovePersist {
+            // BUG (deliberate): the switch is made durable, the moved records are not.
+            self.publish(other, tail, true)
+        } else {
+            self.pool
+                .persist(start, len)
+                .and_then(|()| self.publish(other, tail, true))
+        };
         self.core.poison_on_error(r)?;
+        self.pool.crash_point("reflog.compact.after_switch");
+        let old = self.layout.half_start(w.half);
         *w = fresh_writer(other, tail, seq);
+        if self.fault == Fault::FreeWhileRead {
+            for (k, at, n) in moved {
+                self.track(Kind::Put, &k, at, n);
+            }
+            // BUG (deliberate): the old half is freed at once, readers or not.
+            let half = usize::try_from(self.layout.half_len).map_err(|_| corrupt(old, "half"))?;
+            self.core.poison_on_error(self.pool.fill(old, half, 0))?;
+        }
         self.core.compacted();
         Ok(())
     }
@@ -370,6 +435,9 @@ impl PmemLog {
 
 impl KvStore for PmemLog {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if self.fault == Fault::FreeWhileRead {
+            return self.get_from_log(key);
+        }
         self.core.get(key)
     }
 
