@@ -37,7 +37,8 @@ pub enum Mode {
     FlashFaults,
     /// In-process, single-threaded: count the persists of a workload, replay it and take
     /// crash images (lines and torn words) right after persist N for every N (or a
-    /// stratified sample of --points), each recovered and verified.
+    /// stratified sample of --points), each recovered and verified (e.g. `--mode
+    /// persist-points --ops 1500 --points 2000 --pmem-path /dev/shm`).
     PersistPoints,
 }
 
@@ -77,7 +78,8 @@ pub struct StressArgs {
     pub threads: usize,
     /// Threads that write the same key at once (puts and deletes race; at most
     /// --threads). 1: one writer per key. Above 1, acknowledged writes and reads are judged
-    /// by linearizability (see the README).
+    /// by linearizability (see the README). E.g. `--threads 8 --writers-per-key 4`: two
+    /// groups of four threads, each group racing on its current key.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub writers_per_key: usize,
     /// Run for this long (e.g. 2m); with --rounds, whichever ends first. Default: 20
