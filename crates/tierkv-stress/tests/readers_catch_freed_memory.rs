@@ -14,17 +14,19 @@ fn run(engine: &str) -> common::Run {
         "--seed",
         "1724",
         "--rounds",
-        "6",
+        "8",
         "--round-time",
         "200ms",
         "--threads",
         "3",
         "--keys",
-        "300",
+        "100",
         "--pmem-size",
-        "1MiB",
+        "512KiB",
+        "--max-value",
+        "4KiB",
         "--mix",
-        "40,10,40,10",
+        "45,5,40,10",
     ])
 }
 
@@ -45,6 +47,6 @@ fn a_reader_of_freed_memory_is_caught() {
 #[test]
 fn the_correct_engine_passes_the_same_reads() {
     let r = run("reflog");
-    common::assert_passed(&r, 6);
+    common::assert_passed(&r, 8);
     assert!(r.count("gets") > 100, "{}", r.verdict());
 }

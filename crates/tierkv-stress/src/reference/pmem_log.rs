@@ -374,8 +374,9 @@ impl PmemLog {
             // Not written since this open: served from the index rebuilt at recovery.
             return self.core.get(key);
         };
-        // BUG (deliberate): nothing keeps the record alive once the lock is dropped.
-        std::thread::yield_now();
+        // BUG (deliberate): nothing keeps the record alive once the lock is dropped (the
+        // pause widens the window, so that a CI-sized run hits it).
+        std::thread::sleep(std::time::Duration::from_micros(200));
         Ok(Some(self.pool.read(off, len)?.to_vec()))
     }
 
