@@ -121,7 +121,7 @@ fn racing_writers_survive_crash_images_lockfree() {
 }
 
 /// Issue 17 bug (found by the racing-writers crash test, every index variant): after a
-/// store has been recovered from a crash image twice, a put sometimes fails with
+/// store has been recovered from a crash image (once or twice), a put sometimes fails with
 /// `corruption in dram at offset 72: pages array slot of page 72 still holds page 8`
 /// (64 DRAM pages: logical page 8 is still mapped when page 72 needs its slot, so a page
 /// of the write region was never flushed and freed). Seen in about 3% of runs of three
@@ -129,7 +129,10 @@ fn racing_writers_survive_crash_images_lockfree() {
 /// seeds. Seen with `TIERKV_SEED` unset in the `racing_writers_survive_crash_images_*`
 /// tests run 150 times: 4 failures, in rounds after two recoveries (the failing rounds'
 /// `racing-writers seed`s: 3319574046558815678 lockfree, 8166076322042407135 lockfree,
-/// 7216492082213880723 btree, 4578385582920145162 hash).
+/// 7216492082213880723 btree, 4578385582920145162 hash). This test failed at its 8th
+/// iteration (btree, after one recovery, `racing-writers seed 61345`: `write v117 of
+/// race/0005: corruption in dram at offset 64: pages array slot of page 64 still holds
+/// page 0`).
 #[test]
 #[ignore = "reason: issue 17 bug, fixed in engine branch"]
 fn writes_after_two_recoveries_find_a_pages_array_slot_still_held() {
