@@ -77,7 +77,7 @@ fn every_registered_pmem_engine_passes_a_short_persist_points_pass() {
             vec![d.name.to_owned()]
         };
         // Recovering a flash engine costs more; cut fewer points of it in CI.
-        let points = if d.uses(Tier::Flash) { "8" } else { "20" };
+        let points = if d.uses(Tier::Flash) { "4" } else { "10" };
         for e in engines {
             println!("== {e}");
             let run = common::stress(&[
