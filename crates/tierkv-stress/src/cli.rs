@@ -19,7 +19,7 @@ use clap::{Args, ValueEnum};
 use tierkv::{ByteSize, DurabilityMode, IoBackend, Tier};
 
 use crate::expected_state::KeySpace;
-use crate::modes::{self, Budget, RunConfig};
+use crate::modes::{self, Budget, PersistPointsConfig, RunConfig};
 use crate::report::RunReport;
 use crate::target::{Target, TierConfig};
 use crate::value_codec::{MIN_VALUE_LEN, ValueSizes};
@@ -35,6 +35,11 @@ pub enum Mode {
     PmemImage,
     /// In-process flash crashes (unsynced writes dropped or torn) and injected EIO/ENOSPC.
     FlashFaults,
+    /// In-process, single-threaded: count the persists of a workload, replay it and take
+    /// crash images (lines and torn words) right after persist N for every N (or a
+    /// stratified sample of --points), each recovered and verified (e.g. `--mode
+    /// persist-points --ops 1500 --points 2000 --pmem-path /dev/shm`).
+    PersistPoints,
 }
 
 impl std::fmt::Display for Mode {
@@ -43,6 +48,7 @@ impl std::fmt::Display for Mode {
             Mode::Kill => "kill",
             Mode::PmemImage => "pmem-image",
             Mode::FlashFaults => "flash-faults",
+            Mode::PersistPoints => "persist-points",
         })
     }
 }
@@ -70,6 +76,12 @@ pub struct StressArgs {
     /// Client threads.
     #[arg(long, default_value_t = 4, value_name = "N")]
     pub threads: usize,
+    /// Threads that write the same key at once (puts and deletes race; at most
+    /// --threads). 1: one writer per key. Above 1, acknowledged writes and reads are judged
+    /// by linearizability (see the README). E.g. `--threads 8 --writers-per-key 4`: two
+    /// groups of four threads, each group racing on its current key.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub writers_per_key: usize,
     /// Run for this long (e.g. 2m); with --rounds, whichever ends first. Default: 20
     /// rounds when neither is given.
     #[arg(long, value_name = "DURATION")]
@@ -126,6 +138,13 @@ pub struct StressArgs {
     /// Fraction of flash-faults rounds with an injected EIO or ENOSPC.
     #[arg(long, default_value_t = 0.5, value_name = "F")]
     pub fault_fraction: f64,
+    /// persist-points mode: checked operations of each pass's workload.
+    #[arg(long, default_value_t = 400, value_name = "N")]
+    pub ops: u64,
+    /// persist-points mode: the most persist points cut per pass (every persist when the
+    /// workload makes fewer; else one per stratum of equal size).
+    #[arg(long, default_value_t = 2000, value_name = "N")]
+    pub points: u64,
     /// Keep the working directory after a passing run.
     #[arg(long)]
     pub keep: bool,
@@ -142,6 +161,14 @@ impl StressArgs {
     fn validate(&self) -> anyhow::Result<()> {
         if self.threads == 0 || self.threads > 1024 {
             bail!("--threads {}: between 1 and 1024", self.threads);
+        }
+        if self.writers_per_key == 0 || self.writers_per_key > self.threads {
+            bail!(
+                "--writers-per-key {}: between 1 and --threads ({}); raise --threads for \
+                 more racing writers",
+                self.writers_per_key,
+                self.threads
+            );
         }
         if self.keys == 0 || self.keys > 10_000_000 {
             bail!("--keys {}: between 1 and 10000000", self.keys);
@@ -178,6 +205,8 @@ pub(crate) fn config(args: &StressArgs, seed: u64, work_dir: PathBuf) -> anyhow:
         );
     }
     let rounds = match (args.rounds, args.duration) {
+        // NOTE: a persist-points pass already cuts up to --points crashes.
+        (None, None) if args.mode == Mode::PersistPoints => Some(1),
         (None, None) => Some(20),
         (r, _) => r,
     };
@@ -191,11 +220,17 @@ pub(crate) fn config(args: &StressArgs, seed: u64, work_dir: PathBuf) -> anyhow:
         },
         pmem_mode: args.pmem_mode,
         workload: WorkloadConfig {
-            threads: args.threads,
+            // NOTE: persist-points runs one thread: its point is determinism.
+            threads: if args.mode == Mode::PersistPoints {
+                1
+            } else {
+                args.threads
+            },
             mix: args.mix,
             max_scan: args.max_scan,
             sizes: ValueSizes::up_to(max_value),
             seed,
+            writers_per_key: args.writers_per_key,
         },
         space: KeySpace::new(args.keys),
         work_dir,
@@ -209,6 +244,10 @@ pub(crate) fn config(args: &StressArgs, seed: u64, work_dir: PathBuf) -> anyhow:
         fault_fraction: args.fault_fraction,
         seed,
         verbose: args.verbose,
+        persist_points: PersistPointsConfig {
+            ops: args.ops.max(1),
+            points: args.points.max(1),
+        },
         target,
     })
 }
@@ -245,6 +284,7 @@ fn check_engine(cfg: &RunConfig, mode: Mode) -> anyhow::Result<()> {
         Mode::Kill => modes::kill::check_engine(cfg),
         Mode::PmemImage => modes::pmem_image::check_engine(cfg),
         Mode::FlashFaults => modes::flash_faults::check_engine(cfg),
+        Mode::PersistPoints => modes::persist_points::check_engine(cfg),
     }
 }
 
@@ -271,8 +311,12 @@ fn describe(cfg: &RunConfig, mode: Mode) -> String {
         (None, Some(d)) => format!("{:.0} s", d.as_secs_f64()),
         (None, None) => "unbounded".to_owned(),
     };
+    let racing = match cfg.workload.writers_per_key {
+        1 => String::new(),
+        n => format!(" ({n} writers per key)"),
+    };
     format!(
-        "engine {}, mode {mode}, {} threads, {} keys, values {MIN_VALUE_LEN} B..{} B, mix \
+        "engine {}, mode {mode}, {} threads{racing}, {} keys, values {MIN_VALUE_LEN} B..{} B, mix \
          put,delete,get,scan = {}, {budget}, rounds up to {:.0} ms; {}; dir {}",
         t.spec,
         cfg.workload.threads,
@@ -306,6 +350,7 @@ pub fn run(args: &StressArgs) -> anyhow::Result<bool> {
         Mode::Kill => modes::kill::run(&cfg, &mut report),
         Mode::PmemImage => modes::pmem_image::run(&cfg, &mut report),
         Mode::FlashFaults => modes::flash_faults::run(&cfg, &mut report),
+        Mode::PersistPoints => modes::persist_points::run(&cfg, &mut report),
     };
     report.elapsed = started.elapsed();
     if let Err(e) = outcome {

@@ -27,6 +27,8 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use crate::race::RaceLog;
+
 /// The largest version a key can reach (28 bits).
 pub const MAX_VERSION: u32 = (1 << 28) - 1;
 
@@ -160,6 +162,9 @@ pub struct ExpectedState {
     space: KeySpace,
     words: Box<[AtomicU64]>,
     last_delete: Box<[AtomicU32]>,
+    /// With racing writers: the round's write histories (the words then hold the state
+    /// carried over from the last recovery, and `max_issued`).
+    race: Option<RaceLog>,
 }
 
 impl ExpectedState {
@@ -170,7 +175,20 @@ impl ExpectedState {
             space,
             words: (0..n).map(|_| AtomicU64::new(0)).collect(),
             last_delete: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            race: None,
         }
+    }
+
+    /// The same state, for racing writers (several writes to a key in flight at once,
+    /// judged by [`crate::race`]'s linearizability rule).
+    pub fn racing(mut self) -> Self {
+        self.race = Some(RaceLog::new(self.space));
+        self
+    }
+
+    /// The write histories, when writers race.
+    pub fn race(&self) -> Option<&RaceLog> {
+        self.race.as_ref()
     }
 
     /// The key space.
@@ -211,6 +229,14 @@ impl ExpectedState {
     /// Announces a write to key `id` (call before the engine; the caller holds the key's
     /// write lock) and returns its version.
     pub fn begin_write(&self, id: u32, delete: bool) -> Result<u32, VersionsExhausted> {
+        if let Some(race) = &self.race {
+            return race.begin(
+                id,
+                delete,
+                || self.load(id).max_issued,
+                |v| self.raise_max_issued(id, v, delete),
+            );
+        }
         let mut s = self.load(id);
         if s.max_issued >= MAX_VERSION {
             return Err(VersionsExhausted(id));
@@ -230,6 +256,10 @@ impl ExpectedState {
     /// Records the write `version` to key `id` as acknowledged (call after the engine
     /// returned success).
     pub fn commit(&self, id: u32, version: u32) {
+        if let Some(race) = &self.race {
+            race.ack(id, version);
+            return;
+        }
         let mut s = self.load(id);
         let delete = matches!(s.pending, Some(p) if p.version == version && p.delete);
         s.committed = version;
@@ -243,6 +273,10 @@ impl ExpectedState {
     /// Records `version` as acknowledged when the pending bits are not known (the parent
     /// of a killed child replays acknowledgements this way).
     pub fn commit_known(&self, id: u32, version: u32, delete: bool) {
+        if let Some(race) = &self.race {
+            race.ack(id, version);
+            return;
+        }
         let mut s = self.load(id);
         s.committed = version;
         s.committed_delete = delete;
@@ -256,6 +290,11 @@ impl ExpectedState {
     /// Records an announced write when its pending bits come from elsewhere (the parent of
     /// a killed child replays announcements this way).
     pub fn announce_known(&self, id: u32, version: u32, delete: bool) {
+        if let Some(race) = &self.race {
+            self.raise_max_issued(id, version, delete);
+            race.begin_known(id, version, delete);
+            return;
+        }
         let mut s = self.load(id);
         if delete {
             self.delete_word(id).fetch_max(version, Ordering::SeqCst);
@@ -269,6 +308,18 @@ impl ExpectedState {
     /// the acknowledged state becomes that and nothing is in flight any more.
     pub fn resolve(&self, id: u32, found: Observed) {
         let mut s = self.load(id);
+        if self.race.is_some() {
+            // NOTE: every version issued this round is above the carried-over one, so an
+            // absent key becomes "deleted at max_issued": nothing older may come back.
+            (s.committed, s.committed_delete) = match found {
+                Observed::Version(v) => (v, false),
+                Observed::Absent if s.committed == 0 && s.max_issued == 0 => (0, false),
+                Observed::Absent => (s.max_issued, true),
+            };
+            s.pending = None;
+            self.store(id, s);
+            return;
+        }
         match found {
             Observed::Version(v) => {
                 s.committed = v;
@@ -290,6 +341,10 @@ impl ExpectedState {
     /// leaves: what was acknowledged then must be there; every write announced since (up
     /// to the newest) may or may not be.
     pub fn rewind(&self, id: u32, before: KeyState) {
+        if self.race.is_some() {
+            // Racing writers: the histories know the cut (`RaceLog::mark_cut`).
+            return;
+        }
         let now = self.load(id);
         let hi = now.max_issued;
         let delete = match now.pending {
@@ -311,6 +366,24 @@ impl ExpectedState {
         );
     }
 
+    /// Racing writers: raises `max_issued` of key `id` to `version` (the caller holds the
+    /// key's history lock, or replays a child's announcements in order).
+    fn raise_max_issued(&self, id: u32, version: u32, delete: bool) {
+        let mut s = self.load(id);
+        s.max_issued = s.max_issued.max(version);
+        if delete {
+            self.delete_word(id).fetch_max(version, Ordering::SeqCst);
+        }
+        self.store(id, s);
+    }
+
+    /// The power is being cut now (racing writers: later acknowledgements do not count).
+    pub fn mark_cut(&self) {
+        if let Some(race) = &self.race {
+            race.mark_cut();
+        }
+    }
+
     /// The state of every key, in key order.
     pub fn snapshot(&self) -> Vec<KeyState> {
         (0..self.space.count()).map(|id| self.load(id)).collect()
@@ -319,7 +392,10 @@ impl ExpectedState {
     /// Keys with a write in flight.
     pub fn pending_count(&self) -> usize {
         (0..self.space.count())
-            .filter(|&id| self.load(id).pending.is_some())
+            .filter(|&id| match &self.race {
+                Some(race) => race.in_flight(id),
+                None => self.load(id).pending.is_some(),
+            })
             .count()
     }
 

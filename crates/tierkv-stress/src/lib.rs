@@ -9,6 +9,7 @@
 //! - [`expected_state`]: a word per key (acknowledged version, pending bits), so the
 //!   verifier tells "acknowledged and lost" from "in flight";
 //! - [`value_codec`]: values that carry their key's hash, their version and a checksum;
+//! - [`race`]: racing writers' histories and the linearizability rule that judges them;
 //! - [`workload`]: N threads of put / delete / get / scan, every read checked live;
 //! - [`verify`]: the per-key windows, the full verification after recovery, [`Violation`];
 //! - [`modes`]: `kill`, `pmem-image`, `flash-faults`;
@@ -27,6 +28,7 @@
 mod cli;
 pub mod expected_state;
 pub mod modes;
+pub mod race;
 #[cfg(feature = "reference-engine")]
 pub mod reference;
 pub mod report;

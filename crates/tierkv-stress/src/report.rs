@@ -48,6 +48,14 @@ pub struct RunReport {
     pub engine_recovery_total: Duration,
     /// Pmem crash images taken.
     pub crash_images: u64,
+    /// persist-points: persists counted in the counting runs.
+    pub persists_counted: u64,
+    /// persist-points: points (persist numbers and named points) cut.
+    pub crash_points: u64,
+    /// persist-points: of those, named points of the engine.
+    pub named_points: u64,
+    /// persist-points: acknowledged writes found lost (or otherwise wrong) in their images.
+    pub acked_lost: u64,
     /// Of those, with 8-byte word tearing.
     pub torn_images: u64,
     /// Flash crashes (unsynced writes dropped or torn).
@@ -178,6 +186,14 @@ impl RunReport {
             ms(self.recovery_max),
             ms(self.mean(self.engine_recovery_total)),
         );
+        if self.crash_points > 0 || self.persists_counted > 0 {
+            let _ = write!(
+                s,
+                ", {} persist points cut (of {} persists counted; {} named points), {} \
+                 acknowledged writes lost",
+                self.crash_points, self.persists_counted, self.named_points, self.acked_lost
+            );
+        }
         if self.crash_images > 0 {
             let _ = write!(
                 s,

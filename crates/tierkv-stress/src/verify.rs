@@ -28,7 +28,100 @@ use std::ops::Bound;
 use tierkv::{Db, Error};
 
 use crate::expected_state::{ExpectedState, KeySpace, KeyState, Observed};
+use crate::race::{RaceLog, RaceWindow, ReadStart};
 use crate::value_codec::{self, ValueSizes};
+
+/// What a read loaded before it called the engine.
+#[derive(Clone, Copy, Debug)]
+pub struct ReadOpen {
+    before: KeyState,
+    race: Option<ReadStart>,
+}
+
+/// Opens the check of a read of key `id` (call before the engine).
+pub fn open_read(state: &ExpectedState, id: u32) -> ReadOpen {
+    ReadOpen {
+        race: state.race().map(|r| r.read_start(id)),
+        before: state.load(id),
+    }
+}
+
+/// What one key may hold during one read or after a recovery: a [`Window`] when each key
+/// has one writer, the linearizability rule of [`crate::race`] when writers race.
+#[derive(Clone, Copy, Debug)]
+pub enum Check<'a> {
+    /// One writer per key.
+    Exact(Window),
+    /// Racing writers.
+    Race(&'a RaceLog, RaceWindow, u32),
+}
+
+impl<'a> Check<'a> {
+    /// Closes the check of a read opened with `open` (call after the engine returned).
+    pub fn close(state: &'a ExpectedState, id: u32, open: ReadOpen) -> Self {
+        match (state.race(), open.race) {
+            (Some(log), Some(start)) => Check::Race(log, log.read_window(open.before, start), id),
+            _ => Check::Exact(Window::close(state, id, open.before)),
+        }
+    }
+
+    /// The check of key `id` of a quiescent store (recovered, or live with nothing running).
+    pub fn quiescent(state: &'a ExpectedState, id: u32) -> Self {
+        match state.race() {
+            Some(log) => Check::Race(log, log.quiescent_window(id, state.load(id)), id),
+            None => Check::Exact(Window::quiescent(state, id)),
+        }
+    }
+
+    /// Checks what a read of key `id` returned (see [`Window::check`]).
+    pub fn check(
+        &self,
+        space: KeySpace,
+        sizes: &ValueSizes,
+        id: u32,
+        found: Option<&[u8]>,
+    ) -> Result<Observed, (String, String)> {
+        match self {
+            Check::Exact(w) => w.check(space, sizes, id, found),
+            Check::Race(log, w, _) => log.check(w, space, sizes, id, found),
+        }
+    }
+
+    /// What the key may hold, in words.
+    pub fn expected(&self) -> String {
+        match self {
+            Check::Exact(w) => w.expected(),
+            Check::Race(log, w, id) => log.expected(w, *id),
+        }
+    }
+
+    /// True when a scan covering the key must list it.
+    pub fn must_be_listed(&self, space: KeySpace, sizes: &ValueSizes, id: u32) -> bool {
+        match self {
+            Check::Exact(w) => w.before == w.after && w.must_be_present(),
+            Check::Race(..) => self.check(space, sizes, id, None).is_err(),
+        }
+    }
+
+    /// True when a write to the key was in flight (at the crash, for a recovered store).
+    pub fn in_flight(&self) -> bool {
+        match self {
+            Check::Exact(w) => w.before.pending.is_some(),
+            Check::Race(log, _, id) => log.in_flight(*id),
+        }
+    }
+
+    /// True when `found` is the acknowledged state rather than an in-flight write.
+    pub fn is_acknowledged(&self, found: Observed) -> bool {
+        match self {
+            Check::Exact(w) => {
+                found == Observed::Version(w.before.committed)
+                    || (found == Observed::Absent && w.before.committed_absent())
+            }
+            Check::Race(log, w, id) => log.is_acknowledged(w, *id, found),
+        }
+    }
+}
 
 /// A broken guarantee: the key, what it should have held, what was found, and where.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -262,10 +355,10 @@ pub fn verify_store(
     let mut seen = Vec::with_capacity(space.count() as usize);
     for id in 0..space.count() {
         let key = space.key(id);
-        let w = Window::quiescent(state, id);
+        let w = Check::quiescent(state, id);
         out.keys_verified += 1;
-        let pending = w.before.pending;
-        if pending.is_some() {
+        let pending = w.in_flight();
+        if pending {
             out.in_flight += 1;
         }
         let found = match db.get(&key) {
@@ -283,11 +376,8 @@ pub fn verify_store(
         };
         match w.check(space, sizes, id, found.as_deref()) {
             Ok(obs) => {
-                if obs == Observed::Version(w.before.committed)
-                    || (obs == Observed::Absent && w.before.committed_absent())
-                {
-                    // The acknowledged state: any in-flight write was not applied.
-                } else if pending.is_some() {
+                // An acknowledged state means that any in-flight write was not applied.
+                if pending && !w.is_acknowledged(obs) {
                     out.in_flight_applied += 1;
                 }
                 if matches!(obs, Observed::Version(_)) {
@@ -308,6 +398,9 @@ pub fn verify_store(
             if let (Some((obs, _)), Ok(id)) = (s, u32::try_from(id)) {
                 state.resolve(id, *obs);
             }
+        }
+        if let Some(race) = state.race() {
+            race.reset();
         }
     }
     out

@@ -2,13 +2,14 @@
 //! read checked against the expected state while it runs (issue 5, item 2).
 //!
 //! - Writes: a thread takes the key's lock (one write in flight per key, as in RocksDB's
-//!   db_stress), announces the new version ([`ExpectedState::begin_write`] and
+//!   db_stress; with racing writers, `writers_per_key` > 1, no lock: groups of threads
+//!   write the same key at once and [`crate::race`] judges the outcome), announces the new version ([`ExpectedState::begin_write`] and
 //!   [`WriteObserver::announce`]), calls the engine, and on success records the
 //!   acknowledgement ([`ExpectedState::commit`], [`WriteObserver::acked`]). A failed write
 //!   stays *in flight* (its outcome is unknown) and stops the workload: after a failed write
 //!   an engine may refuse writes until it is reopened (STYLE §5).
 //! - Reads take no lock, so they race with writers of the same key; each is checked against
-//!   a [`Window`] (state before and after the read).
+//!   a [`Check`] (state before and after the read).
 //! - Scans start at a random key; the engine's answer must be ordered, free of phantoms and
 //!   of keys deleted (and acknowledged) throughout the scan, and must not skip a key that was
 //!   present and acknowledged throughout. Engines whose scans are `Unsupported` skip scans.
@@ -22,7 +23,7 @@
 //! fields are atomics or locks.
 
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -31,9 +32,9 @@ use rand_chacha::ChaCha8Rng;
 use tierkv::{Db, Error};
 use tierkv_core::Counter;
 
-use crate::expected_state::{ExpectedState, KeySpace, KeyState};
+use crate::expected_state::{ExpectedState, KeySpace};
 use crate::value_codec::ValueSizes;
-use crate::verify::{Violation, Window, violation};
+use crate::verify::{Check, Violation, open_read, violation};
 
 /// Percentages of each operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,6 +132,11 @@ pub struct WorkloadConfig {
     pub sizes: ValueSizes,
     /// The seed of this round (each thread derives its own from it).
     pub seed: u64,
+    /// Threads that write the same key at once (1: one writer per key, under the key's
+    /// lock). With N > 1 the threads form groups of N that share a current key and move
+    /// on to a random one now and then, so N writes (puts and deletes) to a key race;
+    /// the expected state must then be [`ExpectedState::racing`].
+    pub writers_per_key: usize,
 }
 
 /// Told about every write before the engine is called and after it acknowledged: kill
@@ -189,6 +195,12 @@ pub struct Workload<'a> {
     observer: &'a dyn WriteObserver,
     context: String,
     locks: Box<[Mutex<()>]>,
+    /// Racing writers: the current key of each group of threads.
+    group_keys: Box<[AtomicU32]>,
+    /// Operations the workers may still start (see [`Workload::limit_ops`]).
+    ops_left: AtomicU64,
+    /// Called by each worker before each operation (see [`Workload::pace_with`]).
+    pacer: Option<&'a (dyn Fn() + Sync)>,
     stop: AtomicBool,
     crashed: AtomicBool,
     scans: AtomicBool,
@@ -215,6 +227,9 @@ impl<'a> Workload<'a> {
         context: String,
     ) -> Self {
         let n = state.space().count() as usize;
+        let group_keys = (0..cfg.threads.max(1))
+            .map(|g| AtomicU32::new((g as u32).wrapping_mul(7919) % n.max(1) as u32))
+            .collect();
         Workload {
             db,
             state,
@@ -222,6 +237,9 @@ impl<'a> Workload<'a> {
             observer,
             context,
             locks: (0..n).map(|_| Mutex::new(())).collect(),
+            group_keys,
+            ops_left: AtomicU64::new(u64::MAX),
+            pacer: None,
             stop: AtomicBool::new(false),
             crashed: AtomicBool::new(false),
             scans: AtomicBool::new(true),
@@ -229,6 +247,32 @@ impl<'a> Workload<'a> {
             violations: Mutex::new(Vec::new()),
             write_error: Mutex::new(None),
         }
+    }
+
+    /// Stops the workload by itself after `n` operations (so that two runs with one
+    /// thread and one seed do the same operations).
+    pub fn limit_ops(self, n: u64) -> Self {
+        self.ops_left.store(n, Ordering::SeqCst);
+        self
+    }
+
+    /// Calls `pacer` before each operation, outside any engine call (it may wait, e.g.
+    /// for the harness to catch up with work it queued from inside the engine).
+    pub fn pace_with(mut self, pacer: &'a (dyn Fn() + Sync)) -> Self {
+        self.pacer = Some(pacer);
+        self
+    }
+
+    /// Takes one operation from the budget; false (and the workload stops) when it is spent.
+    fn take_op(&self) -> bool {
+        let ok = self
+            .ops_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if !ok {
+            self.stop();
+        }
+        ok
     }
 
     /// Asks the workers to stop after their current operation.
@@ -269,7 +313,7 @@ impl<'a> Workload<'a> {
         std::thread::scope(|s| {
             for t in 0..self.cfg.threads.max(1) {
                 let seed = self.cfg.seed ^ (t as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                s.spawn(move || self.worker(seed));
+                s.spawn(move || self.worker(seed, t));
             }
         });
         WorkloadEnd {
@@ -278,11 +322,41 @@ impl<'a> Workload<'a> {
         }
     }
 
-    fn worker(&self, seed: u64) {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    fn racing(&self) -> bool {
+        self.cfg.writers_per_key > 1
+    }
+
+    /// The key of the next operation: random, or with racing writers the group's current
+    /// key, moved on by each thread with probability 1 / (4 N) per operation (so a key
+    /// sees about four operations from each of the N threads).
+    fn next_key(&self, rng: &mut ChaCha8Rng, thread: usize) -> u32 {
         let count = self.state.space().count();
-        while !self.stopped() {
-            let id = rng.random_range(0..count);
+        if !self.racing() {
+            return rng.random_range(0..count);
+        }
+        let n = self.cfg.writers_per_key;
+        let Some(cur) = self.group_keys.get(thread / n) else {
+            return rng.random_range(0..count);
+        };
+        let id = cur.load(Ordering::Relaxed);
+        if rng.random_range(0..4 * n) == 0 {
+            let _ = cur.compare_exchange(
+                id,
+                rng.random_range(0..count),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+        id.min(count - 1)
+    }
+
+    fn worker(&self, seed: u64, thread: usize) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        while !self.stopped() && self.take_op() {
+            if let Some(p) = self.pacer {
+                p();
+            }
+            let id = self.next_key(&mut rng, thread);
             match self
                 .cfg
                 .mix
@@ -314,7 +388,10 @@ impl<'a> Workload<'a> {
     fn write(&self, id: u32, delete: bool) {
         let space = self.state.space();
         let key = space.key(id);
-        let _guard = self.locks.get(id as usize).map(Mutex::lock);
+        // NOTE: racing writers take no lock; the expected state tracks every write.
+        let _guard = (!self.racing())
+            .then(|| self.locks.get(id as usize).map(Mutex::lock))
+            .flatten();
         let version = match self.state.begin_write(id, delete) {
             Ok(v) => v,
             Err(e) => {
@@ -358,9 +435,9 @@ impl<'a> Workload<'a> {
     fn get(&self, id: u32) {
         let space = self.state.space();
         let key = space.key(id);
-        let before = self.state.load(id);
+        let before = open_read(self.state, id);
         let result = self.db.get(&key);
-        let window = Window::close(self.state, id, before);
+        let window = Check::close(self.state, id, before);
         let ctx = format!("{}, get", self.context);
         match result {
             Ok(found) => {
@@ -385,14 +462,14 @@ impl<'a> Workload<'a> {
         // NOTE: windows for at most SCAN_WINDOW keys from the start; rows past them are
         // checked for order and phantoms only.
         let end = space.count().min(start.saturating_add(SCAN_WINDOW));
-        let befores: Vec<KeyState> = (start..end).map(|id| self.state.load(id)).collect();
+        let befores: Vec<_> = (start..end).map(|id| open_read(self.state, id)).collect();
         let result = self.db.scan::<Vec<u8>, _>(
             (Bound::Included(start_key.clone()), Bound::Unbounded),
             limit,
         );
-        let windows: Vec<Window> = (start..end)
+        let windows: Vec<Check> = (start..end)
             .zip(befores)
-            .map(|(id, b)| Window::close(self.state, id, b))
+            .map(|(id, b)| Check::close(self.state, id, b))
             .collect();
         let ctx = format!(
             "{}, scan from {} limit {limit}",
@@ -431,7 +508,7 @@ pub(crate) fn check_scan(
     start: u32,
     limit: usize,
     rows: &[(Vec<u8>, Vec<u8>)],
-    windows: &[Window],
+    windows: &[Check<'_>],
     ctx: &str,
 ) -> Vec<Violation> {
     let mut out = Vec::new();
@@ -484,9 +561,8 @@ pub(crate) fn check_scan(
         windows.len()
     };
     for (i, w) in windows.iter().enumerate().take(covered) {
-        let stable = w.before == w.after;
-        if stable && w.must_be_present() && !listed.get(i).copied().unwrap_or(true) {
-            let id = start + i as u32;
+        let id = start + i as u32;
+        if !listed.get(i).copied().unwrap_or(true) && w.must_be_listed(space, sizes, id) {
             out.push(violation(
                 ctx,
                 &space.key(id),
@@ -537,9 +613,9 @@ mod tests {
         (st, ValueSizes::default(), space)
     }
 
-    fn windows(st: &ExpectedState, start: u32) -> Vec<Window> {
+    fn windows(st: &ExpectedState, start: u32) -> Vec<Check<'_>> {
         (start..st.space().count())
-            .map(|id| Window::quiescent(st, id))
+            .map(|id| Check::quiescent(st, id))
             .collect()
     }
 

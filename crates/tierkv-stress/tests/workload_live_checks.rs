@@ -95,6 +95,7 @@ fn run_workload(db: &Db, state: &ExpectedState, seed: u64, time: Duration) -> (W
         max_scan: 16,
         sizes: ValueSizes::up_to(2048),
         seed,
+        writers_per_key: 1,
     };
     println!("workload seed {seed}");
     let wl = Workload::new(db, state, cfg, &NoObserver, "test".into());

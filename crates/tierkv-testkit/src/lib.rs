@@ -12,11 +12,20 @@
 //! written by someone and never goes backwards for a given writer. At the end the whole store
 //! is compared with the union of the oracles.
 //!
+//! Racing writers ([`racing`]): groups of threads write the same keys at once while
+//! readers get and scan them; every answer is judged by linearizability, live and after a
+//! crash image taken while they run ([`Racing`], [`run_racing`]).
+//!
 //! Every run prints its seed; `TIERKV_TEST_SEED=<n>` replays it.
 
 #![forbid(unsafe_code)]
 
+pub mod racing;
 pub mod schema;
+
+pub use racing::{
+    Racing, RacingConfig, RacingReport, RacingWrite, ReadBounds, WriteSpan, run_racing,
+};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

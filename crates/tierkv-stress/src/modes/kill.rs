@@ -258,7 +258,7 @@ pub fn run(cfg: &RunConfig, report: &mut RunReport) -> anyhow::Result<()> {
         .with_context(|| format!("creating {}", paths.data.display()))?;
     fs::create_dir_all(&paths.pmem_dir)
         .with_context(|| format!("creating {}", paths.pmem_dir.display()))?;
-    let state = ExpectedState::new(cfg.space);
+    let state = cfg.new_state();
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
     let mut round = 0u64;
     while cfg.budget.more(round) {

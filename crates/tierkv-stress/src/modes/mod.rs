@@ -7,6 +7,9 @@
 //!   and the parent recovers from the crash image taken at the moment of the kill.
 //! - [`pmem_image`]: in-process, on a Tracked pool: crash images at random moments (line-
 //!   level, or with 8-byte words torn), each recovered by a fresh engine (failure 2).
+//! - [`persist_points`]: in-process, on a Tracked pool: a single-threaded workload's
+//!   persists are counted, then the workload is replayed and cut right after persist N
+//!   for every N (or a stratified sample), with line-level and word-torn images.
 //! - [`flash_faults`]: in-process, on fault-injecting flash: unsynced writes dropped or torn
 //!   at the crash, EIO / ENOSPC injected into writes and syncs (failures 3 and 4).
 //!
@@ -27,6 +30,7 @@
 pub mod flash_faults;
 pub mod kill;
 mod media;
+pub mod persist_points;
 pub mod pmem_image;
 mod power;
 
@@ -36,7 +40,7 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use tierkv::DurabilityMode;
 
-use crate::expected_state::KeySpace;
+use crate::expected_state::{ExpectedState, KeySpace};
 use crate::target::{Target, TierConfig};
 use crate::workload::WorkloadConfig;
 
@@ -87,9 +91,34 @@ pub struct RunConfig {
     pub seed: u64,
     /// Print one line per round.
     pub verbose: bool,
+    /// `persist-points` mode's shape.
+    pub persist_points: PersistPointsConfig,
+}
+
+/// The shape of a `persist-points` pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PersistPointsConfig {
+    /// Checked operations of the workload of each pass.
+    pub ops: u64,
+    /// The most persist points cut per pass (all of them when there are fewer).
+    pub points: u64,
 }
 
 impl RunConfig {
+    /// A fresh expected state for this run (racing, with more than one writer per key).
+    pub(crate) fn new_state(&self) -> ExpectedState {
+        self.adopt_state(ExpectedState::new(self.space))
+    }
+
+    /// `state` prepared for this run's writers.
+    pub(crate) fn adopt_state(&self, state: ExpectedState) -> ExpectedState {
+        if self.workload.writers_per_key > 1 {
+            state.racing()
+        } else {
+            state
+        }
+    }
+
     /// A random crash moment within a round (at least a twentieth of it, so that the
     /// workload always gets going).
     pub(crate) fn crash_delay(&self, rng: &mut impl Rng) -> Duration {

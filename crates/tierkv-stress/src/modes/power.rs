@@ -135,7 +135,7 @@ impl RoundPaths {
         }
     }
 
-    fn remove(&self) -> std::io::Result<()> {
+    pub(crate) fn remove(&self) -> std::io::Result<()> {
         remove_path(&self.pool)?;
         remove_path(&self.flash)?;
         remove_path(&self.data)
@@ -216,7 +216,7 @@ fn copy_tree(from: &Path, to: &Path, skip: &[&Path]) -> anyhow::Result<()> {
 
 /// Copies the crashed store's files (not its pool: the image replaces it) into `next` and
 /// points the manifest at the new places.
-fn carry_over(from: &RoundPaths, next: &RoundPaths) -> anyhow::Result<()> {
+pub(crate) fn carry_over(from: &RoundPaths, next: &RoundPaths) -> anyhow::Result<()> {
     copy_tree(&from.data, &next.data, &[&from.pool, &from.flash])?;
     copy_tree(&from.flash, &next.flash, &[])?;
     let mut m = Manifest::read_from(&next.data)?
@@ -283,7 +283,7 @@ pub(crate) fn run_rounds(
         cfg,
         report,
         policy,
-        state: ExpectedState::new(cfg.space),
+        state: cfg.new_state(),
         rng: ChaCha8Rng::seed_from_u64(cfg.seed),
         uses_pmem: cfg.target.uses(Tier::Pmem),
         uses_flash: cfg.target.uses(Tier::Flash),
@@ -401,6 +401,7 @@ impl Rounds<'_> {
             let worker = s.spawn(|| wl.run());
             let cut_result = if wl.run_until(Instant::now() + delay) {
                 wl.mark_crashed();
+                state.mark_cut();
                 let snap = state.snapshot();
                 injected_before_cut = policy.error_was_injected(live);
                 policy.settle(live);
@@ -448,6 +449,7 @@ impl Rounds<'_> {
             return Ok(None);
         }
         if self.rng.random_bool(0.5) {
+            self.state.mark_cut();
             let snap = self.state.snapshot();
             cut(live, plan, next)?;
             Ok(Some(Some(snap)))

@@ -326,7 +326,11 @@ impl FlashLog {
                 }
                 Ok(())
             }
-            Fault::None | Fault::SkipPersist => w.file.sync(),
+            Fault::None
+            | Fault::SkipPersist
+            | Fault::LoseRaceWinner
+            | Fault::AckBeforeMovePersist
+            | Fault::FreeWhileRead => w.file.sync(),
         }
     }
 

@@ -35,15 +35,38 @@ pub enum Fault {
     AckBeforePersist,
     /// Skips one persist (or sync) of the commit protocol.
     SkipPersist,
+    /// `reflog` only: a write that raced with another write to its key is logged with a
+    /// rank above every later write, so recovery resurrects it over the acknowledged
+    /// winner of a later round of writes (the shape of a lost CAS retried with a stale
+    /// timestamp).
+    LoseRaceWinner,
+    /// `reflog` only: compaction (the move a real engine runs in the background) switches
+    /// to the new half, and acknowledges the write that triggered it, before the moved
+    /// records are persisted.
+    AckBeforeMovePersist,
+    /// `reflog` only: gets read values from pmem through an offset looked up in DRAM,
+    /// without protecting it; compaction frees (zeroes) the old half at once, so a reader
+    /// still holding an offset into it reads freed memory.
+    FreeWhileRead,
 }
 
 /// The variants, default first.
-pub const VARIANTS: &[&str] = &["correct", "ack-before-persist", "skip-persist"];
+pub const VARIANTS: &[&str] = &[
+    "correct",
+    "ack-before-persist",
+    "skip-persist",
+    "lose-race-winner",
+    "ack-before-move-persist",
+    "free-while-read",
+];
 
 fn fault_of(desc: &EngineDescriptor, ctx: &EngineContext) -> Result<Fault> {
     Ok(match desc.variant(&ctx.spec)? {
         "ack-before-persist" => Fault::AckBeforePersist,
         "skip-persist" => Fault::SkipPersist,
+        "lose-race-winner" => Fault::LoseRaceWinner,
+        "ack-before-move-persist" => Fault::AckBeforeMovePersist,
+        "free-while-read" => Fault::FreeWhileRead,
         _ => Fault::None,
     })
 }
@@ -80,6 +103,15 @@ fn open_reflog(ctx: EngineContext) -> Result<Arc<dyn KvStore>> {
 
 fn open_reflog_flash(ctx: EngineContext) -> Result<Arc<dyn KvStore>> {
     let fault = fault_of(&REFLOG_FLASH, &ctx)?;
+    if !matches!(
+        fault,
+        Fault::None | Fault::AckBeforePersist | Fault::SkipPersist
+    ) {
+        return Err(tierkv_core::Error::invalid(format!(
+            "reflog-flash has no {} variant (reflog has)",
+            ctx.spec.variant.as_deref().unwrap_or("such")
+        )));
+    }
     let mut params = ctx.spec.params();
     let segment = params.take("segment", tierkv_core::ByteSize(flash_log::DEFAULT_SEGMENT))?;
     params.finish()?;

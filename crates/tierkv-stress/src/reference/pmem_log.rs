@@ -30,12 +30,30 @@
 //! - `ack-before-persist`: steps (2) and (4) are deferred and done for 16 writes at once
 //!   (a group commit that acknowledges before the group is durable);
 //! - `skip-persist`: step (4) is skipped: the commit word is stored but never persisted.
+//! - `lose-race-winner`: a write that started while another write to the same key was in
+//!   flight is logged with its sequence number raised by 2^32, and recovery keeps, per
+//!   key, the record with the highest sequence number (instead of the last one in the
+//!   log). The live index is right; after a crash the racing write comes back over every
+//!   later write to its key, acknowledged or not.
+//! - `ack-before-move-persist`: compaction stores and persists the commit word that
+//!   switches halves *before* persisting the moved records (and never persists them), so
+//!   a crash after the switch loses or tears live pairs that were acknowledged long ago.
+//! - `free-while-read`: gets read the value from the log through an offset looked up in
+//!   DRAM and then dropped the lock (no epoch, no reference), and compaction zeroes the
+//!   old half at once: a get that looked up its offset before a compaction reads freed
+//!   (zeroed, or rewritten) bytes.
+//!
+//! Named crash points (`PmemPool::crash_point`): `reflog.compact.after_copy` (moved
+//! records written, not yet persisted) and `reflog.compact.after_switch` (the commit word
+//! naming the new half stored and persisted).
 //!
 //! Thread safety: writers serialise on `writer`; readers only take the index's read lock
 //! (values are served from DRAM; pmem is read only at recovery).
 
 use std::sync::Arc;
 use std::time::Instant;
+
+use std::collections::HashMap;
 
 use parking_lot::Mutex;
 use tierkv_core::media::pmem::PmemPool;
@@ -109,7 +127,14 @@ pub struct PmemLog {
     fault: Fault,
     writer: Mutex<Writer>,
     core: LogCore,
+    /// `lose-race-winner`: writes in flight per key.
+    in_flight: Mutex<HashMap<Vec<u8>, u32>>,
+    /// `free-while-read`: where each live value is in the log (offset, length).
+    locs: parking_lot::RwLock<HashMap<Vec<u8>, (u64, usize)>>,
 }
+
+/// `lose-race-winner`: how far a racing write's sequence number is raised.
+const RACE_BOOST: u64 = 1 << 32;
 
 /// Opens (formats or recovers) the log on the context's pool.
 pub(super) fn open(ctx: EngineContext, fault: Fault) -> Result<Arc<dyn KvStore>> {
@@ -119,7 +144,7 @@ pub(super) fn open(ctx: EngineContext, fault: Fault) -> Result<Arc<dyn KvStore>>
     let (writer, index) = if ctx.created {
         format(&pool, layout)?
     } else {
-        recover(&pool, layout)?
+        recover(&pool, layout, fault)?
     };
     Ok(Arc::new(PmemLog {
         pool,
@@ -127,6 +152,8 @@ pub(super) fn open(ctx: EngineContext, fault: Fault) -> Result<Arc<dyn KvStore>>
         fault,
         writer: Mutex::new(writer),
         core: LogCore::new(index, ctx.options.limits, started),
+        in_flight: Mutex::new(HashMap::new()),
+        locs: parking_lot::RwLock::new(HashMap::new()),
     }))
 }
 
@@ -153,7 +180,10 @@ fn format(pool: &PmemPool, l: Layout) -> Result<Opened> {
     Ok((fresh_writer(0, 0, 1), Index::new()))
 }
 
-fn recover(pool: &PmemPool, l: Layout) -> Result<Opened> {
+fn recover(pool: &PmemPool, l: Layout, fault: Fault) -> Result<Opened> {
+    // BUG (deliberate, `lose-race-winner`): rank records by sequence number.
+    let by_rank = fault == Fault::LoseRaceWinner;
+    let mut ranks: HashMap<Vec<u8>, u64> = HashMap::new();
     if pool.root(ROOT_LOG)? != l.header {
         return Err(corrupt(0, "root word 0 does not point at a reflog header"));
     }
@@ -190,14 +220,25 @@ fn recover(pool: &PmemPool, l: Layout) -> Result<Opened> {
         let (rec, n) = record::decode(rest).map_err(|e| corrupt(at, e.to_string()))?;
         if let Some(prev) = last_seq
             && rec.seq != prev.wrapping_add(1)
+            && !by_rank
         {
             return Err(corrupt(
                 at,
                 format!("record seq {} after {prev}: not consecutive", rec.seq),
             ));
         }
-        last_seq = Some(rec.seq);
-        apply(&mut index, rec.kind, rec.key, rec.value);
+        let rank = rec.seq;
+        let seq = if by_rank { rank % RACE_BOOST } else { rank };
+        last_seq = Some(seq);
+        if by_rank {
+            let best = ranks.entry(rec.key.to_vec()).or_insert(0);
+            if rank >= *best {
+                *best = rank;
+                apply(&mut index, rec.kind, rec.key, rec.value);
+            }
+        } else {
+            apply(&mut index, rec.kind, rec.key, rec.value);
+        }
         off += n;
     }
     let next_seq = last_seq.map_or(1, |s| s.wrapping_add(1));
@@ -211,6 +252,30 @@ fn commit_word(half: usize, tail: u64) -> u64 {
 impl PmemLog {
     fn append(&self, kind: Kind, key: &[u8], value: &[u8]) -> Result<()> {
         self.core.check_write(key, value)?;
+        if self.fault != Fault::LoseRaceWinner {
+            return self.append_ranked(kind, key, value, 0);
+        }
+        let racing = {
+            let mut f = self.in_flight.lock();
+            let n = f.entry(key.to_vec()).or_insert(0);
+            *n += 1;
+            *n > 1
+        };
+        // Give the other writers of the key a chance to overlap (the bug needs a race).
+        std::thread::yield_now();
+        let r = self.append_ranked(kind, key, value, if racing { RACE_BOOST } else { 0 });
+        let mut f = self.in_flight.lock();
+        if let Some(n) = f.get_mut(key) {
+            *n -= 1;
+            if *n == 0 {
+                f.remove(key);
+            }
+        }
+        r
+    }
+
+    /// Appends one record whose sequence number is raised by `boost`.
+    fn append_ranked(&self, kind: Kind, key: &[u8], value: &[u8], boost: u64) -> Result<()> {
         let mut w = self.writer.lock();
         let len = record::encoded_len(key.len(), value.len()) as u64;
         if w.tail + len > self.layout.half_len {
@@ -223,11 +288,15 @@ impl PmemLog {
             }
         }
         // NOTE: encoded after a compaction, which moves the sequence numbers on.
-        let rec = record::encode(w.next_seq, kind, key, value)
+        let rec = record::encode(w.next_seq + boost, kind, key, value)
             .ok_or_else(|| Error::invalid("key or value too long for a reflog record"))?;
+        let at = self.layout.half_start(w.half) + w.tail;
         let r = self.write_record(&mut w, &rec);
         self.core.poison_on_error(r)?;
         self.core.applied(kind, key, value);
+        if self.fault == Fault::FreeWhileRead {
+            self.track(kind, key, at, value.len());
+        }
         w.next_seq += 1;
         Ok(())
     }
@@ -238,7 +307,10 @@ impl PmemLog {
         self.pool.write(off, rec)?;
         let new_tail = w.tail + rec.len() as u64;
         match self.fault {
-            Fault::None => {
+            Fault::None
+            | Fault::LoseRaceWinner
+            | Fault::AckBeforeMovePersist
+            | Fault::FreeWhileRead => {
                 self.pool.persist(off, rec.len())?;
                 self.publish(w.half, new_tail, true)?;
             }
@@ -282,12 +354,39 @@ impl PmemLog {
         Ok(())
     }
 
+    /// `free-while-read`: remembers where the value of `key` is (the record at `at`).
+    fn track(&self, kind: Kind, key: &[u8], at: u64, value_len: usize) {
+        let mut locs = self.locs.write();
+        match kind {
+            Kind::Put => {
+                let off = at + (record::HEADER_LEN + key.len()) as u64;
+                locs.insert(key.to_vec(), (off, value_len));
+            }
+            Kind::Delete => {
+                locs.remove(key);
+            }
+        }
+    }
+
+    /// `free-while-read`: the value read from the log through its remembered offset.
+    fn get_from_log(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let Some((off, len)) = self.locs.read().get(key).copied() else {
+            // Not written since this open: served from the index rebuilt at recovery.
+            return self.core.get(key);
+        };
+        // BUG (deliberate): nothing keeps the record alive once the lock is dropped (the
+        // pause widens the window, so that a CI-sized run hits it).
+        std::thread::sleep(std::time::Duration::from_micros(200));
+        Ok(Some(self.pool.read(off, len)?.to_vec()))
+    }
+
     /// Copies the live pairs into the other half and switches to it.
     fn compact(&self, w: &mut Writer) -> Result<()> {
         let other = 1 - w.half;
         let start = self.layout.half_start(other);
         let mut tail = 0u64;
         let mut seq = w.next_seq;
+        let mut moved = Vec::new();
         {
             let index = self.core.index();
             for (k, v) in index.iter() {
@@ -301,17 +400,35 @@ impl PmemLog {
                 }
                 let r = self.pool.write(start + tail, &rec);
                 self.core.poison_on_error(r)?;
+                if self.fault == Fault::FreeWhileRead {
+                    moved.push((k.clone(), start + tail, v.len()));
+                }
                 tail += rec.len() as u64;
                 seq += 1;
             }
         }
+        self.pool.crash_point("reflog.compact.after_copy");
         let len = usize::try_from(tail).map_err(|_| corrupt(start, "tail"))?;
-        let r = self
-            .pool
-            .persist(start, len)
-            .and_then(|()| self.publish(other, tail, true));
+        let r = if self.fault == Fault::AckBeforeMovePersist {
+            // BUG (deliberate): the switch is made durable, the moved records are not.
+            self.publish(other, tail, true)
+        } else {
+            self.pool
+                .persist(start, len)
+                .and_then(|()| self.publish(other, tail, true))
+        };
         self.core.poison_on_error(r)?;
+        self.pool.crash_point("reflog.compact.after_switch");
+        let old = self.layout.half_start(w.half);
         *w = fresh_writer(other, tail, seq);
+        if self.fault == Fault::FreeWhileRead {
+            for (k, at, n) in moved {
+                self.track(Kind::Put, &k, at, n);
+            }
+            // BUG (deliberate): the old half is freed at once, readers or not.
+            let half = usize::try_from(self.layout.half_len).map_err(|_| corrupt(old, "half"))?;
+            self.core.poison_on_error(self.pool.fill(old, half, 0))?;
+        }
         self.core.compacted();
         Ok(())
     }
@@ -319,6 +436,9 @@ impl PmemLog {
 
 impl KvStore for PmemLog {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if self.fault == Fault::FreeWhileRead {
+            return self.get_from_log(key);
+        }
         self.core.get(key)
     }
 
@@ -357,7 +477,7 @@ impl KvStore for PmemLog {
 
     fn check(&self) -> Result<Vec<String>> {
         let w = self.writer.lock();
-        let (again, index) = recover(&self.pool, self.layout)?;
+        let (again, index) = recover(&self.pool, self.layout, self.fault)?;
         if again.tail != w.tail || index != *self.core.index() {
             return Err(corrupt(
                 self.layout.commit_off(),

@@ -125,3 +125,15 @@ pub fn assert_caught(run: &Run) {
         assert!(line.contains("; found "), "{line}");
     }
 }
+
+/// Every variant of an engine as a spec (`hetermm:btree`, ...), or its name alone.
+pub fn engine_variants(d: &tierkv_core::EngineDescriptor) -> Vec<String> {
+    if d.variants.len() > 1 {
+        d.variants
+            .iter()
+            .map(|v| format!("{}:{v}", d.name))
+            .collect()
+    } else {
+        vec![d.name.to_owned()]
+    }
+}

@@ -163,6 +163,10 @@ impl PmemPool {
                     let _gate = shadow.gate();
                     shadow.persist_lines(&self.map, start, len);
                 }
+                // NOTE: after the gate is released, so a handler can take a crash image.
+                if let Some(points) = &self.points {
+                    points.after_persist(off, len);
+                }
                 Ok(())
             }
         }

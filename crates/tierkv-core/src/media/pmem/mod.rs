@@ -30,7 +30,8 @@
 //! - `access.rs` — reads, writes, atomics, persist;
 //! - `mapping.rs` — the mmap and its soundness argument; `file.rs` — the file and its lock;
 //! - `header.rs` — the header codec; `persist.rs` — write-back instructions;
-//! - `tracked.rs` — the shadow image and crash images; `latency.rs` — emulated latency;
+//! - `tracked.rs` — the shadow image and crash images; `crash_points.rs` — numbered
+//!   persists and named points where tests cut crash images; `latency.rs` — emulated latency;
 //! - `alloc/` — [`PmemAllocator`], chunks and size-class slabs with persistent metadata.
 //!
 //! `unsafe` is denied in this module tree except at the sites in `mapping.rs`,
@@ -44,6 +45,7 @@
 mod access;
 pub mod alloc;
 mod codec;
+pub mod crash_points;
 mod file;
 mod header;
 mod latency;
@@ -54,6 +56,7 @@ mod tracked;
 
 pub use crate::api::options::{DurabilityMode, EmulatedLatency};
 pub use alloc::{AllocStats, Allocation, DEFAULT_CHUNK_SIZE, PmemAllocator};
+pub use crash_points::{CrashPoint, CrashPointHandler, arm_global, crash_point};
 pub use header::{
     DATA_START, FORMAT_VERSION, MIN_POOL_SIZE, POOL_MAGIC, POOL_SIZE_ALIGN, PoolHeader, ROOT_COUNT,
     STATIC_LEN as HEADER_STATIC_LEN, decode_pool_header, encode_pool_header,

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
+use super::crash_points::{CrashPointHandler, PoolPoints};
 use super::file;
 use super::header::{
     DATA_START, PoolHeader, ROOT_COUNT, STATIC_LEN, decode_pool_header, encode_pool_header,
@@ -56,6 +57,8 @@ pub struct PmemPool {
     pub(super) flush: Option<FlushInstr>,
     /// The persisted image (Tracked mode only).
     pub(super) shadow: Option<Shadow>,
+    /// Numbered persists and crash-point handlers (Tracked mode only).
+    pub(super) points: Option<PoolPoints>,
     pub(super) latency: LatencyEmulator,
     pub(super) bytes_written: Counter,
     pub(super) bytes_read: Counter,
@@ -127,13 +130,15 @@ impl PmemPool {
             MapKind::Shared
         };
         let map = Mapping::map(&file, len, kind).map_err(|e| map_error(cfg, e))?;
-        let shadow = (cfg.mode == DurabilityMode::Tracked).then(|| Shadow::of(&map));
+        let tracked = cfg.mode == DurabilityMode::Tracked;
+        let shadow = tracked.then(|| Shadow::of(&map));
         Ok(PmemPool {
             path: cfg.path.clone(),
             header,
             mode: cfg.mode,
             flush,
             shadow,
+            points: tracked.then(PoolPoints::default),
             latency: LatencyEmulator::new(cfg.latency),
             bytes_written: Counter::default(),
             bytes_read: Counter::default(),
@@ -268,6 +273,45 @@ impl PmemPool {
             .map_err(|e| Error::io("create crash image", path, e))?;
         f.write_all(&image)
             .map_err(|e| Error::io("write crash image", path, e))
+    }
+
+    /// Arms `handler` for this pool's crash points (Tracked mode only;
+    /// [`Error::Unsupported`] otherwise): every persist, numbered, and every named point
+    /// reached through [`PmemPool::crash_point`]. See `crash_points.rs`.
+    pub fn arm_crash_points(&self, handler: CrashPointHandler) -> Result<()> {
+        let points = self.points.as_ref().ok_or_else(|| {
+            Error::Unsupported(format!(
+                "crash points need pmem mode tracked; pool {} is open in mode {}",
+                self.path.display(),
+                self.mode
+            ))
+        })?;
+        points.arm(handler);
+        Ok(())
+    }
+
+    /// Disarms this pool's crash-point handler (nothing if none was armed).
+    pub fn disarm_crash_points(&self) {
+        if let Some(p) = &self.points {
+            p.disarm();
+        }
+    }
+
+    /// The number of persists of this open so far (Tracked mode; 0 in other modes, where
+    /// they are counted only in [`PmemPool::counters`]).
+    pub fn persist_count(&self) -> u64 {
+        self.points.as_ref().map_or(0, PoolPoints::persists)
+    }
+
+    /// A named crash point of the work this pool's engine is doing (e.g.
+    /// `"prism.gc.after_copy"`): calls the pool's armed handler, else the global one. One
+    /// relaxed load when nothing is armed. See `crash_points.rs`.
+    #[inline]
+    pub fn crash_point(&self, name: &str) {
+        match &self.points {
+            Some(p) => p.named(name),
+            None => super::crash_points::crash_point(name),
+        }
     }
 
     pub(super) fn check_poisoned(&self) -> Result<()> {

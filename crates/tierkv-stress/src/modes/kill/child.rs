@@ -141,6 +141,7 @@ pub fn child_main(args: &StressArgs, work: &Path) -> anyhow::Result<bool> {
         .ok()
         .and_then(|b| ExpectedState::decode(&b))
         .filter(|s| s.space() == cfg.space)
+        .map(|s| cfg.adopt_state(s))
         .ok_or_else(|| anyhow!("kill child: no expected state in {}", paths.state.display()))?;
     let store = match open_child_store(&cfg, &paths) {
         Ok(s) => s,
