@@ -158,8 +158,7 @@ fn kill_9_during_execs_and_expiring_writes_keeps_every_acked_ttl() {
     while acked.load(std::sync::atomic::Ordering::SeqCst) < 200 {
         std::thread::sleep(Duration::from_millis(10));
     }
-    p.child.kill().unwrap(); // SIGKILL
-    let _ = p.child.wait();
+    p.kill9();
     writer.join().unwrap();
     let acked = acked.load(std::sync::atomic::Ordering::SeqCst);
 

@@ -2,8 +2,8 @@
 //! one line by `main`).
 
 mod dump;
-mod stats;
 pub mod schema;
+mod stats;
 
 use std::io::{Read, Write};
 

@@ -67,6 +67,12 @@ impl Proc {
         c
     }
 
+    /// Sends SIGKILL and reaps the process (a crash: nothing is flushed or closed).
+    pub fn kill9(&mut self) {
+        self.child.kill().unwrap();
+        let _ = self.child.wait();
+    }
+
     /// Sends SIGTERM.
     pub fn sigterm(&self) {
         let ok = Command::new("kill")
