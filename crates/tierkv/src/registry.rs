@@ -7,6 +7,7 @@ pub static ENGINES: &[EngineDescriptor] = &[
     tierkv_prism::DESCRIPTOR,
     tierkv_dram::DESCRIPTOR,
     tierkv_hetermm::DESCRIPTOR,
+    tierkv_prismdb::DESCRIPTOR,
 ];
 
 /// The engine called `name`, or an error listing the known ones.
