@@ -266,7 +266,9 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Outcome> {
     sh.counters.promoted.add(outcome.promoted);
     sh.counters.tombstones_dropped.add(outcome.tombstones);
     // Leftovers: removal failures are harmless (the next load removes them).
-    let _ = remove_old(sh, part, plan, seq);
+    if remove_old(sh, part, plan, seq).is_ok() {
+        sh.crash_point("compaction: old files removed");
+    }
     Ok(outcome)
 }
 
@@ -363,8 +365,11 @@ fn write_and_commit(
                 })
                 .collect(),
         };
+        sh.crash_point("compaction: tables synced");
         manifest_tried = true;
-        commit(&sh.dev, &m)
+        commit(&sh.dev, &m)?;
+        sh.crash_point("compaction: manifest committed");
+        Ok(())
     })();
     if let Err(e) = result {
         if !manifest_tried {
@@ -406,6 +411,7 @@ fn install(
         if same && let Some(loc) = st.index.remove(&v.key) {
             part.unaccount(&v.key, &loc);
             st.slabs.free(loc.off, loc.class)?;
+            sh.crash_point("compaction: victim freed");
         }
     }
     // Refresh the flash flags of the range (approx-MSC overlap counts).

@@ -270,12 +270,23 @@ impl Partition {
             .pool
             .write(off, &enc)
             .and_then(|()| sh.pool.persist(off, enc.len()));
+        let kind = match (only_if_absent, value.is_some()) {
+            (true, _) => ["promotion: object persisted", "promotion: published"],
+            (false, true) => ["put: object persisted", "put: published, old slot freed"],
+            (false, false) => [
+                "delete: tombstone persisted",
+                "delete: tombstone published, old slot freed",
+            ],
+        };
+        if written.is_ok() {
+            sh.crash_point(kind[0]);
+        }
         let mut st = self.state.write();
         if let Err(e) = written {
             let _ = st.slabs.free(off, class);
             return Err(e);
         }
-        self.publish(
+        let published = self.publish(
             &mut st,
             key,
             off,
@@ -283,7 +294,10 @@ impl Partition {
             class,
             value.is_none(),
             only_if_absent,
-        )
+        )?;
+        drop(st);
+        sh.crash_point(kind[1]);
+        Ok(published)
     }
 
     /// Takes a timestamp and a slot for a write of `len` bytes (waiting for compactions
@@ -313,6 +327,8 @@ impl Partition {
                 if let Some(loc) = st.index.remove(key) {
                     st.slabs.free(loc.off, loc.class)?;
                     self.unaccount(key, &loc);
+                    drop(st);
+                    sh.crash_point("delete: slot freed");
                 }
                 return Ok(None);
             }

@@ -50,6 +50,9 @@ pub struct EngineCounters {
     pub recovery_freed: Counter,
 }
 
+/// A test hook called at every persist point (FORMAT.md §3) with its name.
+pub type CrashHook = Arc<dyn Fn(&'static str) + Send + Sync>;
+
 /// The engine's shared state.
 pub struct Shared {
     /// The pmem pool.
@@ -82,6 +85,8 @@ pub struct Shared {
     pub space: (Mutex<u64>, Condvar),
     /// Operations since open (read-triggered compaction epochs).
     pub op_clock: AtomicU64,
+    /// Crash-point hook (tests: crash images at every persist point).
+    pub crash_hook: parking_lot::RwLock<Option<CrashHook>>,
 }
 
 impl Shared {
@@ -114,6 +119,14 @@ impl Shared {
     pub fn wait_for_space(&self, d: Duration) {
         let mut g = self.space.0.lock();
         self.space.1.wait_for(&mut g, d);
+    }
+
+    /// Reports reaching persist point `name` to the crash hook, if one is set.
+    pub fn crash_point(&self, name: &'static str) {
+        let hook = self.crash_hook.read().clone();
+        if let Some(h) = hook {
+            h(name);
+        }
     }
 
     /// The partition of `key`.

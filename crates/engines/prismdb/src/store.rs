@@ -155,6 +155,7 @@ impl PrismDbStore {
             wake: (Mutex::new(0), Condvar::new()),
             space: (Mutex::new(0), Condvar::new()),
             op_clock: AtomicU64::new(0),
+            crash_hook: parking_lot::RwLock::new(None),
         });
         if !created {
             crate::recovery::recover(&sh)?;
