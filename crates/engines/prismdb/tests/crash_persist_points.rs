@@ -55,7 +55,7 @@ fn copy_dir(from: &Path, to: &Path) {
 /// Recovers a store from a crash image of `pool` plus a copy of `flash` and checks it.
 fn verify_image(rig: &Rig, pool: &PmemPool, point: &str, seed: u64, exp: &Expect) {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let opts = if seed % 2 == 0 {
+    let opts = if seed.is_multiple_of(2) {
         CrashImageOptions::lines()
     } else {
         CrashImageOptions::torn_words()
