@@ -445,8 +445,10 @@ fn remove_old(sh: &Shared, part: &Partition, plan: &Plan, seq: u64) -> Result<()
     for t in &plan.old {
         sh.dev.remove_file(t.file.name())?;
     }
-    if seq > 1 {
-        let old = manifest_name(part.id, seq - 1);
+    // The previous manifest is kept as a fallback (a checksum failure of the newest one is
+    // then reported, not silently rolled back; FORMAT.md §2).
+    if seq > 2 {
+        let old = manifest_name(part.id, seq - 2);
         if sh.dev.list_files().contains(&old) {
             sh.dev.remove_file(&old)?;
         }

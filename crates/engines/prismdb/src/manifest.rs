@@ -172,6 +172,13 @@ pub fn load(dev: &FlashDevice, p: usize) -> Result<ManifestData> {
             break;
         }
     }
+    if chosen.is_none() && !tables.is_empty() {
+        return Err(Error::corruption(
+            Tier::Flash,
+            0,
+            format!("partition {p}: table files but no manifest that checks"),
+        ));
+    }
     let m = chosen.unwrap_or(ManifestData {
         partition: u32::try_from(p).unwrap_or(0),
         seq: 0,
@@ -180,7 +187,8 @@ pub fn load(dev: &FlashDevice, p: usize) -> Result<ManifestData> {
     });
     let mut removed = false;
     for (seq, name) in &mans {
-        if *seq != m.seq {
+        // Keep the committed one and its predecessor (the fallback).
+        if *seq != m.seq && *seq + 1 != m.seq {
             dev.remove_file(name)?;
             removed = true;
         }

@@ -143,7 +143,7 @@ impl Partition {
                 ts: 0,
                 tables: Arc::new(TableSet::default()),
                 compacting: None,
-                manifest_seq: 0,
+                manifest_seq: 1,
                 next_table: 1,
             }),
             tracker: Mutex::new(Tracker::new(tracker_cap)),

@@ -18,7 +18,7 @@ use tierkv_core::{EngineContext, Error, KvPair, KvStore, Limits, Result, Stats};
 
 use crate::background::Background;
 use crate::format::{SUPER_LEN, Superblock};
-use crate::manifest::parse_name;
+use crate::manifest::{ManifestData, parse_name};
 use crate::options::PrismDbOptions;
 use crate::partition::Partition;
 use crate::partition_map::PartitionMap;
@@ -95,6 +95,15 @@ impl PrismDbStore {
             pool.persist(sb_off, SUPER_LEN)?;
             let start = sb_off + SUPER_LEN as u64;
             let alloc = PmemAllocator::format(pool.clone(), start, pool.len() - start, chunk)?;
+            for p in 0..sb.bounds.len() + 1 {
+                let m = ManifestData {
+                    partition: u32::try_from(p).unwrap_or(0),
+                    seq: 1,
+                    next_table: 1,
+                    tables: Vec::new(),
+                };
+                crate::manifest::commit(&dev, &m)?;
+            }
             pool.set_root(ROOT_SUPERBLOCK, sb_off)?;
             (alloc, sb)
         } else {
