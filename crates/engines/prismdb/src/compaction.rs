@@ -372,10 +372,23 @@ fn write_and_commit(
         Ok(())
     })();
     if let Err(e) = result {
-        if !manifest_tried {
+        let name = manifest_name(part.id, seq);
+        // A manifest that may exist (torn or whole) is removed durably, or else the store
+        // refuses writes until reopened: the next load decides whether it committed, and a
+        // write accepted meanwhile (a delete without tombstone) could be undone by it.
+        let undone = !manifest_tried
+            || ((!sh.dev.list_files().contains(&name) || sh.dev.remove_file(&name).is_ok())
+                && sh.dev.sync_dir().is_ok());
+        if undone {
             for t in &written {
                 let _ = sh.dev.remove_file(t.file.name());
             }
+        } else {
+            part.state.write().manifest_seq = seq;
+            sh.poison(format!(
+                "compaction of partition {} failed at its commit: {e}",
+                part.id
+            ));
         }
         *part.last_error.lock() = Some(e.to_string());
         sh.space_freed();

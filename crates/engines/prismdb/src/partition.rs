@@ -242,6 +242,7 @@ impl Partition {
     /// Stores `value` under `key` (`None`: delete).
     pub fn write(&self, sh: &Shared, key: &[u8], value: Option<&[u8]>) -> Result<()> {
         self.counters.writes.fetch_add(1, Ordering::Relaxed);
+        sh.check_writable()?;
         let len = object_len(key.len(), value.map_or(0, <[u8]>::len));
         let (off, ts, class) = match self.reserve(sh, key, value.is_none(), len)? {
             Some(r) => r,
@@ -343,6 +344,7 @@ impl Partition {
                         sh.counters.space_waits.incr();
                         *self.last_error.lock() = None;
                     }
+                    sh.check_writable()?;
                     if let Some(e) = self.last_error.lock().clone() {
                         return Err(Error::no_space(
                             Tier::Pmem,

@@ -85,6 +85,8 @@ pub struct Shared {
     pub space: (Mutex<u64>, Condvar),
     /// Operations since open (read-triggered compaction epochs).
     pub op_clock: AtomicU64,
+    /// Why the store refuses writes (a commit that may or may not have happened), if so.
+    pub poisoned: Mutex<Option<String>>,
     /// Crash-point hook (tests: crash images at every persist point).
     pub crash_hook: parking_lot::RwLock<Option<CrashHook>>,
 }
@@ -119,6 +121,20 @@ impl Shared {
     pub fn wait_for_space(&self, d: Duration) {
         let mut g = self.space.0.lock();
         self.space.1.wait_for(&mut g, d);
+    }
+
+    /// Makes the store refuse writes until it is reopened.
+    pub fn poison(&self, why: String) {
+        self.poisoned.lock().get_or_insert(why);
+        self.space_freed();
+    }
+
+    /// `Err(Poisoned)` once the store refuses writes.
+    pub fn check_writable(&self) -> tierkv_core::Result<()> {
+        match self.poisoned.lock().as_ref() {
+            Some(why) => Err(tierkv_core::Error::Poisoned(why.clone())),
+            None => Ok(()),
+        }
     }
 
     /// Reports reaching persist point `name` to the crash hook, if one is set.

@@ -164,6 +164,7 @@ impl PrismDbStore {
             wake: (Mutex::new(0), Condvar::new()),
             space: (Mutex::new(0), Condvar::new()),
             op_clock: AtomicU64::new(0),
+            poisoned: Mutex::new(None),
             crash_hook: parking_lot::RwLock::new(None),
         });
         if !created {
