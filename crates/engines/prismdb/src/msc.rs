@@ -77,55 +77,80 @@ pub struct Bucket {
     pub overlap: f64,
 }
 
-/// Equal-width buckets over a position span.
+/// Buckets over key positions: bucket `i` covers positions `[edges[i], edges[i + 1])` (the
+/// last one is closed). Built with about the same number of keys in each
+/// ([`Buckets::from_positions`]), since byte keys are not spread evenly over positions.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Buckets {
-    /// Start of the span.
-    pub lo: f64,
-    /// End of the span.
-    pub hi: f64,
+    /// Bytes skipped before a key's position bytes (the keys' common prefix).
+    pub skip: usize,
+    /// `n + 1` ascending edges.
+    pub edges: Vec<f64>,
     /// The buckets.
     pub b: Vec<Bucket>,
 }
 
 impl Buckets {
-    /// `n` empty buckets over `[lo, hi)`.
+    /// `n` empty equal-width buckets over `[lo, hi)`.
     pub fn new(lo: f64, hi: f64, n: usize) -> Buckets {
+        let n = n.max(1);
+        let hi = if hi > lo { hi } else { lo + 1.0 };
+        let edges = (0..=n)
+            .map(|i| lo + (hi - lo) * i as f64 / n as f64)
+            .collect();
         Buckets {
-            lo,
-            hi: if hi > lo { hi } else { lo + 1.0 },
+            skip: 0,
+            edges,
+            b: vec![Bucket::default(); n],
+        }
+    }
+
+    /// Empty buckets of about `per_bucket` positions each over `sorted` positions (keys
+    /// taken with `skip`).
+    pub fn from_positions(skip: usize, sorted: &[f64], per_bucket: usize) -> Buckets {
+        let per = per_bucket.max(1);
+        let mut edges: Vec<f64> = sorted.iter().step_by(per).copied().collect();
+        match (edges.first().copied(), sorted.last().copied()) {
+            (Some(_), Some(last)) => edges.push(last),
+            _ => edges = vec![0.0, 1.0],
+        }
+        let n = edges.len() - 1;
+        Buckets {
+            skip,
+            edges,
             b: vec![Bucket::default(); n.max(1)],
         }
     }
 
-    fn width(&self) -> f64 {
-        (self.hi - self.lo) / self.b.len() as f64
+    /// The position of `key`.
+    pub fn pos(&self, key: &[u8]) -> f64 {
+        key_pos(key, self.skip)
     }
 
     /// The bucket of position `pos`.
     pub fn index(&self, pos: f64) -> usize {
-        let i = ((pos - self.lo) / self.width()).floor();
-        if i <= 0.0 {
-            0
-        } else {
-            (i as usize).min(self.b.len() - 1)
-        }
+        self.edges
+            .partition_point(|e| *e <= pos)
+            .saturating_sub(1)
+            .min(self.b.len().saturating_sub(1))
     }
 
-    /// The bucket of `pos`, to update.
-    pub fn at(&mut self, pos: f64) -> Option<&mut Bucket> {
-        let i = self.index(pos);
+    /// The bucket of `key`, to update.
+    pub fn at(&mut self, key: &[u8]) -> Option<&mut Bucket> {
+        let i = self.index(self.pos(key));
         self.b.get_mut(i)
     }
 
-    /// The weighted sums of the bucket counters over `[lo, hi)` (Fig. 8).
+    /// The weighted sums of the bucket counters over positions `[lo, hi)` (Fig. 8).
     pub fn estimate(&self, lo: f64, hi: f64) -> Bucket {
-        let w = self.width();
         let spans: Vec<(f64, f64, Bucket)> = self
             .b
             .iter()
             .enumerate()
-            .map(|(i, b)| (self.lo + w * i as f64, self.lo + w * (i + 1) as f64, *b))
+            .map(|(i, b)| {
+                let a = self.edges.get(i).copied().unwrap_or(0.0);
+                (a, self.edges.get(i + 1).copied().unwrap_or(a), *b)
+            })
             .collect();
         Bucket {
             nvm: weighted_sum(&spans, lo, hi, |b| b.nvm),
@@ -204,6 +229,25 @@ mod tests {
         assert_eq!(b.index(150.0), 1);
         assert_eq!(b.index(-3.0), 0);
         assert_eq!(b.index(1e9), 1);
+    }
+
+    #[test]
+    fn buckets_from_positions_hold_equal_key_counts() {
+        let pos: Vec<f64> = (0..100)
+            .map(|i| {
+                if i < 90 {
+                    f64::from(i) * 0.001
+                } else {
+                    0.5 + f64::from(i)
+                }
+            })
+            .collect();
+        let b = Buckets::from_positions(0, &pos, 10);
+        assert_eq!(b.b.len(), 10);
+        assert_eq!(b.index(0.0), 0);
+        assert_eq!(b.index(0.0895), 8);
+        assert_eq!(b.index(95.0), 9);
+        assert_eq!(Buckets::from_positions(0, &[], 10).b.len(), 1);
     }
 
     #[test]

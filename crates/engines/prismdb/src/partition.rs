@@ -94,8 +94,6 @@ pub struct Partition {
     pub lo: Vec<u8>,
     /// Exclusive end (`None`: the last partition).
     pub hi: Option<Vec<u8>>,
-    /// Bytes skipped by bucket positions (common prefix of the bounds).
-    pub skip: usize,
     /// Index, slabs, tables.
     pub state: RwLock<State>,
     /// Popularity.
@@ -127,16 +125,10 @@ impl Partition {
         slabs: Slabs,
         tracker_cap: usize,
     ) -> Partition {
-        let skip = hi.as_ref().map_or(0, |h| common_prefix(&lo, h));
-        let (plo, phi) = (
-            key_pos(&lo, skip),
-            hi.as_ref().map_or(1.0, |h| key_pos(h, skip)),
-        );
         Partition {
             id,
             lo,
             hi,
-            skip,
             state: RwLock::new(State {
                 index: BTreeMap::new(),
                 slabs,
@@ -147,22 +139,12 @@ impl Partition {
                 next_table: 1,
             }),
             tracker: Mutex::new(Tracker::new(tracker_cap)),
-            buckets: Mutex::new(Buckets::new(plo, phi, 1)),
+            buckets: Mutex::new(Buckets::new(0.0, 1.0, 1)),
             pressure: AtomicU64::new(0),
             last_error: Mutex::new(None),
             counters: PartCounters::default(),
             table_hits: Mutex::new(BTreeMap::new()),
         }
-    }
-
-    /// Position of `key` for the buckets.
-    pub fn pos(&self, key: &[u8]) -> f64 {
-        key_pos(key, self.skip)
-    }
-
-    /// Position of the partition's end.
-    pub fn hi_pos(&self) -> f64 {
-        self.hi.as_ref().map_or(1.0, |h| self.pos(h))
     }
 
     fn read_slot(&self, sh: &Shared, key: &[u8], loc: &Loc, st: &State) -> Result<Found> {
@@ -226,14 +208,14 @@ impl Partition {
         if t.inserted
             && let Some(loc) = st.index.get(key)
             && !loc.popular.swap(true, Ordering::Relaxed)
-            && let Some(b) = buckets.at(self.pos(key))
+            && let Some(b) = buckets.at(key)
         {
             b.pop += 1.0;
         }
         if let Some(ev) = t.evicted
             && let Some(loc) = st.index.get(&ev)
             && loc.popular.swap(false, Ordering::Relaxed)
-            && let Some(b) = buckets.at(self.pos(&ev))
+            && let Some(b) = buckets.at(&ev)
         {
             b.pop -= 1.0;
         }
@@ -401,7 +383,7 @@ impl Partition {
     }
 
     fn account(&self, key: &[u8], loc: &Loc) {
-        if let Some(b) = self.buckets.lock().at(self.pos(key)) {
+        if let Some(b) = self.buckets.lock().at(key) {
             b.nvm += 1.0;
             b.overlap += f64::from(u8::from(loc.on_flash));
             b.pop += f64::from(u8::from(loc.popular.load(Ordering::Relaxed)));
@@ -410,7 +392,7 @@ impl Partition {
 
     /// Removes a dropped index entry from the bucket counters.
     pub fn unaccount(&self, key: &[u8], loc: &Loc) {
-        if let Some(b) = self.buckets.lock().at(self.pos(key)) {
+        if let Some(b) = self.buckets.lock().at(key) {
             b.nvm -= 1.0;
             b.overlap -= f64::from(u8::from(loc.on_flash));
             b.pop -= f64::from(u8::from(loc.popular.load(Ordering::Relaxed)));
@@ -422,9 +404,29 @@ impl Partition {
     pub fn rebuild_buckets(&self, st: &State, bucket_keys: usize) {
         let keys = st.index.len() + usize::try_from(st.tables.entries()).unwrap_or(usize::MAX);
         let n = (keys / bucket_keys.max(1)).clamp(1, 4096);
-        let mut b = Buckets::new(self.pos(&self.lo), self.hi_pos(), n);
+        let first = st.index.keys().next().map(Vec::as_slice);
+        let last = st.index.keys().next_back().map(Vec::as_slice);
+        let t = &st.tables.tables;
+        let lo = [first, t.first().map(|x| x.min_key())]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or_default();
+        let hi = [last, t.last().map(|x| x.max_key())]
+            .into_iter()
+            .flatten()
+            .max()
+            .unwrap_or_default();
+        let skip = common_prefix(lo, hi);
+        let mut pos: Vec<f64> = st.index.keys().map(|k| key_pos(k, skip)).collect();
+        pos.extend(
+            t.iter()
+                .flat_map(|x| [key_pos(x.min_key(), skip), key_pos(x.max_key(), skip)]),
+        );
+        pos.sort_by(f64::total_cmp);
+        let mut b = Buckets::from_positions(skip, &pos, (pos.len() / n).max(1));
         for (k, loc) in &st.index {
-            if let Some(x) = b.at(self.pos(k)) {
+            if let Some(x) = b.at(k) {
                 x.nvm += 1.0;
                 x.overlap += f64::from(u8::from(loc.on_flash));
                 x.pop += f64::from(u8::from(loc.popular.load(Ordering::Relaxed)));

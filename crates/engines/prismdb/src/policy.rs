@@ -72,9 +72,11 @@ pub fn precise_stats(part: &Partition, st: &State, c: &Candidate, probs: &[f64; 
 
 /// Eq. 1 from the buckets (approx-MSC).
 pub fn approx_stats(part: &Partition, st: &State, c: &Candidate) -> RangeStats {
-    let lo = part.pos(&c.lo);
-    let hi = c.hi.as_ref().map_or(part.hi_pos(), |h| part.pos(h));
-    let e = part.buckets.lock().estimate(lo, hi);
+    let buckets = part.buckets.lock();
+    let lo = buckets.pos(&c.lo);
+    let hi = c.hi.as_ref().map_or(f64::INFINITY, |h| buckets.pos(h));
+    let e = buckets.estimate(lo, hi);
+    drop(buckets);
     RangeStats {
         nvm: e.nvm,
         pop: e.pop,
