@@ -208,7 +208,8 @@ pub fn encode_object(ts: u64, key: &[u8], value: Option<&[u8]>) -> Vec<u8> {
     b
 }
 
-fn object_crc(b: &[u8]) -> u32 {
+/// The masked checksum of an encoded object (over everything but the checksum field).
+pub fn object_crc(b: &[u8]) -> u32 {
     let c = crc32c(b.get(..OBJ_CRC).unwrap_or_default());
     mask(crc32c_append(c, b.get(OBJ_KLEN..).unwrap_or_default()))
 }
