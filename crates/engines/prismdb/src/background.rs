@@ -179,7 +179,9 @@ fn run(sh: &Shared, i: usize) {
         } else {
             Ok(None)
         };
-        sh.space_freed();
+        if !matches!(result, Ok(None)) {
+            sh.space_freed();
+        }
         match result {
             Ok(Some(_)) => failures = 0,
             Ok(None) => {

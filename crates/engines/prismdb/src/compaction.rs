@@ -87,9 +87,10 @@ pub fn compact(
         return Ok(None);
     };
     let result = execute(sh, part, &plan);
-    if result.is_err() {
+    if let Err(e) = &result {
         part.state.write().compacting = None;
         sh.counters.compactions_failed.incr();
+        *part.last_error.lock() = Some(e.to_string());
     }
     let outcome = result?;
     match trigger {
@@ -390,8 +391,6 @@ fn write_and_commit(
                 part.id
             ));
         }
-        *part.last_error.lock() = Some(e.to_string());
-        sh.space_freed();
         return Err(e);
     }
     Ok((written, seq))

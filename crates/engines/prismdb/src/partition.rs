@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
 use tierkv_core::{Error, KvPair, Result, Tier};
@@ -108,6 +108,25 @@ pub struct Partition {
     pub counters: PartCounters,
     /// Flash hits per table number since the table was written (read-triggered choice).
     pub table_hits: Mutex<BTreeMap<u64, u64>>,
+}
+
+/// How long a write waits for compactions to free room on a full fast tier.
+const SPACE_WAIT: Duration = Duration::from_secs(30);
+
+/// A writer waiting for space in a partition (counted in its `pressure` while it lives).
+struct Pressure<'a>(&'a AtomicU64);
+
+impl<'a> Pressure<'a> {
+    fn raise(p: &'a AtomicU64) -> Pressure<'a> {
+        p.fetch_add(1, Ordering::AcqRel);
+        Pressure(p)
+    }
+}
+
+impl Drop for Pressure<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// What a slot read found.
@@ -297,7 +316,7 @@ impl Partition {
             sh.wake_compactors();
             std::thread::sleep(Duration::from_micros(20));
         }
-        let mut waited = 0u32;
+        let mut waiting: Option<(Instant, Pressure<'_>)> = None;
         loop {
             let mut st = self.state.write();
             let class = st.slabs.class_for(len).ok_or_else(|| {
@@ -320,12 +339,15 @@ impl Partition {
                     st.ts += 1;
                     return Ok(Some((off, st.ts, class)));
                 }
-                Err(Error::NoSpace { .. }) if waited < 400 => {
+                Err(Error::NoSpace { .. }) => {
                     drop(st);
-                    if waited == 0 {
-                        sh.counters.space_waits.incr();
-                        *self.last_error.lock() = None;
-                    }
+                    let deadline = waiting
+                        .get_or_insert_with(|| {
+                            sh.counters.space_waits.incr();
+                            *self.last_error.lock() = None;
+                            (Instant::now() + SPACE_WAIT, Pressure::raise(&self.pressure))
+                        })
+                        .0;
                     sh.check_writable()?;
                     if let Some(e) = self.last_error.lock().clone() {
                         return Err(Error::no_space(
@@ -333,11 +355,14 @@ impl Partition {
                             format!("fast tier full and compaction failed: {e}"),
                         ));
                     }
-                    self.pressure.fetch_add(1, Ordering::AcqRel);
+                    if Instant::now() >= deadline {
+                        return Err(Error::no_space(
+                            Tier::Pmem,
+                            format!("fast tier full: no compaction freed room in {SPACE_WAIT:?}"),
+                        ));
+                    }
                     sh.wake_compactors();
                     sh.wait_for_space(Duration::from_millis(25));
-                    self.pressure.fetch_sub(1, Ordering::AcqRel);
-                    waited += 1;
                 }
                 Err(e) => return Err(e),
             }
