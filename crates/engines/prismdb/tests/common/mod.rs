@@ -32,6 +32,18 @@ pub struct Rig {
     pub injector: Option<Arc<FaultInjector>>,
 }
 
+/// A scratch directory, on /dev/shm when it exists (fsyncs there cost nothing, so the
+/// tests measure the engine rather than the disk).
+pub fn scratch_dir() -> TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir()
+        && let Ok(d) = tempfile::tempdir_in(shm)
+    {
+        return d;
+    }
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
 /// The seed of a random test: `TIERKV_TEST_SEED` if set, else `default`; printed.
 pub fn seed(test: &str, default: u64) -> u64 {
     let s = std::env::var("TIERKV_TEST_SEED")
@@ -45,7 +57,7 @@ pub fn seed(test: &str, default: u64) -> u64 {
 impl Rig {
     /// A rig with `spec` and a Tracked pool of `pool_mib` MiB.
     pub fn new(spec: &str, pool_mib: u64) -> Rig {
-        let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let tmp = scratch_dir();
         Rig {
             root: tmp.path().to_owned(),
             _tmp: Some(tmp),
