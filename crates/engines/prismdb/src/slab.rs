@@ -260,3 +260,83 @@ impl Slabs {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+    use crate::format::{decode_chunk_header, encode_object};
+    use tierkv_core::media::pmem::{DurabilityMode, EmulatedLatency, PmemConfig};
+
+    fn slabs(dir: &std::path::Path) -> (Slabs, Arc<PmemPool>, Arc<Usage>) {
+        let cfg = PmemConfig {
+            path: dir.join("pool"),
+            size: 1 << 20,
+            mode: DurabilityMode::Volatile,
+            latency: EmulatedLatency::default(),
+        };
+        let pool = PmemPool::create(&cfg).unwrap();
+        let start = pool.data_start();
+        let alloc =
+            Arc::new(PmemAllocator::format(pool.clone(), start, pool.len() - start, 4096).unwrap());
+        let usage = Arc::new(Usage {
+            used: AtomicU64::new(0),
+            capacity: 1 << 20,
+        });
+        (
+            Slabs::new(2, vec![128, 256, 1024], alloc, usage.clone()),
+            pool,
+            usage,
+        )
+    }
+
+    #[test]
+    fn slots_come_from_zeroed_slabs_of_their_class_and_empty_slabs_are_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut s, pool, usage) = slabs(dir.path());
+        assert_eq!(s.class_for(100), Some(0));
+        assert_eq!(s.class_for(129), Some(1));
+        assert_eq!(s.class_for(1025), None);
+        let per_chunk = (4096 - 64) / 256;
+        let offs: Vec<u64> = (0..per_chunk * 2 + 1)
+            .map(|_| s.alloc(1).unwrap())
+            .collect();
+        assert_eq!(usage.used.load(Ordering::Relaxed), offs.len() as u64 * 256);
+        let chunks: std::collections::BTreeSet<u64> = offs.iter().map(|&o| s.chunk_of(o)).collect();
+        assert_eq!(chunks.len(), 3);
+        for &c in &chunks {
+            assert_eq!(
+                decode_chunk_header(pool.read(c, 64).unwrap()),
+                Some((2, 1, 256))
+            );
+        }
+        // A live object, then its free: the timestamp word is zero afterwards.
+        let o = encode_object(5, b"k", Some(b"v"));
+        pool.write(offs[0], &o).unwrap();
+        s.free(offs[0], 1).unwrap();
+        assert_eq!(pool.load_u64(offs[0]).unwrap(), 0);
+        for &off in &offs[1..] {
+            s.free(off, 1).unwrap();
+        }
+        assert_eq!(usage.used.load(Ordering::Relaxed), 0);
+        // Emptied chunks went back to the allocator, all but one of the class.
+        assert_eq!(s.census()[1], (1, 0));
+        assert_eq!(s.census()[0], (0, 0));
+    }
+
+    #[test]
+    fn adopted_chunks_hand_out_only_their_free_slots() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut s, _pool, usage) = slabs(dir.path());
+        let first = s.alloc(0).unwrap();
+        let chunk = s.chunk_of(first);
+        let mut t = Slabs::new(2, vec![128, 256, 1024], s.alloc.clone(), usage.clone());
+        t.adopt_chunk(chunk, 0, &[0, 2]);
+        // One slot of `s` plus the two live ones adopted by `t`.
+        assert_eq!(usage.used.load(Ordering::Relaxed), 128 * 3);
+        let a = t.alloc(0).unwrap();
+        let b = t.alloc(0).unwrap();
+        assert_eq!(a, chunk + 64 + 128);
+        assert_eq!(b, chunk + 64 + 3 * 128);
+    }
+}
