@@ -42,6 +42,8 @@ pub struct Loc {
     pub on_flash: bool,
     /// Tracked (counted in its bucket's popular keys).
     pub popular: AtomicBool,
+    /// A promoted copy of a flash value (replaced by any write in flight; DRAM only).
+    pub promoted: bool,
 }
 
 /// The part of a partition guarded by its `state` lock.
@@ -383,8 +385,10 @@ impl Partition {
         only_if_absent: bool,
     ) -> Result<bool> {
         let on_flash = st.tables.may_contain(key);
+        // NOTE: a promoted copy is the flash value, older than any write in flight even when
+        // its timestamp is higher (it took one after them): such a write replaces it.
         if let Some(old) = st.index.get(key)
-            && (only_if_absent || old.ts > ts)
+            && (only_if_absent || (old.ts > ts && !old.promoted))
         {
             st.slabs.free(off, class)?;
             return Ok(false);
@@ -397,6 +401,7 @@ impl Partition {
             tomb,
             on_flash,
             popular: AtomicBool::new(popular),
+            promoted: only_if_absent,
         };
         self.account(key, &loc);
         if let Some(old) = st.index.insert(key.to_vec(), loc) {

@@ -174,6 +174,7 @@ fn recover_partition(sh: &Shared, part: &Partition, chunks: &[FoundChunk]) -> Re
                 tomb: b.tomb,
                 on_flash,
                 popular: AtomicBool::new(false),
+                promoted: false,
             },
         );
     }

@@ -229,3 +229,49 @@ fn every_victim_policy_compacts_without_losing_data_and_updates_move_classes() {
         );
     }
 }
+
+/// Regression (found in review): a put that took its timestamp before a promotion of the
+/// same key and published after it was dropped in favour of the promoted (older) value.
+#[test]
+fn a_put_in_flight_wins_over_a_promotion_of_the_same_key() {
+    let spec = format!("{BASE},pin_threshold=1.0");
+    let rig = Rig::new(&spec, 4);
+    let store = rig.create();
+    store.stop_background();
+    for i in 0..100 {
+        store.put(&key(i), &value_for(&key(i), 1)).unwrap();
+    }
+    demote_all(&store);
+    let k = key(42);
+    for _ in 0..3 {
+        assert_eq!(store.get(&k).unwrap(), Some(value_for(&k, 1)));
+    }
+    let sh = store.shared().clone();
+    let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let (sh2, fired) = (std::sync::Arc::downgrade(&sh), fired.clone());
+        let part = sh.map.partition_of(&k);
+        *sh.crash_hook.write() = Some(std::sync::Arc::new(move |point: &'static str| {
+            if point == "put: object persisted"
+                && !fired.swap(true, std::sync::atomic::Ordering::SeqCst)
+            {
+                let sh = sh2.upgrade().unwrap();
+                let out = compact(&sh, &sh.parts[part], Trigger::Read, false).unwrap();
+                assert!(
+                    out.is_some_and(|o| o.promoted > 0),
+                    "no promotion ran: {out:?}"
+                );
+            }
+        }));
+    }
+    store.put(&k, b"new value").unwrap();
+    assert!(fired.load(std::sync::atomic::Ordering::SeqCst));
+    *sh.crash_hook.write() = None;
+    assert_eq!(store.get(&k).unwrap(), Some(b"new value".to_vec()));
+    drop(sh);
+    store.close().unwrap();
+    drop(store);
+    let store = rig.reopen().unwrap();
+    assert_eq!(store.get(&k).unwrap(), Some(b"new value".to_vec()));
+    assert_check(&*store);
+}
