@@ -34,6 +34,10 @@ fn model(threads: usize, ops: usize, seed: u64) {
         "nothing was demoted"
     );
     assert!(s.reads_from_flash > 0, "no read reached flash");
+    assert!(
+        counter(&*store, "prismdb_throttled_writes") > 0,
+        "writes above the high watermark were not slowed"
+    );
     assert_check(&*store);
     let before = store.scan(b"", usize::MAX).unwrap();
     store.close().unwrap();

@@ -62,6 +62,14 @@ fn reopen_cycles_keep_both_tiers_and_report_recovery() {
             .iter()
             .map(|p| p.state.read().index.len())
             .sum();
+        // The tracker is sized to 20% of each partition's keys (at least tracker_min = 16).
+        for p in &store.shared().parts {
+            let keys = {
+                let st = p.state.read();
+                st.index.len() as f64 + st.tables.entries() as f64
+            };
+            assert_eq!(p.tracker.lock().capacity(), ((keys * 0.2) as usize).max(16));
+        }
         assert_eq!(
             counter(&*store, "prismdb_recovered_objects"),
             on_pmem as u64
