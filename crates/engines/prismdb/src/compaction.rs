@@ -303,18 +303,14 @@ fn promote_one(sh: &Shared, part: &Partition, k: &[u8], v: &[u8]) -> Result<bool
 
 /// Writes the merged entries as tables and commits the manifest that lists them in place
 /// of the old ones. Returns the new tables and the manifest sequence.
-fn write_and_commit(
-    sh: &Shared,
-    part: &Partition,
-    plan: &Plan,
-    merged: &[(Vec<u8>, Vec<u8>)],
-) -> Result<(Vec<Arc<Table>>, u64)> {
-    let mut groups: Vec<&[(Vec<u8>, Vec<u8>)]> = Vec::new();
+/// Cuts sorted entries into runs of about `table_size` bytes, one per new table.
+fn split_tables(merged: &[(Vec<u8>, Vec<u8>)], table_size: u64) -> Vec<&[(Vec<u8>, Vec<u8>)]> {
+    let mut groups = Vec::new();
     let mut start = 0;
     let mut bytes = 0u64;
     for (i, (k, v)) in merged.iter().enumerate() {
         bytes += (k.len() + v.len() + 6) as u64;
-        if bytes >= sh.opts.table_size {
+        if bytes >= table_size {
             groups.push(merged.get(start..=i).unwrap_or_default());
             start = i + 1;
             bytes = 0;
@@ -323,6 +319,16 @@ fn write_and_commit(
     if start < merged.len() {
         groups.push(merged.get(start..).unwrap_or_default());
     }
+    groups
+}
+
+fn write_and_commit(
+    sh: &Shared,
+    part: &Partition,
+    plan: &Plan,
+    merged: &[(Vec<u8>, Vec<u8>)],
+) -> Result<(Vec<Arc<Table>>, u64)> {
+    let groups = split_tables(merged, sh.opts.table_size);
     let (first, seq, keep) = {
         let mut st = part.state.write();
         let first = st.next_table;

@@ -84,8 +84,12 @@ struct Best {
     tomb: bool,
 }
 
-fn recover_partition(sh: &Shared, part: &Partition, chunks: &[FoundChunk]) -> Result<(u64, u64)> {
-    let m = manifest::load(&sh.dev, part.id)?;
+/// Opens the tables manifest `m` lists, each checked against its entry.
+fn open_tables(
+    sh: &Shared,
+    part: &Partition,
+    m: &manifest::ManifestData,
+) -> Result<Vec<Arc<Table>>> {
     let mut tables = Vec::with_capacity(m.tables.len());
     for t in &m.tables {
         let file = sh.dev.open_file(&table_name(part.id, t.number))?;
@@ -99,6 +103,12 @@ fn recover_partition(sh: &Shared, part: &Partition, chunks: &[FoundChunk]) -> Re
         }
         tables.push(Arc::new(table));
     }
+    Ok(tables)
+}
+
+fn recover_partition(sh: &Shared, part: &Partition, chunks: &[FoundChunk]) -> Result<(u64, u64)> {
+    let m = manifest::load(&sh.dev, part.id)?;
+    let tables = open_tables(sh, part, &m)?;
     let mut st = part.state.write();
     st.tables = Arc::new(TableSet { tables });
     st.manifest_seq = m.seq;
