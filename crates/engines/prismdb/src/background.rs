@@ -4,7 +4,9 @@
 //!
 //! A thread compacts while the fast tier is above the high watermark until it is below the
 //! low one (write-triggered, §4.2), or at once when a writer of its partition waits for
-//! space (then pinning is ignored if it must be). Otherwise it runs the read trigger.
+//! space (then pinning is ignored if it must be). Otherwise it runs the read trigger (with
+//! promotions on only: promoting is the point of a read-triggered compaction), and during an
+//! active epoch compacts the most read table once it served 1% of an epoch from flash.
 //! Threads are named `prismdb:compact-NN`, started at open and joined at close and drop.
 //!
 //! Thread safety: each thread owns its [`ReadTrigger`]; everything else is [`Shared`].
@@ -156,12 +158,20 @@ fn tracked_on_flash(p: &Partition) -> f64 {
     }
 }
 
+/// Flash hits of the partition's most read table since it was written.
+fn hottest_table_hits(p: &Partition) -> u64 {
+    p.table_hits.lock().values().copied().max().unwrap_or(0)
+}
+
 /// The body of partition `i`'s compaction thread.
 fn run(sh: &Shared, i: usize) {
     let Some(part) = sh.parts.get(i) else { return };
     let parts = sh.parts.len().max(1) as u64;
     let o = &sh.opts;
     let mut rt = ReadTrigger::new(o.read_epoch / parts, o.read_gain, o.read_cooldown / parts);
+    // A read-triggered compaction rewrites a table: only for one that served at least 1% of
+    // an epoch's operations from flash since it was written (at least 16).
+    let min_hits = (o.read_epoch / parts / 100).max(16);
     let mut draining = false;
     let mut failures = 0u32;
     while !sh.stop.load(Ordering::Acquire) {
@@ -174,7 +184,11 @@ fn run(sh: &Shared, i: usize) {
         }
         let result = if pressure || draining {
             compact(sh, part, Trigger::Write, pressure)
-        } else if o.read_compactions && rt.step(window(part), tracked_on_flash(part)) {
+        } else if o.read_compactions
+            && o.promotions
+            && rt.step(window(part), tracked_on_flash(part))
+            && hottest_table_hits(part) >= min_hits
+        {
             compact(sh, part, Trigger::Read, false)
         } else {
             Ok(None)

@@ -433,7 +433,9 @@ impl Partition {
     /// `bucket_keys` keys per bucket.
     pub fn rebuild_buckets(&self, st: &State, bucket_keys: usize) {
         let keys = st.index.len() + usize::try_from(st.tables.entries()).unwrap_or(usize::MAX);
-        let n = (keys / bucket_keys.max(1)).clamp(1, 4096);
+        let n = (keys / bucket_keys.max(1))
+            .max(4 * (st.tables.tables.len() + 1))
+            .clamp(1, 4096);
         let first = st.index.keys().next().map(Vec::as_slice);
         let last = st.index.keys().next_back().map(Vec::as_slice);
         let t = &st.tables.tables;
