@@ -9,11 +9,12 @@
 //!    into pinned and victims (tombstones are always victims); the victims' objects are
 //!    copied; the range is marked as being compacted;
 //! 2. *merge* (no lock): the overlapping tables are read, merged with the victims (the
-//!    fast-tier version wins, tombstones drop the key), hot flash objects are promoted;
+//!    fast-tier version wins, tombstones drop the key), hot flash objects are noted;
 //! 3. *write*: new tables (synced), then the manifest (synced, directory synced: commit);
 //! 4. *install* (state lock): the new table set; each victim still indexed at the same slot
 //!    is unpublished and its slot freed; the range mark is cleared;
-//! 5. old tables and the old manifest are removed.
+//! 5. the noted hot objects are promoted (copied to the fast tier; the new tables keep
+//!    them too); old tables and the old manifest are removed.
 //!
 //! A failed flash write aborts before the commit with the fast tier untouched (the new
 //! files are removed, or left to the next load when the manifest may have been written).
@@ -248,21 +249,29 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Outcome> {
             merged.push(f);
         }
     }
-    // Promotions (persisted before the commit; FORMAT.md §3 "Promotion").
-    let mut promoted_keys = std::collections::BTreeSet::new();
-    for (k, v) in &promote {
-        if sh.usage.ratio() >= sh.opts.low_watermark {
-            break;
-        }
-        if promote_one(sh, part, k, v)? {
-            promoted_keys.insert(k.clone());
-        }
-    }
-    outcome.promoted = promoted_keys.len() as u64;
-    merged.retain(|(k, _)| !promoted_keys.contains(k));
     let (new_tables, seq) = write_and_commit(sh, part, plan, &merged)?;
     outcome.tables_written = new_tables.len() as u64;
     install(sh, part, plan, new_tables, seq)?;
+    // Promotions, after the victims' slots are free (FORMAT.md §3 "Promotion"): copies of
+    // values the new tables keep, so no crash can lose them; at most as many bytes as were
+    // demoted plus the room below the low watermark, and never above the high watermark.
+    let room = (sh.opts.low_watermark - sh.usage.ratio()).max(0.0) * sh.usage.capacity as f64;
+    let mut budget = room as u64
+        + plan
+            .victims
+            .iter()
+            .map(|v| object_len(v.key.len(), v.value.as_ref().map_or(0, Vec::len)) as u64)
+            .sum::<u64>();
+    for (k, v) in &promote {
+        let len = object_len(k.len(), v.len()) as u64;
+        if budget < len || sh.usage.ratio() >= sh.opts.high_watermark {
+            break;
+        }
+        if promote_one(sh, part, k, v)? {
+            budget -= len;
+            outcome.promoted += 1;
+        }
+    }
     sh.counters.demoted.add(outcome.demoted);
     sh.counters.promoted.add(outcome.promoted);
     sh.counters.tombstones_dropped.add(outcome.tombstones);
