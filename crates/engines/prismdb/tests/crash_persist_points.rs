@@ -167,6 +167,25 @@ fn every_persist_point_of_put_class_move_delete_compaction_and_promotion_recover
             // Reads make keys hot (promotions); no persist point.
             assert_eq!(store.get(&k).unwrap().as_ref(), model.get(&k));
         }
+        if op % 50 == 7 {
+            // A key that never reached flash: its delete frees the slot (no tombstone).
+            let z = format!("z{op}").into_bytes();
+            let v = value_for(&z, op);
+            {
+                let mut e = expect.lock();
+                e.before = model.clone();
+                e.in_flight = Some((z.clone(), Some(v.clone())));
+            }
+            store.put(&z, &v).unwrap();
+            model.insert(z.clone(), v);
+            {
+                let mut e = expect.lock();
+                e.before = model.clone();
+                e.in_flight = Some((z.clone(), None));
+            }
+            store.delete(&z).unwrap();
+            model.remove(&z);
+        }
         if op % 20 == 19 {
             let mut e = expect.lock();
             e.before = model.clone();
