@@ -9,6 +9,7 @@ pub static ENGINES: &[EngineDescriptor] = &[
     tierkv_hetermm::DESCRIPTOR,
     tierkv_focus::DESCRIPTOR,
     tierkv_mio::DESCRIPTOR,
+    tierkv_prismdb::DESCRIPTOR,
 ];
 
 /// The engine called `name`, or an error listing the known ones.

@@ -1,0 +1,484 @@
+//! Compaction: demotion of cold objects to flash and promotion of hot ones (PrismDB §4.2,
+//! §5, §6 "Compaction thread"). The persist order and its crash cases are FORMAT.md §3
+//! "Compaction" and "Promotion".
+//!
+//! One step ([`compact`]) of one partition:
+//! 1. *choose* (state lock): the candidate key ranges are the spans of the partition's
+//!    tables (compaction key range `i = 1`, §5.2); the victim policy picks one
+//!    ([`crate::policy`]); the mapper's pinning probabilities split its fast-tier objects
+//!    into pinned and victims (tombstones are always victims); the victims' objects are
+//!    copied; the range is marked as being compacted;
+//! 2. *merge* (no lock): the overlapping tables are read, merged with the victims (the
+//!    fast-tier version wins, tombstones drop the key), hot flash objects are noted;
+//! 3. *write*: new tables (synced), then the manifest (synced, directory synced: commit);
+//! 4. *install* (state lock): the new table set; each victim still indexed at the same slot
+//!    is unpublished and its slot freed; the range mark is cleared;
+//! 5. the noted hot objects are promoted (copied to the fast tier; the new tables keep
+//!    them too); old tables and the old manifest are removed.
+//!
+//! A failed flash write aborts before the commit with the fast tier untouched (the new
+//! files are removed, or left to the next load when the manifest may have been written).
+//!
+//! Thread safety: one compaction at a time per partition (its compaction thread, or a test
+//! calling [`compact`] with the thread stopped).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rand::Rng;
+use tierkv_core::{Error, Result};
+
+use crate::format::{decode_object, object_len};
+use crate::manifest::{ManifestData, TableEntry, commit, manifest_name};
+use crate::mapper::{is_pinned, pin_probabilities};
+use crate::partition::{Partition, State};
+use crate::policy::{Candidate, choose};
+use crate::shared::Shared;
+use crate::table::{Table, TableSet, table_name};
+
+/// What started a compaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// The fast tier is above its high watermark, or a writer waits for space.
+    Write,
+    /// A read-dominated phase with hot objects on flash.
+    Read,
+}
+
+/// A fast-tier object chosen for demotion.
+struct Victim {
+    key: Vec<u8>,
+    value: Option<Vec<u8>>,
+    off: u64,
+    ts: u64,
+}
+
+/// The outcome of choosing.
+struct Plan {
+    lo: Vec<u8>,
+    hi: Option<Vec<u8>>,
+    victims: Vec<Victim>,
+    old: Vec<Arc<Table>>,
+    probs: [f64; 4],
+}
+
+/// What a compaction did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Objects demoted.
+    pub demoted: u64,
+    /// Tombstones removed with the flash versions they hid.
+    pub tombstones: u64,
+    /// Objects promoted.
+    pub promoted: u64,
+    /// Tables written.
+    pub tables_written: u64,
+}
+
+/// Runs one compaction of `part`; `None` when there was nothing to do. `force` ignores
+/// pinning (writers are waiting for space).
+pub fn compact(
+    sh: &Shared,
+    part: &Partition,
+    trigger: Trigger,
+    force: bool,
+) -> Result<Option<Outcome>> {
+    let started = Instant::now();
+    let Some(plan) = plan(sh, part, trigger, force)? else {
+        return Ok(None);
+    };
+    let result = execute(sh, part, &plan);
+    if let Err(e) = &result {
+        part.state.write().compacting = None;
+        sh.counters.compactions_failed.incr();
+        *part.last_error.lock() = Some(e.to_string());
+    }
+    let outcome = result?;
+    match trigger {
+        Trigger::Write => sh.counters.compactions_write.incr(),
+        Trigger::Read => sh.counters.compactions_read.incr(),
+    }
+    sh.counters
+        .compaction_micros
+        .add(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
+    Ok(Some(outcome))
+}
+
+/// The candidate ranges of a partition: one per table (from its first key to the next
+/// table's), or the whole partition when it has no table.
+pub fn candidates(part: &Partition, st: &State) -> Vec<Candidate> {
+    let t = &st.tables.tables;
+    if t.is_empty() {
+        return vec![Candidate {
+            lo: part.lo.clone(),
+            hi: part.hi.clone(),
+            table: None,
+        }];
+    }
+    (0..t.len())
+        .map(|j| Candidate {
+            lo: if j == 0 {
+                part.lo.clone()
+            } else {
+                t.get(j).map(|x| x.min_key().to_vec()).unwrap_or_default()
+            },
+            hi: t
+                .get(j + 1)
+                .map(|x| x.min_key().to_vec())
+                .or_else(|| part.hi.clone()),
+            table: Some(j),
+        })
+        .collect()
+}
+
+fn plan(sh: &Shared, part: &Partition, trigger: Trigger, force: bool) -> Result<Option<Plan>> {
+    let mut st = part.state.write();
+    let probs = pin_probabilities(part.tracker.lock().histogram(), sh.opts.pin_threshold);
+    let cands = candidates(part, &st);
+    let Some(c) = choose(sh, part, &st, &cands, trigger, &probs) else {
+        return Ok(None);
+    };
+    let Some(cand) = cands.get(c) else {
+        return Ok(None);
+    };
+    let mut victims = pick_victims(sh, part, &st, cand, &probs, force)?;
+    if victims.is_empty()
+        && trigger == Trigger::Write
+        && !force
+        && sh.usage.ratio() >= sh.opts.high_watermark
+    {
+        victims = pick_victims(sh, part, &st, cand, &probs, true)?;
+    }
+    let old: Vec<Arc<Table>> = cand
+        .table
+        .and_then(|j| st.tables.tables.get(j).cloned())
+        .into_iter()
+        .collect();
+    if victims.is_empty() && (trigger == Trigger::Write || old.is_empty()) {
+        return Ok(None);
+    }
+    st.compacting = Some((cand.lo.clone(), cand.hi.clone()));
+    Ok(Some(Plan {
+        lo: cand.lo.clone(),
+        hi: cand.hi.clone(),
+        victims,
+        old,
+        probs,
+    }))
+}
+
+/// The objects of `cand` to demote, in key order, up to a table's worth of bytes.
+fn pick_victims(
+    sh: &Shared,
+    part: &Partition,
+    st: &State,
+    cand: &Candidate,
+    probs: &[f64; 4],
+    ignore_pins: bool,
+) -> Result<Vec<Victim>> {
+    let tracker = part.tracker.lock();
+    let mut rng = rand::rng();
+    let mut out = Vec::new();
+    let mut bytes = 0u64;
+    let range = st.index.range(cand.lo.clone()..);
+    for (k, loc) in range {
+        if cand.hi.as_ref().is_some_and(|h| k >= h) || bytes >= sh.opts.table_size {
+            break;
+        }
+        if !loc.tomb && !ignore_pins && is_pinned(probs, tracker.clock(k), rng.random::<f64>()) {
+            continue;
+        }
+        let slot = sh
+            .pool
+            .read(loc.off, st.slabs.slot_size(loc.class) as usize)?;
+        let o = decode_object(slot)
+            .filter(|o| o.ts == loc.ts && o.key == k.as_slice())
+            .ok_or_else(|| {
+                Error::corruption(
+                    tierkv_core::Tier::Pmem,
+                    loc.off,
+                    "indexed object does not check",
+                )
+            })?;
+        bytes += object_len(k.len(), o.value.map_or(0, <[u8]>::len)) as u64;
+        out.push(Victim {
+            key: k.clone(),
+            value: o.value.map(<[u8]>::to_vec),
+            off: loc.off,
+            ts: loc.ts,
+        });
+    }
+    Ok(out)
+}
+
+fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Outcome> {
+    let mut outcome = Outcome::default();
+    let mut flash: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    for t in &plan.old {
+        flash.extend(t.read_all(&sh.cache)?);
+    }
+    // Merge: the fast-tier version wins; a tombstone drops the key.
+    let mut merged: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(flash.len() + plan.victims.len());
+    let mut promote: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut fi = flash.into_iter().peekable();
+    let mut vi = plan.victims.iter().peekable();
+    let promoting = sh.opts.promotions;
+    loop {
+        let take_victim = match (vi.peek(), fi.peek()) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(v), Some(f)) => v.key <= f.0,
+        };
+        if take_victim {
+            let Some(v) = vi.next() else { break };
+            if fi.peek().is_some_and(|f| f.0 == v.key) {
+                fi.next();
+            }
+            match &v.value {
+                Some(val) => {
+                    merged.push((v.key.clone(), val.clone()));
+                    outcome.demoted += 1;
+                }
+                None => outcome.tombstones += 1,
+            }
+        } else if let Some(f) = fi.next() {
+            if promoting && is_hot(part, &f.0, &plan.probs) {
+                promote.push(f.clone());
+            }
+            merged.push(f);
+        }
+    }
+    let (new_tables, seq) = write_and_commit(sh, part, plan, &merged)?;
+    outcome.tables_written = new_tables.len() as u64;
+    install(sh, part, plan, new_tables, seq)?;
+    // Promotions, after the victims' slots are free (FORMAT.md §3 "Promotion"): copies of
+    // values the new tables keep, so no crash can lose them; at most as many bytes as were
+    // demoted plus the room below the low watermark, and never above the high watermark.
+    let room = (sh.opts.low_watermark - sh.usage.ratio()).max(0.0) * sh.usage.capacity as f64;
+    let mut budget = room as u64
+        + plan
+            .victims
+            .iter()
+            .map(|v| object_len(v.key.len(), v.value.as_ref().map_or(0, Vec::len)) as u64)
+            .sum::<u64>();
+    for (k, v) in &promote {
+        let len = object_len(k.len(), v.len()) as u64;
+        if budget < len || sh.usage.ratio() >= sh.opts.high_watermark {
+            break;
+        }
+        if promote_one(sh, part, k, v)? {
+            budget -= len;
+            outcome.promoted += 1;
+        }
+    }
+    sh.counters.demoted.add(outcome.demoted);
+    sh.counters.promoted.add(outcome.promoted);
+    sh.counters.tombstones_dropped.add(outcome.tombstones);
+    // Leftovers: removal failures are harmless (the next load removes them).
+    if remove_old(sh, part, plan, seq).is_ok() {
+        sh.crash_point("compaction: old files removed");
+    }
+    Ok(outcome)
+}
+
+fn is_hot(part: &Partition, key: &[u8], probs: &[f64; 4]) -> bool {
+    let clock = part.tracker.lock().clock(key);
+    is_pinned(probs, clock, rand::rng().random::<f64>())
+}
+
+/// Writes `k = v` to the fast tier unless a fast-tier version exists; true if published.
+fn promote_one(sh: &Shared, part: &Partition, k: &[u8], v: &[u8]) -> Result<bool> {
+    let len = object_len(k.len(), v.len());
+    let (off, ts, class) = {
+        let mut st = part.state.write();
+        if st.index.contains_key(k) {
+            return Ok(false);
+        }
+        let Some(class) = st.slabs.class_for(len) else {
+            return Ok(false);
+        };
+        match st.slabs.alloc(class) {
+            Ok(off) => {
+                st.ts += 1;
+                (off, st.ts, class)
+            }
+            Err(Error::NoSpace { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    };
+    part.persist_and_publish(sh, k, Some(v), (off, ts, class), true)
+}
+
+/// Writes the merged entries as tables and commits the manifest that lists them in place
+/// of the old ones. Returns the new tables and the manifest sequence.
+/// Cuts sorted entries into runs of about `table_size` bytes, one per new table.
+fn split_tables(merged: &[(Vec<u8>, Vec<u8>)], table_size: u64) -> Vec<&[(Vec<u8>, Vec<u8>)]> {
+    let mut groups = Vec::new();
+    let mut start = 0;
+    let mut bytes = 0u64;
+    for (i, (k, v)) in merged.iter().enumerate() {
+        bytes += (k.len() + v.len() + 6) as u64;
+        if bytes >= table_size {
+            groups.push(merged.get(start..=i).unwrap_or_default());
+            start = i + 1;
+            bytes = 0;
+        }
+    }
+    if start < merged.len() {
+        groups.push(merged.get(start..).unwrap_or_default());
+    }
+    groups
+}
+
+fn write_and_commit(
+    sh: &Shared,
+    part: &Partition,
+    plan: &Plan,
+    merged: &[(Vec<u8>, Vec<u8>)],
+) -> Result<(Vec<Arc<Table>>, u64)> {
+    let groups = split_tables(merged, sh.opts.table_size);
+    let (first, seq, keep) = {
+        let mut st = part.state.write();
+        let first = st.next_table;
+        st.next_table += groups.len() as u64;
+        let keep: Vec<Arc<Table>> = st
+            .tables
+            .tables
+            .iter()
+            .filter(|t| !plan.old.iter().any(|o| o.number == t.number))
+            .cloned()
+            .collect();
+        (first, st.manifest_seq + 1, keep)
+    };
+    let mut written: Vec<Arc<Table>> = Vec::new();
+    let mut manifest_tried = false;
+    let result = (|| -> Result<()> {
+        for (i, g) in groups.iter().enumerate() {
+            let n = first + i as u64;
+            written.push(Arc::new(Table::write(
+                &sh.dev,
+                &table_name(part.id, n),
+                n,
+                g,
+                sh.opts.bloom_bits,
+            )?));
+        }
+        let mut all: Vec<Arc<Table>> = keep.iter().chain(written.iter()).cloned().collect();
+        all.sort_by(|a, b| a.min_key().cmp(b.min_key()));
+        let m = ManifestData {
+            partition: u32::try_from(part.id).unwrap_or(0),
+            seq,
+            next_table: first + groups.len() as u64,
+            tables: all
+                .iter()
+                .map(|t| TableEntry {
+                    number: t.number,
+                    file_len: t.file.len(),
+                    entries: t.footer.entries,
+                    min_key: t.min_key().to_vec(),
+                    max_key: t.max_key().to_vec(),
+                })
+                .collect(),
+        };
+        sh.crash_point("compaction: tables synced");
+        manifest_tried = true;
+        commit(&sh.dev, &m)?;
+        sh.crash_point("compaction: manifest committed");
+        Ok(())
+    })();
+    if let Err(e) = result {
+        let name = manifest_name(part.id, seq);
+        // A manifest that may exist (torn or whole) is removed durably, or else the store
+        // refuses writes until reopened: the next load decides whether it committed, and a
+        // write accepted meanwhile (a delete without tombstone) could be undone by it.
+        let undone = !manifest_tried
+            || ((!sh.dev.list_files().contains(&name) || sh.dev.remove_file(&name).is_ok())
+                && sh.dev.sync_dir().is_ok());
+        if undone {
+            for t in &written {
+                let _ = sh.dev.remove_file(t.file.name());
+            }
+        } else {
+            part.state.write().manifest_seq = seq;
+            sh.poison(format!(
+                "compaction of partition {} failed at its commit: {e}",
+                part.id
+            ));
+        }
+        return Err(e);
+    }
+    Ok((written, seq))
+}
+
+fn install(
+    sh: &Shared,
+    part: &Partition,
+    plan: &Plan,
+    new_tables: Vec<Arc<Table>>,
+    seq: u64,
+) -> Result<()> {
+    let mut st = part.state.write();
+    let mut all: Vec<Arc<Table>> = st
+        .tables
+        .tables
+        .iter()
+        .filter(|t| !plan.old.iter().any(|o| o.number == t.number))
+        .cloned()
+        .chain(new_tables)
+        .collect();
+    all.sort_by(|a, b| a.min_key().cmp(b.min_key()));
+    st.tables = Arc::new(TableSet { tables: all });
+    st.manifest_seq = seq;
+    for v in &plan.victims {
+        let same = st
+            .index
+            .get(&v.key)
+            .is_some_and(|l| l.off == v.off && l.ts == v.ts);
+        if same && let Some(loc) = st.index.remove(&v.key) {
+            part.unaccount(&v.key, &loc);
+            st.slabs.free(loc.off, loc.class)?;
+            sh.crash_point("compaction: victim freed");
+        }
+    }
+    // Refresh the flash flags of the range (approx-MSC overlap counts).
+    let tables = st.tables.clone();
+    for (k, loc) in st.index.range_mut(plan.lo.clone()..) {
+        if plan.hi.as_ref().is_some_and(|h| k >= h) {
+            break;
+        }
+        loc.on_flash = tables.may_contain(k);
+    }
+    st.compacting = None;
+    part.rebuild_buckets(&st, sh.opts.bucket_keys);
+    let keys = st.index.len() as f64 + tables.entries() as f64;
+    let cap = ((keys * sh.opts.tracker_fraction) as usize).max(sh.opts.tracker_min);
+    drop(st);
+    {
+        let mut tr = part.tracker.lock();
+        if cap > tr.capacity() {
+            tr.set_capacity(cap);
+        }
+    }
+    let mut hits = part.table_hits.lock();
+    for t in &plan.old {
+        hits.remove(&t.number);
+    }
+    *part.last_error.lock() = None;
+    Ok(())
+}
+
+fn remove_old(sh: &Shared, part: &Partition, plan: &Plan, seq: u64) -> Result<()> {
+    for t in &plan.old {
+        sh.dev.remove_file(t.file.name())?;
+    }
+    // The previous manifest is kept as a fallback (a checksum failure of the newest one is
+    // then reported, not silently rolled back; FORMAT.md §2).
+    if seq > 2 {
+        let old = manifest_name(part.id, seq - 2);
+        if sh.dev.list_files().contains(&old) {
+            sh.dev.remove_file(&old)?;
+        }
+    }
+    sh.dev.sync_dir()
+}

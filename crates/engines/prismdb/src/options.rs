@@ -1,0 +1,250 @@
+//! [`PrismDbOptions`]: the engine's options, parsed from the spec string
+//! (`prismdb@partitions=8,victim=random`), with the paper's defaults (PrismDB §4-§7,
+//! DESIGN §5).
+//!
+//! Layout options (`partitions`, `bounds`, `partition_prefix`, `classes`, `chunk_size`) are
+//! fixed at create and recorded in the superblock; at reopen the superblock's values are
+//! used, whatever the spec says.
+//!
+//! Thread safety: plain values.
+
+use std::fmt;
+use std::str::FromStr;
+
+use tierkv_core::{ByteSize, EngineParams, Error, Result, Switch};
+
+/// How a compaction chooses its key range (PrismDB §5.3, Fig. 6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Victim {
+    /// approx-MSC: bucket estimates, power-of-k candidates (the paper's default).
+    Approx,
+    /// precise-MSC: every candidate range scored object by object.
+    Precise,
+    /// random-selection: a random candidate range.
+    Random,
+    /// The range with the most unpopular (untracked) pmem objects (the authors' scripts).
+    Unpopular,
+}
+
+impl FromStr for Victim {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "approx" => Ok(Victim::Approx),
+            "precise" => Ok(Victim::Precise),
+            "random" => Ok(Victim::Random),
+            "unpopular" => Ok(Victim::Unpopular),
+            _ => Err("expected approx, precise, random or unpopular".into()),
+        }
+    }
+}
+
+impl fmt::Display for Victim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Victim::Approx => "approx",
+            Victim::Precise => "precise",
+            Victim::Random => "random",
+            Victim::Unpopular => "unpopular",
+        })
+    }
+}
+
+/// A `|`-separated list of `T` (spec options are `,`-separated).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PipeList<T>(pub Vec<T>);
+
+impl<T: FromStr> FromStr for PipeList<T>
+where
+    T::Err: fmt::Display,
+{
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        if s.is_empty() {
+            return Ok(PipeList(Vec::new()));
+        }
+        s.split('|')
+            .map(|p| p.parse::<T>().map_err(|e| format!("{p:?}: {e}")))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map(PipeList)
+    }
+}
+
+impl<T: fmt::Display> fmt::Display for PipeList<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, x) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("|")?;
+            }
+            write!(f, "{x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The default slot sizes (bytes, header included): 1152 holds YCSB's 1 KiB values, 5184 a
+/// 4 KiB value with a 1 KiB key (the paper's 4 KB object limit).
+pub const DEFAULT_CLASSES: &[u32] = &[128, 256, 512, 1152, 2304, 5184];
+
+/// The engine's options.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PrismDbOptions {
+    /// Partitions (§4.1; default 8).
+    pub partitions: usize,
+    /// Explicit partition boundaries (`bounds=a|b|c`, `partitions - 1` keys, ascending).
+    pub bounds: Vec<String>,
+    /// Prefix of the generated boundaries when `bounds` is not given (default `user`).
+    pub partition_prefix: String,
+    /// Slot sizes of the size classes (§4.1).
+    pub classes: Vec<u32>,
+    /// Pmem allocator chunk size = slab size (`None`: 16 KiB in pools under 64 MiB, else
+    /// 256 KiB).
+    pub chunk_size: Option<u64>,
+    /// Fast-tier use that starts a write-triggered compaction (§4.2; 0.98).
+    pub high_watermark: f64,
+    /// Fast-tier use at which it stops (0.95).
+    pub low_watermark: f64,
+    /// Tracker capacity as a fraction of the partition's keys (§7: 0.2).
+    pub tracker_fraction: f64,
+    /// Smallest tracker capacity per partition.
+    pub tracker_min: usize,
+    /// Pinning threshold: fraction of tracked keys kept on the fast tier (§7: 0.7).
+    pub pin_threshold: f64,
+    /// Victim policy (§5.3).
+    pub victim: Victim,
+    /// Candidates of power-of-k selection (§5.3: 8).
+    pub power_k: usize,
+    /// Keys per approx-MSC bucket (§6: "the average number of keys in an SST file", 64K for
+    /// the paper's 64 MiB SSTs; 16K here, for 16 MiB tables of 1 KiB objects). Each
+    /// candidate range gets at least four buckets whatever this says.
+    pub bucket_keys: usize,
+    /// Target table size on flash.
+    pub table_size: u64,
+    /// Promote hot flash objects during compactions (§4.2).
+    pub promotions: bool,
+    /// Read-triggered compactions (§5.3).
+    pub read_compactions: bool,
+    /// Operations per read-triggered epoch (1M).
+    pub read_epoch: u64,
+    /// Required gain of the fast-tier read share per epoch (0.01).
+    pub read_gain: f64,
+    /// Cool-down in operations (10M).
+    pub read_cooldown: u64,
+    /// Bloom filter bits per key.
+    pub bloom_bits: u32,
+    /// DRAM block cache for flash tables, bytes (default: half of the DRAM budget).
+    pub block_cache: u64,
+}
+
+impl PrismDbOptions {
+    /// Parses the spec's parameters; `dram_budget` sizes the default block cache.
+    pub fn from_params(mut p: EngineParams, dram_budget: u64) -> Result<PrismDbOptions> {
+        let partitions: usize =
+            p.take_checked("partitions", 8, |n| (1..=64).contains(n), "1..=64")?;
+        let bounds: PipeList<String> = p.take("bounds", PipeList(Vec::new()))?;
+        let partition_prefix: String = p.take("partition_prefix", "user".to_owned())?;
+        let classes: PipeList<u32> = p.take("classes", PipeList(DEFAULT_CLASSES.to_vec()))?;
+        let chunk_size: ByteSize = p.take("chunk_size", ByteSize(0))?;
+        let frac = |x: &f64| *x > 0.0 && *x <= 1.0;
+        let o = PrismDbOptions {
+            partitions,
+            bounds: bounds.0,
+            partition_prefix,
+            classes: classes.0,
+            chunk_size: (chunk_size.0 > 0).then_some(chunk_size.0),
+            high_watermark: p.take_checked("high_watermark", 0.98, frac, "in (0, 1]")?,
+            low_watermark: p.take_checked("low_watermark", 0.95, frac, "in (0, 1]")?,
+            tracker_fraction: p.take_checked("tracker_fraction", 0.2, frac, "in (0, 1]")?,
+            tracker_min: p.take("tracker_min", 1024)?,
+            pin_threshold: p.take_checked(
+                "pin_threshold",
+                0.7,
+                |x| (0.0..=1.0).contains(x),
+                "in [0, 1]",
+            )?,
+            victim: p.take("victim", Victim::Approx)?,
+            power_k: p.take_checked("power_k", 8, |k| *k >= 1, ">= 1")?,
+            bucket_keys: p.take_checked("bucket_keys", 16_000, |k| *k >= 1, ">= 1")?,
+            table_size: p.take::<ByteSize>("table_size", ByteSize(16 << 20))?.0,
+            promotions: p.take("promotions", Switch(true))?.0,
+            read_compactions: p.take("read_compactions", Switch(true))?.0,
+            read_epoch: p.take_checked("read_epoch", 1_000_000, |n| *n >= 1, ">= 1")?,
+            read_gain: p.take("read_gain", 0.01)?,
+            read_cooldown: p.take("read_cooldown", 10_000_000)?,
+            bloom_bits: p.take_checked("bloom_bits", 10, |b| (1..=32).contains(b), "1..=32")?,
+            block_cache: p
+                .take::<ByteSize>("block_cache", ByteSize(dram_budget / 2))?
+                .0,
+        };
+        p.finish()?;
+        o.validate()?;
+        Ok(o)
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.low_watermark > self.high_watermark {
+            return Err(Error::invalid(
+                "prismdb: low_watermark above high_watermark",
+            ));
+        }
+        if !self.bounds.is_empty() && self.bounds.len() + 1 != self.partitions {
+            return Err(Error::invalid(format!(
+                "prismdb: {} bounds for {} partitions (need partitions - 1)",
+                self.bounds.len(),
+                self.partitions
+            )));
+        }
+        crate::format::check_classes(&self.classes, self.chunk_size.unwrap_or(16 << 10))?;
+        if self.table_size < 64 << 10 {
+            return Err(Error::invalid("prismdb: table_size below 64 KiB"));
+        }
+        Ok(())
+    }
+
+    /// The partition boundaries: `bounds` if given, else the generated ones
+    /// ([`crate::partition_map::default_bounds`]).
+    pub fn boundaries(&self) -> Vec<Vec<u8>> {
+        if self.bounds.is_empty() {
+            crate::partition_map::default_bounds(self.partition_prefix.as_bytes(), self.partitions)
+        } else {
+            self.bounds.iter().map(|b| b.as_bytes().to_vec()).collect()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+    use tierkv_core::EngineSpec;
+
+    fn parse(spec: &str) -> Result<PrismDbOptions> {
+        let s: EngineSpec = spec.parse().unwrap();
+        PrismDbOptions::from_params(s.params(), 1 << 20)
+    }
+
+    #[test]
+    fn defaults_are_the_papers() {
+        let o = parse("prismdb").unwrap();
+        assert_eq!(o.partitions, 8);
+        assert_eq!(o.victim, Victim::Approx);
+        assert_eq!(o.power_k, 8);
+        assert_eq!(o.bucket_keys, 16_000);
+        assert!((o.pin_threshold - 0.7).abs() < 1e-9);
+        assert!((o.high_watermark - 0.98).abs() < 1e-9);
+        assert_eq!(o.boundaries().len(), 7);
+    }
+
+    #[test]
+    fn options_parse_and_bad_ones_are_refused() {
+        let o = parse("prismdb@victim=random,partitions=3,bounds=g|p,classes=64|128").unwrap();
+        assert_eq!(o.victim, Victim::Random);
+        assert_eq!(o.boundaries(), vec![b"g".to_vec(), b"p".to_vec()]);
+        assert_eq!(o.classes, vec![64, 128]);
+        assert!(parse("prismdb@victim=lru").is_err());
+        assert!(parse("prismdb@partitions=3,bounds=a").is_err());
+        assert!(parse("prismdb@classes=100").is_err());
+        assert!(parse("prismdb@high_watermark=0.5,low_watermark=0.9").is_err());
+        assert!(parse("prismdb@nope=1").is_err());
+    }
+}

@@ -1,0 +1,529 @@
+//! A partition (PrismDB §4.1, §6 "Interface"): its DRAM index over the fast-tier objects,
+//! its slabs, its tracker, its buckets and its flash tables, and the foreground operations
+//! on them — get, put (out of place: new slot persisted, published, old slot freed), delete
+//! (tombstones), scan (the two-level iterator of §6).
+//!
+//! Locks (FORMAT.md §3 gives the persist orders they protect):
+//! - `state` (RwLock): index, slabs, clock `ts`, table set, compaction range. Gets and scans
+//!   read under the read lock; allocation, publication and frees take the write lock; the
+//!   object write and its persist happen with no lock held.
+//! - `tracker` (Mutex): the clock tracker; taken alone, or after `state`'s read lock.
+//! - `buckets` (Mutex): approx-MSC counters; taken last.
+//!
+//! Thread safety: `Send + Sync`; all methods take `&self`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
+use tierkv_core::{Error, KvPair, Result, Tier};
+
+use crate::format::{decode_object, encode_object, object_len};
+use crate::msc::{Buckets, common_prefix, key_pos};
+use crate::shared::Shared;
+use crate::slab::Slabs;
+use crate::table::TableSet;
+use crate::tracker::Tracker;
+
+/// Where a key's fast-tier object is.
+#[derive(Debug)]
+pub struct Loc {
+    /// Pool offset of the slot.
+    pub off: u64,
+    /// Timestamp of the object.
+    pub ts: u64,
+    /// Size class.
+    pub class: u8,
+    /// A tombstone.
+    pub tomb: bool,
+    /// The key may also be on flash (counted in its bucket's overlap).
+    pub on_flash: bool,
+    /// Tracked (counted in its bucket's popular keys).
+    pub popular: AtomicBool,
+    /// A promoted copy of a flash value (replaced by any write in flight; DRAM only).
+    pub promoted: bool,
+}
+
+/// The part of a partition guarded by its `state` lock.
+#[derive(Debug)]
+pub struct State {
+    /// Key -> fast-tier object.
+    pub index: BTreeMap<Vec<u8>, Loc>,
+    /// Slabs.
+    pub slabs: Slabs,
+    /// Last timestamp given out.
+    pub ts: u64,
+    /// Current table version.
+    pub tables: Arc<TableSet>,
+    /// The key range a compaction is moving (from choice to install).
+    pub compacting: Option<(Vec<u8>, Option<Vec<u8>>)>,
+    /// Sequence of the committed manifest.
+    pub manifest_seq: u64,
+    /// Next table number.
+    pub next_table: u64,
+}
+
+impl State {
+    /// True when `key` lies in the range being compacted.
+    pub fn in_compaction(&self, key: &[u8]) -> bool {
+        self.compacting.as_ref().is_some_and(|(lo, hi)| {
+            key >= lo.as_slice() && hi.as_ref().is_none_or(|h| key < h.as_slice())
+        })
+    }
+}
+
+/// Per-partition operation counters (read-triggered compactions watch them).
+#[derive(Debug, Default)]
+pub struct PartCounters {
+    /// Gets and scans.
+    pub reads: AtomicU64,
+    /// Puts and deletes.
+    pub writes: AtomicU64,
+    /// Gets answered from the fast tier.
+    pub fast_reads: AtomicU64,
+    /// Gets answered from flash.
+    pub flash_reads: AtomicU64,
+}
+
+/// One partition.
+#[derive(Debug)]
+pub struct Partition {
+    /// Its number.
+    pub id: usize,
+    /// First key.
+    pub lo: Vec<u8>,
+    /// Exclusive end (`None`: the last partition).
+    pub hi: Option<Vec<u8>>,
+    /// Index, slabs, tables.
+    pub state: RwLock<State>,
+    /// Popularity.
+    pub tracker: Mutex<Tracker>,
+    /// approx-MSC counters.
+    pub buckets: Mutex<Buckets>,
+    /// Writers waiting for space in this partition.
+    pub pressure: AtomicU64,
+    /// The last compaction error, if the last compaction failed.
+    pub last_error: Mutex<Option<String>>,
+    /// Operation counters.
+    pub counters: PartCounters,
+    /// Flash hits per table number since the table was written (read-triggered choice).
+    pub table_hits: Mutex<BTreeMap<u64, u64>>,
+}
+
+/// How long a write waits for compactions to free room on a full fast tier.
+const SPACE_WAIT: Duration = Duration::from_secs(30);
+
+/// A writer waiting for space in a partition (counted in its `pressure` while it lives).
+struct Pressure<'a>(&'a AtomicU64);
+
+impl<'a> Pressure<'a> {
+    fn raise(p: &'a AtomicU64) -> Pressure<'a> {
+        p.fetch_add(1, Ordering::AcqRel);
+        Pressure(p)
+    }
+}
+
+impl Drop for Pressure<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// What a slot read found.
+enum Found {
+    Value(Vec<u8>),
+    Tombstone,
+}
+
+impl Partition {
+    /// An empty partition.
+    pub fn new(
+        id: usize,
+        lo: Vec<u8>,
+        hi: Option<Vec<u8>>,
+        slabs: Slabs,
+        tracker_cap: usize,
+    ) -> Partition {
+        Partition {
+            id,
+            lo,
+            hi,
+            state: RwLock::new(State {
+                index: BTreeMap::new(),
+                slabs,
+                ts: 0,
+                tables: Arc::new(TableSet::default()),
+                compacting: None,
+                manifest_seq: 1,
+                next_table: 1,
+            }),
+            tracker: Mutex::new(Tracker::new(tracker_cap)),
+            buckets: Mutex::new(Buckets::new(0.0, 1.0, 1)),
+            pressure: AtomicU64::new(0),
+            last_error: Mutex::new(None),
+            counters: PartCounters::default(),
+            table_hits: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn read_slot(&self, sh: &Shared, key: &[u8], loc: &Loc, st: &State) -> Result<Found> {
+        let size = st.slabs.slot_size(loc.class) as usize;
+        let bytes = sh.pool.read(loc.off, size)?;
+        match decode_object(bytes) {
+            Some(o) if o.ts == loc.ts && o.key == key => Ok(match o.value {
+                Some(v) => Found::Value(v.to_vec()),
+                None => Found::Tombstone,
+            }),
+            _ => Err(Error::corruption(
+                Tier::Pmem,
+                loc.off,
+                "indexed object does not check",
+            )),
+        }
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, sh: &Shared, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.counters.reads.fetch_add(1, Ordering::Relaxed);
+        let st = self.state.read();
+        let tables = if let Some(loc) = st.index.get(key) {
+            let found = self.read_slot(sh, key, loc, &st)?;
+            drop(st);
+            sh.counters.ops.reads_from_pmem.incr();
+            self.counters.fast_reads.fetch_add(1, Ordering::Relaxed);
+            self.touch(key);
+            return Ok(match found {
+                Found::Value(v) => {
+                    sh.counters.ops.user_bytes_read.add(v.len() as u64);
+                    Some(v)
+                }
+                Found::Tombstone => None,
+            });
+        } else {
+            st.tables.clone()
+        };
+        drop(st);
+        let v = tables.get(key, &sh.cache)?;
+        if let Some(v) = &v {
+            sh.counters.ops.reads_from_flash.incr();
+            sh.counters.ops.user_bytes_read.add(v.len() as u64);
+            self.counters.flash_reads.fetch_add(1, Ordering::Relaxed);
+            if let Some(t) = tables.find(key) {
+                *self.table_hits.lock().entry(t.number).or_insert(0) += 1;
+            }
+        }
+        self.touch(key);
+        Ok(v)
+    }
+
+    /// Records an access in the tracker and keeps the popular flags and counts in step.
+    pub fn touch(&self, key: &[u8]) {
+        let t = self.tracker.lock().touch(key);
+        if !t.inserted && t.evicted.is_none() {
+            return;
+        }
+        let st = self.state.read();
+        let mut buckets = self.buckets.lock();
+        if t.inserted
+            && let Some(loc) = st.index.get(key)
+            && !loc.popular.swap(true, Ordering::Relaxed)
+            && let Some(b) = buckets.at(key)
+        {
+            b.pop += 1.0;
+        }
+        if let Some(ev) = t.evicted
+            && let Some(loc) = st.index.get(&ev)
+            && loc.popular.swap(false, Ordering::Relaxed)
+            && let Some(b) = buckets.at(&ev)
+        {
+            b.pop -= 1.0;
+        }
+    }
+
+    /// Stores `value` under `key` (`None`: delete).
+    pub fn write(&self, sh: &Shared, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        self.counters.writes.fetch_add(1, Ordering::Relaxed);
+        sh.check_writable()?;
+        let len = object_len(key.len(), value.map_or(0, <[u8]>::len));
+        let (off, ts, class) = match self.reserve(sh, key, value.is_none(), len)? {
+            Some(r) => r,
+            None => return Ok(()),
+        };
+        self.persist_and_publish(sh, key, value, (off, ts, class), false)?;
+        if value.is_some() {
+            self.touch(key);
+        }
+        Ok(())
+    }
+
+    /// Writes the object into its reserved slot, persists it (no lock held), then publishes
+    /// it (FORMAT.md §3 "Put", steps 2 and 3); true if published.
+    pub fn persist_and_publish(
+        &self,
+        sh: &Shared,
+        key: &[u8],
+        value: Option<&[u8]>,
+        slot: (u64, u64, u8),
+        only_if_absent: bool,
+    ) -> Result<bool> {
+        let (off, ts, class) = slot;
+        let enc = encode_object(ts, key, value);
+        let written = sh
+            .pool
+            .write(off, &enc)
+            .and_then(|()| sh.pool.persist(off, enc.len()));
+        let kind = match (only_if_absent, value.is_some()) {
+            (true, _) => ["promotion: object persisted", "promotion: published"],
+            (false, true) => ["put: object persisted", "put: published, old slot freed"],
+            (false, false) => [
+                "delete: tombstone persisted",
+                "delete: tombstone published, old slot freed",
+            ],
+        };
+        if written.is_ok() {
+            sh.crash_point(kind[0]);
+        }
+        let mut st = self.state.write();
+        if let Err(e) = written {
+            let _ = st.slabs.free(off, class);
+            return Err(e);
+        }
+        let published = self.publish(
+            &mut st,
+            key,
+            off,
+            ts,
+            class,
+            value.is_none(),
+            only_if_absent,
+        )?;
+        drop(st);
+        sh.crash_point(kind[1]);
+        Ok(published)
+    }
+
+    /// Takes a timestamp and a slot for a write of `len` bytes (waiting for compactions
+    /// when the fast tier is full); `None` when a delete needs no tombstone.
+    fn reserve(
+        &self,
+        sh: &Shared,
+        key: &[u8],
+        delete: bool,
+        len: usize,
+    ) -> Result<Option<(u64, u64, u8)>> {
+        if sh.usage.ratio() >= sh.opts.high_watermark {
+            sh.counters.throttled_writes.incr();
+            sh.wake_compactors();
+            std::thread::sleep(Duration::from_micros(20));
+        }
+        let mut waiting: Option<(Instant, Pressure<'_>)> = None;
+        loop {
+            let mut st = self.state.write();
+            let class = st.slabs.class_for(len).ok_or_else(|| {
+                Error::invalid(format!(
+                    "prismdb: object of {len} bytes is larger than the largest slot"
+                ))
+            })?;
+            if delete && !st.tables.may_contain(key) && !st.in_compaction(key) {
+                // Nothing on flash can resurface: drop the fast-tier version, if any.
+                if let Some(loc) = st.index.remove(key) {
+                    st.slabs.free(loc.off, loc.class)?;
+                    self.unaccount(key, &loc);
+                    drop(st);
+                    sh.crash_point("delete: slot freed");
+                }
+                return Ok(None);
+            }
+            match st.slabs.alloc(class) {
+                Ok(off) => {
+                    st.ts += 1;
+                    return Ok(Some((off, st.ts, class)));
+                }
+                Err(Error::NoSpace { .. }) => {
+                    drop(st);
+                    let deadline = waiting
+                        .get_or_insert_with(|| {
+                            sh.counters.space_waits.incr();
+                            *self.last_error.lock() = None;
+                            (Instant::now() + SPACE_WAIT, Pressure::raise(&self.pressure))
+                        })
+                        .0;
+                    sh.check_writable()?;
+                    if let Some(e) = self.last_error.lock().clone() {
+                        return Err(Error::no_space(
+                            Tier::Pmem,
+                            format!("fast tier full and compaction failed: {e}"),
+                        ));
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(Error::no_space(
+                            Tier::Pmem,
+                            format!("fast tier full: no compaction freed room in {SPACE_WAIT:?}"),
+                        ));
+                    }
+                    sh.wake_compactors();
+                    sh.wait_for_space(Duration::from_millis(25));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Publishes the object at `off` for `key` unless a newer one (or, with
+    /// `only_if_absent`, any) is indexed; frees whichever slot lost. True if published.
+    #[allow(clippy::too_many_arguments, reason = "one call per write path")]
+    pub fn publish(
+        &self,
+        st: &mut State,
+        key: &[u8],
+        off: u64,
+        ts: u64,
+        class: u8,
+        tomb: bool,
+        only_if_absent: bool,
+    ) -> Result<bool> {
+        let on_flash = st.tables.may_contain(key);
+        // NOTE: a promoted copy is the flash value, older than any write in flight even when
+        // its timestamp is higher (it took one after them): such a write replaces it.
+        if let Some(old) = st.index.get(key)
+            && (only_if_absent || (old.ts > ts && !old.promoted))
+        {
+            st.slabs.free(off, class)?;
+            return Ok(false);
+        }
+        let popular = self.tracker.lock().clock(key).is_some();
+        let loc = Loc {
+            off,
+            ts,
+            class,
+            tomb,
+            on_flash,
+            popular: AtomicBool::new(popular),
+            promoted: only_if_absent,
+        };
+        self.account(key, &loc);
+        if let Some(old) = st.index.insert(key.to_vec(), loc) {
+            self.unaccount(key, &old);
+            // IMPORTANT: after the new object is durable and published.
+            st.slabs.free(old.off, old.class)?;
+        }
+        Ok(true)
+    }
+
+    fn account(&self, key: &[u8], loc: &Loc) {
+        if let Some(b) = self.buckets.lock().at(key) {
+            b.nvm += 1.0;
+            b.overlap += f64::from(u8::from(loc.on_flash));
+            b.pop += f64::from(u8::from(loc.popular.load(Ordering::Relaxed)));
+        }
+    }
+
+    /// Removes a dropped index entry from the bucket counters.
+    pub fn unaccount(&self, key: &[u8], loc: &Loc) {
+        if let Some(b) = self.buckets.lock().at(key) {
+            b.nvm -= 1.0;
+            b.overlap -= f64::from(u8::from(loc.on_flash));
+            b.pop -= f64::from(u8::from(loc.popular.load(Ordering::Relaxed)));
+        }
+    }
+
+    /// Rebuilds the buckets from the index (after a compaction or recovery), with about
+    /// `bucket_keys` keys per bucket.
+    pub fn rebuild_buckets(&self, st: &State, bucket_keys: usize) {
+        let keys = st.index.len() + usize::try_from(st.tables.entries()).unwrap_or(usize::MAX);
+        let n = (keys / bucket_keys.max(1))
+            .max(4 * (st.tables.tables.len() + 1))
+            .clamp(1, 4096);
+        let first = st.index.keys().next().map(Vec::as_slice);
+        let last = st.index.keys().next_back().map(Vec::as_slice);
+        let t = &st.tables.tables;
+        let lo = [first, t.first().map(|x| x.min_key())]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or_default();
+        let hi = [last, t.last().map(|x| x.max_key())]
+            .into_iter()
+            .flatten()
+            .max()
+            .unwrap_or_default();
+        let skip = common_prefix(lo, hi);
+        let mut pos: Vec<f64> = st.index.keys().map(|k| key_pos(k, skip)).collect();
+        pos.extend(
+            t.iter()
+                .flat_map(|x| [key_pos(x.min_key(), skip), key_pos(x.max_key(), skip)]),
+        );
+        pos.sort_by(f64::total_cmp);
+        let mut b = Buckets::from_positions(skip, &pos, (pos.len() / n).max(1));
+        for (k, loc) in &st.index {
+            if let Some(x) = b.at(k) {
+                x.nvm += 1.0;
+                x.overlap += f64::from(u8::from(loc.on_flash));
+                x.pop += f64::from(u8::from(loc.popular.load(Ordering::Relaxed)));
+            }
+        }
+        *self.buckets.lock() = b;
+    }
+
+    /// Up to `limit` pairs with keys `>= start` in this partition.
+    pub fn scan(&self, sh: &Shared, start: &[u8], limit: usize) -> Result<Vec<KvPair>> {
+        self.counters.reads.fetch_add(1, Ordering::Relaxed);
+        let st = self.state.read();
+        let mut mem: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+        let mut live = 0;
+        for (k, loc) in st.index.range(start.to_vec()..) {
+            match self.read_slot(sh, k, loc, &st)? {
+                Found::Value(v) => {
+                    mem.push((k.clone(), Some(v)));
+                    live += 1;
+                }
+                Found::Tombstone => mem.push((k.clone(), None)),
+            }
+            if live >= limit {
+                break;
+            }
+        }
+        let cut = if live >= limit {
+            mem.last().map(|e| e.0.clone())
+        } else {
+            None
+        };
+        let tables = st.tables.clone();
+        drop(st);
+        let mut out = Vec::with_capacity(limit.min(1024));
+        let mut flash = tables.iter_from(start, &sh.cache).peekable();
+        let mut mem = mem.into_iter().peekable();
+        while out.len() < limit {
+            let take_flash = match (mem.peek(), flash.peek()) {
+                (None, None) => break,
+                (Some(_), None) => false,
+                (None, Some(_)) => true,
+                (Some(m), Some(Ok(f))) => f.0 < m.0,
+                (Some(_), Some(Err(_))) => true,
+            };
+            if take_flash {
+                let (k, v) = match flash.next() {
+                    Some(r) => r?,
+                    None => break,
+                };
+                if cut.as_ref().is_some_and(|c| &k > c) {
+                    break;
+                }
+                out.push((k, v));
+            } else if let Some((k, v)) = mem.next() {
+                if flash
+                    .peek()
+                    .is_some_and(|f| f.as_ref().is_ok_and(|f| f.0 == k))
+                {
+                    flash.next();
+                }
+                if let Some(v) = v {
+                    out.push((k, v));
+                }
+            }
+        }
+        Ok(out)
+    }
+}

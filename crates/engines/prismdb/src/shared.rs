@@ -1,0 +1,152 @@
+//! What every partition and background thread shares: the media, the options, the
+//! fast-tier usage, the block cache, the counters and the wake-up signals (PrismDB §6,
+//! Fig. 7).
+//!
+//! Thread safety: `Send + Sync`; fields are immutable after open or atomics/locks.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+use tierkv_core::media::flash::FlashDevice;
+use tierkv_core::media::pmem::{PmemAllocator, PmemPool};
+use tierkv_core::{Counter, Limits, OpCounters};
+
+use crate::options::PrismDbOptions;
+use crate::partition::Partition;
+use crate::partition_map::PartitionMap;
+use crate::slab::Usage;
+use crate::table::BlockCache;
+
+/// PrismDB's own counters (reported in `stats`).
+#[derive(Debug, Default)]
+pub struct EngineCounters {
+    /// Reads, bytes, reads per tier.
+    pub ops: OpCounters,
+    /// Write-triggered compactions.
+    pub compactions_write: Counter,
+    /// Read-triggered compactions.
+    pub compactions_read: Counter,
+    /// Compactions that failed (flash errors).
+    pub compactions_failed: Counter,
+    /// Objects demoted to flash.
+    pub demoted: Counter,
+    /// Objects promoted to the fast tier.
+    pub promoted: Counter,
+    /// Tombstones dropped by compactions.
+    pub tombstones_dropped: Counter,
+    /// Microseconds spent in compactions.
+    pub compaction_micros: Counter,
+    /// Puts delayed by the rate limiter (fast tier above the high watermark).
+    pub throttled_writes: Counter,
+    /// Puts that waited for a compaction to free space.
+    pub space_waits: Counter,
+    /// Recovery time of the last open (gauge).
+    pub recovery_micros: Counter,
+    /// Live objects found by the last recovery (gauge).
+    pub recovered_objects: Counter,
+    /// Slots freed by the last recovery (losers, torn and dead objects).
+    pub recovery_freed: Counter,
+}
+
+/// A test hook called at every persist point (FORMAT.md §3) with its name.
+pub type CrashHook = Arc<dyn Fn(&'static str) + Send + Sync>;
+
+/// The engine's shared state.
+pub struct Shared {
+    /// The pmem pool.
+    pub pool: Arc<PmemPool>,
+    /// The allocator over the slab region.
+    pub alloc: Arc<PmemAllocator>,
+    /// The flash device.
+    pub dev: Arc<FlashDevice>,
+    /// Options (layout options as recorded in the superblock).
+    pub opts: PrismDbOptions,
+    /// Key and value limits.
+    pub limits: Limits,
+    /// Partition boundaries.
+    pub map: PartitionMap,
+    /// The partitions.
+    pub parts: Vec<Partition>,
+    /// Fast-tier usage.
+    pub usage: Arc<Usage>,
+    /// The DRAM block cache.
+    pub cache: BlockCache,
+    /// Counters.
+    pub counters: EngineCounters,
+    /// Set at close: background threads exit.
+    pub stop: AtomicBool,
+    /// Set after close.
+    pub closed: AtomicBool,
+    /// Wakes the compaction threads.
+    pub wake: (Mutex<u64>, Condvar),
+    /// Signalled after every compaction (writers waiting for space).
+    pub space: (Mutex<u64>, Condvar),
+    /// Operations since open (read-triggered compaction epochs).
+    pub op_clock: AtomicU64,
+    /// Why the store refuses writes (a commit that may or may not have happened), if so.
+    pub poisoned: Mutex<Option<String>>,
+    /// Crash-point hook (tests: crash images at every persist point).
+    pub crash_hook: parking_lot::RwLock<Option<CrashHook>>,
+}
+
+impl Shared {
+    /// Wakes every compaction thread.
+    pub fn wake_compactors(&self) {
+        let mut g = self.wake.0.lock();
+        *g += 1;
+        self.wake.1.notify_all();
+    }
+
+    /// Waits up to `d` for a wake-up; true if one came.
+    pub fn wait_for_work(&self, d: Duration) -> bool {
+        let mut g = self.wake.0.lock();
+        let seen = *g;
+        if self.stop.load(Ordering::Acquire) {
+            return false;
+        }
+        self.wake.1.wait_for(&mut g, d);
+        *g != seen
+    }
+
+    /// Tells writers waiting for space that a compaction finished.
+    pub fn space_freed(&self) {
+        let mut g = self.space.0.lock();
+        *g += 1;
+        self.space.1.notify_all();
+    }
+
+    /// Waits up to `d` for a compaction to finish.
+    pub fn wait_for_space(&self, d: Duration) {
+        let mut g = self.space.0.lock();
+        self.space.1.wait_for(&mut g, d);
+    }
+
+    /// Makes the store refuse writes until it is reopened.
+    pub fn poison(&self, why: String) {
+        self.poisoned.lock().get_or_insert(why);
+        self.space_freed();
+    }
+
+    /// `Err(Poisoned)` once the store refuses writes.
+    pub fn check_writable(&self) -> tierkv_core::Result<()> {
+        match self.poisoned.lock().as_ref() {
+            Some(why) => Err(tierkv_core::Error::Poisoned(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Reports reaching persist point `name` to the crash hook, if one is set.
+    pub fn crash_point(&self, name: &'static str) {
+        let hook = self.crash_hook.read().clone();
+        if let Some(h) = hook {
+            h(name);
+        }
+    }
+
+    /// The partition of `key`.
+    pub fn part(&self, key: &[u8]) -> Option<&Partition> {
+        self.parts.get(self.map.partition_of(key))
+    }
+}

@@ -1,0 +1,345 @@
+//! Sorted tables on flash (PrismDB §4.1 "data layout on flash"): immutable, written once
+//! with `O_DIRECT` through `tierkv_core::media::flash`, read block by block through the
+//! DRAM block cache ([`BlockCache`]). A partition's tables never overlap; [`TableSet`] is one
+//! immutable version of them, shared by readers (`Arc`) so a compaction never removes a
+//! file a reader still uses (the paper's reference counting; an unlinked file stays
+//! readable through its open handle).
+//!
+//! Deviation: the paper keeps table indexes and filters on NVM; we keep them in DRAM
+//! (charged to the DRAM budget), since our pmem pool is the scarce fast tier.
+//!
+//! Thread safety: [`Table`], [`TableSet`] and [`BlockCache`] are `Send + Sync`.
+
+pub mod bloom;
+pub mod format;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tierkv_core::format::checksum::masked_crc32c;
+use tierkv_core::media::flash::{AlignedBuf, FLASH_BLOCK, FlashDevice, FlashFile};
+use tierkv_core::{Error, Result, Tier};
+
+use bloom::{Bloom, hash64};
+use format::{BlockHandle, Footer, build_table, decode_block, decode_footer, decode_index};
+
+/// The file name of table `number` of `partition`.
+pub fn table_name(partition: usize, number: u64) -> String {
+    format!("p{partition:02}-{number:016x}.sst")
+}
+
+/// An open table.
+#[derive(Debug)]
+pub struct Table {
+    /// Table number (unique in its partition).
+    pub number: u64,
+    /// The file.
+    pub file: FlashFile,
+    /// Footer (entries, key range).
+    pub footer: Footer,
+    index: Vec<BlockHandle>,
+    bloom: Bloom,
+}
+
+fn corrupt(file: &FlashFile, off: u64, what: &str) -> Error {
+    Error::corruption(Tier::Flash, off, format!("table {}: {what}", file.name()))
+}
+
+fn read_region(file: &FlashFile, off: u64, len: usize) -> Result<Vec<u8>> {
+    let start = off / FLASH_BLOCK as u64 * FLASH_BLOCK as u64;
+    let skip = (off - start) as usize;
+    let total = (skip + len).div_ceil(FLASH_BLOCK) * FLASH_BLOCK;
+    if start + total as u64 > file.len() {
+        return Err(corrupt(file, off, "region past the end of the file"));
+    }
+    let mut buf = AlignedBuf::new(total)?;
+    file.read_at(start, &mut buf)?;
+    Ok(buf.get(skip..skip + len).unwrap_or_default().to_vec())
+}
+
+impl Table {
+    /// Writes a table over `entries` (sorted, unique, non-empty) as file `name`, synced.
+    pub fn write(
+        dev: &FlashDevice,
+        name: &str,
+        number: u64,
+        entries: &[(Vec<u8>, Vec<u8>)],
+        bloom_bits: u32,
+    ) -> Result<Table> {
+        let (img, footer) = build_table(entries, bloom_bits);
+        let file = dev.create_file(name, img.len() as u64)?;
+        let buf = AlignedBuf::from_slice(&img)?;
+        file.write_at(0, &buf)?;
+        file.sync()?;
+        let region = |(off, len, _): (u64, u32, u32)| {
+            img.get(off as usize..off as usize + len as usize)
+                .unwrap_or_default()
+                .to_vec()
+        };
+        let (ib, bb) = (region(footer.index), region(footer.bloom));
+        Table::assemble(file, number, footer, &ib, &bb)
+    }
+
+    /// A table from its checked footer and its index and filter regions' bytes.
+    fn assemble(
+        file: FlashFile,
+        number: u64,
+        footer: Footer,
+        ib: &[u8],
+        bb: &[u8],
+    ) -> Result<Table> {
+        if masked_crc32c(ib) != footer.index.2 {
+            return Err(corrupt(&file, footer.index.0, "index checksum mismatch"));
+        }
+        let index = decode_index(ib).ok_or_else(|| corrupt(&file, footer.index.0, "bad index"))?;
+        if masked_crc32c(bb) != footer.bloom.2 {
+            return Err(corrupt(&file, footer.bloom.0, "filter checksum mismatch"));
+        }
+        let bloom =
+            Bloom::decode(bb).ok_or_else(|| corrupt(&file, footer.bloom.0, "bad filter"))?;
+        Ok(Table {
+            number,
+            file,
+            footer,
+            index,
+            bloom,
+        })
+    }
+
+    /// Opens table `number` from `file`, checking footer, index and filter.
+    pub fn open(file: FlashFile, number: u64) -> Result<Table> {
+        let len = file.len();
+        if len < FLASH_BLOCK as u64 || !len.is_multiple_of(FLASH_BLOCK as u64) {
+            return Err(corrupt(&file, 0, "length is not a whole number of blocks"));
+        }
+        let fb = read_region(&file, len - FLASH_BLOCK as u64, FLASH_BLOCK)?;
+        let footer = decode_footer(&fb).ok_or_else(|| corrupt(&file, len - 4096, "bad footer"))?;
+        let ib = read_region(&file, footer.index.0, footer.index.1 as usize)?;
+        let bb = read_region(&file, footer.bloom.0, footer.bloom.1 as usize)?;
+        Table::assemble(file, number, footer, &ib, &bb)
+    }
+
+    /// Smallest key.
+    pub fn min_key(&self) -> &[u8] {
+        &self.footer.min_key
+    }
+    /// Largest key.
+    pub fn max_key(&self) -> &[u8] {
+        &self.footer.max_key
+    }
+
+    /// False only if the table certainly does not hold `key`.
+    pub fn may_contain(&self, key: &[u8]) -> bool {
+        key >= self.min_key() && key <= self.max_key() && self.bloom.may_contain(hash64(key))
+    }
+
+    /// DRAM held by the index and the filter.
+    pub fn dram_bytes(&self) -> usize {
+        self.bloom.dram_bytes()
+            + self
+                .index
+                .iter()
+                .map(|h| h.last_key.len() + 32)
+                .sum::<usize>()
+    }
+
+    /// Number of data blocks.
+    pub fn blocks(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Reads (or takes from the cache) data block `i`'s entries.
+    pub fn block(&self, i: usize, cache: &BlockCache) -> Result<Block> {
+        let key = (self.file.name().to_owned(), i);
+        if let Some(b) = cache.get(&key) {
+            return Ok(b);
+        }
+        let h = self
+            .index
+            .get(i)
+            .ok_or_else(|| corrupt(&self.file, 0, "block index out of range"))?;
+        let payload = read_region(&self.file, h.offset, h.len as usize)?;
+        if masked_crc32c(&payload) != h.crc {
+            return Err(corrupt(&self.file, h.offset, "block checksum mismatch"));
+        }
+        let entries = Arc::new(
+            decode_block(&payload).ok_or_else(|| corrupt(&self.file, h.offset, "bad block"))?,
+        );
+        cache.insert(key, entries.clone(), h.len as usize);
+        Ok(entries)
+    }
+
+    /// The index of the first block whose last key is `>= key`.
+    pub fn seek_block(&self, key: &[u8]) -> usize {
+        self.index.partition_point(|h| h.last_key.as_slice() < key)
+    }
+
+    /// The value of `key`, reading flash when the filter does not rule it out.
+    pub fn get(&self, key: &[u8], cache: &BlockCache) -> Result<Option<Vec<u8>>> {
+        if !self.may_contain(key) {
+            return Ok(None);
+        }
+        let i = self.seek_block(key);
+        if i >= self.index.len() {
+            return Ok(None);
+        }
+        let b = self.block(i, cache)?;
+        Ok(b.binary_search_by(|(k, _)| k.as_slice().cmp(key))
+            .ok()
+            .and_then(|j| b.get(j))
+            .map(|(_, v)| v.clone()))
+    }
+
+    /// Every entry, in order.
+    pub fn read_all(&self, cache: &BlockCache) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::with_capacity(self.footer.entries as usize);
+        for i in 0..self.index.len() {
+            out.extend(self.block(i, cache)?.iter().cloned());
+        }
+        Ok(out)
+    }
+}
+
+/// One version of a partition's tables, sorted by key, non-overlapping.
+#[derive(Debug, Default)]
+pub struct TableSet {
+    /// The tables.
+    pub tables: Vec<Arc<Table>>,
+}
+
+impl TableSet {
+    /// The table whose range could hold `key`.
+    pub fn find(&self, key: &[u8]) -> Option<&Arc<Table>> {
+        let i = self.tables.partition_point(|t| t.max_key() < key);
+        self.tables.get(i).filter(|t| t.min_key() <= key)
+    }
+
+    /// The value of `key` on flash.
+    pub fn get(&self, key: &[u8], cache: &BlockCache) -> Result<Option<Vec<u8>>> {
+        match self.find(key) {
+            Some(t) => t.get(key, cache),
+            None => Ok(None),
+        }
+    }
+
+    /// False only if no table holds `key`.
+    pub fn may_contain(&self, key: &[u8]) -> bool {
+        self.find(key).is_some_and(|t| t.may_contain(key))
+    }
+
+    /// Entries in total.
+    pub fn entries(&self) -> u64 {
+        self.tables.iter().map(|t| t.footer.entries).sum()
+    }
+
+    /// An iterator over entries with keys `>= start`, in order, reading lazily.
+    pub fn iter_from<'a>(&'a self, start: &[u8], cache: &'a BlockCache) -> TableIter<'a> {
+        let t = self.tables.partition_point(|t| t.max_key() < start);
+        let b = self.tables.get(t).map_or(0, |tb| tb.seek_block(start));
+        TableIter {
+            set: self,
+            cache,
+            t,
+            b,
+            buf: VecDeque::new(),
+            start: start.to_vec(),
+        }
+    }
+}
+
+/// A lazy ordered iterator over a [`TableSet`].
+pub struct TableIter<'a> {
+    set: &'a TableSet,
+    cache: &'a BlockCache,
+    t: usize,
+    b: usize,
+    buf: VecDeque<(Vec<u8>, Vec<u8>)>,
+    start: Vec<u8>,
+}
+
+impl Iterator for TableIter<'_> {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(e) = self.buf.pop_front() {
+                if e.0 >= self.start {
+                    return Some(Ok(e));
+                }
+                continue;
+            }
+            let table = self.set.tables.get(self.t)?;
+            if self.b >= table.blocks() {
+                self.t += 1;
+                self.b = 0;
+                continue;
+            }
+            match table.block(self.b, self.cache) {
+                Ok(block) => self.buf.extend(block.iter().cloned()),
+                Err(e) => {
+                    self.t = usize::MAX;
+                    return Some(Err(e));
+                }
+            }
+            self.b += 1;
+        }
+    }
+}
+
+type BlockKey = (String, usize);
+
+/// The decoded entries of a data block, shared between the cache and readers.
+pub type Block = Arc<Vec<(Vec<u8>, Vec<u8>)>>;
+
+/// The DRAM block cache for flash tables (FIFO with a byte budget; DESIGN §3: charged to
+/// the DRAM budget).
+#[derive(Debug, Default)]
+pub struct BlockCache {
+    inner: Mutex<CacheInner>,
+    capacity: usize,
+}
+
+#[derive(Debug, Default)]
+struct CacheInner {
+    map: HashMap<BlockKey, (Block, usize)>,
+    fifo: VecDeque<BlockKey>,
+    bytes: usize,
+}
+
+impl BlockCache {
+    /// A cache of `capacity` bytes (0: no caching).
+    pub fn new(capacity: usize) -> BlockCache {
+        BlockCache {
+            inner: Mutex::default(),
+            capacity,
+        }
+    }
+
+    fn get(&self, k: &BlockKey) -> Option<Block> {
+        self.inner.lock().map.get(k).map(|e| e.0.clone())
+    }
+
+    fn insert(&self, k: BlockKey, v: Block, bytes: usize) {
+        if bytes > self.capacity {
+            return;
+        }
+        let mut g = self.inner.lock();
+        if g.map.contains_key(&k) {
+            return;
+        }
+        while g.bytes + bytes > self.capacity {
+            let Some(old) = g.fifo.pop_front() else { break };
+            if let Some((_, b)) = g.map.remove(&old) {
+                g.bytes -= b;
+            }
+        }
+        g.bytes += bytes;
+        g.fifo.push_back(k.clone());
+        g.map.insert(k, (v, bytes));
+    }
+
+    /// Bytes cached.
+    pub fn bytes(&self) -> usize {
+        self.inner.lock().bytes
+    }
+}

@@ -1,0 +1,277 @@
+//! End-to-end tests of the tiering mechanisms: deletes never resurrect flash versions
+//! (the authors' code could), promotions bring hot flash objects back to the fast tier
+//! (and `promotions=off` does not), read-triggered compactions start in a read-only phase
+//! with hot keys on flash, updates move objects between size classes, and every victim
+//! policy keeps the data intact.
+
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use tierkv_core::KvStore;
+use tierkv_prismdb::PrismDbStore;
+use tierkv_prismdb::compaction::{Trigger, compact};
+
+use common::{Rig, assert_check, counter, value_for};
+
+const BASE: &str = "prismdb@partitions=2,bounds=k2,chunk_size=16KiB,table_size=64KiB,\
+high_watermark=0.95,low_watermark=0.9,bucket_keys=16,tracker_min=16,read_compactions=off";
+
+fn key(i: u32) -> Vec<u8> {
+    format!("k{i:05}").into_bytes()
+}
+
+/// Demotes everything it can (pinning ignored), until nothing moves.
+fn demote_all(store: &PrismDbStore) {
+    let sh = store.shared();
+    for p in &sh.parts {
+        while compact(sh, p, Trigger::Write, true)
+            .unwrap()
+            .is_some_and(|o| o.demoted + o.tombstones > 0)
+        {}
+    }
+}
+
+fn fast_objects(store: &PrismDbStore) -> usize {
+    store
+        .shared()
+        .parts
+        .iter()
+        .map(|p| p.state.read().index.len())
+        .sum()
+}
+
+fn check(store: &PrismDbStore, model: &BTreeMap<Vec<u8>, Vec<u8>>, ctx: &str) {
+    let got: BTreeMap<_, _> = store.scan(b"", usize::MAX).unwrap().into_iter().collect();
+    assert_eq!(&got, model, "{ctx}");
+    for i in 0..400 {
+        assert_eq!(
+            store.get(&key(i)).unwrap().as_ref(),
+            model.get(&key(i)),
+            "{ctx}: key {i}"
+        );
+    }
+}
+
+#[test]
+fn deletes_hide_flash_versions_until_compaction_removes_both_and_never_resurrect() {
+    let rig = Rig::new(BASE, 4);
+    let store = rig.create();
+    store.stop_background();
+    let mut model = BTreeMap::new();
+    for i in 0..400 {
+        let v = value_for(&key(i), 1);
+        store.put(&key(i), &v).unwrap();
+        model.insert(key(i), v);
+    }
+    demote_all(&store);
+    assert_eq!(fast_objects(&store), 0, "everything should be on flash");
+    for i in (0..400).step_by(3) {
+        store.delete(&key(i)).unwrap();
+        model.remove(&key(i));
+        assert_eq!(
+            store.get(&key(i)).unwrap(),
+            None,
+            "tombstone must hide the flash version"
+        );
+    }
+    // Deleting a key that never existed writes nothing.
+    store.delete(b"k2-never").unwrap();
+    let tombstones = fast_objects(&store);
+    assert!(tombstones > 0);
+    check(&store, &model, "tombstones on pmem");
+    store.close().unwrap();
+    drop(store);
+    let store = rig.reopen().unwrap();
+    store.stop_background();
+    check(&store, &model, "reopened with tombstones");
+    demote_all(&store);
+    assert_eq!(
+        fast_objects(&store),
+        0,
+        "tombstones must be dropped by compaction"
+    );
+    assert!(counter(&*store, "prismdb_tombstones_dropped") > 0);
+    check(&store, &model, "after tombstones were compacted");
+    // A delete of a flash-only key right after that compaction, then reopen.
+    store.delete(&key(1)).unwrap();
+    model.remove(&key(1));
+    store.close().unwrap();
+    drop(store);
+    let store = rig.reopen().unwrap();
+    check(&store, &model, "reopened again");
+    assert_check(&*store);
+}
+
+fn promotion_run(promotions: bool) -> (u64, u64, u64) {
+    let spec = format!(
+        "{BASE},promotions={}",
+        if promotions { "on" } else { "off" }
+    );
+    let rig = Rig::new(&spec, 4);
+    let store = rig.create();
+    store.stop_background();
+    for i in 0..400 {
+        store.put(&key(i), &value_for(&key(i), 2)).unwrap();
+    }
+    demote_all(&store);
+    // A hot set of 20 keys, read many times (clock 3), and a cold tail read once.
+    for _ in 0..5 {
+        for i in 0..20 {
+            store.get(&key(i * 7)).unwrap().unwrap();
+        }
+    }
+    let sh = store.shared();
+    for p in &sh.parts {
+        compact(sh, p, Trigger::Read, false).unwrap();
+    }
+    let before = store.stats();
+    for i in 0..20 {
+        assert_eq!(
+            store.get(&key(i * 7)).unwrap(),
+            Some(value_for(&key(i * 7), 2))
+        );
+    }
+    let after = store.stats().delta_since(&before);
+    assert_check(&*store);
+    (
+        counter(&*store, "prismdb_promoted"),
+        after.reads_from_pmem,
+        after.reads_from_flash,
+    )
+}
+
+#[test]
+fn promotions_bring_hot_flash_objects_back_and_can_be_switched_off() {
+    let (promoted, fast, flash) = promotion_run(true);
+    println!("promotions on: promoted {promoted}, hot reads fast {fast} flash {flash}");
+    assert!(promoted >= 10, "promoted only {promoted}");
+    assert!(
+        fast > flash,
+        "hot keys still read from flash: fast {fast}, flash {flash}"
+    );
+    let (promoted, fast, flash) = promotion_run(false);
+    println!("promotions off: promoted {promoted}, hot reads fast {fast} flash {flash}");
+    assert_eq!(promoted, 0);
+    assert_eq!(fast, 0);
+    assert_eq!(flash, 20);
+}
+
+#[test]
+fn read_triggered_compactions_start_in_a_read_only_phase_with_hot_keys_on_flash() {
+    let spec = "prismdb@partitions=2,bounds=k2,chunk_size=16KiB,table_size=64KiB,\
+                high_watermark=0.95,low_watermark=0.9,bucket_keys=16,tracker_min=16,\
+                read_epoch=400,read_gain=0.0,read_cooldown=100000";
+    let rig = Rig::new(spec, 4);
+    let store = rig.create();
+    for i in 0..400 {
+        store.put(&key(i), &value_for(&key(i), 3)).unwrap();
+    }
+    // Demote with the background threads running (they only compact on triggers).
+    demote_all(&store);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while counter(&*store, "prismdb_compactions_read") == 0 && Instant::now() < deadline {
+        for i in 0..40 {
+            store.get(&key(i * 3)).unwrap().unwrap();
+        }
+    }
+    assert!(
+        counter(&*store, "prismdb_compactions_read") > 0,
+        "no read-triggered compaction"
+    );
+    assert!(counter(&*store, "prismdb_promoted") > 0, "no promotion");
+    let s = store.stats();
+    println!("{:?} {:?}", s.counters, s.gauges);
+    for i in 0..400 {
+        assert_eq!(store.get(&key(i)).unwrap(), Some(value_for(&key(i), 3)));
+    }
+}
+
+#[test]
+fn every_victim_policy_compacts_without_losing_data_and_updates_move_classes() {
+    for victim in ["approx", "precise", "random", "unpopular"] {
+        let spec = format!(
+            "prismdb@partitions=2,bounds=k2,chunk_size=16KiB,table_size=64KiB,\
+             high_watermark=0.06,low_watermark=0.04,bucket_keys=16,tracker_min=16,victim={victim}"
+        );
+        let rig = Rig::new(&spec, 4);
+        let store = rig.create();
+        let mut model = BTreeMap::new();
+        for round in 0..6u64 {
+            for i in 0..1000u32 {
+                let k = key(i);
+                // Sizes cycle through the first four classes.
+                let mut v = value_for(&k, round);
+                v.resize(
+                    [20, 200, 450, 1000][((i as u64 + round) % 4) as usize],
+                    b'z',
+                );
+                store.put(&k, &v).unwrap();
+                model.insert(k, v);
+            }
+        }
+        let got: BTreeMap<_, _> = store.scan(b"", usize::MAX).unwrap().into_iter().collect();
+        assert_eq!(got, model, "victim={victim}");
+        let c = counter(&*store, "prismdb_compactions_write");
+        assert!(c > 0, "victim={victim}: no compaction");
+        let census: Vec<(usize, u64)> = store.shared().parts[0].state.read().slabs.census();
+        assert!(
+            census.iter().take(4).filter(|c| c.1 > 0).count() >= 2,
+            "victim={victim}: {census:?}"
+        );
+        assert_check(&*store);
+        println!(
+            "victim={victim}: {c} compactions, flash written {}",
+            store.stats().flash_bytes_written
+        );
+    }
+}
+
+/// Regression (found in review): a put that took its timestamp before a promotion of the
+/// same key and published after it was dropped in favour of the promoted (older) value.
+#[test]
+fn a_put_in_flight_wins_over_a_promotion_of_the_same_key() {
+    let spec = format!("{BASE},pin_threshold=1.0");
+    let rig = Rig::new(&spec, 4);
+    let store = rig.create();
+    store.stop_background();
+    for i in 0..100 {
+        store.put(&key(i), &value_for(&key(i), 1)).unwrap();
+    }
+    demote_all(&store);
+    let k = key(42);
+    for _ in 0..3 {
+        assert_eq!(store.get(&k).unwrap(), Some(value_for(&k, 1)));
+    }
+    let sh = store.shared().clone();
+    let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let (sh2, fired) = (std::sync::Arc::downgrade(&sh), fired.clone());
+        let part = sh.map.partition_of(&k);
+        *sh.crash_hook.write() = Some(std::sync::Arc::new(move |point: &'static str| {
+            if point == "put: object persisted"
+                && !fired.swap(true, std::sync::atomic::Ordering::SeqCst)
+            {
+                let sh = sh2.upgrade().unwrap();
+                let out = compact(&sh, &sh.parts[part], Trigger::Read, false).unwrap();
+                assert!(
+                    out.is_some_and(|o| o.promoted > 0),
+                    "no promotion ran: {out:?}"
+                );
+            }
+        }));
+    }
+    store.put(&k, b"new value").unwrap();
+    assert!(fired.load(std::sync::atomic::Ordering::SeqCst));
+    *sh.crash_hook.write() = None;
+    assert_eq!(store.get(&k).unwrap(), Some(b"new value".to_vec()));
+    drop(sh);
+    store.close().unwrap();
+    drop(store);
+    let store = rig.reopen().unwrap();
+    assert_eq!(store.get(&k).unwrap(), Some(b"new value".to_vec()));
+    assert_check(&*store);
+}
