@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 pub mod racing;
+pub mod rig;
 pub mod schema;
 
 pub use racing::{

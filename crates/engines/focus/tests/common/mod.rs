@@ -14,37 +14,8 @@ use tierkv_core::media::pmem::{
 use tierkv_core::{EngineSpec, Limits};
 use tierkv_focus::{FocusOptions, FocusStore};
 
-/// A scratch directory, on /dev/shm when it exists.
-pub fn scratch_dir() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir()
-        && let Ok(d) = tempfile::tempdir_in(shm)
-    {
-        return d;
-    }
-    tempfile::tempdir().expect("temp dir")
-}
-
-/// The seed of a random test: `TIERKV_SEED` if set, else a fresh one; printed either way.
-pub fn seed(test: &str) -> u64 {
-    let seed = std::env::var("TIERKV_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    println!("{test}: seed {seed} (replay with TIERKV_SEED={seed})");
-    seed
-}
-
-/// Creates a pool.
-pub fn create_pool(path: &Path, size: u64, mode: DurabilityMode) -> Arc<PmemPool> {
-    PmemPool::create(&PmemConfig {
-        path: path.to_owned(),
-        size,
-        mode,
-        latency: EmulatedLatency::default(),
-    })
-    .expect("create pool")
-}
+#[allow(unused_imports, reason = "each test file uses a subset")]
+pub use tierkv_testkit::rig::{create_pool, scratch_dir, seed};
 
 /// Opens an existing pool.
 pub fn open_pool(path: &Path, mode: DurabilityMode) -> Arc<PmemPool> {

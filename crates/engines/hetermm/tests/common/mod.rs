@@ -7,52 +7,18 @@
 #![allow(clippy::unwrap_used, reason = "test helpers fail the test on errors")]
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tierkv_core::media::pmem::{DurabilityMode, EmulatedLatency, PmemConfig, PmemPool};
+use tierkv_core::media::pmem::{DurabilityMode, PmemPool};
 use tierkv_core::{EngineSpec, KvStore, Limits, Stats};
 use tierkv_hetermm::{CoreIndex, HeterOptions, HeterStore};
 use tierkv_testkit::{ModelConfig, run_model};
 
-/// A scratch directory, on /dev/shm when it exists.
-pub fn scratch_dir() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir()
-        && let Ok(d) = tempfile::tempdir_in(shm)
-    {
-        return d;
-    }
-    tempfile::tempdir().expect("temp dir")
-}
-
-/// The seed of a random test: `TIERKV_SEED` if set, else a fresh one; printed either way.
-pub fn seed(test: &str) -> u64 {
-    let seed = std::env::var("TIERKV_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    println!("{test}: seed {seed} (replay with TIERKV_SEED={seed})");
-    seed
-}
-
-/// A pool configuration.
-pub fn config(path: impl Into<PathBuf>, size: u64, mode: DurabilityMode) -> PmemConfig {
-    PmemConfig {
-        path: path.into(),
-        size,
-        mode,
-        latency: EmulatedLatency::default(),
-    }
-}
-
-/// Creates a pool.
-pub fn create_pool(path: &Path, size: u64, mode: DurabilityMode) -> Arc<PmemPool> {
-    PmemPool::create(&config(path, size, mode)).expect("create pool")
-}
+#[allow(unused_imports, reason = "each test file uses a subset")]
+pub use tierkv_testkit::rig::{config, create_pool, scratch_dir, seed};
 
 /// Options with 4 KiB pages, 32 KiB blocks and `pages` pages of DRAM, plus `extra`
 /// (spec-style `key=value` options).
