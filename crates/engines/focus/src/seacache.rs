@@ -37,8 +37,10 @@
 //! `focus:cache`, which decides admission, reads the row and fills a slot, and runs the
 //! eviction; the queue is bounded and drops requests when full.
 //!
-//! Thread safety: pages behind their own reader-writer locks; the pool's free list, each
-//! schema's page list and the queue behind mutexes, taken one at a time.
+//! Thread safety: pages behind their own reader-writer locks; the pool's free list, the
+//! schemas' page lists and the queue behind mutexes. Lock order: the page lists, then one
+//! page, then the free list (the queue is taken alone); a page lock is never held while the
+//! page lists are taken.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -448,14 +450,28 @@ impl SeaCache {
             clear(&mut page, s);
             self.counters.evictions.incr();
             if page.rows == 0 {
-                self.release_page(p as u32, &mut page);
+                let schema = page.schema;
+                drop(page);
+                self.release_if_empty(p as u32, schema);
             }
         }
     }
 
-    fn release_page(&self, p: u32, page: &mut Page) {
-        let schema = page.schema;
-        if let Some(list) = self.lists.lock().get_mut(&schema) {
+    /// Gives page `p` back to the free list if it still belongs to `schema` and holds no
+    /// row.
+    // IMPORTANT: lock order is `lists`, then a page, then `free` (as `fill` takes them); a
+    // page lock is never held while `lists` is taken, or the cache thread's `fill` and a
+    // writer freeing the last slot of a page deadlock.
+    fn release_if_empty(&self, p: u32, schema: SchemaId) {
+        let mut lists = self.lists.lock();
+        let Some(lock) = self.pages.get(p as usize) else {
+            return;
+        };
+        let mut page = lock.write();
+        if page.schema != schema || page.rows != 0 || page.slots.is_empty() {
+            return;
+        }
+        if let Some(list) = lists.get_mut(&schema) {
             list.retain(|x| *x != p);
         }
         page.slots.clear();
@@ -491,6 +507,7 @@ impl SeaCache {
                 st.failed_rounds.load(Ordering::Relaxed),
             );
             let pages: Vec<u32> = self.lists.lock().get(&schema).cloned().unwrap_or_default();
+            let mut emptied = Vec::new();
             for p in pages {
                 let Some(lock) = self.pages.get(p as usize) else {
                     continue;
@@ -511,8 +528,11 @@ impl SeaCache {
                     }
                 }
                 if page.rows == 0 && !page.slots.is_empty() {
-                    self.release_page(p, &mut page);
+                    emptied.push(p);
                 }
+            }
+            for p in emptied {
+                self.release_if_empty(p, schema);
             }
         }
         // NOTE: the lifetime adjustment: shorter lifetimes while the target is missed.
@@ -586,6 +606,43 @@ fn clear(page: &mut Page, s: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The cache thread's `fill` (page lists, then a page) raced a writer freeing the last
+    /// slot of a page (that page, then the page lists): both waited forever (seen once as a
+    /// hung `schema_conformance` in CI). Here every slot is a whole page, so each free
+    /// empties its page while a fill walks the schema's page list.
+    #[test]
+    fn fill_racing_the_release_of_an_emptied_page_does_not_deadlock() {
+        let cache = Arc::new(SeaCache::new(CacheConfig {
+            size: 4 * 256,
+            page_size: 256,
+            hit_threshold: 0.5,
+            lifetime_ms: 1000,
+            evict_target: 0.8,
+        }));
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let workers: Vec<_> = [&b"fill"[..], &b"free"[..]]
+            .into_iter()
+            .map(|key| {
+                let (cache, done_tx) = (cache.clone(), done_tx.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..200_000 {
+                        if let Some(h) = cache.fill(1, 256, key, 0, b"row") {
+                            cache.free_slot(h, key);
+                        }
+                    }
+                    let _ = done_tx.send(());
+                })
+            })
+            .collect();
+        for _ in 0..2 {
+            let finished = done_rx.recv_timeout(std::time::Duration::from_secs(60));
+            assert!(finished.is_ok(), "fill and free_slot deadlocked");
+        }
+        for w in workers {
+            w.join().expect("worker");
+        }
+    }
 
     #[test]
     fn admission_threshold() {
