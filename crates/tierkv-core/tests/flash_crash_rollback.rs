@@ -3,6 +3,7 @@
 //! created after the last directory sync vanish, and the crashed device refuses writes.
 
 mod flash_support;
+mod seed_policy;
 
 use flash_support::{backends, faulty_device, open, pattern, read};
 use tierkv_core::Error;
@@ -11,17 +12,7 @@ use tierkv_core::media::flash::{AlignedBuf, CrashMode, IoBatch};
 const BLK: usize = 4096;
 
 fn seed() -> u64 {
-    let s = std::env::var("TIERKV_TEST_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .expect("clock after 1970")
-                .as_nanos() as u64
-        });
-    eprintln!("seed {s} (rerun with TIERKV_TEST_SEED={s})");
-    s
+    seed_policy::seed("flash_crash_rollback")
 }
 
 #[test]

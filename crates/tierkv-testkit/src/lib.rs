@@ -16,7 +16,7 @@
 //! readers get and scan them; every answer is judged by linearizability, live and after a
 //! crash image taken while they run ([`Racing`], [`run_racing`]).
 //!
-//! Every run prints its seed; `TIERKV_TEST_SEED=<n>` replays it.
+//! Every run prints its seed; `TIERKV_SEED=<n>` replays it.
 
 #![forbid(unsafe_code)]
 
@@ -54,7 +54,7 @@ pub struct ModelConfig {
     pub scan_pct: u32,
     /// Operations per thread in the shared-keys phase (0 skips it).
     pub shared_ops_per_thread: usize,
-    /// The seed (overridden by `TIERKV_TEST_SEED`).
+    /// The seed (overridden by `TIERKV_SEED`).
     pub seed: u64,
 }
 
@@ -102,18 +102,15 @@ fn value(rng: &mut ChaCha8Rng, cfg: &ModelConfig, tag: &[u8]) -> Vec<u8> {
     v
 }
 
-/// The seed a run uses: `TIERKV_TEST_SEED` if set, else `cfg.seed`.
+/// The seed a run uses: `TIERKV_SEED` if set, else `cfg.seed`.
 pub fn effective_seed(cfg: &ModelConfig) -> u64 {
-    std::env::var("TIERKV_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(cfg.seed)
+    crate::rig::env_seed().unwrap_or(cfg.seed)
 }
 
 /// Runs the model-based test; panics (with the seed) on the first divergence.
 pub fn run_model(store: Arc<dyn KvStore>, cfg: &ModelConfig) -> ModelReport {
     let seed = effective_seed(cfg);
-    eprintln!("model test seed {seed} (replay with TIERKV_TEST_SEED={seed})");
+    eprintln!("model test seed {seed} (replay with TIERKV_SEED={seed})");
     let models: Vec<(Oracle, ModelReport)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..cfg.threads)
             .map(|t| {

@@ -47,7 +47,7 @@ pub struct RacingConfig {
     pub scan_pct: u32,
     /// Value lengths (at least the `v<version>|` tag).
     pub value_len: std::ops::RangeInclusive<usize>,
-    /// The seed (overridden by `TIERKV_TEST_SEED`).
+    /// The seed (overridden by `TIERKV_SEED`).
     pub seed: u64,
 }
 
@@ -537,11 +537,8 @@ impl Run<'_> {
 }
 
 fn new_run<'a>(cfg: &'a RacingConfig, hist: &'a Histories) -> Run<'a> {
-    let seed = std::env::var("TIERKV_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(cfg.seed);
-    eprintln!("racing-writers seed {seed} (replay with TIERKV_TEST_SEED={seed})");
+    let seed = crate::rig::env_seed().unwrap_or(cfg.seed);
+    eprintln!("racing-writers seed {seed} (replay with TIERKV_SEED={seed})");
     let groups = cfg.writers.div_ceil(cfg.writers_per_key.max(1)).max(1);
     Run {
         cfg,

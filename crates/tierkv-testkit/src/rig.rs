@@ -21,14 +21,40 @@ pub fn scratch_dir() -> tempfile::TempDir {
     tempfile::tempdir().expect("temp dir")
 }
 
-/// The seed of a random test: `TIERKV_SEED` if set, else a fresh one; printed either way.
+/// The seed of a random test, printed either way so a failure can be replayed:
+/// - `TIERKV_SEED` (or the older name `TIERKV_TEST_SEED`) if set;
+/// - else, when `TIERKV_FIXED_SEEDS` is set (CI sets it: a CI run must be reproducible), a
+///   seed derived from the test's name, the same on every run;
+/// - else a fresh random seed (local runs explore new cases every time).
 pub fn seed(test: &str) -> u64 {
-    let seed = std::env::var("TIERKV_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
+    let seed = env_seed().unwrap_or_else(|| {
+        if fixed_seeds() {
+            fixed_seed(test)
+        } else {
+            rand::random()
+        }
+    });
     println!("{test}: seed {seed} (replay with TIERKV_SEED={seed})");
     seed
+}
+
+/// The seed given in the environment (`TIERKV_SEED`, or the older `TIERKV_TEST_SEED`).
+pub fn env_seed() -> Option<u64> {
+    ["TIERKV_SEED", "TIERKV_TEST_SEED"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().and_then(|s| s.trim().parse().ok()))
+}
+
+/// Whether this run asks for fixed seeds (`TIERKV_FIXED_SEEDS` set and not `0`).
+pub fn fixed_seeds() -> bool {
+    std::env::var("TIERKV_FIXED_SEEDS").is_ok_and(|v| v != "0" && !v.is_empty())
+}
+
+/// The fixed seed of `test`: FNV-1a of its name.
+pub fn fixed_seed(test: &str) -> u64 {
+    test.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// A pool configuration without emulated latency.

@@ -10,7 +10,7 @@
 //!   same rows at once; at the end every field holds its thread's last value (no update
 //!   lost), and readers never see a field go backwards.
 //!
-//! Seeds print; `TIERKV_TEST_SEED` replays.
+//! Seeds print; `TIERKV_SEED` replays.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,7 +29,7 @@ pub struct SchemaModelConfig {
     pub keys: u64,
     /// False when the store cannot scan (its scans must then be `Unsupported`).
     pub scans: bool,
-    /// The seed (overridden by `TIERKV_TEST_SEED`).
+    /// The seed (overridden by `TIERKV_SEED`).
     pub seed: u64,
 }
 
@@ -101,11 +101,8 @@ fn expect_invalid<T: std::fmt::Debug>(r: tierkv_core::Result<T>, what: &str) {
 
 /// Runs the model-based suite; panics (with the seed) on the first divergence.
 pub fn run_schema_model(store: &dyn SchemaStore, cfg: &SchemaModelConfig) -> u64 {
-    let seed = std::env::var("TIERKV_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(cfg.seed);
-    eprintln!("schema model seed {seed} (replay with TIERKV_TEST_SEED={seed})");
+    let seed = crate::rig::env_seed().unwrap_or(cfg.seed);
+    eprintln!("schema model seed {seed} (replay with TIERKV_SEED={seed})");
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let schemas: Vec<Arc<Schema>> = model_schemas()
         .iter()

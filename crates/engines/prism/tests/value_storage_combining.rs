@@ -14,8 +14,7 @@ const CHUNK: u32 = 128 * 1024;
 
 #[test]
 fn thirty_two_threads_read_their_own_values_in_every_mode() {
-    let seed: u64 = rand::random();
-    println!("seed {seed}");
+    let seed = tierkv_testkit::rig::seed("value_storage_combining");
     for backend in backends() {
         let dir = data_dir();
         let dev = device(dir.path(), backend, 64 << 20);

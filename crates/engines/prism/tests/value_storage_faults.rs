@@ -101,8 +101,7 @@ fn failed_sync_poisons_writes_but_reads_keep_working() {
 
 #[test]
 fn crash_during_a_chunk_write_leaves_acknowledged_values_intact() {
-    let seed: u64 = rand::random();
-    println!("seed {seed}");
+    let seed = tierkv_testkit::rig::seed("value_storage_faults");
     let dir = data_dir();
     let backend = backends()[0];
     let written = {

@@ -79,8 +79,7 @@ fn update(vs: &ValueStorage, h: &MiniHsit, slots: &[u64], stop: &AtomicBool) -> 
 
 #[test]
 fn readers_never_see_wrong_data_while_gc_moves_values() {
-    let seed: u64 = rand::random();
-    println!("seed {seed}");
+    let seed = tierkv_testkit::rig::seed("value_storage_gc_concurrent_reads");
     for backend in backends() {
         let dir = data_dir();
         let dev = device(dir.path(), backend, 16 << 20);

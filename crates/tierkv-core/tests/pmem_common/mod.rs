@@ -29,15 +29,12 @@ pub fn config(path: impl Into<PathBuf>, size: u64, mode: DurabilityMode) -> Pmem
     }
 }
 
-/// The seed of a random test: `TIERKV_SEED` if set, else a fresh one. Printed either way
-/// so that a failure can be replayed.
+#[path = "../seed_policy/mod.rs"]
+mod seed_policy;
+
+/// The seed of a random test (policy in `seed_policy`): printed so a failure can be replayed.
 pub fn seed(test: &str) -> u64 {
-    let seed = std::env::var("TIERKV_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    println!("{test}: seed {seed} (replay with TIERKV_SEED={seed})");
-    seed
+    seed_policy::seed(test)
 }
 
 /// Creates the pool `name` of `size` bytes in `dir`.

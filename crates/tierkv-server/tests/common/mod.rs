@@ -155,12 +155,7 @@ pub fn resp(args: &[&[u8]]) -> Vec<u8> {
     v
 }
 
-/// A seed for a random test: `TIERKV_TEST_SEED` or a fresh one, printed.
+/// A seed for a random test (`tierkv_testkit::rig::seed`: from the environment, fixed in CI, else random), printed.
 pub fn seed() -> u64 {
-    let s = std::env::var("TIERKV_TEST_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(rand::random);
-    println!("seed {s} (replay with TIERKV_TEST_SEED={s})");
-    s
+    tierkv_testkit::rig::seed("tierkv-server")
 }

@@ -565,8 +565,7 @@ mod tests {
     #[test]
     fn random_operations_keep_the_invariants() {
         use rand::{Rng, SeedableRng};
-        let seed: u64 = rand::random();
-        println!("seed {seed}");
+        let seed = tierkv_testkit::rig::seed("svc_two_queue_random_operations");
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         let mut q = TwoQueue::new(20 * charge(50, 2));
         let mut live: Vec<Arc<CachedValue>> = Vec::new();

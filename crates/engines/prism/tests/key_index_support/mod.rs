@@ -122,17 +122,8 @@ pub fn key(id: u32) -> Vec<u8> {
     k
 }
 
-/// A seed from the environment (`TIERKV_SEED`) or the clock, printed so a failure can be
-/// replayed.
+/// The seed of a random test (`tierkv_testkit::rig::seed`: from the environment, fixed in
+/// CI, else random; printed so a failure can be replayed).
 pub fn seed(test: &str) -> u64 {
-    let seed = std::env::var("TIERKV_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    println!("{test}: seed {seed} (replay with TIERKV_SEED={seed})");
-    seed
+    tierkv_testkit::rig::seed(test)
 }

@@ -102,11 +102,7 @@ fn half_received_command_survives_taking_a_batch() {
 
 #[test]
 fn random_commands_in_random_chunks_round_trip() {
-    let seed: u64 = std::env::var("TIERKV_TEST_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| rand::rng().random());
-    println!("seed {seed} (replay with TIERKV_TEST_SEED={seed})");
+    let seed = tierkv_testkit::rig::seed("resp_parser_random_chunks");
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let cmds: Vec<Vec<Vec<u8>>> = (0..200)
         .map(|_| {
