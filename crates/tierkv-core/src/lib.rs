@@ -15,6 +15,7 @@ pub mod format;
 pub mod media;
 pub mod schema;
 
+pub use api::batch::{BatchOp, MAX_BATCH_BYTES, MAX_BATCH_OPS, WriteBatch};
 pub use api::error::{Error, Result, Tier};
 pub use api::options::{
     DurabilityMode, EmulatedLatency, FlashOptions, IoBackend, Limits, Options, PmemOptions,

@@ -12,6 +12,10 @@
 //! **Volatile by definition**: a put is "acknowledged" when it is in the index, and nothing
 //! survives the process. The CLI and every report say so.
 //!
+//! **Write batches** are applied under the store's batch lock: single operations take it
+//! shared, a batch takes it exclusive, so every reader (`get`, `scan`, `multi_get`) sees
+//! either none or all of a batch.
+//!
 //! Thread safety: every method takes `&self`; the index is concurrent and linearizable.
 
 #![forbid(unsafe_code)]
@@ -19,9 +23,11 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
+use parking_lot::RwLock;
 use tierkv_core::common::index::{ConcurrentIndex, INDEX_VARIANTS, new_index};
 use tierkv_core::{
-    EngineContext, EngineDescriptor, Error, KvPair, KvStore, Limits, OpCounters, Result, Stats,
+    BatchOp, EngineContext, EngineDescriptor, Error, KvPair, KvStore, Limits, OpCounters, Result,
+    Stats, WriteBatch,
 };
 
 /// The engine's descriptor, for the facade's registry.
@@ -53,6 +59,8 @@ pub struct DramStore {
     closed: AtomicBool,
     ops: OpCounters,
     dram_bytes: AtomicI64,
+    /// Shared by single operations, exclusive for a batch (module doc).
+    batch_lock: RwLock<()>,
 }
 
 impl DramStore {
@@ -64,6 +72,7 @@ impl DramStore {
             closed: AtomicBool::new(false),
             ops: OpCounters::default(),
             dram_bytes: AtomicI64::new(0),
+            batch_lock: RwLock::new(()),
         })
     }
 
@@ -73,6 +82,15 @@ impl DramStore {
         } else {
             Ok(())
         }
+    }
+
+    /// Inserts with the batch lock held (shared or exclusive).
+    fn put_locked(&self, key: &[u8], value: &[u8]) {
+        let old = self.index.insert(key, Arc::from(value));
+        self.charge(key, old.as_ref(), Some(value));
+        self.ops
+            .user_bytes_written
+            .add((key.len() + value.len()) as u64);
     }
 
     fn charge(&self, key: &[u8], old: Option<&Arc<[u8]>>, new: Option<&[u8]>) {
@@ -86,7 +104,10 @@ impl KvStore for DramStore {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.check_open()?;
         self.limits.check_key(key)?;
-        let v = self.index.get(key).map(|v| v.to_vec());
+        let v = {
+            let _shared = self.batch_lock.read();
+            self.index.get(key).map(|v| v.to_vec())
+        };
         if let Some(v) = &v {
             self.ops.reads_from_dram.incr();
             self.ops.user_bytes_read.add(v.len() as u64);
@@ -98,17 +119,15 @@ impl KvStore for DramStore {
         self.check_open()?;
         self.limits.check_key(key)?;
         self.limits.check_value(value)?;
-        let old = self.index.insert(key, Arc::from(value));
-        self.charge(key, old.as_ref(), Some(value));
-        self.ops
-            .user_bytes_written
-            .add((key.len() + value.len()) as u64);
+        let _shared = self.batch_lock.read();
+        self.put_locked(key, value);
         Ok(())
     }
 
     fn delete(&self, key: &[u8]) -> Result<()> {
         self.check_open()?;
         self.limits.check_key(key)?;
+        let _shared = self.batch_lock.read();
         let old = self.index.remove(key);
         self.charge(key, old.as_ref(), None);
         Ok(())
@@ -116,7 +135,10 @@ impl KvStore for DramStore {
 
     fn scan(&self, start: &[u8], limit: usize) -> Result<Vec<KvPair>> {
         self.check_open()?;
-        let rows = self.index.scan(start, limit)?;
+        let rows = {
+            let _shared = self.batch_lock.read();
+            self.index.scan(start, limit)?
+        };
         let out: Vec<KvPair> = rows.into_iter().map(|(k, v)| (k, v.to_vec())).collect();
         self.ops
             .user_bytes_read
@@ -126,6 +148,46 @@ impl KvStore for DramStore {
 
     fn flush(&self) -> Result<()> {
         self.check_open()
+    }
+
+    /// Applies the batch under the exclusive batch lock (module doc): atomic to readers;
+    /// "durable" means in the index, as for a put (the engine is volatile).
+    fn write_batch(&self, batch: &WriteBatch) -> Result<()> {
+        self.check_open()?;
+        batch.check(&self.limits)?;
+        let _exclusive = self.batch_lock.write();
+        for (key, op) in batch.iter() {
+            match op {
+                BatchOp::Put(value) => self.put_locked(key, value),
+                BatchOp::Delete => {
+                    let old = self.index.remove(key);
+                    self.charge(key, old.as_ref(), None);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn atomic_batches(&self) -> bool {
+        true
+    }
+
+    fn multi_get(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.check_open()?;
+        for k in keys {
+            self.limits.check_key(k)?;
+        }
+        let out: Vec<Option<Vec<u8>>> = {
+            let _shared = self.batch_lock.read();
+            keys.iter()
+                .map(|k| self.index.get(k).map(|v| v.to_vec()))
+                .collect()
+        };
+        for v in out.iter().flatten() {
+            self.ops.reads_from_dram.incr();
+            self.ops.user_bytes_read.add(v.len() as u64);
+        }
+        Ok(out)
     }
 
     fn stats(&self) -> Stats {

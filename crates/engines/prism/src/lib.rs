@@ -17,6 +17,7 @@
 //! | §4.3 Persistent Write Buffer, §5.2 reclamation | [`pwb`], `engine/reclaim.rs` |
 //! | §4.5 HSIT, §5.4 concurrency control (dirty bit, epochs) | [`hsit`], `engine/write.rs`, `engine/read.rs` |
 //! | §5.5 crash consistency and recovery | `recovery.rs`, `FORMAT.md` |
+//! | (not in the paper) crash-atomic write batches: redo log + commit word | [`batch`] |
 //! | the store: open, threads, `KvStore` | [`engine`] |
 //! | options (paper defaults), counters, `tierkv check` | [`options`], [`stats`], `check.rs` |
 //!
@@ -33,6 +34,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod batch;
 mod check;
 pub mod combining;
 pub mod engine;

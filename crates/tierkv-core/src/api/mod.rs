@@ -1,6 +1,7 @@
 //! The API every engine implements and every caller uses: [`KvStore`], [`Options`],
-//! [`Error`], engine specs and [`Stats`].
+//! [`Error`], [`WriteBatch`], engine specs and [`Stats`].
 
+pub mod batch;
 pub mod error;
 pub mod options;
 pub mod schema;

@@ -9,12 +9,19 @@
 //! - Keys and values arrive already checked against the limits by the facade (`tierkv::Db`);
 //!   an engine used directly checks them with [`Limits`].
 //! - After `close` every call returns [`Error::Closed`]. Dropping a store closes it.
+//! - `write_batch` applies a [`WriteBatch`] crash-atomically and returns once it is
+//!   durable. An engine without a native commit protocol keeps the default, which returns
+//!   [`Error::Unsupported`] (never a non-atomic loop of puts), and reports
+//!   `atomic_batches() == false`. What concurrent readers see of a batch in progress is
+//!   engine-specific and documented by each engine; `multi_get` of an engine that
+//!   overrides it sees either none or all of a batch.
 //!
 //! [`Limits`]: crate::Limits
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::batch::WriteBatch;
 use super::error::Result;
 use super::error::Tier;
 use super::options::Options;
@@ -39,6 +46,25 @@ pub trait KvStore: Send + Sync {
     /// Makes buffered background work durable now (what "flush" means is engine-specific;
     /// acknowledged writes are durable without it).
     fn flush(&self) -> Result<()>;
+    /// Applies `batch` as one write: after a crash either all of it or none of it is
+    /// visible; returns once it is durable. The default (engines without a native commit
+    /// protocol) returns [`crate::Error::Unsupported`].
+    fn write_batch(&self, batch: &WriteBatch) -> Result<()> {
+        let _ = batch;
+        Err(crate::Error::Unsupported(
+            "this engine has no crash-atomic write batches yet".into(),
+        ))
+    }
+    /// True when [`KvStore::write_batch`] is implemented natively (crash-atomic).
+    fn atomic_batches(&self) -> bool {
+        false
+    }
+    /// The values under `keys`, in order. The default reads them one by one (no isolation
+    /// from a batch in progress); engines with batches override it so that it sees none or
+    /// all of each batch.
+    fn multi_get(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        keys.iter().map(|k| self.get(k)).collect()
+    }
     /// The store's counters.
     fn stats(&self) -> Stats;
     /// Stops background threads, makes everything durable and releases the media. Later
