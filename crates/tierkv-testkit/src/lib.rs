@@ -16,14 +16,23 @@
 //! readers get and scan them; every answer is judged by linearizability, live and after a
 //! crash image taken while they run ([`Racing`], [`run_racing`]).
 //!
+//! Write batches ([`batch`], [`batch_model`]): a model test of batches against an oracle
+//! with isolated `multi_get` readers, and the batch-atomicity crash kit ([`BatchKit`]).
+//!
 //! Every run prints its seed; `TIERKV_SEED=<n>` replays it.
 
 #![forbid(unsafe_code)]
 
+pub mod batch;
+pub mod batch_model;
 pub mod racing;
 pub mod rig;
 pub mod schema;
 
+pub use batch::{BatchKit, BatchKitConfig, BatchReport, Ledger, NonAtomicBatches};
+pub use batch_model::{
+    BatchModelConfig, BatchModelReport, assert_batches_unsupported, run_batch_model,
+};
 pub use racing::{
     Racing, RacingConfig, RacingReport, RacingWrite, ReadBounds, WriteSpan, run_racing,
 };

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use tierkv_core::common::index::INDEX_VARIANTS;
-use tierkv_core::{Error, KvStore, Limits};
-use tierkv_testkit::{ModelConfig, run_model};
+use tierkv_core::{Error, KvStore, Limits, WriteBatch};
+use tierkv_testkit::{BatchModelConfig, ModelConfig, run_model};
 
 use super::DramStore;
 
@@ -111,4 +111,34 @@ fn stats_count_bytes_and_dram() {
     assert!(st.dram_bytes >= 8);
     s.delete(b"key").unwrap();
     assert_eq!(s.stats().dram_bytes, 0);
+}
+
+#[test]
+fn batch_model_with_isolated_multi_get_on_every_index() {
+    for variant in INDEX_VARIANTS {
+        let r = tierkv_testkit::run_batch_model(store(variant), &BatchModelConfig::default());
+        assert!(
+            r.batches > 300 && r.group_batches == 300 && r.multi_gets > 100,
+            "{variant}: {r:?}"
+        );
+        assert!(
+            r.group_reads > 0,
+            "{variant}: the group reader never ran: {r:?}"
+        );
+    }
+}
+
+#[test]
+fn a_batch_over_the_limits_applies_nothing() {
+    let s = store("btree");
+    let mut b = WriteBatch::new();
+    b.put("a", "1")
+        .put("b", vec![0u8; Limits::default().max_value_len + 1]);
+    assert!(matches!(s.write_batch(&b), Err(Error::InvalidArgument(_))));
+    assert_eq!(s.get(b"a").unwrap(), None);
+    s.close().unwrap();
+    assert!(matches!(
+        s.write_batch(&WriteBatch::new()),
+        Err(Error::Closed)
+    ));
 }
