@@ -18,7 +18,7 @@ use tierkv_core::media::flash::FlashDevice;
 use tierkv_core::media::pmem::{PmemConfig, PmemPool};
 use tierkv_core::{
     EngineContext, EngineDescriptor, EngineSpec, Error, KvPair, KvStore, Limits, Options, Result,
-    SchemaStore, Stats, Tier,
+    SchemaStore, Stats, Tier, WriteBatch,
 };
 
 use crate::registry::descriptor;
@@ -214,6 +214,39 @@ impl Db {
     pub fn delete(&self, key: &[u8]) -> Result<()> {
         self.limits.check_key(key)?;
         self.store.delete(key)
+    }
+
+    /// Applies `batch` as one crash-atomic write (all of it or none of it after a crash);
+    /// returns once durable. Checked against the batch limits
+    /// ([`tierkv_core::MAX_BATCH_OPS`], [`tierkv_core::MAX_BATCH_BYTES`]) and the key and
+    /// value limits first. An engine without native batches refuses with
+    /// [`Error::Unsupported`] naming the engine (see [`Db::atomic_batches`]); nothing of
+    /// the batch is applied then.
+    pub fn write(&self, batch: &WriteBatch) -> Result<()> {
+        batch.check(&self.limits)?;
+        if !self.store.atomic_batches() {
+            return Err(Error::Unsupported(format!(
+                "engine {} has no crash-atomic write batches yet (engines with them: {})",
+                self.spec.name,
+                crate::registry::ATOMIC_BATCH_ENGINES.join(", ")
+            )));
+        }
+        self.store.write_batch(batch)
+    }
+
+    /// True when this store's engine applies write batches natively and crash-atomically.
+    pub fn atomic_batches(&self) -> bool {
+        self.store.atomic_batches()
+    }
+
+    /// The values under `keys`, in order. With an engine that has batches, it sees none
+    /// or all of each batch.
+    pub fn multi_get<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Vec<u8>>>> {
+        let keys: Vec<&[u8]> = keys.iter().map(AsRef::as_ref).collect();
+        for k in &keys {
+            self.limits.check_key(k)?;
+        }
+        self.store.multi_get(&keys)
     }
 
     /// Up to `limit` pairs whose keys fall in `range`, in key order.

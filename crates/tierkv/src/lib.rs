@@ -20,7 +20,9 @@
 //! ```
 //!
 //! A `put` or `delete` returns once it is durable under the configured durability mode
-//! ([`DurabilityMode`]); that is what *acknowledged* means.
+//! ([`DurabilityMode`]); that is what *acknowledged* means. [`Db::write`] applies a
+//! [`WriteBatch`] crash-atomically on the engines in [`ATOMIC_BATCH_ENGINES`] and refuses
+//! it (`Unsupported`) on the others.
 
 #![forbid(unsafe_code)]
 
@@ -28,7 +30,8 @@ mod db;
 mod registry;
 
 pub use db::Db;
-pub use registry::{ENGINES, descriptor};
+pub use registry::{ATOMIC_BATCH_ENGINES, ENGINES, descriptor};
+pub use tierkv_core::{BatchOp, MAX_BATCH_BYTES, MAX_BATCH_OPS, WriteBatch};
 pub use tierkv_core::{
     ByteSize, DurabilityMode, EngineSpec, Error, FlashOptions, IoBackend, KvPair, KvStore, Limits,
     Manifest, Options, PmemOptions, Result, Stats, Tier,

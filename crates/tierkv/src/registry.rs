@@ -12,6 +12,11 @@ pub static ENGINES: &[EngineDescriptor] = &[
     tierkv_prismdb::DESCRIPTOR,
 ];
 
+/// The engines whose stores apply [`tierkv_core::WriteBatch`]es natively and
+/// crash-atomically (`KvStore::atomic_batches`); the others refuse batches with
+/// `Unsupported`. Kept equal to the engines' own answer by a test.
+pub static ATOMIC_BATCH_ENGINES: &[&str] = &["prism", "dram"];
+
 /// The engine called `name`, or an error listing the known ones.
 pub fn descriptor(name: &str) -> Result<&'static EngineDescriptor> {
     ENGINES.iter().find(|d| d.name == name).ok_or_else(|| {

@@ -1,0 +1,96 @@
+//! Write batches through the facade (issue 24): `Db::write` and `Db::multi_get` on every
+//! engine; engines with native batches pass the batch model test and survive a reopen,
+//! the others refuse batches cleanly (`Unsupported`, nothing applied), and the registry's
+//! list of engines with atomic batches agrees with the engines themselves.
+
+#![allow(clippy::unwrap_used, reason = "test code: an unwrap is an assertion")]
+
+use tierkv::{ATOMIC_BATCH_ENGINES, Db, ENGINES};
+use tierkv_core::{ByteSize, DurabilityMode, Error, Options, WriteBatch};
+use tierkv_testkit::{BatchModelConfig, assert_batches_unsupported, run_batch_model};
+
+fn options(engine: &str) -> Options {
+    Options::default()
+        .engine(engine)
+        .pmem_size(ByteSize::mib(32))
+        .pmem_mode(DurabilityMode::Volatile)
+        .flash_size(ByteSize::mib(16))
+        .dram_budget(ByteSize::mib(8))
+}
+
+const PRISM: &str = "prism@pwb_count=2,pwb_size=64KiB,chunk_size=64KiB";
+
+fn spec_for(name: &str) -> &str {
+    if name == "prism" { PRISM } else { name }
+}
+
+#[test]
+fn every_engine_either_batches_atomically_or_refuses_cleanly() {
+    for d in ENGINES {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let db = Db::open(dir.path(), options(spec_for(d.name))).unwrap();
+        let listed = ATOMIC_BATCH_ENGINES.contains(&d.name);
+        assert_eq!(
+            db.atomic_batches(),
+            listed,
+            "{}: registry list disagrees",
+            d.name
+        );
+        let mut b = WriteBatch::new();
+        b.put("a", "1").put("b", "2");
+        if listed {
+            db.write(&b).unwrap();
+            assert_eq!(
+                db.multi_get(&["a", "b", "c"]).unwrap(),
+                vec![Some(b"1".to_vec()), Some(b"2".to_vec()), None],
+                "{}",
+                d.name
+            );
+        } else {
+            match db.write(&b) {
+                Err(Error::Unsupported(why)) => {
+                    assert!(why.contains(d.name) && why.contains("prism"), "{why}")
+                }
+                other => panic!("{}: {other:?}", d.name),
+            }
+            assert_batches_unsupported(&*db.store());
+            assert_eq!(db.multi_get(&["a"]).unwrap(), vec![None]);
+        }
+        db.close().unwrap();
+    }
+}
+
+#[test]
+fn batch_model_on_prism_through_the_facade_then_reopen() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let db = Db::open(dir.path(), options(PRISM)).unwrap();
+    let cfg = BatchModelConfig {
+        ops_per_thread: 200,
+        group_batches: 60,
+        ..BatchModelConfig::default()
+    };
+    let r = run_batch_model(db.store(), &cfg);
+    assert!(r.batches > 100 && r.group_batches == 120, "{r:?}");
+    let mut b = WriteBatch::new();
+    b.put("kept", "yes").delete("bg0/00");
+    db.write(&b).unwrap();
+    db.close().unwrap();
+    drop(db);
+    let db = Db::open_existing(dir.path(), options(PRISM)).unwrap();
+    assert_eq!(
+        db.multi_get(&["kept", "bg0/00"]).unwrap(),
+        vec![Some(b"yes".to_vec()), None]
+    );
+}
+
+#[test]
+fn batch_limits_are_reported_by_the_facade() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let db = Db::open(dir.path(), options("dram")).unwrap();
+    let b: WriteBatch = (0..=tierkv_core::MAX_BATCH_OPS)
+        .map(|i| (format!("k{i}"), Some(b"v".to_vec())))
+        .collect();
+    let e = db.write(&b).unwrap_err();
+    assert!(e.to_string().contains("operations"), "{e}");
+    assert_eq!(db.get(b"k0").unwrap(), None);
+}
