@@ -38,6 +38,14 @@ gauges such as keys describe the store.";
 const CHECK_EXAMPLES: &str = "Examples:
   tierkv check --dir my-store                         # one ok line per thing checked";
 
+const BATCH_EXAMPLES: &str = "Examples:
+  printf 'put user:1 alice\\nput idx:alice 1\\ndel user:0\\n' | tierkv batch --dir my-store
+  tierkv batch --dir my-store --in ops.txt           # the same lines from a file
+  tierkv batch --dir my-store --hex --in ops.hex     # keys and values in hex
+Lines: `put <key> <value>` (the value is the rest of the line) or `del <key>`; blank lines
+and `#` comments are skipped. All of them are applied as one crash-atomic batch (after a
+crash: all or none); engines without atomic batches refuse it and nothing is written.";
+
 const DUMP_EXAMPLES: &str = "Examples:
   tierkv dump --dir my-store > my-store.dump         # every record, key order, hex
   tierkv dump --dir damaged --out rescued.dump       # the readable records; skipped ones listed
@@ -106,6 +114,10 @@ pub enum Command {
     /// Put every record of a dump into a store (creating it if the directory holds none).
     #[command(after_help = LOAD_EXAMPLES)]
     Load(LoadArgs),
+    /// Apply `put k v` / `del k` lines (stdin or --in FILE) as one crash-atomic batch
+    /// (creates the store if the directory holds none).
+    #[command(after_help = BATCH_EXAMPLES)]
+    Batch(BatchArgs),
     /// List the engines of this build (with each one's value-size limit).
     Engines,
     /// YCSB benchmark (Load, A-F) of one or more engines on the same generated workload, with
@@ -205,6 +217,18 @@ pub struct DumpArgs {
     /// Write the dump to FILE instead of standard output.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct BatchArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Read the lines from FILE instead of standard input.
+    #[arg(long = "in", value_name = "FILE")]
+    pub input: Option<PathBuf>,
+    /// Keys and values are given in hex.
+    #[arg(long)]
+    pub hex: bool,
 }
 
 #[derive(Args, Debug)]

@@ -49,6 +49,7 @@ fn main() -> ExitCode {
         Command::Check(a) => cmd::check(&a.store).map_err(Into::into),
         Command::Dump(a) => cmd::dump(&a.store, a).map_err(Into::into),
         Command::Load(a) => cmd::load(&a.store, a).map_err(Into::into),
+        Command::Batch(a) => cmd::batch(a).map_err(Into::into),
         Command::Engines => cmd::engines().map_err(Into::into),
         Command::Bench(a) => tierkv_ycsb::run(a).map(|()| 0),
         Command::BenchIo(a) => tierkv_iobench::run(a).map(|()| 0),

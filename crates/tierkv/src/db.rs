@@ -225,11 +225,7 @@ impl Db {
     pub fn write(&self, batch: &WriteBatch) -> Result<()> {
         batch.check(&self.limits)?;
         if !self.store.atomic_batches() {
-            return Err(Error::Unsupported(format!(
-                "engine {} has no crash-atomic write batches yet (engines with them: {})",
-                self.spec.name,
-                crate::registry::ATOMIC_BATCH_ENGINES.join(", ")
-            )));
+            return Err(crate::registry::batches_unsupported(&self.spec.name));
         }
         self.store.write_batch(batch)
     }

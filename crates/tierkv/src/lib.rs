@@ -30,7 +30,7 @@ mod db;
 mod registry;
 
 pub use db::Db;
-pub use registry::{ATOMIC_BATCH_ENGINES, ENGINES, descriptor};
+pub use registry::{ATOMIC_BATCH_ENGINES, ENGINES, check_atomic_batches, descriptor};
 pub use tierkv_core::{BatchOp, MAX_BATCH_BYTES, MAX_BATCH_OPS, WriteBatch};
 pub use tierkv_core::{
     ByteSize, DurabilityMode, EngineSpec, Error, FlashOptions, IoBackend, KvPair, KvStore, Limits,

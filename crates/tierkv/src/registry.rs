@@ -17,6 +17,24 @@ pub static ENGINES: &[EngineDescriptor] = &[
 /// `Unsupported`. Kept equal to the engines' own answer by a test.
 pub static ATOMIC_BATCH_ENGINES: &[&str] = &["prism", "dram"];
 
+/// The error for a batch given to engine `name`, which has no atomic batches.
+pub fn batches_unsupported(name: &str) -> Error {
+    Error::Unsupported(format!(
+        "engine {name} has no crash-atomic write batches yet (engines with them: {})",
+        ATOMIC_BATCH_ENGINES.join(", ")
+    ))
+}
+
+/// `Ok` when engine `name` applies batches atomically, else [`batches_unsupported`]
+/// (tools check this before they create a store for a batch).
+pub fn check_atomic_batches(name: &str) -> Result<()> {
+    if ATOMIC_BATCH_ENGINES.contains(&name) {
+        Ok(())
+    } else {
+        Err(batches_unsupported(name))
+    }
+}
+
 /// The engine called `name`, or an error listing the known ones.
 pub fn descriptor(name: &str) -> Result<&'static EngineDescriptor> {
     ENGINES.iter().find(|d| d.name == name).ok_or_else(|| {

@@ -65,7 +65,7 @@ fn batches_survive_crash_images_at_random_moments() {
         });
         let cuts = kit.run_with_cuts(&store, 8, |i| {
             let s = seed ^ (round << 8) ^ i;
-            let opts = if s % 2 == 0 {
+            let opts = if s.is_multiple_of(2) {
                 CrashImageOptions::lines()
             } else {
                 CrashImageOptions::torn_words()

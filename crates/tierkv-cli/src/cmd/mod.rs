@@ -1,6 +1,7 @@
 //! One function per subcommand. Each returns the process exit code or an error (printed as
 //! one line by `main`).
 
+mod batch;
 mod dump;
 pub mod schema;
 mod stats;
@@ -11,6 +12,8 @@ use tierkv::{Db, DurabilityMode, Error, Options, Result};
 
 use crate::args::{DumpArgs, GetArgs, KeyArgs, LoadArgs, PutArgs, ScanArgs, StatsArgs, StoreArgs};
 use crate::output::{bytes_arg, escaped, hex};
+
+pub use batch::batch;
 
 /// Builds `Options` from `--config` and the flags (flags win).
 pub fn options(a: &StoreArgs) -> Result<Options> {
