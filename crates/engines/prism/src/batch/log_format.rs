@@ -21,7 +21,8 @@
 //! ```
 //!
 //! [`decode`] reads bytes back from pmem: it checks every field and length and returns
-//! [`Error::Corruption`] (never panics) for anything else; it has a fuzz target.
+//! [`Error::Corruption`] (never panics) for anything else; it has a fuzz target
+//! (`fuzz/fuzz_targets/prism_batch_log.rs`).
 //!
 //! Thread safety: pure functions.
 
@@ -32,11 +33,16 @@ use tierkv_core::{Error, Result, Tier, WriteBatch};
 pub const MAGIC: [u8; 8] = *b"TKVBATCH";
 /// The log format version.
 pub const VERSION: u32 = 1;
-const VERSION_OFF: usize = MAGIC.len();
-const COUNT_OFF: usize = VERSION_OFF + 4;
-const BODY_LEN_OFF: usize = COUNT_OFF + 4;
-const ID_OFF: usize = BODY_LEN_OFF + 8;
-const CRC_OFF: usize = ID_OFF + 8;
+/// Offset of the version.
+pub const VERSION_OFF: usize = MAGIC.len();
+/// Offset of the operation count.
+pub const COUNT_OFF: usize = VERSION_OFF + 4;
+/// Offset of the body length.
+pub const BODY_LEN_OFF: usize = COUNT_OFF + 4;
+/// Offset of the batch id.
+pub const ID_OFF: usize = BODY_LEN_OFF + 8;
+/// Offset of the checksum (which covers the bytes before it, then the body).
+pub const CRC_OFF: usize = ID_OFF + 8;
 /// Bytes of the header.
 pub const HEADER_LEN: usize = CRC_OFF + 8;
 /// Bytes of an operation's header.
@@ -101,7 +107,8 @@ pub fn encode(batch: &WriteBatch, id: u64) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-fn checksum(head: &[u8], body: &[u8]) -> u32 {
+/// The checksum of a log with header bytes `head` (`0..CRC_OFF`) and `body`.
+pub fn checksum(head: &[u8], body: &[u8]) -> u32 {
     mask(crc32c_append(crc32c(head), body))
 }
 
