@@ -2,26 +2,18 @@
 //! prism; a bad line writes nothing (and creates no store); an engine without atomic
 //! batches refuses with one clear line and creates nothing.
 
-use std::io::Write;
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 const SMALL: [&str; 4] = ["--pmem-size", "8MiB", "--flash-size", "16MiB"];
 
 fn run(args: &[&str], dir: &Path, stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tierkv"))
-        .args(args)
-        .arg("--dir")
-        .arg(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run tierkv");
-    let mut pipe = child.stdin.take().expect("stdin");
-    pipe.write_all(stdin).expect("write stdin");
-    drop(pipe);
-    child.wait_with_output().expect("wait")
+    let mut all = args.to_vec();
+    let dir = dir.to_str().expect("utf-8 path");
+    all.extend(["--dir", dir]);
+    common::tierkv_stdin(&all, stdin)
 }
 
 fn get(dir: &Path, key: &str) -> Option<String> {

@@ -2,22 +2,13 @@
 //! limit, a value of exactly that size round-trips through `put`/`get`, and one byte more is
 //! refused with an error that names the same number.
 
-use std::io::Write;
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 fn run(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tierkv"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run tierkv");
-    let mut pipe = child.stdin.take().expect("stdin");
-    pipe.write_all(stdin).expect("write stdin");
-    drop(pipe);
-    child.wait_with_output().expect("wait")
+    common::tierkv_stdin(args, stdin)
 }
 
 /// The limit `tierkv engines` prints for `engine` ("values up to N bytes").

@@ -5,20 +5,17 @@
 
 #![allow(clippy::unwrap_used, reason = "test code: an unwrap is an assertion")]
 
+mod common;
+
 use tierkv::{ATOMIC_BATCH_ENGINES, Db, ENGINES};
-use tierkv_core::{ByteSize, DurabilityMode, Error, Options, WriteBatch};
+use tierkv_core::{Error, Options, WriteBatch};
 use tierkv_testkit::{BatchModelConfig, assert_batches_unsupported, run_batch_model};
 
 fn options(engine: &str) -> Options {
-    Options::default()
-        .engine(engine)
-        .pmem_size(ByteSize::mib(32))
-        .pmem_mode(DurabilityMode::Volatile)
-        .flash_size(ByteSize::mib(16))
-        .dram_budget(ByteSize::mib(8))
+    common::small_options(engine)
 }
 
-const PRISM: &str = "prism@pwb_count=2,pwb_size=64KiB,chunk_size=64KiB";
+const PRISM: &str = common::SMALL_PRISM;
 
 fn spec_for(name: &str) -> &str {
     if name == "prism" { PRISM } else { name }

@@ -5,23 +5,20 @@
 
 #![allow(clippy::unwrap_used, reason = "test code: an unwrap is an assertion")]
 
+mod common;
+
 use std::sync::Arc;
 
 use tierkv::{Db, FieldDef, FieldSelection, SchemaStore};
+use tierkv_core::Options;
 use tierkv_core::schema::Scattered;
-use tierkv_core::{ByteSize, DurabilityMode, Options};
 use tierkv_testkit::schema::{SchemaModelConfig, run_concurrent_field_updates, run_schema_model};
 
 fn options(engine: &str) -> Options {
-    Options::default()
-        .engine(engine)
-        .pmem_size(ByteSize::mib(32))
-        .pmem_mode(DurabilityMode::Volatile)
-        .flash_size(ByteSize::mib(16))
-        .dram_budget(ByteSize::mib(8))
+    common::small_options(engine)
 }
 
-const PRISM: &str = "prism@pwb_count=2,pwb_size=64KiB,chunk_size=64KiB";
+const PRISM: &str = common::SMALL_PRISM;
 const ENGINES: &[&str] = &["focus", "dram:btree", PRISM, "hetermm:btree"];
 
 fn model(engine: &str, scans: bool) {

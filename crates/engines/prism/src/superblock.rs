@@ -36,8 +36,10 @@ pub const ROOT_KEY_INDEX: usize = 1;
 
 /// Magic bytes at the start of the superblock.
 pub const MAGIC: [u8; 8] = *b"TKVPRISM";
-/// The PRISM pmem format version this build writes and the newest it reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The PRISM pmem format version this build writes and the newest it reads. Version 2
+/// adds write batches (root word 2, `"BTCH"` chunks; `FORMAT.md` § Version changes), so a
+/// build that would ignore a committed batch refuses a store created with them.
+pub const FORMAT_VERSION: u32 = 2;
 /// Alignment of every region the superblock points to.
 pub const REGION_ALIGN: u64 = 4096;
 /// Bytes per PWB descriptor (one cache line, so that heads never share a line).
@@ -384,12 +386,12 @@ mod tests {
     fn newer_version_is_unsupported_format() {
         let (off, sb) = plan(&input()).unwrap();
         let mut b = sb.encode();
-        b[VERSION_OFF..VERSION_OFF + 4].copy_from_slice(&2u32.to_le_bytes());
+        b[VERSION_OFF..VERSION_OFF + 4].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
         let crc = masked_crc32c(&b[..CRC_OFF]);
         b[CRC_OFF..].copy_from_slice(&crc.to_le_bytes());
         assert!(matches!(
             decode(&b, off),
-            Err(Error::UnsupportedFormat { found: 2, .. })
+            Err(Error::UnsupportedFormat { found, .. }) if found == FORMAT_VERSION + 1
         ));
     }
 
