@@ -285,14 +285,15 @@ impl BatchKit {
 
     /// One writer (thread 0) writes batches `1..=batches`; during each batch listed in
     /// `cut_batches`, after every `stride`-th persist of `pool`, an image is taken
-    /// (alternately whole lines and torn words). After the run each image is recovered with
-    /// `reopen(number, image)` and judged. Returns the verdicts and the persists each cut
+    /// (alternately whole lines and torn words). When the batch returns, each image is
+    /// recovered with `reopen(number, image)` and judged. Returns the verdicts and the persists each cut
     /// batch made.
     ///
-    /// NOTE: images are judged after the run, not inside the handler: the handler may run
-    /// on a thread pinned in `crossbeam_epoch` (the writer inside a put), and a store
-    /// opened there could wait for that very thread (a grace period) while the handler
-    /// waits for it to close. Images are kept sparse (only non-zero 4 KiB pages).
+    /// NOTE: images are judged after their batch returns, not inside the handler: the
+    /// handler may run on a thread pinned in `crossbeam_epoch` (the writer inside a put),
+    /// and a store opened there could wait for that very thread (a grace period) while the
+    /// handler waits for it to close. A batch's images are kept as page diffs against its
+    /// first one.
     pub fn run_persist_points(
         &self,
         store: &Arc<dyn KvStore>,
@@ -302,7 +303,6 @@ impl BatchKit {
         stride: u64,
         mut reopen: impl FnMut(u64, Vec<u8>) -> Arc<dyn KvStore>,
     ) -> (BatchReport, Vec<u64>) {
-        type Taken = Vec<(u64, Ledger, SparseImage)>;
         let inside = Arc::new(parking_lot::Mutex::new(None::<Ledger>));
         let taken: Arc<parking_lot::Mutex<Taken>> = Arc::default();
         let weak = Arc::downgrade(pool);
@@ -325,12 +325,11 @@ impl BatchKit {
                 CrashImageOptions::lines()
             };
             let image = pool.crash_image(number, opts).unwrap();
-            taken2
-                .lock()
-                .push((number, ledger, SparseImage::new(&image)));
+            taken2.lock().push(number, ledger, image);
         }))
         .unwrap();
         let mut persists = Vec::new();
+        let mut report = BatchReport::default();
         for seq in 1..=batches {
             let b = self.batch(0, seq);
             let cutting = cut_batches.contains(&seq);
@@ -345,20 +344,38 @@ impl BatchKit {
             done.unwrap_or_else(|e| panic!("batch {seq}: {e}"));
             if cutting {
                 persists.push(pool.persist_count() - before);
+                let Taken { base, images } = std::mem::take(&mut *taken.lock());
+                for (number, ledger, diff) in images {
+                    let recovered = reopen(number, diff.expand(&base));
+                    let what = format!("image after persist {number}");
+                    report.merge(self.check(&*recovered, &ledger, &what));
+                }
             }
         }
         pool.disarm_crash_points();
-        let mut report = BatchReport::default();
-        for (number, ledger, image) in std::mem::take(&mut *taken.lock()) {
-            let recovered = reopen(number, image.expand());
-            let what = format!("image after persist {number}");
-            report.merge(self.check(&*recovered, &ledger, &what));
-        }
         (report, persists)
     }
 }
 
-/// A pool image kept as its non-zero 4 KiB pages (most of a test pool is zero).
+/// The images of one batch: the first in full, the others as the 4 KiB pages in which
+/// they differ from it (a batch changes few pages of a pool).
+#[derive(Default)]
+struct Taken {
+    base: Vec<u8>,
+    images: Vec<(u64, Ledger, SparseImage)>,
+}
+
+impl Taken {
+    fn push(&mut self, number: u64, ledger: Ledger, image: Vec<u8>) {
+        if self.images.is_empty() {
+            self.base.clone_from(&image);
+        }
+        let diff = SparseImage::diff(&self.base, &image);
+        self.images.push((number, ledger, diff));
+    }
+}
+
+/// A pool image kept as the 4 KiB pages in which it differs from a base image.
 struct SparseImage {
     len: usize,
     pages: Vec<(usize, Vec<u8>)>,
@@ -367,11 +384,11 @@ struct SparseImage {
 impl SparseImage {
     const PAGE: usize = 4096;
 
-    fn new(image: &[u8]) -> Self {
+    fn diff(base: &[u8], image: &[u8]) -> Self {
         let pages = image
             .chunks(Self::PAGE)
             .enumerate()
-            .filter(|(_, p)| p.iter().any(|&b| b != 0))
+            .filter(|(i, p)| base.get(i * Self::PAGE..i * Self::PAGE + p.len()) != Some(*p))
             .map(|(i, p)| (i * Self::PAGE, p.to_vec()))
             .collect();
         SparseImage {
@@ -380,8 +397,9 @@ impl SparseImage {
         }
     }
 
-    fn expand(&self) -> Vec<u8> {
-        let mut out = vec![0u8; self.len];
+    fn expand(&self, base: &[u8]) -> Vec<u8> {
+        let mut out = base.to_vec();
+        out.resize(self.len, 0);
         for (off, p) in &self.pages {
             out[*off..*off + p.len()].copy_from_slice(p);
         }
@@ -432,12 +450,14 @@ mod tests {
 
     #[test]
     fn sparse_images_expand_to_the_original() {
-        let mut img = vec![0u8; 5 * 4096 + 100];
-        img[4096 + 7] = 1;
-        img[5 * 4096 + 99] = 9;
-        let s = SparseImage::new(&img);
+        let base: Vec<u8> = (0..5 * 4096 + 100).map(|i| (i % 251) as u8).collect();
+        let mut img = base.clone();
+        img[4096 + 7] ^= 1;
+        img[5 * 4096 + 99] ^= 9;
+        let s = SparseImage::diff(&base, &img);
         assert_eq!(s.pages.len(), 2);
-        assert_eq!(s.expand(), img);
+        assert_eq!(s.expand(&base), img);
+        assert!(SparseImage::diff(&base, &base).pages.is_empty());
     }
 
     #[test]
