@@ -1,7 +1,8 @@
 //! Write batches through the facade (issue 24): `Db::write` and `Db::multi_get` on every
 //! engine; engines with native batches pass the batch model test and survive a reopen,
 //! the others refuse batches cleanly (`Unsupported`, nothing applied), and the registry's
-//! list of engines with atomic batches agrees with the engines themselves.
+//! list of engines with atomic batches agrees with the engines themselves; prism matches the
+//! `dram` oracle batch for batch.
 
 #![allow(clippy::unwrap_used, reason = "test code: an unwrap is an assertion")]
 
@@ -90,4 +91,58 @@ fn batch_limits_are_reported_by_the_facade() {
     let e = db.write(&b).unwrap_err();
     assert!(e.to_string().contains("operations"), "{e}");
     assert_eq!(db.get(b"k0").unwrap(), None);
+}
+
+/// The same random batches (puts, deletes, repeated keys) and lone writes applied to prism
+/// and to the `dram` oracle: after every step a `multi_get` of the touched keys agrees, and
+/// at the end (and after a reopen of prism) a full scan does.
+#[test]
+fn prism_matches_the_dram_oracle_batch_for_batch() {
+    use rand::{Rng, SeedableRng};
+    let seed = tierkv_testkit::rig::seed("prism_matches_the_dram_oracle_batch_for_batch");
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let odir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let db = Db::open(dir.path(), options(PRISM)).unwrap();
+    let oracle = Db::open(odir.path(), options("dram")).unwrap();
+    let key = |n: u32| format!("o{n:04}").into_bytes();
+    for step in 0..300 {
+        let mut touched = Vec::new();
+        if rng.random_range(0..4) == 0 {
+            let k = key(rng.random_range(0..500));
+            let v = format!("lone{step}").into_bytes();
+            db.put(&k, &v).unwrap();
+            oracle.put(&k, &v).unwrap();
+            touched.push(k);
+        } else {
+            let mut b = WriteBatch::new();
+            for i in 0..rng.random_range(1..=100) {
+                let k = key(rng.random_range(0..500));
+                if rng.random_range(0..6) == 0 {
+                    b.delete(k.clone());
+                } else {
+                    b.put(
+                        k.clone(),
+                        format!("s{step}.{i}").repeat(rng.random_range(1..20)),
+                    );
+                }
+                touched.push(k);
+            }
+            db.write(&b).unwrap();
+            oracle.write(&b).unwrap();
+        }
+        assert_eq!(
+            db.multi_get(&touched).unwrap(),
+            oracle.multi_get(&touched).unwrap(),
+            "seed {seed}, step {step}"
+        );
+    }
+    let all = |d: &Db| d.scan::<&[u8], _>(.., usize::MAX).unwrap();
+    let want = all(&oracle);
+    assert!(want.len() > 100, "{}", want.len());
+    assert_eq!(all(&db), want, "seed {seed}: final scan");
+    db.close().unwrap();
+    drop(db);
+    let db = Db::open_existing(dir.path(), options(PRISM)).unwrap();
+    assert_eq!(all(&db), want, "seed {seed}: scan after reopen");
 }
