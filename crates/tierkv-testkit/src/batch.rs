@@ -28,6 +28,7 @@
 #![allow(clippy::unwrap_used, reason = "test helpers fail the test on errors")]
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -72,6 +73,33 @@ impl Default for BatchKitConfig {
 pub struct Ledger {
     /// `(acknowledged, in flight)` per thread.
     pub threads: Vec<(u64, bool)>,
+}
+
+impl Ledger {
+    /// The ledger a [`BatchKit::run_logged`] log describes: per thread, the highest `A`
+    /// (acknowledged) batch, and whether a later `B` (begun) one was in flight. Lines that
+    /// do not parse (a line cut by the kill) are skipped.
+    pub fn from_log<'a>(threads: usize, lines: impl IntoIterator<Item = &'a str>) -> Ledger {
+        let mut l = Ledger {
+            threads: vec![(0, false); threads],
+        };
+        for line in lines {
+            let f: Vec<&str> = line.split(' ').collect();
+            let [kind, t, s] = f.as_slice() else { continue };
+            let (Ok(t), Ok(s)) = (t.parse::<usize>(), s.parse::<u64>()) else {
+                continue;
+            };
+            let Some(e) = l.threads.get_mut(t) else {
+                continue;
+            };
+            match *kind {
+                "B" if s > e.0 => e.1 = true,
+                "A" if s >= e.0 => *e = (s, false),
+                _ => {}
+            }
+        }
+        l
+    }
 }
 
 /// What the judged images showed.
@@ -283,6 +311,27 @@ impl BatchKit {
         })
     }
 
+    /// The writers of a process that is killed (SIGKILL tests): each thread writes its
+    /// batches in order, printing `B <t> <s>` before and `A <t> <s>` after batch `s`
+    /// (flushed, under one lock), so that the parent can rebuild the [`Ledger`] with
+    /// [`Ledger::from_log`] from what it read before the kill.
+    pub fn run_logged<W: Write + Send>(&self, store: &dyn KvStore, out: &parking_lot::Mutex<W>) {
+        std::thread::scope(|s| {
+            for t in 0..self.cfg.threads {
+                s.spawn(move || {
+                    for seq in 1..=self.cfg.batches_per_thread {
+                        let b = self.batch(t, seq);
+                        writeln!(out.lock(), "B {t} {seq}").unwrap();
+                        store.write_batch(&b).unwrap();
+                        let mut o = out.lock();
+                        writeln!(o, "A {t} {seq}").unwrap();
+                        o.flush().unwrap();
+                    }
+                });
+            }
+        });
+    }
+
     /// One writer (thread 0) writes batches `1..=batches`; during each batch listed in
     /// `cut_batches`, after every `stride`-th persist of `pool`, an image is taken
     /// (alternately whole lines and torn words). When the batch returns, each image is
@@ -447,6 +496,13 @@ impl KvStore for NonAtomicBatches {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_gives_the_ledger_and_skips_cut_lines() {
+        let log = "B 0 1\nA 0 1\nB 1 1\nB 0 2\nA 0 2\nB 0 3\nA 1 1\nB 1 2\nA 1";
+        let l = Ledger::from_log(3, log.lines());
+        assert_eq!(l.threads, vec![(2, true), (1, true), (0, false)]);
+    }
 
     #[test]
     fn sparse_images_expand_to_the_original() {

@@ -5,8 +5,11 @@
 
 #![allow(clippy::unwrap_used, reason = "test helpers fail the test on errors")]
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tierkv_core::media::pmem::{DurabilityMode, EmulatedLatency, PmemConfig, PmemPool};
 
@@ -70,4 +73,36 @@ pub fn config(path: impl Into<PathBuf>, size: u64, mode: DurabilityMode) -> Pmem
 /// Creates a pool of `size` bytes at `path`.
 pub fn create_pool(path: &Path, size: u64, mode: DurabilityMode) -> Arc<PmemPool> {
     PmemPool::create(&config(path, size, mode)).expect("create pool")
+}
+
+/// Runs `cmd` (a child test process) with its stdout piped and returns the lines it
+/// printed. Once `kill_after` has passed and at least `min_acks` lines satisfy `is_ack`,
+/// the child is SIGKILLed; lines already in the pipe are still read (they were printed, so
+/// what they acknowledge happened). Stderr is discarded.
+pub fn run_until_killed(
+    mut cmd: Command,
+    kill_after: Duration,
+    min_acks: usize,
+    is_ack: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let deadline = Instant::now() + kill_after;
+    let (mut lines, mut acks, mut killed) = (Vec::new(), 0, false);
+    for line in BufReader::new(stdout).lines() {
+        let Ok(line) = line else { break };
+        acks += usize::from(is_ack(&line));
+        lines.push(line);
+        if !killed && Instant::now() >= deadline && acks >= min_acks {
+            // SIGKILL: no chance to close anything.
+            child.kill().unwrap();
+            killed = true;
+        }
+    }
+    let _ = child.wait();
+    lines
 }

@@ -10,15 +10,16 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use common::{Rig, assert_check};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tierkv_core::{DurabilityMode, KvStore};
+use tierkv_testkit::rig::run_until_killed;
 
 const SPEC: &str = "prism@pwb_count=4,pwb_size=64KiB,chunk_size=16KiB,svc_size=64KiB";
 const CHILD_ENV: &str = "TIERKV_PRISM_CHILD";
@@ -92,28 +93,19 @@ struct Expect {
 }
 
 fn run_child(dir: &Path, start: u64, kill_after: Duration, expect: &mut Expect) -> u64 {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "sigkill_child_entry",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, dir)
-        .env("TIERKV_PRISM_CHILD_START", start.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let deadline = Instant::now() + kill_after;
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "sigkill_child_entry",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CHILD_ENV, dir)
+    .env("TIERKV_PRISM_CHILD_START", start.to_string());
+    let lines = run_until_killed(cmd, kill_after, 201, |l| l.starts_with("A "));
     let mut acks = 0u64;
     let mut max_seq = start;
-    let mut killed = false;
-    // After the kill, the lines already in the pipe are still read: they were printed, so
-    // their operations were acknowledged.
-    for line in BufReader::new(stdout).lines() {
-        let Ok(line) = line else { break };
+    for line in &lines {
         let f: Vec<&str> = line.split(' ').collect();
         let [kind, t, n, seq] = f.as_slice() else {
             continue;
@@ -132,13 +124,7 @@ fn run_child(dir: &Path, start: u64, kill_after: Duration, expect: &mut Expect) 
             }
             _ => {}
         }
-        if !killed && Instant::now() >= deadline && acks > 200 {
-            // SIGKILL: no chance to close anything.
-            child.kill().unwrap();
-            killed = true;
-        }
     }
-    let _ = child.wait();
     eprintln!("child killed after {acks} acknowledged operations");
     max_seq + 1
 }
