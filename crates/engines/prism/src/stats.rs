@@ -20,6 +20,7 @@
 //! | `put_retries` | forward-pointer CASes a put lost and retried |
 //! | `index_race_losses` | new keys whose index insertion lost to a concurrent insert |
 //! | `recovery_micros` (common field) | time of the last open's recovery (§5.5) |
+//! | `batches_committed`, `batches_replayed` | write batches committed; committed batches finished at open (`batch/`, kept by the store) |
 //!
 //! Thread safety: [`Counter`]s are relaxed atomics.
 

@@ -53,6 +53,8 @@ read_batch_requests        reads    gets served through combined batches
 svc_hits                   reads    gets served by the SVC
 svc_misses                 reads    gets the SVC did not hold
 svc_evictions              values   values evicted from the SVC
+batches_committed          batches  write batches committed (crash-atomic) by this process
+batches_replayed           batches  committed write batches a crash cut, finished at this open
 ";
 
 /// The unit and meaning [`KNOWN`] gives `name`.
