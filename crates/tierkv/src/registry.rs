@@ -25,7 +25,7 @@ pub fn batches_unsupported(name: &str) -> Error {
     ))
 }
 
-/// `Ok` when engine `name` applies batches atomically, else [`batches_unsupported`]
+/// `Ok` when engine `name` applies batches atomically, else the error of `batches_unsupported`
 /// (tools check this before they create a store for a batch).
 pub fn check_atomic_batches(name: &str) -> Result<()> {
     if ATOMIC_BATCH_ENGINES.contains(&name) {

@@ -1,5 +1,5 @@
 //! The API every engine implements and every caller uses: [`KvStore`], [`Options`],
-//! [`Error`], [`WriteBatch`], engine specs and [`Stats`].
+//! [`Error`], [`WriteBatch`](batch::WriteBatch), engine specs and [`Stats`].
 
 pub mod batch;
 pub mod error;

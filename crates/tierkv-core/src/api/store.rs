@@ -11,7 +11,7 @@
 //! - After `close` every call returns [`Error::Closed`]. Dropping a store closes it.
 //! - `write_batch` applies a [`WriteBatch`] crash-atomically and returns once it is
 //!   durable. An engine without a native commit protocol keeps the default, which returns
-//!   [`Error::Unsupported`] (never a non-atomic loop of puts), and reports
+//!   [`crate::Error::Unsupported`] (never a non-atomic loop of puts), and reports
 //!   `atomic_batches() == false`. What concurrent readers see of a batch in progress is
 //!   engine-specific and documented by each engine; `multi_get` of an engine that
 //!   overrides it sees either none or all of a batch.
