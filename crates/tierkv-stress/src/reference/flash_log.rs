@@ -330,7 +330,9 @@ impl FlashLog {
             | Fault::SkipPersist
             | Fault::LoseRaceWinner
             | Fault::AckBeforeMovePersist
-            | Fault::FreeWhileRead => w.file.sync(),
+            | Fault::FreeWhileRead
+            | Fault::LoseOnRefusal
+            | Fault::RefuseDeletesWhenFull => w.file.sync(),
         }
     }
 
