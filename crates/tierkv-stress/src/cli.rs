@@ -25,6 +25,16 @@ use crate::target::{Target, TierConfig};
 use crate::value_codec::{MIN_VALUE_LEN, ValueSizes};
 use crate::workload::{OpMix, WorkloadConfig};
 
+/// Examples for `--help` (of `tierkv stress` and of `tierkv-stress`).
+pub const EXAMPLES: &str = "Examples:
+  tierkv stress --engine prism --mode kill --duration 2m             # SIGKILL loop
+  tierkv stress --engine prism --mode kill --pmem-mode tracked       # power-loss kills
+  tierkv stress --engine hetermm:hash --mode pmem-image --rounds 200 --pmem-path /dev/shm
+  tierkv stress --engine prism --mode flash-faults --duration 2m --seed 42
+  tierkv stress --engine prism --mode space --duration 2m --pmem-path /dev/shm   # fill until NoSpace
+  tierkv stress --engine mio --mode space --pmem-size 8MiB --gc-wait 20s --kill-fraction 0.5
+Exit codes: 0 passed, 1 a violation or failure was found, 2 the run could not start.";
+
 /// The crash modes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Mode {

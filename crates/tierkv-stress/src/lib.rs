@@ -37,6 +37,6 @@ pub mod value_codec;
 pub mod verify;
 pub mod workload;
 
-pub use cli::{HumanDuration, Mode, StressArgs, run};
+pub use cli::{EXAMPLES, HumanDuration, Mode, StressArgs, run};
 pub use report::RunReport;
 pub use verify::Violation;
