@@ -334,4 +334,31 @@ mod tests {
         assert_eq!(r.violations_dropped, 5);
         assert!(r.render(1).contains("and 5 more violations"));
     }
+
+    #[test]
+    fn space_counters_appear_only_in_space_runs_with_min_and_mean_shares() {
+        let mut r = RunReport::default();
+        assert!(!r.verdict_line(1).contains("space:"));
+        r.space = SpaceCounters {
+            capacity: 16 << 20,
+            fills: 2,
+            refused: 40,
+            full_shares: vec![0.30, 0.40],
+            deletes: 900,
+            refill_puts: 200,
+            refill_retried: 3,
+            gc_wait_max: Duration::from_millis(64),
+            write_max: Duration::from_micros(2500),
+            kills: 1,
+        };
+        let line = r.verdict_line(1);
+        assert!(
+            line.contains(
+                "space: 2 fills, 40 writes refused, live at refusal min 30.0% mean 35.0% of \
+                 16.0 MiB, 900 deletes on full stores, 200 new keys after deletes (3 refused \
+                 before they fit, longest wait 64 ms), longest write 2.5 ms, 1 mid-fill kills"
+            ),
+            "{line}"
+        );
+    }
 }

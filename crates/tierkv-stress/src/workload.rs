@@ -7,7 +7,9 @@
 //!   [`WriteObserver::announce`]), calls the engine, and on success records the
 //!   acknowledgement ([`ExpectedState::commit`], [`WriteObserver::acked`]). A failed write
 //!   stays *in flight* (its outcome is unknown) and stops the workload: after a failed write
-//!   an engine may refuse writes until it is reopened (STYLE §5).
+//!   an engine may refuse writes until it is reopened (STYLE §5). Space mode lets writes be
+//!   refused with `NoSpace` ([`Workload::allow_refusals`]): such a write stays in flight too,
+//!   and the workers go on.
 //! - Reads take no lock, so they race with writers of the same key; each is checked against
 //!   a [`Check`] (state before and after the read).
 //! - Scans start at a random key; the engine's answer must be ordered, free of phantoms and

@@ -57,11 +57,13 @@ fn focus_poisons_itself_when_its_gc_finds_no_free_chunk() {
     passes_two_rounds("focus", 2311);
 }
 
-/// MioDB writes go through the MemTable; when the pmem buffer is full the MemTable cannot
-/// be flushed, so a delete (a tombstone in the MemTable) is refused with `NoSpace` just as
-/// a put is, and nothing can ever be freed. With the default `stall_timeout_ms` (10 s)
-/// each refused write first stalls 10 s, and writers queued behind it wait 30-40 s (the
-/// `--write-bound` failure); a short stall shows the refused deletes at once.
+/// MioDB records a delete as a tombstone in its MemTable, which needs room on pmem like a
+/// put: on a full pool a delete is refused with `NoSpace` ("the MemTable is full and the
+/// previous one could not be flushed in time", or "pmem allocator ...: no 16 contiguous
+/// free chunk(s)" for the new MemTable's log), so nothing can ever be freed. With the
+/// default `stall_timeout_ms` (10 s) each refused write first stalls 10 s and writers
+/// queued behind it wait 30-40 s (the `--write-bound` failure); a short stall shows the
+/// refused deletes at once.
 #[test]
 #[ignore = "mio: deletes refused on a full pool (engine defect, issue 23)"]
 fn mio_refuses_deletes_on_a_full_pool() {
