@@ -44,3 +44,34 @@ fn an_unknown_engine_is_refused_with_the_list() {
     );
     assert!(run.stderr.contains("reflog"), "{}", run.stderr);
 }
+
+#[test]
+fn space_mode_refuses_power_loss_pools_and_nonsense_shares() {
+    let run = common::stress(&[
+        "--engine",
+        "reflog",
+        "--mode",
+        "space",
+        "--pmem-mode",
+        "tracked",
+    ]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("msync or volatile"), "{}", run.stderr);
+    let run = common::stress(&["--engine", "reflog", "--mode", "space", "--refill", "2"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("--refill 2"), "{}", run.stderr);
+}
+
+#[test]
+fn help_shows_examples_of_every_mode() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tierkv-stress"))
+        .arg("--help")
+        .output()
+        .expect("running tierkv-stress --help");
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("Examples:"), "{help}");
+    for mode in ["kill", "pmem-image", "flash-faults", "space"] {
+        assert!(help.contains(&format!("--mode {mode} ")), "{mode}: {help}");
+    }
+}

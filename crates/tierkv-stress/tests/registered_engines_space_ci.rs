@@ -79,3 +79,33 @@ fn mio_refuses_deletes_on_a_full_pool() {
 fn prismdb_refuses_deletes_when_compaction_finds_no_room_on_flash() {
     passes_two_rounds("prismdb", 2313);
 }
+
+/// HeterMM fills to 26-39% of its pool when writes go to random keys (the rest is its
+/// reserve: room to flush all of DRAM, log and reorganisation blocks), but when each key is
+/// overwritten several times in a row (two racing writers per key) it refuses writes with
+/// 7-10% of the pool live: the space of superseded versions is not reclaimed before a
+/// write is refused (a write waits for one defragmentation pass, `mem/alloc.rs`
+/// `wait_for_space`, then gives up). Seen with every index; this is the open "transient
+/// NoSpace in small pools" bug. The test asks for 20% live at the first refusals (the
+/// default `--min-full` is 10%, right at the edge of what the engine reaches here).
+#[test]
+#[ignore = "hetermm: refuses overwrites with under a tenth of the pool live (engine defect, issue 23)"]
+fn hetermm_refuses_overwrites_with_under_a_tenth_of_the_pool_live() {
+    let run = common::space_run(
+        "hetermm:hash",
+        2314,
+        2,
+        "4MiB",
+        &[
+            "--threads",
+            "4",
+            "--writers-per-key",
+            "2",
+            "--kill-fraction",
+            "0",
+            "--min-full",
+            "0.2",
+        ],
+    );
+    common::assert_space_passed(&run, 2);
+}
