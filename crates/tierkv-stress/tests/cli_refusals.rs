@@ -47,19 +47,17 @@ fn an_unknown_engine_is_refused_with_the_list() {
 
 #[test]
 fn space_mode_refuses_power_loss_pools_and_nonsense_shares() {
-    let run = common::stress(&[
-        "--engine",
-        "reflog",
-        "--mode",
-        "space",
-        "--pmem-mode",
-        "tracked",
-    ]);
-    assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(run.stderr.contains("msync or volatile"), "{}", run.stderr);
-    let run = common::stress(&["--engine", "reflog", "--mode", "space", "--refill", "2"]);
-    assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(run.stderr.contains("--refill 2"), "{}", run.stderr);
+    let space = ["--engine", "reflog", "--mode", "space"];
+    for (extra, why) in [
+        (["--pmem-mode", "tracked"], "msync or volatile"),
+        (["--refill", "2"], "--refill 2"),
+        (["--kill-fraction", "1.5"], "--kill-fraction 1.5"),
+    ] {
+        let args: Vec<&str> = space.iter().chain(extra.iter()).copied().collect();
+        let run = common::stress(&args);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(why), "{args:?}: {}", run.stderr);
+    }
 }
 
 #[test]
