@@ -79,3 +79,24 @@ fn a_store_that_refuses_while_mostly_empty_is_a_finding() {
         run.stdout
     );
 }
+
+#[test]
+fn a_write_that_never_returns_is_a_hang_and_ends_the_run() {
+    // The stall bound is --write-bound + --gc-wait + 5 s.
+    let run = common::space_run(
+        "reflog:hang-when-full",
+        2306,
+        2,
+        "4MiB",
+        &["--write-bound", "100ms", "--gc-wait", "100ms"],
+    );
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    assert!(run.verdict().starts_with("FAIL"), "{}", run.stdout);
+    assert!(
+        run.stdout.lines().any(|l| l
+            .starts_with("FAILURE: round 1: the fill made no progress for 5 s: the engine hangs")),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("data kept in "), "{}", run.stdout);
+}

@@ -124,10 +124,14 @@ pub fn run(cfg: &RunConfig, report: &mut RunReport) -> anyhow::Result<()> {
                 None => return Ok(()),
             },
         };
-        let Some(db) = r.run(db, &mut rng, report)? else {
+        // NOTE: drawn before the round, whose own draws depend on how full the store got
+        // (a thread schedule), so that a seed decides which rounds end in a kill.
+        let kill = rng.random_bool(cfg.space_mode.kill_fraction);
+        let mut round_rng = ChaCha8Rng::seed_from_u64(rng.random());
+        let Some(db) = r.run(db, &mut round_rng, report)? else {
             return Ok(());
         };
-        if rng.random_bool(cfg.space_mode.kill_fraction) {
+        if kill {
             close(db, round, report);
             if !report.passed() || !kill::kill_round(cfg, &state, round, &mut rng, report)? {
                 return Ok(());
@@ -321,7 +325,8 @@ impl Round<'_> {
         let snapshot = &*report;
         let (end, out) = std::thread::scope(|s| {
             let h = s.spawn(|| wl.run());
-            let progress = || wl.counts.total() + wl.counts.refused.get();
+            // NOTE: writes only: reads go on beside writers that hang.
+            let progress = || wl.counts.puts.get() + wl.counts.refused.get();
             let mut dog = Watchdog::new(self.stall());
             let end = loop {
                 if wl.stopped() {

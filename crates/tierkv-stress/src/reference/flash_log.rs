@@ -332,7 +332,8 @@ impl FlashLog {
             | Fault::AckBeforeMovePersist
             | Fault::FreeWhileRead
             | Fault::LoseOnRefusal
-            | Fault::RefuseDeletesWhenFull => w.file.sync(),
+            | Fault::RefuseDeletesWhenFull
+            | Fault::HangWhenFull => w.file.sync(),
         }
     }
 

@@ -12,7 +12,7 @@
 //! Variants (after `:`): `correct` (the default), `ack-before-persist` (acknowledges a
 //! write before it is durable), `skip-persist` (skips one persist of its protocol), and
 //! for `reflog` also `lose-race-winner`, `ack-before-move-persist`, `free-while-read`,
-//! `lose-on-refusal` and `refuse-deletes-when-full` (see [`Fault`]). Each
+//! `lose-on-refusal`, `refuse-deletes-when-full` and `hang-when-full` (see [`Fault`]). Each
 //! engine module's doc states its protocol and exactly what its broken variants skip.
 //!
 //! Records share one codec ([`record`]), which has a fuzz target.
@@ -58,6 +58,9 @@ pub enum Fault {
     /// the store is reopened (the shape of a latched "store full" state), so space can
     /// never be freed.
     RefuseDeletesWhenFull,
+    /// `reflog` only: the first put that does not fit never returns (it sleeps forever
+    /// holding the writer lock), so every later write hangs too.
+    HangWhenFull,
 }
 
 /// The variants, default first.
@@ -70,6 +73,7 @@ pub const VARIANTS: &[&str] = &[
     "free-while-read",
     "lose-on-refusal",
     "refuse-deletes-when-full",
+    "hang-when-full",
 ];
 
 fn fault_of(desc: &EngineDescriptor, ctx: &EngineContext) -> Result<Fault> {
@@ -81,6 +85,7 @@ fn fault_of(desc: &EngineDescriptor, ctx: &EngineContext) -> Result<Fault> {
         "free-while-read" => Fault::FreeWhileRead,
         "lose-on-refusal" => Fault::LoseOnRefusal,
         "refuse-deletes-when-full" => Fault::RefuseDeletesWhenFull,
+        "hang-when-full" => Fault::HangWhenFull,
         _ => Fault::None,
     })
 }

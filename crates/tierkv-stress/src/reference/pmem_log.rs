@@ -53,6 +53,8 @@
 //!   live index first (an acknowledged value lost on a refusal).
 //! - `refuse-deletes-when-full`: after the first refused put, every delete is refused
 //!   with `NoSpace` until the store is reopened.
+//! - `hang-when-full`: the first put that does not fit sleeps forever, holding the writer
+//!   lock (a write that never returns).
 //!
 //! Named crash points (`PmemPool::crash_point`): `reflog.compact.after_copy` (moved
 //! records written, not yet persisted) and `reflog.compact.after_switch` (the commit word
@@ -320,6 +322,12 @@ impl PmemLog {
                     // BUG (deliberate): the old value is dropped before room is found.
                     self.core.applied(Kind::Delete, key, &[]);
                 }
+                if self.fault == Fault::HangWhenFull {
+                    // BUG (deliberate): the refusal never comes, and the lock is kept.
+                    loop {
+                        std::thread::sleep(std::time::Duration::from_secs(1));
+                    }
+                }
                 return Err(Error::no_space(
                     Tier::Pmem,
                     "the live data fills half of the reflog pool",
@@ -351,7 +359,8 @@ impl PmemLog {
             | Fault::AckBeforeMovePersist
             | Fault::FreeWhileRead
             | Fault::LoseOnRefusal
-            | Fault::RefuseDeletesWhenFull => {
+            | Fault::RefuseDeletesWhenFull
+            | Fault::HangWhenFull => {
                 self.pool.persist(off, rec.len())?;
                 self.publish(w.half, new_tail, true)?;
             }
