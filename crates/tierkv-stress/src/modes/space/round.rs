@@ -305,12 +305,7 @@ impl Round<'_> {
         let ok = done.load(Ordering::Relaxed) - errors.lock().len() as u64;
         report.deletes += ok;
         report.space.deletes += ok;
-        let took = Duration::from_micros(longest.load(Ordering::Relaxed));
-        self.note_write(took, "a delete on the full store", report);
-        for e in errors.into_inner() {
-            report.fail(format!("round {}: {e}", self.round));
-        }
-        report.passed()
+        self.end_phase(&longest, "a delete on the full store", errors, report)
     }
 
     /// Step 4: writes new keys (`fresh`, in order) until they hold `refill` of `freed`.
@@ -399,8 +394,20 @@ impl Round<'_> {
         report.space.refused += refused.load(Ordering::Relaxed);
         let wait = Duration::from_micros(waited.load(Ordering::Relaxed));
         report.space.gc_wait_max = report.space.gc_wait_max.max(wait);
+        self.end_phase(&longest, "a write of a new key", errors, report)
+    }
+
+    /// Ends a phase: its longest write (`what`, in microseconds) against the bound, its
+    /// errors as failures; true when the run may go on.
+    fn end_phase(
+        &self,
+        longest: &AtomicU64,
+        what: &str,
+        errors: Mutex<Vec<String>>,
+        report: &mut RunReport,
+    ) -> bool {
         let took = Duration::from_micros(longest.load(Ordering::Relaxed));
-        self.note_write(took, "a write of a new key", report);
+        self.note_write(took, what, report);
         for e in errors.into_inner() {
             report.fail(format!("round {}: {e}", self.round));
         }
