@@ -175,7 +175,7 @@ pub struct StressArgs {
     #[arg(long, default_value = "10s", value_name = "DURATION")]
     pub gc_wait: HumanDuration,
     /// space mode: the longest one write or delete may take (refused or not); longer is a
-    /// failure. A fill that does not reach a refusal within --fill-time fails too.
+    /// failure. A fill that does not reach its refusals within --fill-time fails too.
     #[arg(long, default_value = "5s", value_name = "DURATION")]
     pub write_bound: HumanDuration,
     /// space mode: the longest fill phase.

@@ -7,8 +7,9 @@
 //!    checking reads as in every mode, racing writers with `--writers-per-key`) until
 //!    `2 * threads + 8` writes were refused with `NoSpace`. A refused write stays *in
 //!    flight* (its value may or may not be there, whole), but the value it would have
-//!    replaced must survive. Any other error, a panic, or a fill that refuses nothing
-//!    within `--fill-time` fails the run; so does a write slower than `--write-bound`.
+//!    replaced must survive. Any other error, a panic, or a fill that has not reached
+//!    its refusals within `--fill-time` fails the run; so does a write slower than
+//!    `--write-bound`.
 //! 2. **verify** every key (gets and a full scan); the bytes live then, as a share of the
 //!    capacity (pmem plus flash where the engine uses it), must reach `--min-full`.
 //! 3. **delete** `--delete-share` of the live keys: on a full store every delete must

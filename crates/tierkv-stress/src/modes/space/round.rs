@@ -41,7 +41,8 @@ enum FillEnd {
     Refused,
     /// A violation or an error other than `NoSpace` stopped the workload.
     Stopped,
-    NoRefusal,
+    /// Fewer refusals than wanted (this many) within `--fill-time`.
+    TooFewRefusals(u64),
 }
 
 /// One round's context.
@@ -104,10 +105,12 @@ impl Round<'_> {
         let end = self.fill(&db, rng.random(), report);
         let live = self.verify_live(&db, "after the fill", report);
         if end != FillEnd::Refused || !report.passed() {
-            if end == FillEnd::NoRefusal {
+            if let FillEnd::TooFewRefusals(n) = end {
                 report.fail(format!(
-                    "round {round}: no write was refused within --fill-time {:.0} s ({}% of \
-                     the capacity live): the store neither filled nor refused",
+                    "round {round}: the fill had {n} of the {} refused writes it waits for \
+                     after --fill-time {:.0} s ({}% of the capacity live): the store neither \
+                     filled nor refused",
+                    self.refusals_wanted(),
                     self.cfg.space_mode.fill_time.as_secs_f64(),
                     percent(live.present_keys.iter().map(|k| k.1).sum(), report)
                 ));
@@ -183,6 +186,11 @@ impl Round<'_> {
         Ok(report.passed().then_some(db))
     }
 
+    /// The refused writes that end a fill.
+    fn refusals_wanted(&self) -> u64 {
+        2 * self.cfg.workload.threads as u64 + 8
+    }
+
     /// Step 1: fills the store until writes are refused.
     fn fill(&self, db: &Db, seed: u64, report: &mut RunReport) -> FillEnd {
         let cfg = self.cfg;
@@ -193,7 +201,7 @@ impl Round<'_> {
         };
         let ctx = format!("round {}, fill", self.round);
         let wl = Workload::new(db, self.state, wl_cfg, &NoObserver, ctx).allow_refusals();
-        let want = 2 * cfg.workload.threads as u64 + 8;
+        let want = self.refusals_wanted();
         let started = Instant::now();
         let snapshot = &*report;
         let (end, out) = std::thread::scope(|s| {
@@ -209,7 +217,7 @@ impl Round<'_> {
                     break FillEnd::Refused;
                 }
                 if started.elapsed() > cfg.space_mode.fill_time {
-                    break FillEnd::NoRefusal;
+                    break FillEnd::TooFewRefusals(wl.counts.refused.get());
                 }
                 if dog.stalled(progress()) {
                     hang(cfg, snapshot, &format!("round {}: the fill", self.round));
