@@ -130,7 +130,9 @@ pub enum Command {
     /// redis-benchmark work unchanged. Binds to 127.0.0.1:6379 by default.
     Serve(tierkv_server::ServeArgs),
     /// Crash, fault and bad-input testing of an engine: kill loops, pmem crash images,
-    /// flash faults, every acknowledged write checked against an expected-state oracle.
+    /// flash faults, full tiers (space), every acknowledged write checked against an
+    /// expected-state oracle.
+    #[command(after_help = tierkv_stress::EXAMPLES)]
     Stress(tierkv_stress::StressArgs),
     /// Declare and list schemas (the field-level API; FOCUS).
     Schema(crate::cmd::schema::SchemaArgs),

@@ -19,11 +19,21 @@ use clap::{Args, ValueEnum};
 use tierkv::{ByteSize, DurabilityMode, IoBackend, Tier};
 
 use crate::expected_state::KeySpace;
-use crate::modes::{self, Budget, PersistPointsConfig, RunConfig};
+use crate::modes::{self, Budget, PersistPointsConfig, RunConfig, SpaceConfig};
 use crate::report::RunReport;
 use crate::target::{Target, TierConfig};
 use crate::value_codec::{MIN_VALUE_LEN, ValueSizes};
 use crate::workload::{OpMix, WorkloadConfig};
+
+/// Examples for `--help` (of `tierkv stress` and of `tierkv-stress`).
+pub const EXAMPLES: &str = "Examples:
+  tierkv stress --engine prism --mode kill --duration 2m             # SIGKILL loop
+  tierkv stress --engine prism --mode kill --pmem-mode tracked       # power-loss kills
+  tierkv stress --engine hetermm:hash --mode pmem-image --rounds 200 --pmem-path /dev/shm
+  tierkv stress --engine prism --mode flash-faults --duration 2m --seed 42
+  tierkv stress --engine prism --mode space --duration 2m --pmem-path /dev/shm   # fill until NoSpace
+  tierkv stress --engine mio --mode space --pmem-size 8MiB --gc-wait 20s --kill-fraction 0.5
+Exit codes: 0 passed, 1 a violation or failure was found, 2 the run could not start.";
 
 /// The crash modes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -40,6 +50,12 @@ pub enum Mode {
     /// stratified sample of --points), each recovered and verified (e.g. `--mode
     /// persist-points --ops 1500 --points 2000 --pmem-path /dev/shm`).
     PersistPoints,
+    /// Rounds of: fill the store until writes are refused with NoSpace, verify, delete a
+    /// share (deletes must succeed on a full store), write new keys again (after the
+    /// engine's GC, within --gc-wait), verify, close and reopen (or SIGKILL a child mid-fill
+    /// in --kill-fraction of the rounds), verify (e.g. `--mode space --duration 2m
+    /// --pmem-path /dev/shm`; small pools by default: 16MiB pmem, 64MiB flash).
+    Space,
 }
 
 impl std::fmt::Display for Mode {
@@ -49,6 +65,7 @@ impl std::fmt::Display for Mode {
             Mode::PmemImage => "pmem-image",
             Mode::FlashFaults => "flash-faults",
             Mode::PersistPoints => "persist-points",
+            Mode::Space => "space",
         })
     }
 }
@@ -97,8 +114,9 @@ pub struct StressArgs {
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
     /// Size of the key space (small, so that overwrites and deletes of a key are frequent).
-    #[arg(long, default_value_t = 1000, value_name = "N")]
-    pub keys: u32,
+    /// Default: 1000; in space mode enough keys to hold twice the capacity.
+    #[arg(long, value_name = "N")]
+    pub keys: Option<u32>,
     /// Longest value (lengths are skewed: half are at most 64 bytes).
     #[arg(long, default_value = "16KiB", value_name = "SIZE")]
     pub max_value: ByteSize,
@@ -114,9 +132,9 @@ pub struct StressArgs {
     /// Directory for pmem pool files (e.g. /dev/shm). Default: inside the working directory.
     #[arg(long, value_name = "DIR")]
     pub pmem_path: Option<PathBuf>,
-    /// Pmem pool size.
-    #[arg(long, default_value = "64MiB", value_name = "SIZE")]
-    pub pmem_size: ByteSize,
+    /// Pmem pool size. Default: 64MiB; 16MiB in space mode (so that filling takes seconds).
+    #[arg(long, value_name = "SIZE")]
+    pub pmem_size: Option<ByteSize>,
     /// Pool mode for kill mode: msync (default), volatile, or tracked (a power-loss kill:
     /// the store is recovered from a crash image taken at the moment of the kill). The
     /// in-process modes always use tracked.
@@ -125,9 +143,9 @@ pub struct StressArgs {
     /// Directory for flash directories. Default: inside the working directory.
     #[arg(long, value_name = "DIR")]
     pub flash_path: Option<PathBuf>,
-    /// Flash capacity.
-    #[arg(long, default_value = "1GiB", value_name = "SIZE")]
-    pub flash_size: ByteSize,
+    /// Flash capacity. Default: 1GiB; 64MiB in space mode.
+    #[arg(long, value_name = "SIZE")]
+    pub flash_size: Option<ByteSize>,
     /// Flash I/O back end: auto, uring or threads.
     #[arg(long, default_value = "auto", value_name = "BACKEND")]
     pub io_backend: IoBackend,
@@ -145,6 +163,32 @@ pub struct StressArgs {
     /// workload makes fewer; else one per stratum of equal size).
     #[arg(long, default_value_t = 2000, value_name = "N")]
     pub points: u64,
+    /// space mode: share of the live keys deleted after each fill.
+    #[arg(long, default_value_t = 0.5, value_name = "F")]
+    pub delete_share: f64,
+    /// space mode: after the deletes, new keys are written until they hold this share of
+    /// the bytes the deletes freed; each must fit (after retries for up to --gc-wait).
+    #[arg(long, default_value_t = 0.25, value_name = "F")]
+    pub refill: f64,
+    /// space mode: how long a refused write of a new key may be retried after deletes
+    /// freed space (the engine's GC may need time to reclaim it).
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    pub gc_wait: HumanDuration,
+    /// space mode: the longest one write or delete may take (refused or not); longer is a
+    /// failure. A fill that does not reach its refusals within --fill-time fails too.
+    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    pub write_bound: HumanDuration,
+    /// space mode: the longest fill phase.
+    #[arg(long, default_value = "60s", value_name = "DURATION")]
+    pub fill_time: HumanDuration,
+    /// space mode: share of the rounds that end with a child process SIGKILLed mid-fill
+    /// instead of a clean close.
+    #[arg(long, default_value_t = 0.3, value_name = "F")]
+    pub kill_fraction: f64,
+    /// space mode: the least share of the capacity that must be live when writes are first
+    /// refused (a store that refuses at 5% full is a finding).
+    #[arg(long, default_value_t = 0.1, value_name = "F")]
+    pub min_full: f64,
     /// Keep the working directory after a passing run.
     #[arg(long)]
     pub keep: bool,
@@ -170,8 +214,10 @@ impl StressArgs {
                 self.threads
             );
         }
-        if self.keys == 0 || self.keys > 10_000_000 {
-            bail!("--keys {}: between 1 and 10000000", self.keys);
+        if let Some(k) = self.keys
+            && (k == 0 || k > 10_000_000)
+        {
+            bail!("--keys {k}: between 1 and 10000000");
         }
         if self.rounds == Some(0) {
             bail!("--rounds 0 runs nothing");
@@ -179,6 +225,10 @@ impl StressArgs {
         for (name, f) in [
             ("--tear-fraction", self.tear_fraction),
             ("--fault-fraction", self.fault_fraction),
+            ("--delete-share", self.delete_share),
+            ("--refill", self.refill),
+            ("--kill-fraction", self.kill_fraction),
+            ("--min-full", self.min_full),
         ] {
             if !(0.0..=1.0).contains(&f) {
                 bail!("{name} {f}: a fraction between 0 and 1");
@@ -204,6 +254,28 @@ pub(crate) fn config(args: &StressArgs, seed: u64, work_dir: PathBuf) -> anyhow:
             args.max_value
         );
     }
+    let space_mode = args.mode == Mode::Space;
+    let tiers = TierConfig {
+        pmem_dir: args.pmem_path.clone(),
+        pmem_size: args.pmem_size.unwrap_or(if space_mode {
+            ByteSize(16 << 20)
+        } else {
+            ByteSize(64 << 20)
+        }),
+        flash_dir: args.flash_path.clone(),
+        flash_size: args.flash_size.unwrap_or(if space_mode {
+            ByteSize(64 << 20)
+        } else {
+            ByteSize(1 << 30)
+        }),
+        io_backend: args.io_backend,
+    };
+    let sizes = ValueSizes::up_to(max_value);
+    let keys = match args.keys {
+        Some(k) => k,
+        None if space_mode => modes::space::default_keys(&target, &tiers, &sizes),
+        None => 1000,
+    };
     let rounds = match (args.rounds, args.duration) {
         // NOTE: a persist-points pass already cuts up to --points crashes.
         (None, None) if args.mode == Mode::PersistPoints => Some(1),
@@ -211,13 +283,7 @@ pub(crate) fn config(args: &StressArgs, seed: u64, work_dir: PathBuf) -> anyhow:
         (r, _) => r,
     };
     Ok(RunConfig {
-        tiers: TierConfig {
-            pmem_dir: args.pmem_path.clone(),
-            pmem_size: args.pmem_size,
-            flash_dir: args.flash_path.clone(),
-            flash_size: args.flash_size,
-            io_backend: args.io_backend,
-        },
+        tiers,
         pmem_mode: args.pmem_mode,
         workload: WorkloadConfig {
             // NOTE: persist-points runs one thread: its point is determinism.
@@ -228,11 +294,11 @@ pub(crate) fn config(args: &StressArgs, seed: u64, work_dir: PathBuf) -> anyhow:
             },
             mix: args.mix,
             max_scan: args.max_scan,
-            sizes: ValueSizes::up_to(max_value),
+            sizes,
             seed,
             writers_per_key: args.writers_per_key,
         },
-        space: KeySpace::new(args.keys),
+        space: KeySpace::new(keys),
         work_dir,
         round_time: args.round_time.0,
         budget: Budget {
@@ -247,6 +313,15 @@ pub(crate) fn config(args: &StressArgs, seed: u64, work_dir: PathBuf) -> anyhow:
         persist_points: PersistPointsConfig {
             ops: args.ops.max(1),
             points: args.points.max(1),
+        },
+        space_mode: SpaceConfig {
+            delete_share: args.delete_share,
+            refill: args.refill,
+            gc_wait: args.gc_wait.0,
+            write_bound: args.write_bound.0,
+            fill_time: args.fill_time.0,
+            kill_fraction: args.kill_fraction,
+            min_full: args.min_full,
         },
         target,
     })
@@ -285,6 +360,7 @@ fn check_engine(cfg: &RunConfig, mode: Mode) -> anyhow::Result<()> {
         Mode::PmemImage => modes::pmem_image::check_engine(cfg),
         Mode::FlashFaults => modes::flash_faults::check_engine(cfg),
         Mode::PersistPoints => modes::persist_points::check_engine(cfg),
+        Mode::Space => modes::space::check_engine(cfg),
     }
 }
 
@@ -293,7 +369,7 @@ fn describe(cfg: &RunConfig, mode: Mode) -> String {
     let mut tiers = Vec::new();
     if t.uses(Tier::Pmem) {
         let m = match mode {
-            Mode::Kill => cfg.pmem_mode.unwrap_or_default(),
+            Mode::Kill | Mode::Space => cfg.pmem_mode.unwrap_or_default(),
             _ => DurabilityMode::Tracked,
         };
         tiers.push(format!(
@@ -315,14 +391,29 @@ fn describe(cfg: &RunConfig, mode: Mode) -> String {
         1 => String::new(),
         n => format!(" ({n} writers per key)"),
     };
+    let mix = if mode == Mode::Space {
+        let s = &cfg.space_mode;
+        format!(
+            "fills put,get,scan = 80,15,5 until refused, then {:.0}% deleted and {:.0}% of the \
+             freed bytes written again (--gc-wait {:.0} s, --write-bound {:.0} ms), {:.0}% of \
+             the rounds end in a SIGKILL of a child running the mix put,delete,get,scan = {}",
+            s.delete_share * 100.0,
+            s.refill * 100.0,
+            s.gc_wait.as_secs_f64(),
+            s.write_bound.as_secs_f64() * 1e3,
+            s.kill_fraction * 100.0,
+            cfg.workload.mix
+        )
+    } else {
+        format!("mix put,delete,get,scan = {}", cfg.workload.mix)
+    };
     format!(
-        "engine {}, mode {mode}, {} threads{racing}, {} keys, values {MIN_VALUE_LEN} B..{} B, mix \
-         put,delete,get,scan = {}, {budget}, rounds up to {:.0} ms; {}; dir {}",
+        "engine {}, mode {mode}, {} threads{racing}, {} keys, values {MIN_VALUE_LEN} B..{} B, \
+         {mix}, {budget}, rounds up to {:.0} ms; {}; dir {}",
         t.spec,
         cfg.workload.threads,
         cfg.space.count(),
         cfg.workload.sizes.max,
-        cfg.workload.mix,
         cfg.round_time.as_secs_f64() * 1e3,
         tiers.join(", "),
         cfg.work_dir.display()
@@ -351,6 +442,7 @@ pub fn run(args: &StressArgs) -> anyhow::Result<bool> {
         Mode::PmemImage => modes::pmem_image::run(&cfg, &mut report),
         Mode::FlashFaults => modes::flash_faults::run(&cfg, &mut report),
         Mode::PersistPoints => modes::persist_points::run(&cfg, &mut report),
+        Mode::Space => modes::space::run(&cfg, &mut report),
     };
     report.elapsed = started.elapsed();
     if let Err(e) = outcome {

@@ -12,7 +12,8 @@
 //! - [`race`]: racing writers' histories and the linearizability rule that judges them;
 //! - [`workload`]: N threads of put / delete / get / scan, every read checked live;
 //! - [`verify`]: the per-key windows, the full verification after recovery, [`Violation`];
-//! - [`modes`]: `kill`, `pmem-image`, `flash-faults`;
+//! - [`modes`]: `kill`, `pmem-image`, `flash-faults`, `persist-points`, `space` (full
+//!   tiers: fill until `NoSpace`, delete, write again, reopen; issue 23);
 //! - [`report`]: the counters and the verdict;
 //! - `reference` (feature `reference-engine`): a small correct persistent engine and two
 //!   broken variants, which prove that the harness catches bugs.
@@ -37,6 +38,6 @@ pub mod value_codec;
 pub mod verify;
 pub mod workload;
 
-pub use cli::{HumanDuration, Mode, StressArgs, run};
+pub use cli::{EXAMPLES, HumanDuration, Mode, StressArgs, run};
 pub use report::RunReport;
 pub use verify::Violation;

@@ -17,6 +17,61 @@ use crate::workload::OpCounts;
 /// The most violations a report keeps (the first ones explain the rest).
 pub const MAX_KEPT_VIOLATIONS: usize = 50;
 
+/// What space mode counted (all zero in the other modes).
+#[derive(Clone, Debug, Default)]
+pub struct SpaceCounters {
+    /// The capacity the fills are measured against (pmem plus flash, where used), bytes.
+    pub capacity: u64,
+    /// Fills that ended with refused writes.
+    pub fills: u64,
+    /// Writes refused with `NoSpace` (fills, refills before they fit, children).
+    pub refused: u64,
+    /// Live bytes (keys and values) at the end of each fill, as shares of the capacity.
+    pub full_shares: Vec<f64>,
+    /// Deletes on full stores (every one must succeed).
+    pub deletes: u64,
+    /// New keys written after the deletes.
+    pub refill_puts: u64,
+    /// Of those, puts that were refused at least once before they fit.
+    pub refill_retried: u64,
+    /// The longest a new key waited for space after the deletes.
+    pub gc_wait_max: Duration,
+    /// The longest write or delete.
+    pub write_max: Duration,
+    /// Rounds that ended with a child SIGKILLed mid-fill.
+    pub kills: u64,
+}
+
+impl SpaceCounters {
+    fn render(&self) -> String {
+        let shares = &self.full_shares;
+        let (min, mean) = if shares.is_empty() {
+            (0.0, 0.0)
+        } else {
+            (
+                shares.iter().copied().fold(f64::INFINITY, f64::min),
+                shares.iter().sum::<f64>() / shares.len() as f64,
+            )
+        };
+        format!(
+            ", space: {} fills, {} writes refused, live at refusal min {:.1}% mean {:.1}% of \
+             {:.1} MiB, {} deletes on full stores, {} new keys after deletes ({} refused \
+             before they fit, longest wait {:.0} ms), longest write {:.1} ms, {} mid-fill kills",
+            self.fills,
+            self.refused,
+            min * 100.0,
+            mean * 100.0,
+            self.capacity as f64 / f64::from(1u32 << 20),
+            self.deletes,
+            self.refill_puts,
+            self.refill_retried,
+            ms(self.gc_wait_max),
+            ms(self.write_max),
+            self.kills
+        )
+    }
+}
+
 /// Everything a run counted.
 #[derive(Clone, Debug, Default)]
 pub struct RunReport {
@@ -64,6 +119,8 @@ pub struct RunReport {
     pub faults_injected: u64,
     /// Writes that failed with an error (expected only where faults are injected).
     pub write_errors: u64,
+    /// space mode: what the fills, deletes and refills did.
+    pub space: SpaceCounters,
     /// Wall-clock time of the run.
     pub elapsed: Duration,
     /// Broken guarantees.
@@ -208,6 +265,9 @@ impl RunReport {
                 self.flash_crashes, self.faults_injected, self.write_errors
             );
         }
+        if self.space.capacity > 0 {
+            s.push_str(&self.space.render());
+        }
         let _ = write!(s, ", {:.1} s", self.elapsed.as_secs_f64());
         s
     }
@@ -273,5 +333,32 @@ mod tests {
         assert_eq!(r.violations.len(), MAX_KEPT_VIOLATIONS);
         assert_eq!(r.violations_dropped, 5);
         assert!(r.render(1).contains("and 5 more violations"));
+    }
+
+    #[test]
+    fn space_counters_appear_only_in_space_runs_with_min_and_mean_shares() {
+        let mut r = RunReport::default();
+        assert!(!r.verdict_line(1).contains("space:"));
+        r.space = SpaceCounters {
+            capacity: 16 << 20,
+            fills: 2,
+            refused: 40,
+            full_shares: vec![0.30, 0.40],
+            deletes: 900,
+            refill_puts: 200,
+            refill_retried: 3,
+            gc_wait_max: Duration::from_millis(64),
+            write_max: Duration::from_micros(2500),
+            kills: 1,
+        };
+        let line = r.verdict_line(1);
+        assert!(
+            line.contains(
+                "space: 2 fills, 40 writes refused, live at refusal min 30.0% mean 35.0% of \
+                 16.0 MiB, 900 deletes on full stores, 200 new keys after deletes (3 refused \
+                 before they fit, longest wait 64 ms), longest write 2.5 ms, 1 mid-fill kills"
+            ),
+            "{line}"
+        );
     }
 }

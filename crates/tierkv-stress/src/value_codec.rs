@@ -215,6 +215,22 @@ impl ValueSizes {
         lo + ((h >> 32) % span) as usize
     }
 
+    /// The mean length of the distribution (for sizing a key space to a capacity).
+    pub fn mean_len(&self) -> f64 {
+        [
+            (0.50, MIN_VALUE_LEN, 64),
+            (0.25, 65, 512),
+            (0.15, 513, 4096),
+            (0.10, 4097, self.max),
+        ]
+        .into_iter()
+        .map(|(p, lo, hi)| {
+            let hi = hi.min(self.max);
+            p * (lo.min(hi) + hi) as f64 / 2.0
+        })
+        .sum()
+    }
+
     /// The exact value written as `version` of `key`.
     pub fn value(&self, key: &[u8], version: u32) -> Vec<u8> {
         encode(key, version, self.len_for(key_hash(key), version))

@@ -321,6 +321,8 @@ pub struct VerifyOutcome {
     pub keys_verified: u64,
     /// Keys found present.
     pub present: u64,
+    /// The keys found present (key numbers) with the bytes each holds (key and value).
+    pub present_keys: Vec<(u32, u64)>,
     /// Keys that had a write in flight at the crash.
     pub in_flight: u64,
     /// In-flight writes found applied.
@@ -382,6 +384,8 @@ pub fn verify_store(
                 }
                 if matches!(obs, Observed::Version(_)) {
                     out.present += 1;
+                    let bytes = found.as_ref().map_or(0, Vec::len) + key.len();
+                    out.present_keys.push((id, bytes as u64));
                 }
                 seen.push(Some((obs, found)));
             }

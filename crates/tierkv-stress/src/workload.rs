@@ -7,7 +7,9 @@
 //!   [`WriteObserver::announce`]), calls the engine, and on success records the
 //!   acknowledgement ([`ExpectedState::commit`], [`WriteObserver::acked`]). A failed write
 //!   stays *in flight* (its outcome is unknown) and stops the workload: after a failed write
-//!   an engine may refuse writes until it is reopened (STYLE §5).
+//!   an engine may refuse writes until it is reopened (STYLE §5). Space mode lets writes be
+//!   refused with `NoSpace` ([`Workload::allow_refusals`]): such a write stays in flight too,
+//!   and the workers go on.
 //! - Reads take no lock, so they race with writers of the same key; each is checked against
 //!   a [`Check`] (state before and after the read).
 //! - Scans start at a random key; the engine's answer must be ordered, free of phantoms and
@@ -169,6 +171,11 @@ pub struct OpCounts {
     pub scans: Counter,
     /// Rows returned by checked scans.
     pub scan_rows: Counter,
+    /// Writes refused with `NoSpace` (only counted when refusals are allowed, see
+    /// [`Workload::allow_refusals`]; otherwise a refusal is a failed write).
+    pub refused: Counter,
+    /// The longest write (put or delete, refused or not), in microseconds.
+    pub max_write_micros: AtomicU64,
 }
 
 impl OpCounts {
@@ -204,6 +211,8 @@ pub struct Workload<'a> {
     stop: AtomicBool,
     crashed: AtomicBool,
     scans: AtomicBool,
+    /// A write refused with `NoSpace` stays in flight and the workers go on (space mode).
+    refusals_allowed: bool,
     /// Counters of checked operations.
     pub counts: OpCounts,
     violations: Mutex<Vec<Violation>>,
@@ -243,6 +252,7 @@ impl<'a> Workload<'a> {
             stop: AtomicBool::new(false),
             crashed: AtomicBool::new(false),
             scans: AtomicBool::new(true),
+            refusals_allowed: false,
             counts: OpCounts::default(),
             violations: Mutex::new(Vec::new()),
             write_error: Mutex::new(None),
@@ -253,6 +263,15 @@ impl<'a> Workload<'a> {
     /// thread and one seed do the same operations).
     pub fn limit_ops(self, n: u64) -> Self {
         self.ops_left.store(n, Ordering::SeqCst);
+        self
+    }
+
+    /// Lets writes be refused with `NoSpace` (space mode): a refused write stays in flight
+    /// (its outcome is unknown, as for any failed write, but the value it replaces must
+    /// survive), is counted in [`OpCounts::refused`], and the workers go on. Any other
+    /// error still stops the workload.
+    pub fn allow_refusals(mut self) -> Self {
+        self.refusals_allowed = true;
         self
     }
 
@@ -400,11 +419,16 @@ impl<'a> Workload<'a> {
             }
         };
         self.observer.announce(id, version, delete);
-        let result = if delete {
-            self.db.delete(&key)
-        } else {
-            self.db.put(&key, &self.cfg.sizes.value(&key, version))
+        let value = (!delete).then(|| self.cfg.sizes.value(&key, version));
+        let started = Instant::now();
+        let result = match &value {
+            None => self.db.delete(&key),
+            Some(v) => self.db.put(&key, v),
         };
+        let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.counts
+            .max_write_micros
+            .fetch_max(took, Ordering::Relaxed);
         match result {
             Ok(()) => {
                 self.state.commit(id, version);
@@ -415,6 +439,7 @@ impl<'a> Workload<'a> {
                     self.counts.puts.incr();
                 }
             }
+            Err(Error::NoSpace { .. }) if self.refusals_allowed => self.counts.refused.incr(),
             Err(e) => {
                 let op = if delete { "delete" } else { "put" };
                 self.fail_write(format!("{op} of {} v#{version}: {e}", KeySpace::show(&key)));

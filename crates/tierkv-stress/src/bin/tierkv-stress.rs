@@ -11,7 +11,7 @@ use tierkv_stress::StressArgs;
 
 /// tierkv-stress: crash, fault and bad-input testing of a tierkv engine.
 #[derive(Parser, Debug)]
-#[command(name = "tierkv-stress", version, about, long_about = None)]
+#[command(name = "tierkv-stress", version, about, long_about = None, after_help = tierkv_stress::EXAMPLES)]
 struct Cli {
     #[command(flatten)]
     args: StressArgs,

@@ -87,17 +87,17 @@ pub fn check_engine(cfg: &RunConfig) -> anyhow::Result<()> {
 
 /// The places of a kill-mode run.
 #[derive(Clone, Debug)]
-struct KillPaths {
-    data: PathBuf,
+pub(super) struct KillPaths {
+    pub(super) data: PathBuf,
     state: PathBuf,
     round: PathBuf,
     image: PathBuf,
-    pmem_dir: PathBuf,
-    flash: PathBuf,
+    pub(super) pmem_dir: PathBuf,
+    pub(super) flash: PathBuf,
 }
 
 impl KillPaths {
-    fn new(cfg: &RunConfig) -> KillPaths {
+    pub(super) fn new(cfg: &RunConfig) -> KillPaths {
         let w = &cfg.work_dir;
         let data = w.join("data");
         let name = w
@@ -134,7 +134,7 @@ fn power_loss(cfg: &RunConfig) -> bool {
 }
 
 /// The pool mode the parent opens the store with to verify it.
-fn verify_mode(cfg: &RunConfig) -> DurabilityMode {
+pub(super) fn verify_mode(cfg: &RunConfig) -> DurabilityMode {
     match cfg.pmem_mode {
         None | Some(DurabilityMode::Tracked) => DurabilityMode::Msync,
         Some(m) => m,
@@ -284,6 +284,28 @@ pub fn run(cfg: &RunConfig, report: &mut RunReport) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// One kill round on the store of `cfg`'s work directory (closed by the caller), as
+/// [`run`] makes them: space mode SIGKILLs a child mid-fill this way. False when the run
+/// must stop (the report says why); a passing round is counted in `report.rounds`.
+pub(super) fn kill_round(
+    cfg: &RunConfig,
+    state: &ExpectedState,
+    round: u64,
+    rng: &mut ChaCha8Rng,
+    report: &mut RunReport,
+) -> anyhow::Result<bool> {
+    let paths = KillPaths::new(cfg);
+    let params = RoundParams {
+        round,
+        seed: rng.random(),
+        image_seed: rng.random(),
+        tear_words: rng.random_bool(cfg.tear_fraction),
+        flash_tear: rng.random_bool(0.5).then(|| rng.random()),
+    };
+    let delay = cfg.crash_delay(rng);
+    parent_round(cfg, &paths, state, params, delay, report)
 }
 
 /// One round of the parent; false when the run must stop (the report says why).

@@ -13,6 +13,9 @@
 //! - [`flash_faults`]: in-process, on fault-injecting flash: unsynced writes dropped or torn
 //!   at the crash, EIO / ENOSPC injected into writes and syncs (failures 3 and 4).
 //!
+//! - [`space`]: rounds of fill until `NoSpace`, verify, delete a share, write again,
+//!   reopen (or SIGKILL a kill-mode child mid-fill), verify (issue 23).
+//!
 //! The two in-process modes share the round machinery of `power`: a round runs the
 //! workload on the live store, cuts the power at a random moment (flash first, then the
 //! pmem image, while the workers still run), copies the crash state into the next round's
@@ -33,6 +36,7 @@ mod media;
 pub mod persist_points;
 pub mod pmem_image;
 mod power;
+pub mod space;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -93,6 +97,27 @@ pub struct RunConfig {
     pub verbose: bool,
     /// `persist-points` mode's shape.
     pub persist_points: PersistPointsConfig,
+    /// `space` mode's shape.
+    pub space_mode: SpaceConfig,
+}
+
+/// The shape of a `space` round (see [`space`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SpaceConfig {
+    /// Share of the live keys deleted after each fill.
+    pub delete_share: f64,
+    /// New bytes written after the deletes, as a share of the bytes they freed.
+    pub refill: f64,
+    /// How long a refused write of a new key may be retried after the deletes.
+    pub gc_wait: Duration,
+    /// The longest one write may take.
+    pub write_bound: Duration,
+    /// The longest fill phase.
+    pub fill_time: Duration,
+    /// Share of the rounds that end with a child SIGKILLed mid-fill.
+    pub kill_fraction: f64,
+    /// The least share of the capacity live at the first refusals.
+    pub min_full: f64,
 }
 
 /// The shape of a `persist-points` pass.

@@ -330,7 +330,10 @@ impl FlashLog {
             | Fault::SkipPersist
             | Fault::LoseRaceWinner
             | Fault::AckBeforeMovePersist
-            | Fault::FreeWhileRead => w.file.sync(),
+            | Fault::FreeWhileRead
+            | Fault::LoseOnRefusal
+            | Fault::RefuseDeletesWhenFull
+            | Fault::HangWhenFull => w.file.sync(),
         }
     }
 

@@ -10,7 +10,9 @@
 //!   committed by fdatasync, with a ping-pong superblock for compaction.
 //!
 //! Variants (after `:`): `correct` (the default), `ack-before-persist` (acknowledges a
-//! write before it is durable), `skip-persist` (skips one persist of its protocol). Each
+//! write before it is durable), `skip-persist` (skips one persist of its protocol), and
+//! for `reflog` also `lose-race-winner`, `ack-before-move-persist`, `free-while-read`,
+//! `lose-on-refusal`, `refuse-deletes-when-full` and `hang-when-full` (see [`Fault`]). Each
 //! engine module's doc states its protocol and exactly what its broken variants skip.
 //!
 //! Records share one codec ([`record`]), which has a fuzz target.
@@ -48,6 +50,17 @@ pub enum Fault {
     /// without protecting it; compaction frees (zeroes) the old half at once, so a reader
     /// still holding an offset into it reads freed memory.
     FreeWhileRead,
+    /// `reflog` only: a put refused with `NoSpace` first drops the key's old value from
+    /// the live index (the shape of an engine that frees the old slot before it finds
+    /// room for the new one): an acknowledged value is lost on a refusal.
+    LoseOnRefusal,
+    /// `reflog` only: once a put was refused, every delete is refused with `NoSpace` until
+    /// the store is reopened (the shape of a latched "store full" state), so space can
+    /// never be freed.
+    RefuseDeletesWhenFull,
+    /// `reflog` only: the first put that does not fit never returns (it sleeps forever
+    /// holding the writer lock), so every later write hangs too.
+    HangWhenFull,
 }
 
 /// The variants, default first.
@@ -58,6 +71,9 @@ pub const VARIANTS: &[&str] = &[
     "lose-race-winner",
     "ack-before-move-persist",
     "free-while-read",
+    "lose-on-refusal",
+    "refuse-deletes-when-full",
+    "hang-when-full",
 ];
 
 fn fault_of(desc: &EngineDescriptor, ctx: &EngineContext) -> Result<Fault> {
@@ -67,6 +83,9 @@ fn fault_of(desc: &EngineDescriptor, ctx: &EngineContext) -> Result<Fault> {
         "lose-race-winner" => Fault::LoseRaceWinner,
         "ack-before-move-persist" => Fault::AckBeforeMovePersist,
         "free-while-read" => Fault::FreeWhileRead,
+        "lose-on-refusal" => Fault::LoseOnRefusal,
+        "refuse-deletes-when-full" => Fault::RefuseDeletesWhenFull,
+        "hang-when-full" => Fault::HangWhenFull,
         _ => Fault::None,
     })
 }

@@ -22,6 +22,12 @@
 //! decode with a valid checksum and consecutive sequence numbers, else the pool is
 //! corrupt ([`Error::Corruption`]) — a correct writer never commits a torn record.
 //!
+//! Space: a put must leave room for the record of a delete of the longest key (checked
+//! after a compaction, and refused with `NoSpace` otherwise); a delete may use that room,
+//! and a delete of an absent key writes nothing. So a delete always succeeds on a full
+//! log: after one delete used the reserve, the next one compacts first, and the
+//! compaction drops the deleted pair, whose record is at least as long as a delete's.
+//!
 //! Compaction (when the active half is full): write every live pair as a record into the
 //! other half, persist it, then switch halves and tail with one commit-word store + persist.
 //! A crash before the switch leaves the old half active and intact.
@@ -43,6 +49,13 @@
 //!   old half at once: a get that looked up its offset before a compaction reads freed
 //!   (zeroed, or rewritten) bytes.
 //!
+//! - `lose-on-refusal`: a put refused with `NoSpace` drops the key's old value from the
+//!   live index first (an acknowledged value lost on a refusal).
+//! - `refuse-deletes-when-full`: after the first refused put, every delete is refused
+//!   with `NoSpace` until the store is reopened.
+//! - `hang-when-full`: the first put that does not fit sleeps forever, holding the writer
+//!   lock (a write that never returns).
+//!
 //! Named crash points (`PmemPool::crash_point`): `reflog.compact.after_copy` (moved
 //! records written, not yet persisted) and `reflog.compact.after_switch` (the commit word
 //! naming the new half stored and persisted).
@@ -51,6 +64,7 @@
 //! (values are served from DRAM; pmem is read only at recovery).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use std::collections::HashMap;
@@ -131,6 +145,11 @@ pub struct PmemLog {
     in_flight: Mutex<HashMap<Vec<u8>, u32>>,
     /// `free-while-read`: where each live value is in the log (offset, length).
     locs: parking_lot::RwLock<HashMap<Vec<u8>, (u64, usize)>>,
+    /// Room a put must leave free: the record of a delete of the longest key (so that a
+    /// delete always fits after a compaction, see "Space" in the module doc).
+    delete_reserve: u64,
+    /// `refuse-deletes-when-full`: a put was refused since the store was opened.
+    refused: std::sync::atomic::AtomicBool,
 }
 
 /// `lose-race-winner`: how far a racing write's sequence number is raised.
@@ -154,6 +173,8 @@ pub(super) fn open(ctx: EngineContext, fault: Fault) -> Result<Arc<dyn KvStore>>
         core: LogCore::new(index, ctx.options.limits, started),
         in_flight: Mutex::new(HashMap::new()),
         locs: parking_lot::RwLock::new(HashMap::new()),
+        delete_reserve: record::encoded_len(ctx.options.limits.max_key_len, 0) as u64,
+        refused: std::sync::atomic::AtomicBool::new(false),
     }))
 }
 
@@ -277,10 +298,36 @@ impl PmemLog {
     /// Appends one record whose sequence number is raised by `boost`.
     fn append_ranked(&self, kind: Kind, key: &[u8], value: &[u8], boost: u64) -> Result<()> {
         let mut w = self.writer.lock();
+        if kind == Kind::Delete {
+            if self.fault == Fault::RefuseDeletesWhenFull && self.refused.load(Ordering::Relaxed) {
+                // BUG (deliberate): a latched "full" state refuses the deletes that would
+                // free space.
+                return Err(Error::no_space(Tier::Pmem, "the reflog pool is full"));
+            }
+            if !self.core.index().contains_key(key) {
+                // A delete of an absent key changes nothing (and needs no room).
+                return Ok(());
+            }
+        }
         let len = record::encoded_len(key.len(), value.len()) as u64;
-        if w.tail + len > self.layout.half_len {
+        let need = match kind {
+            Kind::Put => len + self.delete_reserve,
+            Kind::Delete => len,
+        };
+        if w.tail + need > self.layout.half_len {
             self.compact(&mut w)?;
-            if w.tail + len > self.layout.half_len {
+            if w.tail + need > self.layout.half_len {
+                self.refused.store(true, Ordering::Relaxed);
+                if self.fault == Fault::LoseOnRefusal {
+                    // BUG (deliberate): the old value is dropped before room is found.
+                    self.core.applied(Kind::Delete, key, &[]);
+                }
+                if self.fault == Fault::HangWhenFull {
+                    // BUG (deliberate): the refusal never comes, and the lock is kept.
+                    loop {
+                        std::thread::sleep(std::time::Duration::from_secs(1));
+                    }
+                }
                 return Err(Error::no_space(
                     Tier::Pmem,
                     "the live data fills half of the reflog pool",
@@ -310,7 +357,10 @@ impl PmemLog {
             Fault::None
             | Fault::LoseRaceWinner
             | Fault::AckBeforeMovePersist
-            | Fault::FreeWhileRead => {
+            | Fault::FreeWhileRead
+            | Fault::LoseOnRefusal
+            | Fault::RefuseDeletesWhenFull
+            | Fault::HangWhenFull => {
                 self.pool.persist(off, rec.len())?;
                 self.publish(w.half, new_tail, true)?;
             }

@@ -84,26 +84,32 @@ pub fn ci_pool_size(engine: &str) -> &'static str {
 /// 300 keys, a small pool ([`ci_pool_size`]), with `seed` and any `extra` flags.
 pub fn ci_run(engine: &str, mode: &str, seed: u64, rounds: u64, extra: &[&str]) -> Run {
     let (seed, rounds) = (seed.to_string(), rounds.to_string());
-    let mut args = vec![
+    let mut args = short_run_args(engine, mode, &seed, &rounds);
+    args.extend_from_slice(&["--threads", "3", "--keys", "300"]);
+    args.extend_from_slice(&["--pmem-size", ci_pool_size(engine)]);
+    args.extend_from_slice(extra);
+    stress(&args)
+}
+
+/// The flags every CI-sized run starts with: engine, mode, seed, rounds of at most 200 ms.
+fn short_run_args<'a>(
+    engine: &'a str,
+    mode: &'a str,
+    seed: &'a str,
+    rounds: &'a str,
+) -> Vec<&'a str> {
+    vec![
         "--engine",
         engine,
         "--mode",
         mode,
         "--seed",
-        &seed,
+        seed,
         "--rounds",
-        &rounds,
+        rounds,
         "--round-time",
         "200ms",
-        "--threads",
-        "3",
-        "--keys",
-        "300",
-        "--pmem-size",
-        ci_pool_size(engine),
-    ];
-    args.extend_from_slice(extra);
-    stress(&args)
+    ]
 }
 
 /// Asserts that a run passed and did real work.
@@ -147,4 +153,54 @@ pub fn engine_variants(d: &tierkv_core::EngineDescriptor) -> Vec<String> {
     } else {
         vec![d.name.to_owned()]
     }
+}
+
+/// A CI-sized space-mode run (issue 23) of `engine` for `rounds` rounds with a pool of
+/// `pmem_size`, 3 threads unless `extra` says otherwise.
+pub fn space_run(engine: &str, seed: u64, rounds: u64, pmem_size: &str, extra: &[&str]) -> Run {
+    let (seed, rounds) = (seed.to_string(), rounds.to_string());
+    let mut args = short_run_args(engine, "space", &seed, &rounds);
+    args.extend_from_slice(&["--pmem-size", pmem_size]);
+    args.extend_from_slice(extra);
+    if !extra.contains(&"--threads") {
+        args.extend_from_slice(&["--threads", "3"]);
+    }
+    // NOTE: the pool is msync'ed at every write; on a disk-backed /tmp that alone takes
+    // most of a debug run, so it goes to /dev/shm when there is one, in a directory of its
+    // own (the pool's directory is named after the working directory, `run` in every test).
+    let shm = tempfile::Builder::new()
+        .prefix("tierkv-space-")
+        .tempdir_in("/dev/shm")
+        .ok();
+    let shm_path = shm
+        .as_ref()
+        .map(|d| d.path().to_string_lossy().into_owned());
+    if let Some(p) = &shm_path {
+        args.extend_from_slice(&["--pmem-path", p]);
+    }
+    stress(&args)
+}
+
+/// Asserts a passing space run: every round filled, deleted, wrote again and recovered
+/// (once per round, and once more per mid-fill kill).
+pub fn assert_space_passed(run: &Run, rounds: u64) {
+    assert_eq!(run.code, 0, "the run failed:\n{}{}", run.stdout, run.stderr);
+    assert!(run.verdict().starts_with("PASS"), "{}", run.stdout);
+    assert_eq!(run.count("rounds"), rounds, "{}", run.verdict());
+    assert_eq!(run.count("fills"), rounds, "{}", run.verdict());
+    assert!(writes_refused(run) >= rounds, "{}", run.verdict());
+    assert!(run.count("deletes") > 0, "{}", run.verdict());
+    let kills = run.count("mid-fill");
+    assert_eq!(run.count("recoveries"), rounds + kills, "{}", run.verdict());
+}
+
+/// The `N writes refused` counter of a space run's verdict.
+pub fn writes_refused(run: &Run) -> u64 {
+    let v = run.verdict();
+    let before = v.split(" writes refused").next().unwrap_or("");
+    before
+        .rsplit(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no writes refused in {v:?}"))
 }

@@ -1,0 +1,111 @@
+//! space mode (issue 23) for every persistent engine in `tierkv::ENGINES`: a short
+//! fixed-seed run of each engine and index variant on a small pool and a small flash
+//! device (so that a fill takes seconds in a debug build). Engines join by being
+//! registered. An engine whose space run is known to fail is skipped here with the reason,
+//! and its defect is reproduced by an `#[ignore]`d test below, named after it: the
+//! engine's fix turns that test green and takes the engine off `KNOWN_FAILING`.
+
+mod common;
+
+/// The CI shape of a space run besides the pool: a 16 MiB flash device and a SIGKILLed
+/// child in half the rounds.
+const CI_FLAGS: &[&str] = &["--flash-size", "16MiB", "--kill-fraction", "0.5"];
+
+/// Engines whose space run fails today, with the `#[ignore]`d test that reproduces it.
+const KNOWN_FAILING: &[(&str, &str)] = &[
+    (
+        "focus",
+        "focus_poisons_itself_when_its_gc_finds_no_free_chunk",
+    ),
+    ("mio", "mio_refuses_deletes_on_a_full_pool"),
+    (
+        "prismdb",
+        "prismdb_refuses_deletes_when_compaction_finds_no_room_on_flash",
+    ),
+];
+
+/// Runs two CI-sized space rounds of `spec` and asserts that they passed.
+fn passes_two_rounds(spec: &str, seed: u64) {
+    let run = common::space_run(spec, seed, 2, "4MiB", CI_FLAGS);
+    common::assert_space_passed(&run, 2);
+}
+
+#[test]
+fn every_registered_engine_fills_frees_writes_again_and_recovers() {
+    for d in tierkv::ENGINES.iter().filter(|d| !d.volatile) {
+        if let Some((_, test)) = KNOWN_FAILING.iter().find(|(n, _)| *n == d.name) {
+            println!(
+                "== {} skipped: known to fail space mode, see {test}",
+                d.name
+            );
+            continue;
+        }
+        for spec in common::engine_variants(d) {
+            println!("== {spec} in space mode");
+            passes_two_rounds(&spec, 2310);
+        }
+    }
+}
+
+/// FOCUS's GC needs one free chunk to copy live records into; on a full pool it finds
+/// none, fails, and the engine poisons itself: every later write (deletes included) is
+/// refused with "refuses writes after an earlier failure (reopen it)" instead of
+/// `NoSpace`. Seen with `--pmem-size 4MiB` and 16MiB alike.
+#[test]
+#[ignore = "focus: GC on a full pool poisons the store (engine defect, issue 23)"]
+fn focus_poisons_itself_when_its_gc_finds_no_free_chunk() {
+    passes_two_rounds("focus", 2311);
+}
+
+/// MioDB records a delete as a tombstone in its MemTable, which needs room on pmem like a
+/// put: on a full pool a delete is refused with `NoSpace` ("the MemTable is full and the
+/// previous one could not be flushed in time", or "pmem allocator ...: no 16 contiguous
+/// free chunk(s)" for the new MemTable's log), so nothing can ever be freed. With the
+/// default `stall_timeout_ms` (10 s) each refused write first stalls 10 s and writers
+/// queued behind it wait 30-40 s (the `--write-bound` failure); a short stall shows the
+/// refused deletes at once.
+#[test]
+#[ignore = "mio: deletes refused on a full pool (engine defect, issue 23)"]
+fn mio_refuses_deletes_on_a_full_pool() {
+    passes_two_rounds("mio@stall_timeout_ms=500", 2312);
+}
+
+/// PrismDB's deletes need room on the pmem tier; when it is full they trigger a
+/// compaction to flash, which writes one whole new sorted table before it removes the old
+/// ones and so finds no room on a device that is a bit over half full: every delete on the
+/// full store fails with "fast tier full and compaction failed: no space left on flash".
+#[test]
+#[ignore = "prismdb: deletes refused on a full store (engine defect, issue 23)"]
+fn prismdb_refuses_deletes_when_compaction_finds_no_room_on_flash() {
+    passes_two_rounds("prismdb", 2313);
+}
+
+/// HeterMM fills to 26-39% of its pool when writes go to random keys (the rest is its
+/// reserve: room to flush all of DRAM, log and reorganisation blocks), but when each key is
+/// overwritten several times in a row (two racing writers per key) it refuses writes with
+/// 7-10% of the pool live: the space of superseded versions is not reclaimed before a
+/// write is refused (a write waits for one defragmentation pass, `mem/alloc.rs`
+/// `wait_for_space`, then gives up). Seen with every index; this is the open "transient
+/// NoSpace in small pools" bug. The test asks for 20% live at the first refusals (the
+/// default `--min-full` is 10%, right at the edge of what the engine reaches here).
+#[test]
+#[ignore = "hetermm: refuses overwrites with under a tenth of the pool live (engine defect, issue 23)"]
+fn hetermm_refuses_overwrites_with_under_a_tenth_of_the_pool_live() {
+    let run = common::space_run(
+        "hetermm:hash",
+        2314,
+        2,
+        "4MiB",
+        &[
+            "--threads",
+            "4",
+            "--writers-per-key",
+            "2",
+            "--kill-fraction",
+            "0",
+            "--min-full",
+            "0.2",
+        ],
+    );
+    common::assert_space_passed(&run, 2);
+}
