@@ -68,12 +68,7 @@ pub(crate) fn run_job(shared: &Shared, job: &mut Job) {
     let mut tally = Tally::default();
     while let Some(args) = job.batch.command(job.next) {
         job.next += 1;
-        let mut ctx = Ctx {
-            shared,
-            session: &mut job.session,
-            out: &mut job.out,
-            tally: &mut tally,
-        };
+        let mut ctx = Ctx::new(shared, &mut job.session, &mut job.out, &mut tally);
         commands::execute(&mut ctx, args);
         if job.session.quit || job.out.len() > soft {
             break;
