@@ -382,6 +382,14 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, args: Args<'_>) {
     run_locked(ctx, spec, args);
 }
 
+/// Answers a command the parser refused (an over-long argument) with its error; inside
+/// MULTI it marks the transaction failed, as any command refused while queuing does.
+pub(crate) fn refuse(ctx: &mut Ctx<'_>, error: &[u8]) {
+    ctx.tally.commands += 1;
+    multi::flag_error(ctx);
+    ctx.out.error(&String::from_utf8_lossy(error));
+}
+
 /// Runs a checked command whose locks are held.
 pub(crate) fn run_locked(ctx: &mut Ctx<'_>, spec: &CommandSpec, args: Args<'_>) {
     let mark = ctx.out.mark();

@@ -69,7 +69,11 @@ pub(crate) fn run_job(shared: &Shared, job: &mut Job) {
     while let Some(args) = job.batch.command(job.next) {
         job.next += 1;
         let mut ctx = Ctx::new(shared, &mut job.session, &mut job.out, &mut tally);
-        commands::execute(&mut ctx, args);
+        if job.batch.refused(job.next - 1) {
+            commands::refuse(&mut ctx, args.get(0));
+        } else {
+            commands::execute(&mut ctx, args);
+        }
         if job.session.quit || job.out.len() > soft {
             break;
         }
