@@ -308,6 +308,7 @@ proptest::proptest! {
                     proptest::prop_assert!(used <= room);
                 }
             }
+            p.discard_refused(&mut buf);
         }
     }
 }
