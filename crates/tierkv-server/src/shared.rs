@@ -41,6 +41,8 @@ pub struct ServerStats {
     pub output_throttles: AtomicU64,
     /// Connections closed for a protocol error.
     pub protocol_errors: AtomicU64,
+    /// Write batches committed by multi-key writes and EXECs.
+    pub atomic_batches: AtomicU64,
     /// Source of client ids.
     next_client_id: AtomicU64,
 }
@@ -66,6 +68,7 @@ impl ServerStats {
         add(&self.total_commands, t.commands);
         add(&self.keyspace_hits, t.hits);
         add(&self.keyspace_misses, t.misses);
+        add(&self.atomic_batches, t.batches);
     }
 }
 
@@ -79,6 +82,8 @@ pub struct Tally {
     pub hits: u64,
     /// Lookups that did not.
     pub misses: u64,
+    /// Write batches committed (multi-key writes and EXECs applied crash-atomically).
+    pub batches: u64,
 }
 
 /// Everything the connections share.

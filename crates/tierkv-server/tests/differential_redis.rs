@@ -129,7 +129,7 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
         5 => vec!["MGET".into(), k, k2],
         6 => vec!["MSET".into(), k, v, k2, pick(rng, VALUES).into()],
         7 => vec!["MSETNX".into(), k, v, k2, pick(rng, VALUES).into()],
-        8 => vec!["DEL".into(), k, k2],
+        8 => vec![pick(rng, &["DEL", "UNLINK"]).into(), k, k2],
         9 => vec!["EXISTS".into(), k.clone(), k2, k],
         10 => vec!["INCR".into(), k],
         11 => vec![

@@ -24,14 +24,7 @@ use redis::{Commands, cmd};
 use common::proc::Proc;
 
 fn start(dir: &Path, engine: Option<&str>) -> Proc {
-    // Small tiers; the pool in volatile mode (it survives the server process, which is what
-    // a restart tests, without an msync per write).
-    let mut args = vec!["--pmem-mode", "volatile", "--pmem-size", "64MiB"];
-    args.extend_from_slice(&["--flash-size", "256MiB", "--dram", "64MiB"]);
-    if let Some(e) = engine {
-        args.extend_from_slice(&["--engine", e]);
-    }
-    Proc::start(dir, &args)
+    Proc::start_small(dir, engine)
 }
 
 fn engines() -> Vec<String> {
@@ -119,8 +112,8 @@ fn sigterm_during_a_pipeline(p: &Proc) -> usize {
 
 /// kill -9 of `serve --engine prism` during a stream of EXECs and expiring writes: after a
 /// restart every acknowledged write is there with its deadline (TTLs survive a crash).
-/// All-or-nothing of the one EXEC in flight at the kill is not claimed: it waits for write
-/// batches (see the README); the test reports what it found for it.
+/// The one EXEC in flight at the kill is all-or-nothing: prism applies it as one write
+/// batch (`crash_atomic_exec.rs` checks this over many clients and rounds).
 #[test]
 fn kill_9_during_execs_and_expiring_writes_keeps_every_acked_ttl() {
     let engine = "prism@pwb_count=2,pwb_size=256KiB,chunk_size=64KiB";
@@ -176,6 +169,11 @@ fn kill_9_during_execs_and_expiring_writes_keeps_every_acked_ttl() {
         c.get(format!("b{acked}")).unwrap(),
     );
     println!("{acked} acknowledged rounds intact; the round in flight left {in_flight:?}");
+    assert_eq!(
+        in_flight.0.is_some(),
+        in_flight.1.is_some(),
+        "the EXEC in flight was half applied: {in_flight:?}"
+    );
     drop(c);
     p.sigterm();
     let (status, log) = p.wait();

@@ -1,6 +1,6 @@
-//! Limits: the store's key and value limits as Redis-style errors, over-long bulk lengths
-//! refused before buffering, the request, reply and client bounds, and the throttle of a
-//! client that sends without reading.
+//! Limits: the store's key and value limits as Redis-style errors, over-long arguments
+//! refused without buffering them and without closing the connection, the request, reply
+//! and client bounds, and the throttle of a client that sends without reading.
 
 mod common;
 
@@ -63,25 +63,59 @@ fn key_and_value_limits_are_errors_and_write_nothing() {
 }
 
 #[test]
-fn bulk_length_over_the_limit_is_refused_before_the_bytes_arrive() {
+fn an_over_long_argument_is_an_error_and_the_connection_keeps_working() {
     let srv = small_limits(common::test_config());
     let mut s = srv.raw();
-    // Only the header is sent: the refusal cannot depend on buffering the value.
-    let header = format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n${}\r\n", VALUE_LIMIT + 1);
-    let got = common::exchange(&mut s, header.as_bytes(), |_| false);
-    let want = format!(
-        "-ERR Protocol error: invalid bulk length {}: arguments are limited to {VALUE_LIMIT} bytes\r\n",
-        VALUE_LIMIT + 1
-    );
-    assert_eq!(String::from_utf8_lossy(&got), want);
-    // The server lives on, nothing was written.
+    let want = |len: usize| {
+        format!(
+            "-ERR argument of {len} bytes is too long: arguments are limited to {VALUE_LIMIT} \
+             bytes (the store's value limit); the command was not run\r\n"
+        )
+    };
+    // Just over the limit, and 2 MiB (today's default limit is 1 MiB), in one pipeline
+    // with commands before and after, and one inside MULTI (which then aborts).
+    let two_mib = vec![b'v'; 2 << 20];
+    let over = vec![b'v'; VALUE_LIMIT + 1];
+    let mut req = common::resp(&[b"SET", b"a", b"1"]);
+    req.extend(common::resp(&[b"SET", b"k", &over]));
+    req.extend(common::resp(&[
+        b"MSET", b"x", b"1", b"y", &two_mib, b"z", b"2",
+    ]));
+    req.extend(common::resp(&[b"MULTI"]));
+    req.extend(common::resp(&[b"SET", b"m", b"1"]));
+    req.extend(common::resp(&[b"APPEND", b"m", &over]));
+    req.extend(common::resp(&[b"EXEC"]));
+    req.extend(common::resp(&[b"GET", b"a"]));
+    let mut expected = format!("+OK\r\n{}{}", want(VALUE_LIMIT + 1), want(2 << 20));
+    expected.push_str("+OK\r\n+QUEUED\r\n");
+    expected.push_str(&want(VALUE_LIMIT + 1));
+    expected.push_str("-EXECABORT Transaction discarded because of previous errors.\r\n");
+    expected.push_str("$1\r\n1\r\n");
+    let got = common::exchange(&mut s, &req, |b| b.ends_with(b"$1\r\n1\r\n"));
+    assert_eq!(String::from_utf8_lossy(&got), expected);
+    // Nothing of the refused commands was written.
     let mut c = srv.client();
-    assert!(!c.exists::<_, bool>("k").unwrap());
-    // A client library sending the whole value gets the error too (not a reset).
+    for k in ["k", "x", "y", "z", "m"] {
+        assert!(!c.exists::<_, bool>(k).unwrap(), "{k}");
+    }
+    // A client library sending the whole value gets the error and keeps its connection.
+    let id: i64 = cmd("CLIENT").arg("ID").query(&mut c).unwrap();
     let e = c
         .set::<_, _, ()>("k", vec![b'v'; VALUE_LIMIT + 1])
         .unwrap_err();
-    assert!(e.to_string().contains("invalid bulk length"), "{e}");
+    assert!(e.to_string().contains("is too long"), "{e}");
+    assert_eq!(cmd("CLIENT").arg("ID").query::<i64>(&mut c).unwrap(), id);
+    c.set::<_, _, ()>("k", vec![b'v'; VALUE_LIMIT]).unwrap();
+    assert_eq!(c.strlen::<_, usize>("k").unwrap(), VALUE_LIMIT);
+    // Past Redis's proto-max-bulk-len the stream is not skipped: protocol error, closed.
+    let mut s = srv.raw();
+    let header = format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n${}\r\n", (512 << 20) + 1);
+    let got = common::exchange(&mut s, header.as_bytes(), |_| false);
+    assert!(
+        String::from_utf8_lossy(&got).starts_with("-ERR Protocol error: invalid bulk length"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
 }
 
 #[test]

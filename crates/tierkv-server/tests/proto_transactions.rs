@@ -237,3 +237,117 @@ fn exec_in_resp3_and_a_failed_watch_answers_null() {
     let v: Value = cmd("EXEC").query(&mut a).unwrap();
     assert_eq!(v, Value::Nil);
 }
+
+/// The INFO counter of committed write batches.
+#[allow(
+    clippy::unwrap_used,
+    reason = "test helper: a failure is a test failure"
+)]
+fn atomic_batches(c: &mut redis::Connection) -> u64 {
+    let info: String = cmd("INFO").arg("stats").query(c).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("tierkv_atomic_batches:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn exec_as_one_batch_reads_its_own_pending_writes() {
+    let srv = common::start("dram:btree");
+    let mut c = srv.client();
+    let before = atomic_batches(&mut c);
+    let out = raw_exchange(
+        &srv,
+        &[
+            &[b"MULTI"],
+            &[b"SET", b"a", b"1"],
+            &[b"INCR", b"a"],
+            &[b"GET", b"a"],
+            &[b"DEL", b"a"],
+            &[b"EXISTS", b"a"],
+            &[b"SET", b"a", b"5", b"PX", b"100000"],
+            &[b"MSET", b"b", b"1", b"c", b"2"],
+            &[b"MSETNX", b"b", b"9", b"d", b"9"],
+            &[b"EXEC"],
+        ],
+    );
+    assert_eq!(
+        out,
+        "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n\
+         +QUEUED\r\n*8\r\n+OK\r\n:2\r\n$1\r\n2\r\n:1\r\n:0\r\n+OK\r\n+OK\r\n:0\r\n"
+    );
+    assert_eq!(c.get::<_, String>("a").unwrap(), "5");
+    let pttl: i64 = cmd("PTTL").arg("a").query(&mut c).unwrap();
+    assert!(pttl > 90_000, "{pttl}");
+    assert_eq!(c.get::<_, Option<String>>("d").unwrap(), None);
+    // One batch for the EXEC (the MSET and MSETNX inside it join it).
+    assert_eq!(atomic_batches(&mut c), before + 1);
+    // A multi-key DEL and UNLINK are batches of their own; a one-key DEL is not.
+    c.mset::<_, _, ()>(&[("x", 1), ("y", 2), ("z", 3)]).unwrap();
+    assert_eq!(c.del::<_, i64>(&["x", "y", "nope"]).unwrap(), 2);
+    assert_eq!(c.unlink::<_, i64>(&["z", "nope"]).unwrap(), 1);
+    assert_eq!(c.del::<_, i64>("a").unwrap(), 1);
+    assert_eq!(atomic_batches(&mut c), before + 4);
+}
+
+#[test]
+fn a_transaction_over_the_batch_limit_is_refused_whole() {
+    let srv = common::start("dram:btree");
+    let mut c = srv.client();
+    let keys: Vec<String> = (0..=tierkv::MAX_BATCH_OPS)
+        .map(|i| format!("k{i}"))
+        .collect();
+    let mut cmds: Vec<Vec<&[u8]>> = vec![vec![b"MULTI"]];
+    cmds.extend(keys.iter().map(|k| vec![&b"SET"[..], k.as_bytes(), b"v"]));
+    cmds.push(vec![b"EXEC"]);
+    let cmds: Vec<&[&[u8]]> = cmds.iter().map(Vec::as_slice).collect();
+    let out = raw_exchange(&srv, &cmds);
+    let last = out.lines().last().unwrap();
+    assert!(
+        last.starts_with("-ERR nothing was applied") && last.contains("limit of 10000 operations"),
+        "{last}"
+    );
+    assert_eq!(cmd("DBSIZE").query::<i64>(&mut c).unwrap(), 0);
+    // The same for one MSET; the connection keeps working.
+    let pairs: Vec<(String, usize)> = (0..=tierkv::MAX_BATCH_OPS)
+        .map(|i| (format!("k{i}"), i))
+        .collect();
+    let e = c.mset::<_, _, ()>(&pairs).unwrap_err().to_string();
+    assert!(e.contains("nothing was applied"), "{e}");
+    assert_eq!(cmd("DBSIZE").query::<i64>(&mut c).unwrap(), 0);
+    c.mset::<_, _, ()>(&pairs[..tierkv::MAX_BATCH_OPS]).unwrap();
+    assert_eq!(
+        cmd("DBSIZE").query::<usize>(&mut c).unwrap(),
+        tierkv::MAX_BATCH_OPS
+    );
+}
+
+#[test]
+fn info_says_whether_multi_key_writes_are_crash_atomic() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = tierkv::Options::default()
+        .engine("hetermm")
+        .pmem_dir(dir.path().join("pmem"))
+        .pmem_size(tierkv::ByteSize::mib(64))
+        .flash_dir(dir.path().join("flash"))
+        .flash_size(tierkv::ByteSize::mib(256))
+        .dram_budget(tierkv::ByteSize::mib(64));
+    let srv = common::start_with(options, common::test_config());
+    let mut c = srv.client();
+    let info: String = cmd("INFO").arg("tierkv").query(&mut c).unwrap();
+    assert!(info.contains("crash_atomic_multi_key:0\r\n"), "{info}");
+    assert!(info.contains("atomic_batches:0\r\n"), "{info}");
+    // Without batches the writes still happen, one by one.
+    let before = atomic_batches(&mut c);
+    c.mset::<_, _, ()>(&[("a", 1), ("b", 2)]).unwrap();
+    let (x, y): (i64, i64) = redis::pipe()
+        .atomic()
+        .incr("a", 1)
+        .incr("b", 1)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!((x, y), (2, 3));
+    assert_eq!(atomic_batches(&mut c), before);
+}

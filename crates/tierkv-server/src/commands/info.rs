@@ -115,6 +115,7 @@ fn stats_section(s: &Shared, t: &mut String) {
         ("total_net_output_bytes", &st.net_output_bytes),
         ("tierkv_output_throttles", &st.output_throttles),
         ("tierkv_protocol_errors", &st.protocol_errors),
+        ("tierkv_atomic_batches", &st.atomic_batches),
     ];
     for (name, counter) in rows {
         line(t, name, ServerStats::get(counter));
@@ -181,6 +182,14 @@ fn tierkv_section(s: &Shared, t: &mut String) {
     line(t, "durability", durability(&s.db, s.pmem_mode));
     line(t, "max_key_len", limits.max_key_len);
     line(t, "max_value_len", limits.max_value_len);
+    // MSET, MSETNX, multi-key DEL/UNLINK and EXEC are crash-atomic only on engines with
+    // atomic write batches; elsewhere their writes land one by one.
+    line(
+        t,
+        "crash_atomic_multi_key",
+        u8::from(s.db.atomic_batches() && !s.db.descriptor().volatile),
+    );
+    line(t, "atomic_batches", u8::from(s.db.atomic_batches()));
     for (name, value) in s.db.stats().flatten() {
         line(t, &name, value);
     }

@@ -1,4 +1,4 @@
-//! Keyspace commands: DEL, EXISTS, TYPE, DBSIZE.
+//! Keyspace commands: DEL, UNLINK, EXISTS, TYPE, DBSIZE.
 //!
 //! DBSIZE never answers a wrong number. On an ordered engine it counts the keys by walking
 //! a scan (O(keys); the count is exact for the keys that existed throughout the walk). On
@@ -18,14 +18,25 @@ use crate::resp::Args;
 const COUNT_PAGE: usize = 1024;
 
 /// DEL key [key ...]
+/// UNLINK key [key ...] (the same: deletes are not deferred here)
+///
+/// The deletes of several keys form one crash-atomic batch where the engine offers it.
 pub(crate) fn del(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let mut removed = 0;
-    for key in args.iter_from(1) {
-        // NOTE: `delete` does not say whether the key existed; DEL must.
-        if ctx.load(key)?.is_some() {
-            ctx.remove(key)?;
-            removed += 1;
+    let mut delete_all = |ctx: &mut Ctx<'_>| {
+        for key in args.iter_from(1) {
+            // NOTE: `delete` does not say whether the key existed; DEL must.
+            if ctx.load(key)?.is_some() {
+                ctx.remove(key)?;
+                removed += 1;
+            }
         }
+        Ok(())
+    };
+    if args.len() > 2 {
+        ctx.batched(delete_all)?;
+    } else {
+        delete_all(ctx)?;
     }
     ctx.out.int(removed);
     Ok(())

@@ -11,6 +11,17 @@
 //! A reply to a write is written only after the store acknowledged the write (its `put` or
 //! `delete` returned), so `OK` means durable under the engine's durability mode.
 //!
+//! # Write batches (issue 24 item 4, issue 25 item 1)
+//! When the engine applies write batches crash-atomically ([`tierkv::Db::atomic_batches`]:
+//! `prism`, `dram`), a multi-key write (MSET, MSETNX, DEL/UNLINK of several keys) and the
+//! writes of an EXEC run inside [`Ctx::batched`]: [`Ctx::store_encoded`] and [`Ctx::remove`]
+//! add to a pending [`tierkv::WriteBatch`] instead of writing, reads of the command see
+//! the pending operations first (read-your-writes), and the batch is committed with one
+//! `Db::write` before the reply leaves. A handler that fails, or a batch over the limits
+//! ([`tierkv::MAX_BATCH_OPS`], [`tierkv::MAX_BATCH_BYTES`]), applies nothing. On the other
+//! engines the writes go one by one, each durable when it returns (INFO
+//! `crash_atomic_multi_key:0`).
+//!
 //! Thread-safety: handlers run on worker threads, many at once; all shared state is in
 //! [`Shared`], the per-connection state in [`Session`].
 
@@ -25,6 +36,9 @@ pub(crate) mod strings;
 pub(crate) mod table;
 
 use std::borrow::Cow;
+use std::cell::RefCell;
+
+use tierkv::WriteBatch;
 
 use crate::encoding::{self, DecodeError, HashRef, Stored};
 use crate::expiry;
@@ -109,9 +123,62 @@ pub(crate) struct Ctx<'a> {
     pub session: &'a mut Session,
     pub out: &'a mut Reply,
     pub tally: &'a mut Tally,
+    /// The write batch being collected by [`Ctx::batched`], if any.
+    pub pending: RefCell<Option<WriteBatch>>,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    /// A context with no pending batch.
+    pub(crate) fn new(
+        shared: &'a Shared,
+        session: &'a mut Session,
+        out: &'a mut Reply,
+        tally: &'a mut Tally,
+    ) -> Ctx<'a> {
+        Ctx {
+            shared,
+            session,
+            out,
+            tally,
+            pending: RefCell::new(None),
+        }
+    }
+
+    /// Runs `f` with its writes collected into one write batch, committed (crash-atomic)
+    /// when `f` succeeds and dropped when it fails. Without atomic batches on the engine,
+    /// or inside a batch already open, `f` simply runs. A batch over the batch limits is
+    /// refused with an error naming the limit, and nothing of it is applied.
+    pub(crate) fn batched(&mut self, f: impl FnOnce(&mut Self) -> CmdResult) -> CmdResult {
+        if !self.shared.db.atomic_batches() || self.pending.borrow().is_some() {
+            return f(self);
+        }
+        *self.pending.borrow_mut() = Some(WriteBatch::new());
+        let result = f(self);
+        let batch = self.pending.borrow_mut().take().unwrap_or_default();
+        result?;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.shared.db.write(&batch).map_err(|e| match e {
+            tierkv::Error::InvalidArgument(m) => CmdError::new(format!(
+                "ERR nothing was applied: the writes form one crash-atomic batch, and {m}"
+            )),
+            other => CmdError::from(other),
+        })?;
+        self.tally.batches += 1;
+        Ok(())
+    }
+
+    /// The stored bytes under `key`: the pending batch's operation on it first.
+    fn read(&self, key: &[u8]) -> Result<Option<Vec<u8>>, CmdError> {
+        if let Some(batch) = self.pending.borrow().as_ref()
+            && let Some(op) = batch.op(key)
+        {
+            return Ok(op.value().map(<[u8]>::to_vec));
+        }
+        Ok(self.shared.db.get(key)?)
+    }
+
     /// The stored value under `key`, its expiry envelope removed (counted as a keyspace
     /// hit or miss). An expired key reads as missing and is deleted.
     pub(crate) fn load(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, CmdError> {
@@ -120,7 +187,7 @@ impl Ctx<'_> {
 
     /// Like [`Ctx::load`], with the key's deadline (Unix ms), if it has one.
     pub(crate) fn load_entry(&mut self, key: &[u8]) -> Result<Option<Entry>, CmdError> {
-        let entry = match self.shared.db.get(key)? {
+        let entry = match self.read(key)? {
             Some(v) => self.live(key, v)?,
             None => None,
         };
@@ -154,7 +221,7 @@ impl Ctx<'_> {
 
     /// True when `key` exists (not counted as a hit or miss: WATCH bookkeeping).
     pub(crate) fn exists_quiet(&self, key: &[u8]) -> Result<bool, CmdError> {
-        Ok(match self.shared.db.get(key)? {
+        Ok(match self.read(key)? {
             Some(v) => self.live(key, v)?.is_some(),
             None => false,
         })
@@ -181,16 +248,28 @@ impl Ctx<'_> {
     }
 
     /// Stores already-encoded bytes under `key`. Every write of a command goes through
-    /// here or [`Ctx::remove`] (WATCH counts them; write batches will collect them).
+    /// here or [`Ctx::remove`] (WATCH counts them; a pending batch collects them, its key
+    /// and value limits checked at once so the refusal is this command's own error).
     pub(crate) fn store_encoded(&self, key: &[u8], bytes: &[u8]) -> CmdResult {
-        self.shared.db.put(key, bytes)?;
+        if let Some(batch) = self.pending.borrow_mut().as_mut() {
+            let limits = self.shared.db.limits();
+            limits.check_key(key)?;
+            limits.check_value(bytes)?;
+            batch.put(key, bytes);
+        } else {
+            self.shared.db.put(key, bytes)?;
+        }
         self.shared.locks.touch(key);
         Ok(())
     }
 
-    /// Removes `key`.
+    /// Removes `key` (or adds its delete to the pending batch).
     pub(crate) fn remove(&self, key: &[u8]) -> CmdResult {
-        self.shared.db.delete(key)?;
+        if let Some(batch) = self.pending.borrow_mut().as_mut() {
+            batch.delete(key);
+        } else {
+            self.shared.db.delete(key)?;
+        }
         self.shared.locks.touch(key);
         Ok(())
     }
@@ -301,6 +380,14 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, args: Args<'_>) {
         shared.locks.lock(spec.keys(args), access)
     };
     run_locked(ctx, spec, args);
+}
+
+/// Answers a command the parser refused (an over-long argument) with its error; inside
+/// MULTI it marks the transaction failed, as any command refused while queuing does.
+pub(crate) fn refuse(ctx: &mut Ctx<'_>, error: &[u8]) {
+    ctx.tally.commands += 1;
+    multi::flag_error(ctx);
+    ctx.out.error(&String::from_utf8_lossy(error));
 }
 
 /// Runs a checked command whose locks are held.

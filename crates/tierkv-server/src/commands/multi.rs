@@ -26,15 +26,22 @@
 //! expired since. EXEC and DISCARD forget all watches, as does UNWATCH.
 //!
 //! # Crash atomicity
-//! Not yet: the commands of an EXEC write one by one, each write durable when it returns,
-//! so a crash in the middle of an EXEC leaves a prefix of its writes. Every write goes
-//! through [`Ctx`]'s store methods; once the engines offer write batches (issue 24), EXEC
-//! opens a batch on the context, those methods append to it, and EXEC commits it before
-//! replying — nothing else here changes.
+//! On an engine with atomic write batches ([`tierkv::Db::atomic_batches`]: `prism`,
+//! `dram`), EXEC runs its commands inside [`Ctx::batched`]: their writes are collected
+//! into one [`tierkv::WriteBatch`] (later commands read the earlier ones' pending writes)
+//! and committed with one crash-atomic `Db::write` before the reply leaves, so a crash
+//! leaves all of the transaction or none of it. A transaction whose writes exceed the
+//! batch limits ([`tierkv::MAX_BATCH_OPS`] keys, [`tierkv::MAX_BATCH_BYTES`] bytes) gets
+//! an error reply and applies nothing. A command that fails inside EXEC (Redis semantics:
+//! the others still run) keeps whatever it wrote before failing in the batch; the
+//! commands here check their arguments before writing. Two cases run without a batch,
+//! writing one by one as every command does on the other engines: an EXEC that holds
+//! FLUSHDB/FLUSHALL, SCAN, KEYS, DBSIZE or RANDOMKEY (these walk the engine's scan, which
+//! does not see pending writes), and every EXEC on an engine without atomic batches.
 //!
 //! Thread-safety: runs on a worker thread; the session is the connection's own.
 
-use super::{CmdError, CmdResult, Ctx, lookup, run_locked};
+use super::{CmdError, CmdResult, CommandSpec, Ctx, lookup, run_locked};
 use crate::locks::Access;
 use crate::resp::Args;
 use crate::shared::{Transaction, Watched};
@@ -163,10 +170,23 @@ pub(crate) fn exec(ctx: &mut Ctx<'_>, _args: Args<'_>) -> CmdResult {
         ctx.out.null_array();
         return Ok(());
     }
-    ctx.out.array(commands.len());
-    for (spec, args) in commands {
-        ctx.tally.commands += 1;
-        run_locked(ctx, spec, args);
+    let run_all = |ctx: &mut Ctx<'_>| {
+        ctx.out.array(commands.len());
+        for (spec, args) in &commands {
+            ctx.tally.commands += 1;
+            run_locked(ctx, spec, *args);
+        }
+        Ok(())
+    };
+    if commands.iter().any(|(s, _)| walks_keyspace(s)) {
+        run_all(ctx)
+    } else {
+        ctx.batched(run_all)
     }
-    Ok(())
+}
+
+/// Commands that read or change the whole keyspace through the engine's scan, which does
+/// not see a pending batch: an EXEC holding one runs without a batch (writes one by one).
+fn walks_keyspace(spec: &CommandSpec) -> bool {
+    spec.has_flag("allkeys") || ["scan", "keys", "dbsize", "randomkey"].contains(&spec.name)
 }

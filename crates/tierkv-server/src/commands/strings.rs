@@ -216,9 +216,13 @@ pub(crate) fn mset(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
         limits.check_key(k).map_err(CmdError::from)?;
         check_string_len(ctx, encoding::encoded_string_len(v))?;
     }
-    for (k, v) in pairs() {
-        ctx.store_string(k, v)?;
-    }
+    // One crash-atomic batch where the engine offers it (see `Ctx::batched`).
+    ctx.batched(|ctx| {
+        for (k, v) in pairs() {
+            ctx.store_string(k, v)?;
+        }
+        Ok(())
+    })?;
     ctx.out.ok();
     Ok(())
 }

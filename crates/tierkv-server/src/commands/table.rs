@@ -156,6 +156,16 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         keys::del
     ),
     cmd!(
+        "unlink",
+        -2,
+        &["write"],
+        (1, -1, 1),
+        "generic",
+        "4.0.0",
+        "Asynchronously deletes one or more keys.",
+        keys::del
+    ),
+    cmd!(
         "exists",
         -2,
         READ_FAST,

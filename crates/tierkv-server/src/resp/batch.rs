@@ -70,6 +70,8 @@ impl ArgSpan {
 pub(crate) struct CmdSpan {
     pub(crate) first_arg: u32,
     pub(crate) argc: u32,
+    /// Refused by the parser: the one argument is the error to answer.
+    pub(crate) refused: bool,
 }
 
 /// The complete commands of one burst.
@@ -104,6 +106,12 @@ impl Batch {
         })
     }
 
+    /// True when command `i` was refused by the parser (an over-long argument): its one
+    /// argument is the error text to answer instead of running it.
+    pub fn refused(&self, i: usize) -> bool {
+        self.cmds.get(i).is_some_and(|c| c.refused)
+    }
+
     /// Appends a command given as owned arguments (they are copied into the side arena).
     /// Used to queue the commands of a transaction between MULTI and EXEC; the caller
     /// bounds the total size (see `commands::multi`), far below the arena's 2 GiB.
@@ -117,6 +125,7 @@ impl Batch {
         self.cmds.push(CmdSpan {
             first_arg: first_arg as u32,
             argc: (self.args.len() - first_arg) as u32,
+            refused: false,
         });
     }
 
@@ -196,6 +205,7 @@ mod tests {
             cmds: vec![CmdSpan {
                 first_arg: 0,
                 argc: 3,
+                refused: false,
             }],
         };
         let a = b.command(0).unwrap();

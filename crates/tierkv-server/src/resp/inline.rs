@@ -132,6 +132,7 @@ mod tests {
             cmds: vec![super::super::batch::CmdSpan {
                 first_arg: 0,
                 argc: spans.len() as u32,
+                refused: false,
             }],
         };
         let a = b.command(0).unwrap();

@@ -24,6 +24,16 @@
 //! A [`ProtocolError`] is final: the connection answers it and closes, as Redis does, since
 //! the position of the next request in the stream is unknown.
 //!
+//! # Over-long arguments (issue 25 item 5)
+//! One exception keeps the connection: an authenticated client's well-formed argument
+//! longer than [`ParserLimits::max_bulk_len`] (the store's value limit) but not longer
+//! than [`MAX_SKIPPABLE_BULK`] (Redis's default `proto-max-bulk-len`, 512 MiB). The
+//! position of the next request is known, so the parser *refuses* the command instead:
+//! it drops the arguments read so far, discards the rest of the command's bytes as they
+//! arrive ([`RequestParser::discard_refused`]: nothing of it is buffered beyond one
+//! read), and hands over a refused command ([`Batch::refused`]) whose one argument is
+//! the error text; the executor answers it in its place in the pipeline.
+//!
 //! Thread-safety: one parser per connection; not shared.
 
 use std::borrow::Cow;
@@ -43,6 +53,9 @@ pub const MAX_INLINE_LEN: usize = 64 << 10;
 const UNAUTH_MAX_ARGS: usize = 10;
 /// Largest argument of an unauthenticated client (as in Redis).
 const UNAUTH_MAX_BULK: usize = 16 << 10;
+/// Longest argument that is refused with an error and skipped, the connection kept
+/// (Redis's default `proto-max-bulk-len`); a longer one is a protocol error.
+pub const MAX_SKIPPABLE_BULK: usize = 512 << 20;
 
 /// The parser's bounds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,6 +113,9 @@ struct Pending {
     bulk_len: Option<usize>,
     /// Its size so far: bulk lengths plus `$` headers.
     request_bytes: usize,
+    /// The command is refused (an over-long argument): its bytes are skipped, and
+    /// `bulk_len` counts the bytes of the current argument still to skip, CRLF included.
+    refused: bool,
 }
 
 /// Parses requests out of one connection's input buffer.
@@ -115,6 +131,8 @@ pub struct RequestParser {
     args: Vec<ArgSpan>,
     cmds: Vec<CmdSpan>,
     extra: Vec<u8>,
+    /// The error text of the command being refused.
+    refusal: String,
 }
 
 impl RequestParser {
@@ -129,6 +147,7 @@ impl RequestParser {
             args: Vec::new(),
             cmds: Vec::new(),
             extra: Vec::new(),
+            refusal: String::new(),
         }
     }
 
@@ -154,8 +173,20 @@ impl RequestParser {
     /// is known (so the caller can reserve room for a large value in one step).
     pub fn wanted_len(&self) -> Option<usize> {
         self.pending
+            .filter(|p| !p.refused)
             .and_then(|p| p.bulk_len)
             .map(|n| self.pos + n + 2)
+    }
+
+    /// Drops the bytes of a refused command scanned so far from the front of `buf`, so
+    /// that an over-long argument is never buffered whole. Call it when no complete
+    /// command is waiting (after [`RequestParser::take_batch`]).
+    pub fn discard_refused(&mut self, buf: &mut BytesMut) {
+        if self.cmds.is_empty() && self.pending.is_some_and(|p| p.refused) && self.pos > 0 {
+            let _ = buf.split_to(self.pos);
+            self.pos = 0;
+            self.complete = 0;
+        }
     }
 
     /// Scans `buf` (the whole input buffer, of which the parser has seen a prefix) for
@@ -205,6 +236,7 @@ impl RequestParser {
             args_left: n,
             bulk_len: None,
             request_bytes: 0,
+            refused: false,
         });
         Ok(true)
     }
@@ -230,12 +262,29 @@ impl RequestParser {
             else {
                 return Ok(false);
             };
-            let len = self.check_bulk_len(n, next - self.pos, &mut p, limits)?;
+            let len = match self.skippable_len(n, &p, limits) {
+                Some(len) => {
+                    if !p.refused {
+                        p.refused = true;
+                        self.args.truncate(p.first_arg);
+                        self.refusal = format!(
+                            "ERR argument of {len} bytes is too long: arguments are limited to \
+                             {} bytes (the store's value limit); the command was not run",
+                            limits.max_bulk_len
+                        );
+                    }
+                    len + 2
+                }
+                None => self.check_bulk_len(n, next - self.pos, &mut p, limits)?,
+            };
             self.pos = next;
             p.bulk_len = Some(len);
             self.pending = Some(p);
             return Ok(true);
         };
+        if p.refused {
+            return Ok(self.skip_refused(buf, p, len));
+        }
         let end = self.pos + len;
         let Some(crlf) = buf.get(end..end + 2) else {
             return Ok(false);
@@ -253,6 +302,44 @@ impl RequestParser {
             self.pending = Some(p);
         }
         Ok(true)
+    }
+
+    /// The length of an argument to skip: any well-formed one inside a refused command,
+    /// and an authenticated client's argument over the bulk limit but within
+    /// [`MAX_SKIPPABLE_BULK`].
+    fn skippable_len(&self, n: Option<i64>, p: &Pending, limits: &ParserLimits) -> Option<usize> {
+        let len = usize::try_from(n?).ok()?;
+        let over = self.authenticated && len > limits.max_bulk_len;
+        ((p.refused || over) && len <= MAX_SKIPPABLE_BULK).then_some(len)
+    }
+
+    /// Skips what is buffered of the refused command's current argument (`left` bytes
+    /// with its CRLF); hands the refused command over when its last argument is skipped.
+    fn skip_refused(&mut self, buf: &[u8], mut p: Pending, left: usize) -> bool {
+        let take = left.min(buf.len().saturating_sub(self.pos));
+        if take == 0 {
+            return false;
+        }
+        self.pos += take;
+        if take < left {
+            p.bulk_len = Some(left - take);
+            self.pending = Some(p);
+            return true;
+        }
+        p.bulk_len = None;
+        p.args_left -= 1;
+        if p.args_left > 0 {
+            self.pending = Some(p);
+            return true;
+        }
+        let start = self.extra.len();
+        self.extra.extend_from_slice(self.refusal.as_bytes());
+        self.args.push(ArgSpan::extra(start, self.refusal.len()));
+        self.commit(p.first_arg);
+        if let Some(c) = self.cmds.last_mut() {
+            c.refused = true;
+        }
+        true
     }
 
     /// Checks a bulk length (announced by a header of `header_len` bytes) against the
@@ -321,6 +408,7 @@ impl RequestParser {
         self.cmds.push(CmdSpan {
             first_arg: first_arg as u32,
             argc: (self.args.len() - first_arg) as u32,
+            refused: false,
         });
         self.complete = self.pos;
         self.pending = None;

@@ -18,7 +18,10 @@
 //!
 //! # Bad input and departures
 //! A protocol error is answered (`-ERR Protocol error: ...`, after the replies of the
-//! commands before it) and the connection is closed, as in Redis. A half-received command
+//! commands before it) and the connection is closed, as in Redis — except an over-long
+//! argument (over the store's value limit, within 512 MiB) of an authenticated client:
+//! that command is answered with an error in its place and the connection goes on, the
+//! argument's bytes dropped as they arrive (see [`crate::resp::parser`]). A half-received command
 //! is dropped with the connection; it never ran. A client that disconnects mid-pipeline has
 //! the commands already received run (each atomically), their replies go nowhere.
 //!
@@ -132,6 +135,7 @@ impl Connection {
             if self.stop.is_set() {
                 return Err(Close::Done);
             }
+            self.parser.discard_refused(&mut self.inbuf);
             self.read_more().await?;
         }
     }

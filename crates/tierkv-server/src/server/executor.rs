@@ -68,13 +68,12 @@ pub(crate) fn run_job(shared: &Shared, job: &mut Job) {
     let mut tally = Tally::default();
     while let Some(args) = job.batch.command(job.next) {
         job.next += 1;
-        let mut ctx = Ctx {
-            shared,
-            session: &mut job.session,
-            out: &mut job.out,
-            tally: &mut tally,
-        };
-        commands::execute(&mut ctx, args);
+        let mut ctx = Ctx::new(shared, &mut job.session, &mut job.out, &mut tally);
+        if job.batch.refused(job.next - 1) {
+            commands::refuse(&mut ctx, args.get(0));
+        } else {
+            commands::execute(&mut ctx, args);
+        }
         if job.session.quit || job.out.len() > soft {
             break;
         }

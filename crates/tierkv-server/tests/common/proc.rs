@@ -57,6 +57,18 @@ impl Proc {
         }
     }
 
+    /// Starts the server with small tiers (64 MiB pmem, 256 MiB flash, 64 MiB DRAM) and the
+    /// pool in volatile mode: it survives the server process, which is what a restart or a
+    /// kill tests, without an msync per write. `engine`: `--engine`, or the store's own.
+    pub fn start_small(dir: &Path, engine: Option<&str>) -> Proc {
+        let mut args = vec!["--pmem-mode", "volatile", "--pmem-size", "64MiB"];
+        args.extend_from_slice(&["--flash-size", "256MiB", "--dram", "64MiB"]);
+        if let Some(e) = engine {
+            args.extend_from_slice(&["--engine", e]);
+        }
+        Proc::start(dir, &args)
+    }
+
     /// A RESP2 client.
     pub fn client(&self) -> redis::Connection {
         let c = redis::Client::open(format!("redis://{}/", self.addr))

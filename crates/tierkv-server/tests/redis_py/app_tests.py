@@ -111,4 +111,15 @@ check(r.rename("stats", "stats2") is True, "rename")
 check(r.copy("stats2", "stats3") is True, "copy")
 check(r.flushdb() is True and r.dbsize() == 0, "flushdb")
 
+# 9. An argument over the store's value limit (1 MiB by default) is an error reply; the
+# connection stays open (same client id after), and nothing was stored.
+cid = r.client_id()
+try:
+    r.set("huge", "x" * (2 << 20))
+    check(False, "an over-long argument must raise")
+except redis.exceptions.ResponseError as e:
+    check("too long" in str(e), f"error {e}")
+check(r.client_id() == cid, "the connection was closed after an over-long argument")
+check(r.exists("huge") == 0, "an over-long argument was stored")
+
 print(f"redis-py {redis.__version__}: {checks} checks passed")

@@ -146,9 +146,61 @@ fn inline_commands_and_empty_requests() {
 }
 
 #[test]
-fn oversized_bulk_length_is_refused_before_its_bytes_arrive() {
-    let e = parse_all(b"*2\r\n$3\r\nGET\r\n$1001\r\n").unwrap_err();
-    assert!(e.to_string().contains("invalid bulk length 1001"), "{e}");
+fn an_over_long_argument_refuses_its_command_and_the_stream_goes_on() {
+    let big = vec![b'v'; 3000];
+    let mut input = encode(&[b"SET", b"k", &big, b"tail"]);
+    input.extend(encode(&[b"GET", b"k"]));
+    let mut p = RequestParser::new(limits(), true);
+    let mut buf = BytesMut::new();
+    let mut got = Vec::new();
+    let mut most_buffered = 0;
+    let mut refused = 0;
+    for chunk in input.chunks(100) {
+        buf.extend_from_slice(chunk);
+        most_buffered = most_buffered.max(buf.len());
+        p.parse(&buf).unwrap();
+        if p.complete_commands() > 0 {
+            let mut b = Batch::default();
+            p.take_batch(&mut buf, &mut b);
+            for i in 0..b.len() {
+                refused += usize::from(b.refused(i));
+                got.push(
+                    b.command(i)
+                        .unwrap()
+                        .iter_from(0)
+                        .map(<[u8]>::to_vec)
+                        .collect::<Vec<_>>(),
+                );
+            }
+        }
+        p.discard_refused(&mut buf);
+    }
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(refused, 1);
+    let error = String::from_utf8_lossy(&got[0][0]).into_owned();
+    assert!(
+        error.starts_with("ERR argument of 3000 bytes is too long: arguments are limited to 1000"),
+        "{error}"
+    );
+    assert_eq!(got[1], vec![b"GET".to_vec(), b"k".to_vec()]);
+    assert!(buf.is_empty());
+    // The skipped value was dropped as it came, never buffered whole.
+    assert!(most_buffered < 300, "{most_buffered}");
+}
+
+#[test]
+fn an_argument_over_the_skippable_bound_is_a_protocol_error() {
+    let header = format!("*2\r\n$3\r\nGET\r\n${}\r\n", MAX_SKIPPABLE_BULK + 1);
+    let e = parse_all(header.as_bytes()).unwrap_err();
+    assert!(e.to_string().contains("invalid bulk length"), "{e}");
+    // Not authenticated: Redis's rule, the connection closes.
+    let mut p = RequestParser::new(limits(), false);
+    let e = drain(
+        &mut p,
+        &mut BytesMut::from(&b"*2\r\n$3\r\nGET\r\n$20000\r\n"[..]),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("unauthenticated bulk length"), "{e}");
 }
 
 #[test]
@@ -256,6 +308,7 @@ proptest::proptest! {
                     proptest::prop_assert!(used <= room);
                 }
             }
+            p.discard_refused(&mut buf);
         }
     }
 }
