@@ -25,7 +25,7 @@ pub mod rig;
 pub mod schema;
 
 pub use racing::{
-    Racing, RacingConfig, RacingReport, RacingWrite, ReadBounds, WriteSpan, run_racing,
+    Cuts, Racing, RacingConfig, RacingReport, RacingWrite, ReadBounds, WriteSpan, run_racing,
 };
 
 use std::collections::BTreeMap;
