@@ -184,7 +184,7 @@ struct Histories {
     clock: AtomicU64,
     keys: Vec<Mutex<Hist>>,
     /// Held (shared) by a [`Cuts::cut`] while it checks, and (exclusively) by the final
-    /// check of a run, which rewrites the histories.
+    /// check of a run while it rewrites a key's history.
     gate: std::sync::RwLock<()>,
 }
 
@@ -517,11 +517,6 @@ impl Run<'_> {
     /// Checks every key of a quiescent store (recovered after a cut at `cut`, or at the
     /// end of a clean run with `cut` = u64::MAX).
     fn check_all(&self, store: &dyn KvStore, cut: u64, what: &str) -> u64 {
-        let _gate = self
-            .hist
-            .gate
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for k in 0..self.cfg.keys {
             let w = self.hist.recovered(k, cut);
             let got = store
@@ -530,6 +525,13 @@ impl Run<'_> {
             if let Err(e) = self.hist.check(self.cfg, k, w, got.as_deref()) {
                 panic!("seed {}: {what}: race/{k:04} holds {e}", self.seed);
             }
+            // NOTE: the gate only around the rewrite, never around a call into the store:
+            // a cut runs on an engine thread that may hold locks the store call needs.
+            let _gate = self
+                .hist
+                .gate
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             self.hist.resolve(k, got.as_deref().and_then(version_of));
         }
         u64::from(self.cfg.keys)
@@ -649,8 +651,9 @@ impl Racing {
 /// store is judged by the crash rule of the module doc with the cut at the tick taken
 /// just before the image (and writes that began after the image refused).
 ///
-/// Thread safety: `Send + Sync`; cuts from several threads at once are fine. A cut that
-/// comes while the run's final check rewrites the histories is skipped.
+/// Thread safety: `Send + Sync`; cuts from several threads at once are fine. A cut after
+/// the writers stopped judges every key by its final state (which the run's final check
+/// writes back into the histories, a key at a time, between cuts).
 #[derive(Clone)]
 pub struct Cuts {
     hist: Arc<Histories>,
@@ -660,15 +663,16 @@ pub struct Cuts {
 impl Cuts {
     /// Takes a crash image with `recover` (which returns the store recovered from it, or
     /// `Err` with why it could not be recovered) and checks every key of that store.
-    /// `Ok(None)`: skipped (the run's final check was under way); `Ok(Some(keys))`: keys
-    /// checked; `Err`: the first violation, or the recovery error.
+    /// `Ok(Some(keys))`: keys checked; `Err`: the first violation, or the recovery error.
     pub fn cut<S: KvStore + ?Sized>(
         &self,
         recover: impl FnOnce() -> Result<Arc<S>, String>,
-    ) -> Result<Option<u64>, String> {
-        let Ok(_gate) = self.hist.gate.try_read() else {
-            return Ok(None);
-        };
+    ) -> Result<u64, String> {
+        let _gate = self
+            .hist
+            .gate
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let cut = self.hist.tick();
         let store = recover()?;
         let end = self.hist.tick();
@@ -682,7 +686,7 @@ impl Cuts {
                 .check(&self.cfg, k, w, got.as_deref())
                 .map_err(|e| format!("race/{k:04} holds {e}"))?;
         }
-        Ok(Some(u64::from(self.cfg.keys)))
+        Ok(u64::from(self.cfg.keys))
     }
 }
 
