@@ -16,14 +16,19 @@
 //! readers get and scan them; every answer is judged by linearizability, live and after a
 //! crash image taken while they run ([`Racing`], [`run_racing`]).
 //!
+//! Named crash points ([`points`]): which reaches to cut, the counts, and the assertions
+//! that every point was reached and verified ([`PointTally`]).
+//!
 //! Every run prints its seed; `TIERKV_TEST_SEED=<n>` replays it.
 
 #![forbid(unsafe_code)]
 
+pub mod points;
 pub mod racing;
 pub mod rig;
 pub mod schema;
 
+pub use points::PointTally;
 pub use racing::{
     Cuts, Racing, RacingConfig, RacingReport, RacingWrite, ReadBounds, WriteSpan, run_racing,
 };

@@ -16,7 +16,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -26,7 +25,7 @@ use rand_chacha::ChaCha8Rng;
 use tierkv_core::media::pmem::{CrashImageOptions, CrashPoint, DurabilityMode};
 use tierkv_core::{FieldDef, FieldSelection, KvStore, SchemaStore};
 use tierkv_focus::FocusStore;
-use tierkv_testkit::{Racing, RacingConfig, ReadBounds, WriteSpan};
+use tierkv_testkit::{PointTally, Racing, RacingConfig, ReadBounds, WriteSpan};
 
 const EXTRA: &str = "chunk_size=16KiB,gc_threshold=0.9,restore_point=3";
 /// Every named point of the engine.
@@ -185,22 +184,6 @@ fn row_thread(s: &FocusStore, id: u32, hist: &RowHistory, seed: u64, stop: &Atom
     }
 }
 
-/// True when every point has `MIN_VERIFIED` images checked.
-fn all_verified(t: &Tally) -> bool {
-    POINTS
-        .iter()
-        .all(|p| t.seen.get(*p).is_some_and(|s| s.1 >= MIN_VERIFIED))
-}
-
-#[derive(Default)]
-struct Tally {
-    /// Per point: (reached, verified).
-    seen: BTreeMap<String, (u64, u64)>,
-    /// Cuts skipped (the pool short of room).
-    skipped: u64,
-    failures: Vec<String>,
-}
-
 #[test]
 fn every_named_point_of_swim_merge_and_gc_recovers_what_was_acknowledged() {
     let seed = common::seed("crash_named_points");
@@ -237,7 +220,7 @@ fn every_named_point_of_swim_merge_and_gc_recovers_what_was_acknowledged() {
     let cuts = racing.cuts(&cfg);
     let hist = Arc::new(RowHistory::default());
     hist.rows.lock().resize(ROWS, Vec::new());
-    let tally = Arc::new(Mutex::new(Tally::default()));
+    let tally = Arc::new(PointTally::new(FIRST, EVERY, MAX_VERIFIED));
     {
         let (tally, hist, weak) = (tally.clone(), hist.clone(), Arc::downgrade(&pool));
         let store = Arc::downgrade(&s);
@@ -247,22 +230,16 @@ fn every_named_point_of_swim_merge_and_gc_recovers_what_was_acknowledged() {
             let CrashPoint::Named(name) = cp else {
                 return;
             };
-            let (n, verified) = {
-                let mut t = tally.lock();
-                let e = t.seen.entry(name.to_owned()).or_default();
-                e.0 += 1;
-                *e
-            };
+            if !tally.reached(name) {
+                return;
+            }
             let (Some(pool), Some(live)) = (weak.upgrade(), store.upgrade()) else {
                 return;
             };
-            if !(verified < FIRST || n.is_multiple_of(EVERY)) || verified >= MAX_VERIFIED {
-                return;
-            }
             // NOTE: an image costs far more than a write; cut only while the pool has
             // room, or writers, never paused, would outrun the paused GC into `NoSpace`.
             if live.plog().free_chunks() < 2 * tierkv_focus::gc::hard_floor(4) {
-                tally.lock().skipped += 1;
+                tally.skipped();
                 return;
             }
             let k = images.fetch_add(1, Ordering::Relaxed);
@@ -284,13 +261,7 @@ fn every_named_point_of_swim_merge_and_gc_recovers_what_was_acknowledged() {
                 Ok(r)
             });
             let _ = std::fs::remove_file(&path);
-            let mut t = tally.lock();
-            match r {
-                Ok(_) => t.seen.entry(name.to_owned()).or_default().1 += 1,
-                Err(e) => t
-                    .failures
-                    .push(format!("crash at {name} (image seed {k}): {e}")),
-            }
+            tally.record(name, r, &format!("image seed {k}"));
         }))
         .unwrap();
     }
@@ -311,7 +282,7 @@ fn every_named_point_of_swim_merge_and_gc_recovers_what_was_acknowledged() {
             // a run gets depends on the machine), or `RUN_FOR` has passed.
             let started = std::time::Instant::now();
             let mut runs = vec![racing.run(&live, &cfg)];
-            while started.elapsed() < RUN_FOR && !all_verified(&tally.lock()) {
+            while started.elapsed() < RUN_FOR && !tally.all_verified(&POINTS, MIN_VERIFIED) {
                 runs.push(racing.run(&live, &cfg));
             }
             runs
@@ -320,28 +291,8 @@ fn every_named_point_of_swim_merge_and_gc_recovers_what_was_acknowledged() {
         report
     });
     pool.disarm_crash_points();
-    let t = tally.lock();
     println!("{} racing runs: {report:?}", report.len());
-    println!(
-        "named points (reached, verified): {:?}; {} cuts skipped",
-        t.seen, t.skipped
-    );
-    assert!(t.failures.is_empty(), "{:#?}", t.failures);
-    for name in POINTS {
-        let (reached, verified) = t.seen.get(name).copied().unwrap_or_default();
-        assert!(
-            verified >= MIN_VERIFIED,
-            "{name}: reached {reached}, verified {verified} (< {MIN_VERIFIED}): {:?}",
-            t.seen
-        );
-    }
-    let unknown: Vec<_> = t
-        .seen
-        .keys()
-        .filter(|k| !POINTS.contains(&k.as_str()))
-        .collect();
-    assert!(unknown.is_empty(), "points not listed here: {unknown:?}");
-    drop(t);
+    tally.finish(&POINTS, &[], MIN_VERIFIED);
     check_cold(&s).unwrap();
     drop(live);
     s.close().unwrap();

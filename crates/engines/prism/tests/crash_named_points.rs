@@ -22,15 +22,13 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
 use tierkv_core::KvStore;
 use tierkv_core::media::pmem::CrashPoint;
-use tierkv_testkit::{Racing, RacingConfig};
+use tierkv_testkit::{PointTally, Racing, RacingConfig};
 
 use common::Rig;
 
@@ -46,7 +44,8 @@ const POINTS: [&str; 7] = [
     "prism.gc.victims_retired",
     "prism.chain.after_copy",
 ];
-/// Reached too, not required (a chain rewrite whose every CAS lost never reaches it).
+/// Must be reached, not necessarily cut often (only a chain member whose CAS won reaches
+/// it).
 const OPTIONAL: [&str; 1] = ["prism.chain.after_switch"];
 const FIRST: u64 = 8;
 const EVERY: u64 = 8;
@@ -54,21 +53,6 @@ const MIN_VERIFIED: u64 = 3;
 const MAX_VERIFIED: u64 = 20;
 /// The longest the racing runs go on for (more runs while a point lacks images).
 const RUN_FOR: Duration = Duration::from_secs(30);
-
-#[derive(Default)]
-struct Tally {
-    /// Per point: (reached, verified).
-    seen: BTreeMap<String, (u64, u64)>,
-    /// Cuts skipped at reclamation points while GC ran.
-    skipped: u64,
-    failures: Vec<String>,
-}
-
-fn all_verified(t: &Tally) -> bool {
-    POINTS
-        .iter()
-        .all(|p| t.seen.get(*p).is_some_and(|s| s.1 >= MIN_VERIFIED))
-}
 
 #[test]
 fn every_named_point_of_reclamation_gc_and_chain_rewrite_recovers_what_was_acknowledged() {
@@ -88,7 +72,7 @@ fn every_named_point_of_reclamation_gc_and_chain_rewrite_recovers_what_was_ackno
     };
     let mut racing = Racing::new(cfg.keys);
     let cuts = racing.cuts(&cfg);
-    let tally = Arc::new(Mutex::new(Tally::default()));
+    let tally = Arc::new(PointTally::new(FIRST, EVERY, MAX_VERIFIED));
     {
         let (rig, tally) = (rig.clone(), tally.clone());
         let (weak_pool, weak_store) = (Arc::downgrade(&pool), Arc::downgrade(&store));
@@ -97,13 +81,7 @@ fn every_named_point_of_reclamation_gc_and_chain_rewrite_recovers_what_was_ackno
             let CrashPoint::Named(name) = cp else {
                 return;
             };
-            let (n, verified) = {
-                let mut t = tally.lock();
-                let e = t.seen.entry(name.to_owned()).or_default();
-                e.0 += 1;
-                *e
-            };
-            if !(verified < FIRST || n.is_multiple_of(EVERY)) || verified >= MAX_VERIFIED {
+            if !tally.reached(name) {
                 return;
             }
             let (Some(pool), Some(live)) = (weak_pool.upgrade(), weak_store.upgrade()) else {
@@ -113,7 +91,7 @@ fn every_named_point_of_reclamation_gc_and_chain_rewrite_recovers_what_was_ackno
             // takes it here so that no chunk is freed while the image is cut.
             let _no_gc = if name.starts_with("prism.reclaim.") {
                 let Some(g) = live.core().gc_lock.try_lock() else {
-                    tally.lock().skipped += 1;
+                    tally.skipped();
                     return;
                 };
                 Some(g)
@@ -127,45 +105,19 @@ fn every_named_point_of_reclamation_gc_and_chain_rewrite_recovers_what_was_ackno
                 dir = Some(d);
                 Ok(s)
             });
-            let mut t = tally.lock();
-            match r {
-                Ok(_) => t.seen.entry(name.to_owned()).or_default().1 += 1,
-                Err(e) => t
-                    .failures
-                    .push(format!("crash at {name} (image seed {k}): {e}")),
-            }
+            tally.record(name, r, &format!("image seed {k}"));
         }))
         .unwrap();
     }
     let live: Arc<dyn KvStore> = store.clone();
     let started = Instant::now();
     let mut runs = vec![racing.run(&live, &cfg)];
-    while started.elapsed() < RUN_FOR && !all_verified(&tally.lock()) {
+    while started.elapsed() < RUN_FOR && !tally.all_verified(&POINTS, MIN_VERIFIED) {
         runs.push(racing.run(&live, &cfg));
     }
     pool.disarm_crash_points();
-    let t = tally.lock();
     println!("{} racing runs: {runs:?}", runs.len());
-    println!(
-        "named points (reached, verified): {:?}; {} cuts skipped while GC ran",
-        t.seen, t.skipped
-    );
-    assert!(t.failures.is_empty(), "{:#?}", t.failures);
-    for name in POINTS {
-        let (reached, verified) = t.seen.get(name).copied().unwrap_or_default();
-        assert!(
-            verified >= MIN_VERIFIED,
-            "{name}: reached {reached}, verified {verified} (< {MIN_VERIFIED}): {:?}",
-            t.seen
-        );
-    }
-    let unknown: Vec<_> = t
-        .seen
-        .keys()
-        .filter(|k| !POINTS.contains(&k.as_str()) && !OPTIONAL.contains(&k.as_str()))
-        .collect();
-    assert!(unknown.is_empty(), "points not listed here: {unknown:?}");
-    drop(t);
+    tally.finish(&POINTS, &OPTIONAL, MIN_VERIFIED);
     drop(live);
     store.close().unwrap();
 }
