@@ -19,12 +19,16 @@
 //! Write batches ([`batch`], [`batch_model`]): a model test of batches against an oracle
 //! with isolated `multi_get` readers, and the batch-atomicity crash kit ([`BatchKit`]).
 //!
+//! Named crash points ([`points`]): which reaches to cut, the counts, and the assertions
+//! that every point was reached and verified ([`PointTally`]).
+//!
 //! Every run prints its seed; `TIERKV_SEED=<n>` replays it.
 
 #![forbid(unsafe_code)]
 
 pub mod batch;
 pub mod batch_model;
+pub mod points;
 pub mod racing;
 pub mod rig;
 pub mod schema;
@@ -33,8 +37,9 @@ pub use batch::{BatchKit, BatchKitConfig, BatchReport, Ledger, NonAtomicBatches}
 pub use batch_model::{
     BatchModelConfig, BatchModelReport, assert_batches_unsupported, run_batch_model,
 };
+pub use points::PointTally;
 pub use racing::{
-    Racing, RacingConfig, RacingReport, RacingWrite, ReadBounds, WriteSpan, run_racing,
+    Cuts, Racing, RacingConfig, RacingReport, RacingWrite, ReadBounds, WriteSpan, run_racing,
 };
 
 use std::collections::BTreeMap;

@@ -183,6 +183,9 @@ struct Hist {
 struct Histories {
     clock: AtomicU64,
     keys: Vec<Mutex<Hist>>,
+    /// Held (shared) by a [`Cuts::cut`] while it checks, and (exclusively) by the final
+    /// check of a run while it rewrites a key's history.
+    gate: std::sync::RwLock<()>,
 }
 
 type Window = ReadBounds;
@@ -230,6 +233,7 @@ impl Histories {
         Histories {
             clock: AtomicU64::new(0),
             keys: (0..keys).map(|_| Mutex::default()).collect(),
+            gate: std::sync::RwLock::new(()),
         }
     }
 
@@ -521,6 +525,13 @@ impl Run<'_> {
             if let Err(e) = self.hist.check(self.cfg, k, w, got.as_deref()) {
                 panic!("seed {}: {what}: race/{k:04} holds {e}", self.seed);
             }
+            // NOTE: the gate only around the rewrite, never around a call into the store:
+            // a cut runs on an engine thread that may hold locks the store call needs.
+            let _gate = self
+                .hist
+                .gate
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             self.hist.resolve(k, got.as_deref().and_then(version_of));
         }
         u64::from(self.cfg.keys)
@@ -558,14 +569,14 @@ fn new_run<'a>(cfg: &'a RacingConfig, hist: &'a Histories) -> Run<'a> {
 /// Racing-writer runs over one store and the stores recovered from it: the histories
 /// carry what each run left to the next.
 pub struct Racing {
-    hist: Histories,
+    hist: Arc<Histories>,
 }
 
 impl Racing {
     /// For stores that hold no `race/` keys yet; `keys` must match the configs' `keys`.
     pub fn new(keys: u32) -> Self {
         Racing {
-            hist: Histories::new(keys.max(1)),
+            hist: Arc::new(Histories::new(keys.max(1))),
         }
     }
 
@@ -617,6 +628,62 @@ impl Racing {
         let recovered = reopen(image);
         let n = run.check_all(&*recovered, cut_tick, "after the crash");
         (recovered, run.report(n))
+    }
+}
+
+impl Racing {
+    /// A handle with which crash-point handlers check stores recovered from images cut
+    /// while a later [`Racing::run`] with `cfg` goes on (see [`Cuts`]).
+    pub fn cuts(&self, cfg: &RacingConfig) -> Cuts {
+        Cuts {
+            hist: self.hist.clone(),
+            cfg: cfg.clone(),
+        }
+    }
+}
+
+/// Crash images cut at named crash points while a [`Racing::run`] goes on (issue 17,
+/// item 2): a handler, on whatever engine thread reached the point, calls [`Cuts::cut`]
+/// with a closure that takes the image and recovers a store from it; every key of that
+/// store is judged by the crash rule of the module doc with the cut at the tick taken
+/// just before the image (and writes that began after the image refused).
+///
+/// Thread safety: `Send + Sync`; cuts from several threads at once are fine. A cut after
+/// the writers stopped judges every key by its final state (which the run's final check
+/// writes back into the histories, a key at a time, between cuts).
+#[derive(Clone)]
+pub struct Cuts {
+    hist: Arc<Histories>,
+    cfg: RacingConfig,
+}
+
+impl Cuts {
+    /// Takes a crash image with `recover` (which returns the store recovered from it, or
+    /// `Err` with why it could not be recovered) and checks every key of that store.
+    /// `Ok(Some(keys))`: keys checked; `Err`: the first violation, or the recovery error.
+    pub fn cut<S: KvStore + ?Sized>(
+        &self,
+        recover: impl FnOnce() -> Result<Arc<S>, String>,
+    ) -> Result<u64, String> {
+        let _gate = self
+            .hist
+            .gate
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let cut = self.hist.tick();
+        let store = recover()?;
+        let end = self.hist.tick();
+        for k in 0..self.cfg.keys {
+            let mut w = self.hist.recovered(k, cut);
+            w.end = end;
+            let got = store
+                .get(&race_key(k))
+                .map_err(|e| format!("get race/{k:04}: {e}"))?;
+            self.hist
+                .check(&self.cfg, k, w, got.as_deref())
+                .map_err(|e| format!("race/{k:04} holds {e}"))?;
+        }
+        Ok(u64::from(self.cfg.keys))
     }
 }
 

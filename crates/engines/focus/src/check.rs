@@ -2,7 +2,8 @@
 //! checked (kind, key, sequence order, both checksums), down to its complete record.
 //!
 //! Thread safety: runs against a live store; a concurrent write may make one chain look
-//! newer than another, never invalid.
+//! newer than another, never invalid; GC frees no chunk while it runs (it holds the
+//! reclaim lock shared, as readers do).
 
 use std::sync::atomic::Ordering;
 
@@ -18,6 +19,10 @@ pub fn check(store: &FocusStore) -> Result<Vec<String>> {
     let pool = store.plog.pool();
     let (mut rows, mut records, mut longest) = (0u64, 0u64, 0usize);
     let mut failure: Option<Error> = None;
+    // IMPORTANT: like every reader, hold off reclamation while walking chains: GC frees a
+    // victim (and a writer may reuse it) once no reader holds this lock, and a chain
+    // entry loaded before a GC step may lie in its victim.
+    let _r = store.reclaim.read();
     store.index.for_each(&mut |ikey, e| {
         if failure.is_some() {
             return;

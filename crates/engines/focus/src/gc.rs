@@ -101,11 +101,13 @@ impl FocusStore {
                 self.counters.gc_tombstones.incr();
             }
         }
+        pool.crash_point("focus.gc.rewrites_done");
         {
             // IMPORTANT: no reader may still walk the victim when it is freed.
             let _w = self.reclaim.write();
             self.plog.release(victim)?;
         }
+        pool.crash_point("focus.gc.chunk_freed");
         self.counters.gc_chunks.incr();
         Ok(true)
     }
@@ -145,6 +147,7 @@ impl FocusStore {
             self.append_gc_record(ChunkKind::CLog, RecordKind::Row, schema, key, &body)?
         };
         self.replace_tail(&e, tail, off)?;
+        pool.crash_point("focus.gc.row_rewritten");
         if schema != PLAIN_SCHEMA {
             let info = self.info(schema)?;
             self.cache_after_write(
@@ -213,6 +216,15 @@ pub fn run(store: Weak<FocusStore>, signal: Arc<Signal>, threshold: f64) {
                 match s.gc_step() {
                     Ok(true) => signal.notify(),
                     Ok(false) => break,
+                    // A pool full of live data: no room for this step's rewrites. Nothing
+                    // is lost (rows already rewritten supersede their old copies; the
+                    // victim stays until a later step frees it), so the store stays
+                    // usable: writers get `NoSpace` and deletes make room.
+                    Err(Error::NoSpace { .. }) => {
+                        s.counters.gc_no_room.incr();
+                        signal.notify();
+                        break;
+                    }
                     Err(e) => {
                         s.poison(format!("gc failed: {e}"));
                         signal.notify();

@@ -208,16 +208,19 @@ impl FocusStore {
             for ((abs, _), v) in ranges.iter().zip(values.values()) {
                 pool.write(*abs, v)?;
             }
+            pool.crash_point("focus.merge.fields_written");
             // IMPORTANT: the fields are durable before the body checksum says so.
             self.persist_ranges(&ranges)
         })();
         e.merging.fetch_add(1, Ordering::AcqRel);
         written?;
+        pool.crash_point("focus.merge.lines_persisted");
         let bcrc = masked_crc32c(pool.read(body_at, row_h.body_len as usize)?);
         let hcrc = u64::from(crate::format::le_u32(pool.read(row + 32, 4)?, 0));
         pool.store_u64(row + 32, hcrc | u64::from(bcrc) << 32)?;
         self.plog.point(crate::plog::PersistPoint::Record);
         pool.persist(row + 32, 8)?;
+        pool.crash_point("focus.merge.checksum_persisted");
         // Reads may jump to the record once it holds the merged fields durably.
         e.base.store(row, Ordering::Release);
         e.merged.store(tail, Ordering::Release);

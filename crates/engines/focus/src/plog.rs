@@ -303,6 +303,7 @@ impl PLog {
         self.pool.store_u64(off, 0)?;
         self.point(PersistPoint::Release);
         self.pool.persist(off, 8)?;
+        self.pool.crash_point("focus.gc.magic_cleared");
         self.alloc.free_chunk(off)?;
         self.chunks.lock().remove(&off);
         Ok(())

@@ -42,6 +42,8 @@ pub struct FocusCounters {
     pub gc_rewrites: Counter,
     /// Tombstones GC appended again.
     pub gc_tombstones: Counter,
+    /// GC steps abandoned for want of room (a pool full of live data).
+    pub gc_no_room: Counter,
     /// Writes that waited for GC to make room.
     pub write_stalls: Counter,
     /// Records found valid at the last recovery.
@@ -77,6 +79,7 @@ impl FocusStore {
         counter("gc_chunks", c.gc_chunks.get());
         counter("gc_rewrites", c.gc_rewrites.get());
         counter("gc_tombstones", c.gc_tombstones.get());
+        counter("gc_no_room", c.gc_no_room.get());
         counter("write_stalls", c.write_stalls.get());
         counter("free_chunks", self.plog.free_chunks());
         let p = &self.plog.counters;

@@ -129,6 +129,18 @@ pub fn index_key(schema: SchemaId, key: &[u8]) -> Vec<u8> {
     k
 }
 
+/// How long a write waits for GC to make room before it is refused.
+const ADMIT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What kind of write [`FocusStore::admit_write`] admits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Admit {
+    /// A put or an update: adds data.
+    Data,
+    /// A delete: a tombstone.
+    Delete,
+}
+
 /// A FOCUS store.
 pub struct FocusStore {
     pub(crate) plog: PLog,
@@ -253,22 +265,38 @@ impl FocusStore {
         self.limits.check_key(key)
     }
 
-    /// Checks a write: open, not poisoned, a valid key; waits (holding no lock) while free
-    /// chunks are below GC's hard floor and GC is making room.
-    fn admit_write(&self, key: &[u8]) -> Result<()> {
+    /// Checks a write: open, not poisoned, a valid key. While free chunks are below GC's
+    /// hard floor (its reserve) and GC runs, a write that adds data waits (holding no
+    /// lock) for GC to make room, up to 5 s, and is then refused with `NoSpace` (a pool
+    /// full of live data) rather than eating the reserve; a delete (`Admit::Delete`: a
+    /// small tombstone, and the only way to make room in a full pool) may use the reserve
+    /// at once.
+    fn admit_write(&self, key: &[u8], admit: Admit) -> Result<()> {
         self.check_key(key)?;
         if let Some(why) = self.poisoned.get() {
             return Err(Error::Poisoned(why.clone()));
         }
+        if admit == Admit::Delete {
+            return Ok(());
+        }
         let floor = crate::gc::hard_floor(self.opts.log_shards);
-        let mut waited = 0;
-        while self.plog.free_chunks() < floor && waited < 500 && self.bg.lock().is_some() {
-            if waited == 0 {
+        let mut deadline = None;
+        while self.plog.free_chunks() < floor && self.bg.lock().is_some() {
+            // NOTE: a deadline in time, not a count of waits: writers and GC wake each
+            // other, so a count ran out in a fraction of the time it meant.
+            let now = std::time::Instant::now();
+            let until = *deadline.get_or_insert_with(|| {
                 self.counters.write_stalls.incr();
+                now + ADMIT_WAIT
+            });
+            if now >= until {
+                return Err(Error::no_space(
+                    Tier::Pmem,
+                    "focus: the pool is full of live data (GC found no room in 5 s)",
+                ));
             }
             self.signal.notify();
             self.signal.wait(std::time::Duration::from_millis(10));
-            waited += 1;
         }
         Ok(())
     }
@@ -541,7 +569,7 @@ impl SchemaStore for FocusStore {
     }
 
     fn put_row(&self, schema: SchemaId, key: &[u8], values: &[&[u8]]) -> Result<()> {
-        self.admit_write(key)?;
+        self.admit_write(key, Admit::Data)?;
         let info = self.info(schema)?;
         info.schema.check_row(values)?;
         let ikey = index_key(schema, key);
@@ -555,7 +583,7 @@ impl SchemaStore for FocusStore {
         key: &[u8],
         set: &[(FieldId, &[u8])],
     ) -> Result<bool> {
-        self.admit_write(key)?;
+        self.admit_write(key, Admit::Data)?;
         let info = self.info(schema)?;
         info.schema.check_update(set)?;
         let ikey = index_key(schema, key);
@@ -576,6 +604,9 @@ impl SchemaStore for FocusStore {
             }
             let refs: Vec<&[u8]> = row.iter().map(Vec::as_slice).collect();
             self.write_row(&info, key, &ikey, &refs)?;
+            self.plog
+                .pool()
+                .crash_point("focus.swim.restore_point_published");
             let c = if self.opts.swim {
                 &self.counters.restore_points
             } else {
@@ -587,8 +618,10 @@ impl SchemaStore for FocusStore {
         let body = delta::encode(&info.layout, set);
         let prev = e.tail.load(Ordering::Acquire);
         let off = self.append(ChunkKind::DLog, RecordKind::Delta, schema, key, prev, &body)?;
+        self.plog.pool().crash_point("focus.swim.delta_persisted");
         // IMPORTANT: the delta is durable (append persisted it) before the index moves.
         self.cas_tail(&e, prev, off)?;
+        self.plog.pool().crash_point("focus.swim.delta_published");
         self.cache_after_write(
             &info,
             &ikey,
@@ -660,7 +693,7 @@ impl SchemaStore for FocusStore {
     }
 
     fn delete_row(&self, schema: SchemaId, key: &[u8]) -> Result<()> {
-        self.admit_write(key)?;
+        self.admit_write(key, Admit::Delete)?;
         self.info(schema)?;
         let ikey = index_key(schema, key);
         let _g = self.stripes.lock(&ikey);
@@ -678,7 +711,7 @@ impl KvStore for FocusStore {
     }
 
     fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.admit_write(key)?;
+        self.admit_write(key, Admit::Data)?;
         self.limits.check_value(value)?;
         let ikey = index_key(PLAIN_SCHEMA, key);
         let _g = self.stripes.lock(&ikey);
@@ -701,7 +734,7 @@ impl KvStore for FocusStore {
     }
 
     fn delete(&self, key: &[u8]) -> Result<()> {
-        self.admit_write(key)?;
+        self.admit_write(key, Admit::Delete)?;
         let ikey = index_key(PLAIN_SCHEMA, key);
         let _g = self.stripes.lock(&ikey);
         self.remove(PLAIN_SCHEMA, key, &ikey)

@@ -277,7 +277,7 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Outcome> {
     sh.counters.tombstones_dropped.add(outcome.tombstones);
     // Leftovers: removal failures are harmless (the next load removes them).
     if remove_old(sh, part, plan, seq).is_ok() {
-        sh.crash_point("compaction: old files removed");
+        sh.crash_point("prismdb.compaction.old_files_removed");
     }
     Ok(outcome)
 }
@@ -381,10 +381,10 @@ fn write_and_commit(
                 })
                 .collect(),
         };
-        sh.crash_point("compaction: tables synced");
+        sh.crash_point("prismdb.compaction.tables_synced");
         manifest_tried = true;
         commit(&sh.dev, &m)?;
-        sh.crash_point("compaction: manifest committed");
+        sh.crash_point("prismdb.compaction.manifest_committed");
         Ok(())
     })();
     if let Err(e) = result {
@@ -438,7 +438,7 @@ fn install(
         if same && let Some(loc) = st.index.remove(&v.key) {
             part.unaccount(&v.key, &loc);
             st.slabs.free(loc.off, loc.class)?;
-            sh.crash_point("compaction: victim freed");
+            sh.crash_point("prismdb.compaction.victim_freed");
         }
     }
     // Refresh the flash flags of the range (approx-MSC overlap counts).

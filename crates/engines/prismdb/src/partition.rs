@@ -275,11 +275,14 @@ impl Partition {
             .write(off, &enc)
             .and_then(|()| sh.pool.persist(off, enc.len()));
         let kind = match (only_if_absent, value.is_some()) {
-            (true, _) => ["promotion: object persisted", "promotion: published"],
-            (false, true) => ["put: object persisted", "put: published, old slot freed"],
+            (true, _) => [
+                "prismdb.promotion.object_persisted",
+                "prismdb.promotion.published",
+            ],
+            (false, true) => ["prismdb.put.object_persisted", "prismdb.put.published"],
             (false, false) => [
-                "delete: tombstone persisted",
-                "delete: tombstone published, old slot freed",
+                "prismdb.delete.tombstone_persisted",
+                "prismdb.delete.tombstone_published",
             ],
         };
         if written.is_ok() {
@@ -332,7 +335,7 @@ impl Partition {
                     st.slabs.free(loc.off, loc.class)?;
                     self.unaccount(key, &loc);
                     drop(st);
-                    sh.crash_point("delete: slot freed");
+                    sh.crash_point("prismdb.delete.slot_freed");
                 }
                 return Ok(None);
             }

@@ -50,9 +50,6 @@ pub struct EngineCounters {
     pub recovery_freed: Counter,
 }
 
-/// A test hook called at every persist point (FORMAT.md §3) with its name.
-pub type CrashHook = Arc<dyn Fn(&'static str) + Send + Sync>;
-
 /// The engine's shared state.
 pub struct Shared {
     /// The pmem pool.
@@ -87,8 +84,6 @@ pub struct Shared {
     pub op_clock: AtomicU64,
     /// Why the store refuses writes (a commit that may or may not have happened), if so.
     pub poisoned: Mutex<Option<String>>,
-    /// Crash-point hook (tests: crash images at every persist point).
-    pub crash_hook: parking_lot::RwLock<Option<CrashHook>>,
 }
 
 impl Shared {
@@ -137,12 +132,12 @@ impl Shared {
         }
     }
 
-    /// Reports reaching persist point `name` to the crash hook, if one is set.
+    /// Marks named crash point `name` (FORMAT.md §3 "Named crash points") through the
+    /// core mechanism: a test that armed the pool's crash points
+    /// (`PmemPool::arm_crash_points`) receives `CrashPoint::Named(name)` here, on this
+    /// thread, paused.
     pub fn crash_point(&self, name: &'static str) {
-        let hook = self.crash_hook.read().clone();
-        if let Some(h) = hook {
-            h(name);
-        }
+        self.pool.crash_point(name);
     }
 
     /// The partition of `key`.

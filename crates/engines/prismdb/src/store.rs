@@ -165,7 +165,6 @@ impl PrismDbStore {
             space: (Mutex::new(0), Condvar::new()),
             op_clock: AtomicU64::new(0),
             poisoned: Mutex::new(None),
-            crash_hook: parking_lot::RwLock::new(None),
         });
         if !created {
             crate::recovery::recover(&sh)?;

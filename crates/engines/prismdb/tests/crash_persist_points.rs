@@ -11,20 +11,22 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tierkv_core::media::flash::FlashDevice;
-use tierkv_core::media::pmem::{CrashImageOptions, PmemPool};
-use tierkv_core::{ByteSize, FlashOptions, KvStore, Limits};
-use tierkv_prismdb::PrismDbStore;
+use tierkv_core::KvStore;
+use tierkv_core::media::pmem::{CrashPoint, PmemPool};
 use tierkv_prismdb::compaction::{Trigger, compact};
 
-use common::{Rig, value_for};
+use common::{BACKGROUND, FOREGROUND, Rig, value_for};
+
+/// Every named crash point of the engine (FORMAT.md §3 "Named crash points").
+fn named() -> impl Iterator<Item = &'static str> {
+    BACKGROUND.into_iter().chain(FOREGROUND)
+}
 
 const SPEC: &str = "prismdb@partitions=2,bounds=k2,chunk_size=16KiB,table_size=64KiB,\
 high_watermark=0.95,low_watermark=0.9,bucket_keys=16,tracker_min=16,pin_threshold=0.5,\
@@ -42,42 +44,12 @@ struct Expect {
     seen: BTreeMap<&'static str, (u64, u64)>,
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        if e.file_type().unwrap().is_file() {
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
-    }
-}
-
 /// Recovers a store from a crash image of `pool` plus a copy of `flash` and checks it.
 fn verify_image(rig: &Rig, pool: &PmemPool, point: &str, seed: u64, exp: &Expect) {
-    let dir = common::scratch_dir();
-    let opts = if seed.is_multiple_of(2) {
-        CrashImageOptions::lines()
-    } else {
-        CrashImageOptions::torn_words()
-    };
-    let image = dir.path().join("pmem.pool");
-    pool.write_crash_image(seed, opts, &image).unwrap();
-    copy_dir(&rig.flash_dir(), &dir.path().join("flash"));
     let ctx = format!("crash at {point:?}, image seed {seed}");
-    // Volatile: the recovered store needs no crash images of its own (and opens faster).
-    let mut cfg = rig.pool_config(&image);
-    cfg.mode = tierkv_core::DurabilityMode::Volatile;
-    let p = PmemPool::open(&cfg).unwrap();
-    let fo = FlashOptions {
-        size: ByteSize::mib(256),
-        ..FlashOptions::default()
-    };
-    let dev = FlashDevice::open(&dir.path().join("flash"), &fo).unwrap();
-    let store = PrismDbStore::open_media(p, dev, rig.options(SPEC), Limits::default(), false)
-        .unwrap_or_else(|e| panic!("{ctx}: recovery failed: {e}"));
-    store
-        .check()
-        .unwrap_or_else(|e| panic!("{ctx}: check failed: {e}"));
+    let (_dir, store) = rig
+        .recover_image(pool, seed, SPEC)
+        .unwrap_or_else(|e| panic!("{ctx}: {e}"));
     let got: Model = store.scan(b"", usize::MAX).unwrap().into_iter().collect();
     let mut keys: BTreeSet<&Vec<u8>> = exp.before.keys().collect();
     keys.extend(got.keys());
@@ -119,14 +91,23 @@ fn every_persist_point_of_put_class_move_delete_compaction_and_promotion_recover
     {
         let (rig, pool, expect, images) =
             (rig.clone(), pool.clone(), expect.clone(), images.clone());
-        *store.shared().crash_hook.write() = Some(Arc::new(move |point: &'static str| {
+        let hook_pool = Arc::downgrade(&pool);
+        pool.arm_crash_points(Arc::new(move |cp: CrashPoint<'_>| {
+            let CrashPoint::Named(point) = cp else {
+                return;
+            };
+            let (Some(point), Some(pool)) = (named().find(|p| *p == point), hook_pool.upgrade())
+            else {
+                panic!("unknown crash point {point:?}");
+            };
             let mut exp = expect.lock();
             let entry = exp.seen.entry(point).or_insert((0, 0));
             entry.0 += 1;
             // The first 40 of each compaction and promotion point, then one in 2; the first 20
             // of each foreground point, then one in 8 (TIERKV_CRASH_ALL=1: every one).
             let n = entry.0;
-            let always = point.starts_with("compaction") || point.starts_with("promotion");
+            let always =
+                point.starts_with("prismdb.compaction") || point.starts_with("prismdb.promotion");
             let sampled = if always {
                 n <= 40 || n % 2 == 0
             } else {
@@ -138,7 +119,8 @@ fn every_persist_point_of_put_class_move_delete_compaction_and_promotion_recover
             entry.1 += 1;
             let s = seed.wrapping_add(images.fetch_add(1, Ordering::Relaxed));
             verify_image(&rig, &pool, point, s, &exp);
-        }));
+        }))
+        .unwrap();
     }
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut model = Model::new();
@@ -199,19 +181,7 @@ fn every_persist_point_of_put_class_move_delete_compaction_and_promotion_recover
     }
     let seen = expect.lock().seen.clone();
     println!("persist points (seen, verified): {seen:?}");
-    for point in [
-        "put: object persisted",
-        "put: published, old slot freed",
-        "delete: slot freed",
-        "delete: tombstone persisted",
-        "delete: tombstone published, old slot freed",
-        "compaction: tables synced",
-        "compaction: manifest committed",
-        "compaction: victim freed",
-        "compaction: old files removed",
-        "promotion: object persisted",
-        "promotion: published",
-    ] {
+    for point in named() {
         assert!(
             seen.get(point).is_some_and(|s| s.1 > 0),
             "persist point {point:?} never verified: {seen:?}"
@@ -220,7 +190,7 @@ fn every_persist_point_of_put_class_move_delete_compaction_and_promotion_recover
     let stats = store.stats();
     assert!(stats.counters["prismdb_promoted"] > 0);
     assert!(stats.counters["prismdb_tombstones_dropped"] > 0);
-    *store.shared().crash_hook.write() = None;
+    pool.disarm_crash_points();
     store.close().unwrap();
     drop(store);
     drop(pool);

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use tierkv_core::KvStore;
+use tierkv_core::media::pmem::CrashPoint;
 use tierkv_prismdb::PrismDbStore;
 use tierkv_prismdb::compaction::{Trigger, compact};
 
@@ -251,8 +252,11 @@ fn a_put_in_flight_wins_over_a_promotion_of_the_same_key() {
     {
         let (sh2, fired) = (std::sync::Arc::downgrade(&sh), fired.clone());
         let part = sh.map.partition_of(&k);
-        *sh.crash_hook.write() = Some(std::sync::Arc::new(move |point: &'static str| {
-            if point == "put: object persisted"
+        // NOTE: this handler runs a compaction, which persists to the pool whose point it
+        // serves (the crash-point rules forbid that to handlers that take images; here it
+        // only interleaves a promotion with the put, deterministically).
+        let handler = std::sync::Arc::new(move |cp: CrashPoint<'_>| {
+            if cp == CrashPoint::Named("prismdb.put.object_persisted")
                 && !fired.swap(true, std::sync::atomic::Ordering::SeqCst)
             {
                 let sh = sh2.upgrade().unwrap();
@@ -262,11 +266,12 @@ fn a_put_in_flight_wins_over_a_promotion_of_the_same_key() {
                     "no promotion ran: {out:?}"
                 );
             }
-        }));
+        });
+        sh.pool.arm_crash_points(handler).unwrap();
     }
     store.put(&k, b"new value").unwrap();
     assert!(fired.load(std::sync::atomic::Ordering::SeqCst));
-    *sh.crash_hook.write() = None;
+    sh.pool.disarm_crash_points();
     assert_eq!(store.get(&k).unwrap(), Some(b"new value".to_vec()));
     drop(sh);
     store.close().unwrap();

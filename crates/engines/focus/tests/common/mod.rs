@@ -47,8 +47,21 @@ pub fn new_store(dir: &Path, size: u64, mode: DurabilityMode, extra: &str) -> Ar
 
 /// Reopens (recovers) the store in the pool file `path`.
 pub fn reopen(path: &Path, extra: &str) -> Arc<FocusStore> {
-    let pool = open_pool(path, DurabilityMode::Volatile);
-    FocusStore::open(pool, options(extra), Limits::default(), false).expect("recover store")
+    try_reopen(path, extra).expect("recover store")
+}
+
+/// Reopens (recovers) the store in the pool file `path` (a Volatile pool); `Err` says
+/// what failed.
+pub fn try_reopen(path: &Path, extra: &str) -> Result<Arc<FocusStore>, String> {
+    let pool = PmemPool::open(&PmemConfig {
+        path: path.to_owned(),
+        size: 0,
+        mode: DurabilityMode::Volatile,
+        latency: EmulatedLatency::default(),
+    })
+    .map_err(|e| format!("open pool: {e}"))?;
+    FocusStore::open(pool, options(extra), Limits::default(), false)
+        .map_err(|e| format!("recovery: {e}"))
 }
 
 /// Installs a persist hook on `s` (a Tracked pool) that takes a crash image just before

@@ -87,6 +87,7 @@ impl Core {
         // (PWB invariant 3): wait out everyone pinned now.
         epoch::synchronize();
         pwb.advance_head(to)?;
+        self.pool.crash_point("prism.reclaim.head_persisted");
         self.space.cleared();
         self.counters.pwb_reclaims.incr();
         if self.storages.iter().any(ValueStorage::needs_gc) {
@@ -107,6 +108,7 @@ impl Core {
             .collect::<Result<Vec<(u64, &[u8])>>>()?;
         let (storage, locs) = self.write_chunk(&values, true, self.reclaim_placement())?;
         crate::faults::hook_at(crate::faults::Point::ReclaimChunkWritten);
+        self.pool.crash_point("prism.reclaim.chunk_synced");
         let mut ring_bytes = 0;
         let mut moves = recs.iter().zip(locs);
         while let Some((r, loc)) = moves.next() {
@@ -137,6 +139,7 @@ impl Core {
             }
             return Err(failed);
         }
+        self.pool.crash_point("prism.reclaim.pointers_moved");
         Ok(ring_bytes)
     }
 
@@ -202,14 +205,24 @@ impl Core {
     /// GC steps on `storage` until it no longer wants GC or a step frees nothing.
     pub(crate) fn gc_storage(&self, storage: &ValueStorage) -> Result<bool> {
         let _serial = self.gc_lock.lock();
-        let relocate =
-            |slot: u64, old: ValueLocation, new: ValueLocation| self.gc_relocate(slot, old, new);
+        // The first relocation of a step comes right after its copies were synced.
+        let first = std::cell::Cell::new(true);
+        let relocate = |slot: u64, old: ValueLocation, new: ValueLocation| {
+            if first.replace(false) {
+                self.pool.crash_point("prism.gc.after_copy");
+            }
+            let r = self.gc_relocate(slot, old, new);
+            self.pool.crash_point("prism.gc.after_switch");
+            r
+        };
         let mut freed_any = false;
         loop {
             let report = storage.gc_step(&relocate)?;
+            first.set(true);
             if report.chunks_retired == 0 {
                 return Ok(freed_any);
             }
+            self.pool.crash_point("prism.gc.victims_retired");
             freed_any = true;
             if !storage.needs_gc() {
                 return Ok(true);
@@ -292,10 +305,12 @@ impl Core {
                 Err(Error::NoSpace { .. }) => return Ok(()),
                 Err(e) => return Err(e),
             };
+            self.pool.crash_point("prism.chain.after_copy");
             let mut moves = part.iter().zip(locs);
             while let Some(((cv, old), new)) = moves.next() {
                 let failed = match self.gc_relocate(cv.slot(), *old, new) {
                     Ok(Relocation::Moved) => {
+                        self.pool.crash_point("prism.chain.after_switch");
                         self.storage_of(*old)?.invalidate(*old)?;
                         self.counters.chain_values_rewritten.incr();
                         continue;

@@ -340,8 +340,10 @@ fn merge_sparse(pool: &PmemPool, leaves: &mut Vec<RecoveredLeaf>) -> Result<usiz
 /// (protocol in [`merge_sparse`]); `left` in memory follows.
 fn merge_into(pool: &PmemPool, left: &mut RecoveredLeaf, right: RecoveredLeaf) -> Result<()> {
     copy_entries(pool, left, right.entries)?;
+    pool.crash_point("prism.key_index.merge_copied");
     // IMPORTANT: commit point of the merge: `right` leaves the list.
     NodeRef::new(pool, left.off).link_next(right.header.next)?;
+    pool.crash_point("prism.key_index.merge_committed");
     left.header.next = right.header.next;
     Ok(())
 }

@@ -525,3 +525,74 @@ fn a_merge_interrupted_before_its_commit_is_undone_at_the_next_open() {
     assert_eq!(index.check().unwrap(), Vec::<String>::new());
     f.alloc.check().unwrap();
 }
+
+#[test]
+fn a_crash_at_each_named_point_of_a_recovery_merge_recovers_the_same_keys() {
+    use tierkv_core::media::pmem::{CrashImageOptions, CrashPoint};
+    let f = fixture();
+    let index = f.create(8);
+    let left = thin_out(&index, 160, 4);
+    drop(index);
+    let Fixture { dir, pool, alloc } = f;
+    let start = pool.data_start();
+    drop(alloc);
+    drop(pool);
+    // The merging open runs on a Tracked pool, cut at each of its named points.
+    let mut cfg = config(&dir, 0);
+    cfg.mode = DurabilityMode::Tracked;
+    let pool = PmemPool::open(&cfg).unwrap();
+    let alloc = Arc::new(PmemAllocator::open(pool.clone(), start).unwrap());
+    type Images = parking_lot::Mutex<Vec<(String, Vec<u8>)>>;
+    let images: Arc<Images> = Arc::default();
+    let (out, weak) = (images.clone(), Arc::downgrade(&pool));
+    pool.arm_crash_points(Arc::new(move |cp: CrashPoint<'_>| {
+        if let (CrashPoint::Named(name), Some(p)) = (cp, weak.upgrade()) {
+            let mut out = out.lock();
+            let seed = out.len() as u64;
+            let opts = if seed.is_multiple_of(2) {
+                CrashImageOptions::lines()
+            } else {
+                CrashImageOptions::torn_words()
+            };
+            out.push((name.to_owned(), p.crash_image(seed, opts).unwrap()));
+        }
+    }))
+    .unwrap();
+    let index = PersistentKeyIndex::open(pool.clone(), alloc.clone(), ROOT).unwrap();
+    pool.disarm_crash_points();
+    let merged = index.recovery_report().leaves_merged;
+    assert!(merged > 0);
+    assert_eq!(all(&index), left);
+    drop(index);
+    let images = std::mem::take(&mut *images.lock());
+    let mut seen: std::collections::BTreeMap<String, usize> = Default::default();
+    for (i, (name, image)) in images.iter().enumerate() {
+        let path = dir.path().join(format!("image-{i}"));
+        std::fs::write(&path, image).unwrap();
+        let p = PmemPool::open(&PmemConfig {
+            path: path.clone(),
+            size: 0,
+            mode: DurabilityMode::Volatile,
+            latency: EmulatedLatency::default(),
+        })
+        .unwrap();
+        let a = Arc::new(PmemAllocator::open(p.clone(), start).unwrap());
+        let recovered = PersistentKeyIndex::open(p, a.clone(), ROOT).unwrap();
+        assert_eq!(all(&recovered), left, "crash at {name} (image {i})");
+        assert_eq!(recovered.check().unwrap(), Vec::<String>::new(), "{name}");
+        a.check().unwrap();
+        drop(recovered);
+        std::fs::remove_file(&path).unwrap();
+        *seen.entry(name.clone()).or_default() += 1;
+    }
+    println!("{merged} leaves merged; images by point: {seen:?}");
+    for name in [
+        "prism.key_index.merge_copied",
+        "prism.key_index.merge_committed",
+    ] {
+        assert!(
+            seen.get(name).copied().unwrap_or(0) >= 3,
+            "{name}: {seen:?}"
+        );
+    }
+}

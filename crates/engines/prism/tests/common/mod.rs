@@ -13,7 +13,7 @@ use tempfile::TempDir;
 use tierkv_core::format::manifest::Manifest;
 use tierkv_core::media::Media;
 use tierkv_core::media::flash::{FaultInjector, FlashDevice};
-use tierkv_core::media::pmem::{PmemConfig, PmemPool};
+use tierkv_core::media::pmem::{CrashImageOptions, PmemConfig, PmemPool};
 use tierkv_core::{
     ByteSize, DurabilityMode, EmulatedLatency, EngineContext, FlashOptions, KvStore, Options,
 };
@@ -180,6 +180,42 @@ impl Rig {
         let pool = PmemPool::open(&self.pool_config(pool_path))?;
         let dev = FlashDevice::open(&self.flash_dir(), &self.flash_options())?;
         PrismStore::open(&self.context_with(spec, pool, dev, false))
+    }
+}
+
+impl Rig {
+    /// Recovers a store from a crash image of `pool` (whole lines for an even `seed`, torn
+    /// words for an odd one) and a copy of this rig's flash directory as it stands, in a
+    /// new scratch directory (returned: the store lives in it), and runs its `check`. The
+    /// recovered pool is Volatile.
+    pub fn recover_image(
+        &self,
+        pool: &PmemPool,
+        seed: u64,
+    ) -> Result<(TempDir, Arc<PrismStore>), String> {
+        let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).map_err(|e| e.to_string())?;
+        let mut copy = Rig::at(tmp.path(), &self.spec, 0, 0);
+        copy.pool_size = self.pool_size;
+        copy.flash_size = self.flash_size;
+        copy.mode = DurabilityMode::Volatile;
+        let opts = if seed.is_multiple_of(2) {
+            CrashImageOptions::lines()
+        } else {
+            CrashImageOptions::torn_words()
+        };
+        pool.write_crash_image(seed, opts, &copy.pool_path())
+            .map_err(|e| format!("crash image: {e}"))?;
+        std::fs::create_dir_all(copy.flash_dir()).map_err(|e| e.to_string())?;
+        for f in std::fs::read_dir(self.flash_dir()).map_err(|e| e.to_string())? {
+            let f = f.map_err(|e| e.to_string())?;
+            std::fs::copy(f.path(), copy.flash_dir().join(f.file_name()))
+                .map_err(|e| e.to_string())?;
+        }
+        let store = copy
+            .reopen_after_crash(&copy.pool_path())
+            .map_err(|e| format!("recovery: {e}"))?;
+        store.check().map_err(|e| format!("check: {e}"))?;
+        Ok((tmp, store))
     }
 }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use tempfile::TempDir;
 use tierkv_core::media::flash::{FaultInjector, FlashDevice};
-use tierkv_core::media::pmem::{PmemConfig, PmemPool};
+use tierkv_core::media::pmem::{CrashImageOptions, PmemConfig, PmemPool};
 use tierkv_core::{
     ByteSize, DurabilityMode, EmulatedLatency, EngineSpec, FlashOptions, KvStore, Limits,
 };
@@ -21,6 +21,24 @@ use tierkv_prismdb::{PrismDbOptions, PrismDbStore};
 /// KiB of data keeps compactions running, small buckets and tracker.
 pub const TINY: &str = "prismdb@partitions=4,bounds=p1|p2|p3,chunk_size=16KiB,table_size=64KiB,\
 high_watermark=0.08,low_watermark=0.05,bucket_keys=64,tracker_min=64,block_cache=256KiB";
+
+/// The named crash points of the compaction thread (FORMAT.md §3 "Named crash points").
+pub const BACKGROUND: [&str; 6] = [
+    "prismdb.compaction.tables_synced",
+    "prismdb.compaction.manifest_committed",
+    "prismdb.compaction.victim_freed",
+    "prismdb.compaction.old_files_removed",
+    "prismdb.promotion.object_persisted",
+    "prismdb.promotion.published",
+];
+/// The named crash points of puts and deletes.
+pub const FOREGROUND: [&str; 5] = [
+    "prismdb.put.object_persisted",
+    "prismdb.put.published",
+    "prismdb.delete.slot_freed",
+    "prismdb.delete.tombstone_persisted",
+    "prismdb.delete.tombstone_published",
+];
 
 /// Where a test store lives and how it is opened.
 pub struct Rig {
@@ -148,6 +166,43 @@ impl Rig {
             Limits::default(),
             false,
         )
+    }
+
+    /// Recovers a store from a crash image of `pool` (whole lines for an even `seed`,
+    /// torn words for an odd one) and a copy of the flash directory as it stands, in a new
+    /// scratch directory (returned: the store lives in it), and runs its `check`. The
+    /// recovered pool is Volatile (it needs no crash images of its own).
+    pub fn recover_image(
+        &self,
+        pool: &PmemPool,
+        seed: u64,
+        spec: &str,
+    ) -> Result<(TempDir, Arc<PrismDbStore>), String> {
+        let dir = scratch_dir();
+        let opts = if seed.is_multiple_of(2) {
+            CrashImageOptions::lines()
+        } else {
+            CrashImageOptions::torn_words()
+        };
+        let image = dir.path().join("pmem.pool");
+        pool.write_crash_image(seed, opts, &image)
+            .map_err(|e| format!("crash image: {e}"))?;
+        let flash = dir.path().join("flash");
+        std::fs::create_dir_all(&flash).map_err(|e| e.to_string())?;
+        for e in std::fs::read_dir(self.flash_dir()).map_err(|e| e.to_string())? {
+            let e = e.map_err(|e| e.to_string())?;
+            if e.file_type().map_err(|e| e.to_string())?.is_file() {
+                std::fs::copy(e.path(), flash.join(e.file_name())).map_err(|e| e.to_string())?;
+            }
+        }
+        let mut cfg = self.pool_config(&image);
+        cfg.mode = DurabilityMode::Volatile;
+        let p = PmemPool::open(&cfg).map_err(|e| format!("open image: {e}"))?;
+        let dev = FlashDevice::open(&flash, &self.flash_options()).map_err(|e| e.to_string())?;
+        let store = PrismDbStore::open_media(p, dev, self.options(spec), Limits::default(), false)
+            .map_err(|e| format!("recovery failed: {e}"))?;
+        store.check().map_err(|e| format!("check failed: {e}"))?;
+        Ok((dir, store))
     }
 
     /// Reopens the store (recovery).
