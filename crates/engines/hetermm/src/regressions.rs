@@ -368,3 +368,77 @@ fn a_run_that_cannot_be_freed_after_a_failure_is_reported() {
         "{text}"
     );
 }
+
+/// Bug B of the release stress runs (`tierkv-stress --engine hetermm:lockfree --mode kill
+/// --pmem-mode tracked --seed 1105 --writers-per-key 4`: a live get failed with `compact
+/// block 30 holds no record at offset 118312`). On a lock-free index a delete's first
+/// attempt registered the invalidation of the key's record at once, before its
+/// compare-and-swap; an in-place update of the same record won the race and put the same
+/// address back, the delete's retry failed — and the record, still the key's, was marked:
+/// reorganisation dropped it and the next get found nothing there. Readers raced against
+/// that reorganisation: the get below runs after it, as any later reader would.
+#[test]
+fn a_lockfree_delete_that_lost_to_an_in_place_update_and_failed_leaves_the_record_readable() {
+    let rig = Rig::new("");
+    let mem = rig.mem.clone();
+    let index = CoreIndex::new("lockfree").unwrap();
+    PluggedIndex::put(&*index, &*mem, b"k", b"first").unwrap();
+    let at = PluggedIndex::<HeterMem>::address(&*index, b"k").unwrap();
+    let d_waiting = Arc::new(AtomicBool::new(false));
+    let release_d = Arc::new(AtomicBool::new(false));
+    let d_attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let hook: TestHook = {
+        let (d_waiting, release_d, d_attempts) =
+            (d_waiting.clone(), release_d.clone(), d_attempts.clone());
+        Arc::new(move |point, value| {
+            if (point, value) == (HookPoint::Write, &b""[..]) {
+                if d_attempts.fetch_add(1, Ordering::SeqCst) > 0 {
+                    return Err(Error::no_space(Tier::Pmem, "injected: the retry fails"));
+                }
+                d_waiting.store(true, Ordering::SeqCst);
+                eventually("the test's go", || release_d.load(Ordering::SeqCst));
+            }
+            Ok(())
+        })
+    };
+    *mem.hook.lock() = Some(hook);
+    std::thread::scope(|s| {
+        let d = s.spawn(|| PluggedIndex::delete(&*index, &*mem, b"k"));
+        eventually("the delete's first attempt", || {
+            d_waiting.load(Ordering::SeqCst)
+        });
+        PluggedIndex::put(&*index, &*mem, b"k", b"second").unwrap();
+        assert_eq!(
+            PluggedIndex::<HeterMem>::address(&*index, b"k"),
+            Some(at),
+            "the put went in place"
+        );
+        release_d.store(true, Ordering::SeqCst);
+        assert!(
+            d.join().unwrap().is_err(),
+            "the delete's retry was made to fail"
+        );
+    });
+    *mem.hook.lock() = None;
+    assert_eq!(
+        d_attempts.load(Ordering::SeqCst),
+        2,
+        "the delete lost its race once"
+    );
+    assert_eq!(PluggedIndex::<HeterMem>::address(&*index, b"k"), Some(at));
+    // Flush (marks applied), then reorganise the record's block.
+    {
+        let mut st = mem.flusher.lock();
+        mem.flush_all(&mut st).unwrap();
+    }
+    let b = mem.geo.block_of(at.0);
+    assert!(
+        mem.reorganise(b, Reason::Room).unwrap(),
+        "block {b} reorganised"
+    );
+    assert_eq!(
+        PluggedIndex::get(&*index, &*mem, b"k").unwrap().as_deref(),
+        Some(&b"second"[..]),
+        "the key's record was dropped by reorganisation"
+    );
+}
