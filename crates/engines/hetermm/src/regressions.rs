@@ -442,3 +442,65 @@ fn a_lockfree_delete_that_lost_to_an_in_place_update_and_failed_leaves_the_recor
         "the key's record was dropped by reorganisation"
     );
 }
+
+/// Noted last session: a flush that failed after its block's directory word was durable
+/// (applying the marks on older blocks, say) poisoned the store, but the flusher went on
+/// and retried it — publishing the block a second time, under a second generation-0 word,
+/// so recovery refused the store ("block 0 is named at … and at …"). A poisoned store no
+/// longer flushes; it reopens with everything acknowledged.
+#[test]
+fn a_flush_that_fails_after_publishing_is_not_retried_and_the_store_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = PmemPool::create(&pool_config(dir.path().join("pool"))).unwrap();
+    let index = CoreIndex::new("btree").unwrap();
+    let store =
+        HeterStore::open(pool.clone(), options(""), Limits::default(), index, true).unwrap();
+    let failed = Arc::new(AtomicBool::new(false));
+    let hook: TestHook = {
+        let failed = failed.clone();
+        Arc::new(move |point, _| {
+            if point == HookPoint::Published && !failed.swap(true, Ordering::SeqCst) {
+                return Err(Error::corruption(
+                    Tier::Pmem,
+                    0,
+                    "injected after publishing",
+                ));
+            }
+            Ok(())
+        })
+    };
+    *store.memory().hook.lock() = Some(hook);
+    // Fill DRAM until the flusher flushes on its own (and fails): then it still wants to.
+    let value = vec![5u8; 1000];
+    let mut acked = 0u32;
+    for i in 0..10_000u32 {
+        match store.put(format!("k{i:05}").as_bytes(), &value) {
+            Ok(()) => acked = i + 1,
+            Err(Error::Poisoned(_)) => break,
+            Err(e) => panic!("put {i}: {e}"),
+        }
+    }
+    assert!(failed.load(Ordering::SeqCst), "the flusher's flush failed");
+    // Time for a retry, if the flusher still made one.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(matches!(store.close(), Err(Error::Poisoned(_))));
+    drop(store);
+    let path = dir.path().join("image");
+    std::fs::write(
+        &path,
+        pool.crash_image(3, CrashImageOptions::lines()).unwrap(),
+    )
+    .unwrap();
+    let pool = PmemPool::open(&pool_config(path)).unwrap();
+    let index = CoreIndex::new("btree").unwrap();
+    let store = HeterStore::open(pool, options(""), Limits::default(), index, false)
+        .unwrap_or_else(|e| panic!("the store does not reopen: {e}"));
+    for i in 0..acked {
+        assert_eq!(
+            store.get(format!("k{i:05}").as_bytes()).unwrap().as_deref(),
+            Some(&value[..]),
+            "k{i:05}"
+        );
+    }
+    store.close().unwrap();
+}

@@ -181,6 +181,8 @@ pub enum HookPoint {
     Write,
     /// After a write attempt's log entry is committed.
     Logged,
+    /// In `flush_oldest`, once the block's directory word is durable (the value is empty).
+    Published,
 }
 
 /// A test hook: sees the point and the value written (empty for a delete); an error it
