@@ -106,7 +106,11 @@ impl HeterMem {
                 if let Some(r) = other {
                     self.give_back(g, r);
                 }
-                self.alloc_record(g, len, false)
+                // NOTE: may wait for a dipped reserve (`admit_write`): without a matching
+                // reservation this is a lock-free index's retry (its first attempt used the
+                // reservation) or a write with no index lock, and refusing it at once failed
+                // lockfree puts under load (stress seed 1105, kill mode, 64 MiB pool).
+                self.alloc_record(g, len, true)
             }
         }
     }
