@@ -99,7 +99,6 @@ impl HeterMem {
             > self.geo.first_page(self.geo.block_of(self.off_dram()));
         let logged = self.oplog.as_ref().is_some_and(|l| l.block_count() > 0);
         if !in_dram && st.marks.is_empty() && !logged && st.old_logs.is_empty() {
-            self.defrag.flusher_found_nothing();
             return Ok(false);
         }
         // Only DRAM contents and marks make it work again at once; a log that cannot be

@@ -97,18 +97,6 @@ pub fn choose_reorg(blocks: &[(u64, BlockInfo)], threshold: f64) -> Option<u64> 
         .map(|(b, _)| *b)
 }
 
-/// Room for a dipped reserve: up to `n` blocks with anything invalid in them, sparsest
-/// first.
-pub fn choose_for_room(blocks: &[(u64, BlockInfo)], n: usize) -> Vec<u64> {
-    let mut sparse: Vec<(f64, u64)> = blocks
-        .iter()
-        .map(|(b, i)| (i.invalid_fraction(), *b))
-        .filter(|(f, _)| *f > 0.0)
-        .collect();
-    sparse.sort_unstable_by(|a, b| b.0.total_cmp(&a.0));
-    sparse.into_iter().take(n).map(|(_, b)| b).collect()
-}
-
 /// Defragmentation: the blocks placed highest in the pool, highest first, at most `n` (the
 /// ones whose moves free the top of the allocator's region).
 pub fn choose_relocation(blocks: &[(u64, BlockInfo)], n: usize) -> Vec<u64> {

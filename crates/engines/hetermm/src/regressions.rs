@@ -433,7 +433,7 @@ fn a_lockfree_delete_that_lost_to_an_in_place_update_and_failed_leaves_the_recor
     }
     let b = mem.geo.block_of(at.0);
     assert!(
-        mem.reorganise(b, Reason::Room).unwrap(),
+        mem.reorganise(b, Reason::Sparse).unwrap(),
         "block {b} reorganised"
     );
     assert_eq!(

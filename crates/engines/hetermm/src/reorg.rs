@@ -51,9 +51,6 @@ pub enum Reason {
     /// Defragmentation: its copy must land lower in the pool than it is, so that the free
     /// chunks at the top join into runs long enough for new blocks.
     Relocate,
-    /// The reserve is dipped: whatever its invalid fraction, the block is rewritten if its
-    /// copy takes fewer chunks than it does.
-    Room,
 }
 
 impl HeterMem {
@@ -74,11 +71,6 @@ impl HeterMem {
                     Err(e) => return Err(e),
                 }
             }
-            // While the reserve is dipped (writes wait for it, `mem/mod.rs`), any block whose
-            // compact copy is shorter frees room; only when none is left is the pool full.
-            if self.nvm.reserve.dipped() && self.reclaim_for_room()? {
-                return Ok(true);
-            }
             self.defrag.gave_up(request);
         }
         let Some(b) = policy::choose_reorg(&self.blocks.snapshot(), self.opts.reorg_threshold)
@@ -86,20 +78,6 @@ impl HeterMem {
             return Ok(false);
         };
         self.reorganise(b, Reason::Sparse)
-    }
-
-    /// Reorganises the sparsest blocks with anything invalid in them until one copy is
-    /// shorter than its block (a dipped reserve waits for that room); returns whether one
-    /// was.
-    fn reclaim_for_room(&self) -> Result<bool> {
-        for b in policy::choose_for_room(&self.blocks.snapshot(), RELOCATION_TRIES) {
-            match self.reorganise(b, Reason::Room) {
-                Ok(true) => return Ok(true),
-                Ok(false) | Err(Error::NoSpace { .. }) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(false)
     }
 
     /// Reorganises block `b` (see the module doc); returns whether it did.
@@ -151,15 +129,14 @@ impl HeterMem {
         } else {
             let mut image = compact::build(b, self.geo.block_bits, &kept);
             compact::mark_in_image(&mut image, b, self.geo.block_bits, &late)?;
-            let copy_len = self.nvm.chunks_for(image.len() as u64) * self.nvm.sb.chunk_size;
-            if (reason == Reason::Relocate && copy_len > old.run_len)
-                || (reason == Reason::Room && copy_len >= old.run_len)
+            if reason == Reason::Relocate
+                && self.nvm.chunks_for(image.len() as u64) * self.nvm.sb.chunk_size > old.run_len
             {
                 return Ok(false);
             }
             let off = self
                 .nvm
-                .alloc_compact(image.len() as u64, reason != Reason::Relocate)?;
+                .alloc_compact(image.len() as u64, reason == Reason::Sparse)?;
             if reason == Reason::Relocate && off > old.off {
                 self.nvm.free_run(off)?;
                 return Ok(false);

@@ -43,9 +43,6 @@ pub struct HeterCounters {
     pub relocations: Counter,
     /// Writers that had to wait for a free DRAM page.
     pub page_waits: Counter,
-    /// Writers that waited for the flusher and the reclaimer to refill a dipped pmem
-    /// reserve, and were then admitted.
-    pub space_waits: Counter,
     /// Pages a writer left because the alarm said it was about to become read-only.
     pub alarms: Counter,
     /// Changes of the read cache's target size.
@@ -96,7 +93,6 @@ impl HeterMem {
         counter("reorg_micros", c.reorg_micros.get());
         counter("relocations", c.relocations.get());
         counter("page_waits", c.page_waits.get());
-        counter("space_waits", c.space_waits.get());
         counter("alarms", c.alarms.get());
         counter("cache_resizes", c.cache_resizes.get());
         counter("recovered_records", c.recovered_records.get());

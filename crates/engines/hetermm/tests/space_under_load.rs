@@ -2,8 +2,9 @@
 //! pmem-image --seed 1104 --writers-per-key 4`, 64 MiB pool): four threads overwriting and
 //! deleting a few MiB of live data got `NoSpace` ("the hetermm pmem pool is full") for a
 //! moment while the flusher retired log blocks and the reclaimer compacted sparse blocks to
-//! refill the pmem reserve. A write now waits (bounded) for that room; the reserve is a
-//! smaller share of a small pool; and a genuinely full pool still refuses writes promptly.
+//! refill the pmem reserve, which held back a quarter of the pool for DRAM alone. The reserve
+//! is a smaller share of a small pool now (DRAM and the log at most an eighth of it), and a
+//! genuinely full pool still refuses writes promptly.
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 

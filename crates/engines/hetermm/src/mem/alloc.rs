@@ -31,14 +31,14 @@ impl HeterMem {
     /// out-of-place write (may wait for the flusher; call it before taking an index lock).
     pub fn reserve(&self, g: &Guard<'_>, key_len: usize, value_len: usize) -> Result<()> {
         self.check_payload_len(key_len, value_len)?;
-        self.admit_write(g, true)?;
+        self.admit_write()?;
         self.reserve_log(g, key_len, value_len)?;
         let len = record_len(key_len as u64, value_len as u64);
         if g.reserved_len() == Some(len) {
             return Ok(());
         }
         self.release_reservation(g);
-        let addr = self.alloc_record(g, len, true)?;
+        let addr = self.alloc_record(g, len)?;
         g.set_reserved(Some((addr, len)));
         Ok(())
     }
@@ -106,11 +106,7 @@ impl HeterMem {
                 if let Some(r) = other {
                     self.give_back(g, r);
                 }
-                // NOTE: may wait for a dipped reserve (`admit_write`): without a matching
-                // reservation this is a lock-free index's retry (its first attempt used the
-                // reservation) or a write with no index lock, and refusing it at once failed
-                // lockfree puts under load (stress seed 1105, kill mode, 64 MiB pool).
-                self.alloc_record(g, len, true)
+                self.alloc_record(g, len)
             }
         }
     }
@@ -151,9 +147,7 @@ impl HeterMem {
     }
 
     /// Allocates `len` bytes (<= page size) in the thread's page; returns the address.
-    /// `wait`: the caller holds no index lock, so a dipped reserve may be waited for
-    /// (`HeterMem::admit_write`).
-    pub fn alloc_record(&self, g: &Guard<'_>, len: u64, wait: bool) -> Result<u64> {
+    pub fn alloc_record(&self, g: &Guard<'_>, len: u64) -> Result<u64> {
         let slot = self.threads.slot(g.slot());
         loop {
             let alarm = self.regions.alarm.load(Ordering::SeqCst);
@@ -166,17 +160,17 @@ impl HeterMem {
             if c != CLOSED && !in_time(crate::threads::cursor_page(c)) {
                 self.counters.alarms.incr();
             }
-            self.next_write_page(g, wait)?;
+            self.next_write_page(g)?;
         }
     }
 
     /// Leaves the thread's page and maps the next logical page for it.
-    fn next_write_page(&self, g: &Guard<'_>, wait: bool) -> Result<()> {
+    fn next_write_page(&self, g: &Guard<'_>) -> Result<()> {
         let slot = self.threads.slot(g.slot());
         slot.write_cursor.store(CLOSED, Ordering::SeqCst);
         let phys = self.take_free_page(g)?;
         let mapped = self
-            .reserve_page(g, wait)
+            .reserve_page(g)
             .and_then(|lp| self.ring.map(lp, phys).map(|()| lp));
         let lp = match mapped {
             Ok(lp) => lp,
@@ -215,7 +209,7 @@ impl HeterMem {
     /// slot in the pages array still holds the page `P` before it. The number is taken
     /// with a compare-and-swap only once it has room, so from reservation to mapping the
     /// thread stays pinned and the flusher never copies a block with a page half-mapped.
-    fn reserve_page(&self, g: &Guard<'_>, wait: bool) -> Result<u64> {
+    fn reserve_page(&self, g: &Guard<'_>) -> Result<u64> {
         let mut request = None;
         loop {
             let np = self.regions.next_page.load(Ordering::SeqCst);
@@ -223,7 +217,7 @@ impl HeterMem {
             // IMPORTANT: no new page once the reserve has dipped (`nvm/reserve.rs`), checked
             // before the number is taken. A writer that read the reserve whole just before
             // the dip still takes its one page; the reserve's slack covers those.
-            self.admit_write(g, wait)?;
+            self.admit_write()?;
             if np < self.geo.page_of(self.off_dram()) + self.ring.len() as u64 {
                 if self
                     .regions

@@ -34,7 +34,6 @@ pub mod guard;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tierkv_core::media::pmem::PmemPool;
@@ -115,9 +114,6 @@ impl Health {
 pub struct Defrag {
     requested: AtomicU64,
     answered: AtomicU64,
-    /// Full-pool steps of the flusher that found nothing left to flush or retire
-    /// (`flush.rs`): a writer waiting for the reserve counts two after its request.
-    flusher_idle: AtomicU64,
 }
 
 impl Defrag {
@@ -157,22 +153,7 @@ impl Defrag {
     pub fn answered(&self, r: u64) -> bool {
         self.answered.load(Ordering::Acquire) >= r
     }
-
-    /// The flusher's full-pool step found nothing to flush, retire or refill from.
-    pub fn flusher_found_nothing(&self) {
-        self.flusher_idle.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// Full-pool steps of the flusher that found nothing so far.
-    pub fn flusher_idle(&self) -> u64 {
-        self.flusher_idle.load(Ordering::Acquire)
-    }
 }
-
-/// How long a new write waits for the flusher and the reclaimer to refill a dipped pmem
-/// reserve before it is refused with `NoSpace` (`HeterMem::admit_write`). A pool that is
-/// genuinely full answers sooner: once both have nothing left to free.
-pub const SPACE_WAIT: Duration = Duration::from_secs(3);
 
 /// Where a test hook runs (`regressions.rs` forces interleavings with it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -405,19 +386,10 @@ impl HeterMem {
     }
 
     /// Refuses a new write while the pmem reserve is dipped (`nvm/reserve.rs`): what is
-    /// already in DRAM, deletes and one reorganisation are all it still covers. With
-    /// `wait` (the caller holds no index lock and no reservation) it first waits, unpinned,
-    /// up to [`SPACE_WAIT`] for the flusher and the reclaimer to refill the reserve: under
-    /// a heavy write load in a small pool the reserve dips for a moment while log blocks
-    /// and sparse blocks are still to be freed, and such a write must not fail. It stops
-    /// waiting once a reclaimer pass that began after it asked found nothing left to free
-    /// and the flusher has twice found nothing left to flush (the pool is full).
-    pub fn admit_write(&self, g: &Guard<'_>, wait: bool) -> Result<()> {
+    /// already in DRAM, deletes and one reorganisation are all it still covers.
+    pub fn admit_write(&self) -> Result<()> {
         self.check_clock()?;
         if self.nvm.reserve.dipped() && !self.replaying.load(Ordering::Acquire) {
-            if wait && self.wait_for_reserve(g)? {
-                return Ok(());
-            }
             self.wake_flusher.raise();
             return Err(Error::no_space(
                 Tier::Pmem,
@@ -426,30 +398,6 @@ impl HeterMem {
             ));
         }
         Ok(())
-    }
-
-    /// [`HeterMem::admit_write`]'s wait; returns whether the reserve was refilled.
-    fn wait_for_reserve(&self, g: &Guard<'_>) -> Result<bool> {
-        let started = Instant::now();
-        let mut asked: Option<(u64, u64)> = None;
-        while self.nvm.reserve.dipped() {
-            self.health.check_writable()?;
-            if !self.serving.load(Ordering::Acquire) || started.elapsed() >= SPACE_WAIT {
-                return Ok(false);
-            }
-            let (request, idle) =
-                *asked.get_or_insert_with(|| (self.defrag.request(), self.defrag.flusher_idle()));
-            if self.defrag.answered(request) && self.defrag.flusher_idle() >= idle + 2 {
-                return Ok(false);
-            }
-            self.wake_reclaimer.raise();
-            self.wake_flusher.raise();
-            g.unpinned(|| self.pages.wait_for_free(Duration::from_millis(2)));
-        }
-        if asked.is_some() {
-            self.counters.space_waits.incr();
-        }
-        Ok(true)
     }
 
     /// Refuses a write when timestamps are about to run out (61 bits; a clean error long

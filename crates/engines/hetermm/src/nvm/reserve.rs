@@ -22,10 +22,7 @@
 //! `dram_blocks + LOG_BLOCKS + REORG_BLOCKS` runs while DRAM held at most `dram_blocks`
 //! blocks, so what is in DRAM can always be flushed, deletes logged and one block
 //! reorganised. Space freed later (deletes, then marks, then reorganisation) refills the
-//! reserve first; once it is full again, writes are admitted again. A new write that finds
-//! the reserve dipped first waits, unpinned and at most `mem::SPACE_WAIT`, while the flusher
-//! retires log blocks and the reclaimer compacts any block whose copy is shorter
-//! (`reorg.rs`, `Reason::Room`); it is refused once both have nothing left to free.
+//! reserve first; once it is full again, writes are admitted again.
 //!
 //! **Its size.** DRAM is at most an eighth of the pool (`mem/mod.rs`) and the log keeps at
 //! most an eighth of the pool's blocks before compressing, so the reserve is a bounded
