@@ -137,6 +137,22 @@ fn report(mem: &HeterMem, e: Error) {
 
 fn flusher(mem: &HeterMem, shared: &Shared) {
     while !shared.stop.load(Ordering::Acquire) {
+        // IMPORTANT: no flushing once a failure poisoned the store. A flush that failed
+        // after its block's directory word was durable (applying the marks on older
+        // blocks, say) would, retried, publish the block again under a second generation-0
+        // word — which recovery refuses — and the marks it had taken would be lost while
+        // the frontier moved on. The store refuses writes; reopening recovers it.
+        if let Some(why) = mem.health.poisoned.get() {
+            let mut req = shared.requests.lock();
+            if req.requested > req.done {
+                req.failed = Some(why.clone());
+                req.done = req.requested;
+                drop(req);
+                shared.answered.notify_all();
+            }
+            mem.wake_flusher.wait(FLUSH_IDLE * 10);
+            continue;
+        }
         let pending = shared.requests.lock().requested;
         let mut st = mem.flusher.lock();
         if pending > shared.requests.lock().done {

@@ -181,6 +181,7 @@ impl HeterMem {
         }
         if let Some(off) = run {
             self.persist_block(b, off, &mapped, &in_block)?;
+            self.run_hook(crate::mem::HookPoint::Published, &[])?;
         }
         self.apply_marks(&older)?;
         // IMPORTANT: the frontier moves only after B and every mark keyed at B are durable,

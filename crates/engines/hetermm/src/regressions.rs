@@ -368,3 +368,139 @@ fn a_run_that_cannot_be_freed_after_a_failure_is_reported() {
         "{text}"
     );
 }
+
+/// Bug B of the release stress runs (`tierkv-stress --engine hetermm:lockfree --mode kill
+/// --pmem-mode tracked --seed 1105 --writers-per-key 4`: a live get failed with `compact
+/// block 30 holds no record at offset 118312`). On a lock-free index a delete's first
+/// attempt registered the invalidation of the key's record at once, before its
+/// compare-and-swap; an in-place update of the same record won the race and put the same
+/// address back, the delete's retry failed — and the record, still the key's, was marked:
+/// reorganisation dropped it and the next get found nothing there. Readers raced against
+/// that reorganisation: the get below runs after it, as any later reader would.
+#[test]
+fn a_lockfree_delete_that_lost_to_an_in_place_update_and_failed_leaves_the_record_readable() {
+    let rig = Rig::new("");
+    let mem = rig.mem.clone();
+    let index = CoreIndex::new("lockfree").unwrap();
+    PluggedIndex::put(&*index, &*mem, b"k", b"first").unwrap();
+    let at = PluggedIndex::<HeterMem>::address(&*index, b"k").unwrap();
+    let d_waiting = Arc::new(AtomicBool::new(false));
+    let release_d = Arc::new(AtomicBool::new(false));
+    let d_attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let hook: TestHook = {
+        let (d_waiting, release_d, d_attempts) =
+            (d_waiting.clone(), release_d.clone(), d_attempts.clone());
+        Arc::new(move |point, value| {
+            if (point, value) == (HookPoint::Write, &b""[..]) {
+                if d_attempts.fetch_add(1, Ordering::SeqCst) > 0 {
+                    return Err(Error::no_space(Tier::Pmem, "injected: the retry fails"));
+                }
+                d_waiting.store(true, Ordering::SeqCst);
+                eventually("the test's go", || release_d.load(Ordering::SeqCst));
+            }
+            Ok(())
+        })
+    };
+    *mem.hook.lock() = Some(hook);
+    std::thread::scope(|s| {
+        let d = s.spawn(|| PluggedIndex::delete(&*index, &*mem, b"k"));
+        eventually("the delete's first attempt", || {
+            d_waiting.load(Ordering::SeqCst)
+        });
+        PluggedIndex::put(&*index, &*mem, b"k", b"second").unwrap();
+        assert_eq!(
+            PluggedIndex::<HeterMem>::address(&*index, b"k"),
+            Some(at),
+            "the put went in place"
+        );
+        release_d.store(true, Ordering::SeqCst);
+        assert!(
+            d.join().unwrap().is_err(),
+            "the delete's retry was made to fail"
+        );
+    });
+    *mem.hook.lock() = None;
+    assert_eq!(
+        d_attempts.load(Ordering::SeqCst),
+        2,
+        "the delete lost its race once"
+    );
+    assert_eq!(PluggedIndex::<HeterMem>::address(&*index, b"k"), Some(at));
+    // Flush (marks applied), then reorganise the record's block.
+    {
+        let mut st = mem.flusher.lock();
+        mem.flush_all(&mut st).unwrap();
+    }
+    let b = mem.geo.block_of(at.0);
+    assert!(
+        mem.reorganise(b, Reason::Sparse).unwrap(),
+        "block {b} reorganised"
+    );
+    assert_eq!(
+        PluggedIndex::get(&*index, &*mem, b"k").unwrap().as_deref(),
+        Some(&b"second"[..]),
+        "the key's record was dropped by reorganisation"
+    );
+}
+
+/// Noted last session: a flush that failed after its block's directory word was durable
+/// (applying the marks on older blocks, say) poisoned the store, but the flusher went on
+/// and retried it — publishing the block a second time, under a second generation-0 word,
+/// so recovery refused the store ("block 0 is named at … and at …"). A poisoned store no
+/// longer flushes; it reopens with everything acknowledged.
+#[test]
+fn a_flush_that_fails_after_publishing_is_not_retried_and_the_store_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = PmemPool::create(&pool_config(dir.path().join("pool"))).unwrap();
+    let index = CoreIndex::new("btree").unwrap();
+    let store =
+        HeterStore::open(pool.clone(), options(""), Limits::default(), index, true).unwrap();
+    let failed = Arc::new(AtomicBool::new(false));
+    let hook: TestHook = {
+        let failed = failed.clone();
+        Arc::new(move |point, _| {
+            if point == HookPoint::Published && !failed.swap(true, Ordering::SeqCst) {
+                return Err(Error::corruption(
+                    Tier::Pmem,
+                    0,
+                    "injected after publishing",
+                ));
+            }
+            Ok(())
+        })
+    };
+    *store.memory().hook.lock() = Some(hook);
+    // Fill DRAM until the flusher flushes on its own (and fails): then it still wants to.
+    let value = vec![5u8; 1000];
+    let mut acked = 0u32;
+    for i in 0..10_000u32 {
+        match store.put(format!("k{i:05}").as_bytes(), &value) {
+            Ok(()) => acked = i + 1,
+            Err(Error::Poisoned(_)) => break,
+            Err(e) => panic!("put {i}: {e}"),
+        }
+    }
+    assert!(failed.load(Ordering::SeqCst), "the flusher's flush failed");
+    // Time for a retry, if the flusher still made one.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(matches!(store.close(), Err(Error::Poisoned(_))));
+    drop(store);
+    let path = dir.path().join("image");
+    std::fs::write(
+        &path,
+        pool.crash_image(3, CrashImageOptions::lines()).unwrap(),
+    )
+    .unwrap();
+    let pool = PmemPool::open(&pool_config(path)).unwrap();
+    let index = CoreIndex::new("btree").unwrap();
+    let store = HeterStore::open(pool, options(""), Limits::default(), index, false)
+        .unwrap_or_else(|e| panic!("the store does not reopen: {e}"));
+    for i in 0..acked {
+        assert_eq!(
+            store.get(format!("k{i:05}").as_bytes()).unwrap().as_deref(),
+            Some(&value[..]),
+            "k{i:05}"
+        );
+    }
+    store.close().unwrap();
+}

@@ -326,17 +326,37 @@ impl<V: Clone + Send + Sync> ConcurrentIndex<V> for LockFreeIndex<V> {
     }
     fn compute(&self, key: &[u8], f: &mut dyn FnMut(Option<&V>) -> Option<V>) -> Option<V> {
         use papaya::{Compute, Operation};
+        // IMPORTANT: `f` is called once per round, on a snapshot of the entry, and its result
+        // is applied only while the entry is still that snapshot (compared by the entry's
+        // address, which papaya does not reuse while this guard is held); otherwise the
+        // round starts again. Handing `f` to papaya's `compute` directly broke "the last
+        // call counts": papaya keeps the result of a call for an absent key and applies it
+        // later, without calling again, if the key is absent again — after `f` was called
+        // for a present one. HeterMM took that later call's record for the installed one,
+        // marked the really installed record as an orphan and withdrew its log entry (a live
+        // get found no record; a crash lost an acknowledged write).
         let m = self.map.pin();
-        let r = m.compute(key.into(), |cur| {
-            match (cur.map(|(_, v)| v), f(cur.map(|(_, v)| v))) {
-                (_, Some(v)) => Operation::Insert::<V, ()>(v),
-                (Some(_), None) => Operation::Remove,
-                (None, None) => Operation::Abort(()),
+        loop {
+            let snapshot = m.get(key);
+            let at = snapshot.map(|v| v as *const V);
+            let new = f(snapshot);
+            let r = m.compute(key.into(), |cur| {
+                if cur.map(|(_, v)| v as *const V) != at {
+                    return Operation::Abort(true);
+                }
+                match (cur, &new) {
+                    (_, Some(v)) => Operation::Insert(v.clone()),
+                    (Some(_), None) => Operation::Remove,
+                    (None, None) => Operation::Abort(false),
+                }
+            });
+            match r {
+                Compute::Aborted(true) => {}
+                Compute::Inserted(_, _) | Compute::Aborted(false) => return None,
+                Compute::Updated { old: (_, v), .. } | Compute::Removed(_, v) => {
+                    return Some(v.clone());
+                }
             }
-        });
-        match r {
-            Compute::Inserted(_, _) | Compute::Aborted(()) => None,
-            Compute::Updated { old: (_, v), .. } | Compute::Removed(_, v) => Some(v.clone()),
         }
     }
     fn scan(&self, _start: &[u8], _limit: usize) -> Result<Vec<(Vec<u8>, V)>> {
@@ -361,6 +381,34 @@ impl<V: Clone + Send + Sync> ConcurrentIndex<V> for LockFreeIndex<V> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Regression (hetermm:lockfree under racing writers: a get found no record, a crash lost
+    /// an acknowledged put): `compute` on the lock-free index applied the result of an
+    /// earlier call of `f` — papaya kept what `f` returned for the absent key and applied it
+    /// when the key was absent again, after `f` had been called for a present one. Here
+    /// racing writers insert the key after the first call's snapshot and remove it after
+    /// the second's; the value installed must be the one the last call returned.
+    #[test]
+    fn lockfree_compute_installs_what_the_last_call_of_f_returned() {
+        let idx = LockFreeIndex::<u64>::default();
+        idx.insert(b"other", 7);
+        let mut calls: Vec<Option<u64>> = Vec::new();
+        idx.compute(b"k", &mut |cur| {
+            let n = calls.len() as u64;
+            calls.push(cur.copied());
+            match n {
+                0 => {
+                    idx.insert(b"k", 100);
+                }
+                1 => {
+                    idx.remove(b"k");
+                }
+                _ => {}
+            }
+            Some(n + 1)
+        });
+        assert_eq!(idx.get(b"k"), Some(calls.len() as u64), "calls: {calls:?}");
+    }
 
     proptest! {
         /// Tree keys order and compare exactly like their bytes (the tree is searched

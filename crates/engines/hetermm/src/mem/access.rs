@@ -274,9 +274,20 @@ impl HeterMem {
         dram_record::seal(self.dram_page(a)?, self.geo.page_offset(a))
     }
 
-    /// Deletes the record at `old` (the key's current address).
+    /// Deletes the record at `old` (the key's current address). Its invalidation waits in
+    /// the guard until the removal is known to stand (`guard.rs`).
     pub fn delete_value(&self, g: &Guard<'_>, old: u64, key: &[u8]) -> Result<()> {
         self.retract_lost_attempt(g, key, Some(old))?;
+        let r = self.delete_value_inner(g, old, key);
+        match r {
+            Ok(frontier) => g.record(key, Some(old), Outcome::Removed(frontier)),
+            Err(_) => g.record(key, Some(old), Outcome::Unchanged),
+        }
+        r.map(drop)
+    }
+
+    /// [`HeterMem::delete_value`] but the effect; returns the delete frontier it read.
+    fn delete_value_inner(&self, g: &Guard<'_>, old: u64, key: &[u8]) -> Result<u64> {
         self.health.check_writable()?;
         self.check_clock()?;
         self.run_hook(HookPoint::Write, &[])?;
@@ -299,9 +310,9 @@ impl HeterMem {
             at,
         };
         self.log(g, e)?;
-        g.invalidate(old, frontier);
         self.counters.deletes.incr();
-        self.run_hook(HookPoint::Logged, &[])
+        self.run_hook(HookPoint::Logged, &[])?;
+        Ok(frontier)
     }
 
     /// Appends the operation-log entry of a write (unless the log is off, or recovery is

@@ -15,9 +15,14 @@
 //!   orphan (and the address it replaced is someone else's business).
 //!
 //! When the guard drops, each remaining effect's replaced address is invalidated. Deletes
-//! register at once (a retried delete removes whatever is current, so the first removal
-//! always stands). An invalidation's key block is `max(block(target), block(superseder))`,
-//! a block that cannot be flushed before the guard drops (`invalid.rs`).
+//! are effects too (`Removed`): a lock-free index whose removal lost its race calls
+//! `remove_value` again with what is current now — possibly the very same address, put
+//! back by an in-place update — and if that call fails the address stays installed, so
+//! the lost removal must not have marked it (a reorganisation then dropped a record the
+//! index still held: `Corruption` on a later get). Only the last removal, if it succeeded,
+//! invalidates its record, when the guard drops. An invalidation's key block is
+//! `max(block(target), block(superseder))`, a block that cannot be flushed before the
+//! guard drops (`invalid.rs`).
 //!
 //! **Reservation.** A writer reserves the space of its record with `reserve` *before* it
 //! takes its index's lock (that is where it may have to wait for the flusher, unpinned);
@@ -41,6 +46,8 @@ pub enum Outcome {
     Installed(u64),
     /// It failed and changed nothing.
     Unchanged,
+    /// A delete removed the record (the delete frontier it read, its superseder).
+    Removed(u64),
 }
 
 #[derive(Debug)]
@@ -192,10 +199,12 @@ impl Drop for Guard<'_> {
             log.settle(self.slot);
         }
         for e in std::mem::take(&mut *self.effects.borrow_mut()) {
-            if let (Outcome::Installed(made), Some(replaced)) = (e.outcome, e.old)
-                && made != replaced
-            {
-                self.invalidate(replaced, made);
+            match (e.outcome, e.old) {
+                (Outcome::Installed(made), Some(replaced)) if made != replaced => {
+                    self.invalidate(replaced, made);
+                }
+                (Outcome::Removed(frontier), Some(removed)) => self.invalidate(removed, frontier),
+                _ => {}
             }
         }
         self.mem.threads.unpin(self.slot);

@@ -162,6 +162,8 @@ pub enum HookPoint {
     Write,
     /// After a write attempt's log entry is committed.
     Logged,
+    /// In `flush_oldest`, once the block's directory word is durable (the value is empty).
+    Published,
 }
 
 /// A test hook: sees the point and the value written (empty for a delete); an error it
@@ -247,11 +249,15 @@ impl HeterMem {
         let ppb = geo.pages_per_block() as usize;
         let pool_pages =
             (nvm.alloc.layout().chunk_count * nvm.sb.chunk_size / geo.page_size()) as usize;
-        let pages = ((opts.dram_budget / geo.page_size()) as usize)
-            .min(pool_pages / 4)
-            .min(MAX_PAGES);
         let free_pages = opts.free_pages.map_or(ppb, |f| f as usize).max(1);
         let needed = (opts.overlap_blocks as usize + 3) * ppb + free_pages;
+        // DRAM is at most an eighth of the pool (a quarter when the minimum needs it): the
+        // pmem reserve must cover flushing all of it (`nvm/reserve.rs`), and a quarter of a
+        // small pool held back for that, beside the log, left writers short of room under
+        // a heavy overwrite load (stress, 64 MiB pool).
+        let pages = ((opts.dram_budget / geo.page_size()) as usize)
+            .min((pool_pages / 8).max(needed).min(pool_pages / 4))
+            .min(MAX_PAGES);
         if pages < needed {
             return Err(Error::invalid(format!(
                 "hetermm needs at least {needed} DRAM pages of {} bytes ({} bytes: {} blocks of \
@@ -266,7 +272,7 @@ impl HeterMem {
         }
         let pool_blocks = (pool_pages / ppb).max(1);
         let log_blocks_max = match opts.log_blocks {
-            0 => (2 * pages / ppb + 2).min(pool_blocks / 4).max(4),
+            0 => (2 * pages / ppb + 2).min(pool_blocks / 8).max(4),
             n => n as usize,
         };
         // The reserve (`nvm/reserve.rs`): every block the write region can span, log blocks,

@@ -22,7 +22,12 @@
 //! `dram_blocks + LOG_BLOCKS + REORG_BLOCKS` runs while DRAM held at most `dram_blocks`
 //! blocks, so what is in DRAM can always be flushed, deletes logged and one block
 //! reorganised. Space freed later (deletes, then marks, then reorganisation) refills the
-//! reserve first; once it is full again, writes are admitted again. A writer that saw the
+//! reserve first; once it is full again, writes are admitted again.
+//!
+//! **Its size.** DRAM is at most an eighth of the pool (`mem/mod.rs`) and the log keeps at
+//! most an eighth of the pool's blocks before compressing, so the reserve is a bounded
+//! share of a small pool (a quarter of a 64 MiB pool held back for DRAM alone refused
+//! writes under load with a few MiB live). A writer that saw the
 //! reserve whole just before the dip may still take one page; `RACING_BLOCKS` cover those
 //! (a page number taken and then refused, a hole, was the earlier design: the full-pool test
 //! then failed now and then with a pages-array slot still holding a flushed page, a fault
