@@ -264,6 +264,9 @@ impl Inner {
         }
         let state = Arc::new(MergeState { meta });
         o.absorb_filter(n);
+        // Before the first node moves: every handle of the oldtable, old ones included,
+        // keeps the newtable's runs allocated (`table.rs`, reclamation).
+        o.absorb_runs(n);
         let o2 = Arc::new(o.rehandle(om, Some(state.clone())));
         let n2 = Arc::new(n.rehandle(nm, Some(state)));
         let mut v = self.version.write();
