@@ -22,10 +22,23 @@ pub(crate) fn check(inner: &Inner) -> Result<Vec<String>> {
     let st = inner.dir.lock();
     let _frozen: Vec<_> = inner.level_locks.iter().map(|l| l.read()).collect();
     let v = inner.version();
+    let cs = inner.shared.alloc.chunk_size();
+    let repo = v.levels.len() - 1;
     for (i, level) in v.levels.iter().enumerate() {
+        // Where the nodes of this level's tables may lie: their runs (a zero-copy merge's
+        // oldtable lists the newtable's too); the repository's nodes are objects anywhere.
+        let runs: Option<Vec<(u64, u64)>> = (i != repo).then(|| {
+            st.cur
+                .levels
+                .get(i)
+                .into_iter()
+                .flatten()
+                .flat_map(|t| t.allocs.iter().map(|r| (r.off, r.off + r.chunks * cs)))
+                .collect()
+        });
         let mut nodes = 0;
         for t in level {
-            nodes += check_table(t).map_err(|e| {
+            nodes += check_table(t, runs.as_deref()).map_err(|e| {
                 Error::corruption(
                     Tier::Pmem,
                     t.meta.head,
@@ -85,19 +98,35 @@ pub(crate) fn check(inner: &Inner) -> Result<Vec<String>> {
     Ok(lines)
 }
 
-/// Checks one table; returns its node count.
-fn check_table(t: &Table) -> Result<u64> {
+/// Checks one table whose nodes must lie in `runs` (`[start, end)` ranges; `None`: anywhere);
+/// returns its node count. Every link of every level is checked before it is followed
+/// further: aligned, inside the runs, to a node in order.
+fn check_table(t: &Table, runs: Option<&[(u64, u64)]>) -> Result<u64> {
     let src = t.source();
     let mut level0 = HashSet::new();
     let bad = |at: u64, what: &str| {
         Error::corruption(Tier::Pmem, at, format!("table {}: {what}", t.meta.id))
     };
-    let n = skiplist::walk_level(&src, t.meta.head, 0, |at, _, _| {
+    let placed = |at: u64, h: &crate::node::NodeHeader| -> Result<()> {
+        let end = at + h.size() as u64;
+        if !at.is_multiple_of(8) {
+            return Err(bad(at, "link to an unaligned node"));
+        }
+        if let Some(runs) = runs
+            && !runs.iter().any(|(s, e)| at >= *s && end <= *e)
+        {
+            return Err(bad(at, "link to a node outside the table's runs"));
+        }
+        Ok(())
+    };
+    let n = skiplist::walk_level(&src, t.meta.head, 0, |at, h, _| {
+        placed(at, h)?;
         level0.insert(at);
         Ok(())
     })?;
     for level in 1..MAX_HEIGHT {
         skiplist::walk_level(&src, t.meta.head, level, |at, h, _| {
+            placed(at, h)?;
             if h.height <= level {
                 return Err(bad(at, "node linked above its height"));
             }

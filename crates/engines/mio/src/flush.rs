@@ -38,9 +38,12 @@ impl Inner {
             let len = image.len() as u64;
             let t = table::write_table(&self.shared, image, id, mem.arena.max_seq(), self.shape)?;
             self.shared.counters.flush_bytes.add(len);
+            self.shared.pool.crash_point("mio.flush.after_copy");
             Some(Arc::new(t))
         };
         self.publish_flush(mem, t, installed)?;
+        self.shared.pool.crash_point("mio.flush.after_publish");
+        self.shared.pool.crash_point("mio.flush.before_log_free");
         // P2 step 5: the log is no longer listed; free its run.
         self.shared.alloc.free_chunk(mem.log.run.off)?;
         let c = &self.shared.counters;

@@ -98,11 +98,13 @@ pub fn apply(sh: &Shared, head: u64, e: &Entry, height: usize) -> Result<Applied
             let n = sh.alloc.alloc(bytes.len() as u64)?;
             pool.write(n, &bytes)?;
             sh.persist("lc-node", n, bytes.len())?;
+            pool.crash_point("mio.lazycopy.after_copy");
             // IMPORTANT: level 0 first; the node is whole and persisted before it is
             // reachable.
             for (l, p) in preds.iter().enumerate().take(height) {
                 pool.store_u64(p + link(l), n)?;
                 sh.persist("lc-link", p + link(l), 8)?;
+                pool.crash_point("mio.lazycopy.after_link");
             }
             out.copied = (e.key.len() + v.len()) as u64;
             (n, height)
@@ -130,6 +132,7 @@ pub fn apply(sh: &Shared, head: u64, e: &Entry, height: usize) -> Result<Applied
                 sh.persist("lc-unlink", p + link(l), 8)?;
             }
         }
+        pool.crash_point("mio.lazycopy.before_free");
         sh.alloc.free(y)?;
         out.freed += 1;
     }
@@ -177,7 +180,9 @@ impl Inner {
         let mut d = st.cur.clone();
         d.levels[level].retain(|m| m.id != t.meta.id);
         d.last_seq = d.last_seq.max(t.meta.max_seq);
+        self.shared.pool.crash_point("mio.lazycopy.before_publish");
         self.publish(&mut st, d)?;
+        self.shared.pool.crash_point("mio.lazycopy.after_publish");
         let mut v = self.version.write();
         let mut nv: Version = (**v).clone();
         nv.levels[level].retain(|x| x.meta.id != t.meta.id);

@@ -275,6 +275,7 @@ fn attach_merge(
     }
     let state = Arc::new(MergeState { meta: g });
     tables[0].absorb_filter(&tables[1]);
+    tables[0].absorb_runs(&tables[1]);
     let _ = shared;
     let old = tables[0].rehandle(tables[0].meta.clone(), Some(state.clone()));
     let new = tables[1].rehandle(tables[1].meta.clone(), Some(state));

@@ -120,23 +120,31 @@ fn key_of<'a, S: Source + ?Sized>(s: &'a S, off: u64, h: &NodeHeader) -> Result<
 }
 
 /// The first node at or after `key` (its newest version), or 0.
+///
+/// IMPORTANT: the answer is the node the level-0 walk stopped at, never a second load of
+/// its predecessor's link: in a MemTable a writer may link a new node between the two
+/// loads, and that node may lie *before* `key` (a scan would start below its start) or be
+/// another key (a get would miss `key` and read an older version further down).
 pub fn seek<S: Source + ?Sized>(s: &S, head: u64, key: &[u8]) -> Result<u64> {
     let mut x = head;
+    let mut at = 0;
     for level in (0..node::MAX_HEIGHT).rev() {
         loop {
             let n = next(s, x, level)?;
             if n == 0 {
+                at = 0;
                 break;
             }
             let h = header(s, n)?;
             if key_of(s, n, &h)?.as_ref() < key {
                 x = n;
             } else {
+                at = n;
                 break;
             }
         }
     }
-    next(s, x, 0)
+    Ok(at)
 }
 
 /// The newest version of `key`: `Some(entry)` (a tombstone has no value) or `None`.

@@ -5,9 +5,14 @@
 //! persist — and is then immutable until the store drops it.
 //!
 //! Reclamation (§4.4, "never while a reader may hold it"): readers hold a table through an
-//! `Arc` inside the version they cloned; a table removed from the directory is marked
-//! obsolete and its runs are freed when the last `Arc` goes, i.e. after every reader that
-//! could see it has finished (the version is the reader's epoch).
+//! `Arc` inside the version they cloned (the version is the reader's epoch). The runs of a
+//! pmem table belong to one [`Runs`] owner that *every* handle of that table shares (a
+//! zero-copy merge and its end install new handles of the same tables: a reader may hold
+//! an older handle than the one that is later retired), and the owner of a zero-copy
+//! merge's oldtable also holds the newtable's owner (the oldtable links to the newtable's
+//! nodes from the first move on). A table removed from the directory marks its owner, and
+//! every owner it absorbed, obsolete; the runs are freed when the last `Arc` on the owner
+//! goes, i.e. after every reader that could reach them has finished.
 //!
 //! Thread safety: `Table` is `Send + Sync`; reads are lock-free.
 
@@ -15,7 +20,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use tierkv_core::media::pmem::{PmemAllocator, PmemPool};
 use tierkv_core::{Error, Result, Tier};
 
@@ -83,7 +88,56 @@ pub struct Table {
     pub bytes: u64,
     /// The zero-copy compaction this table is part of, if any (`zerocopy.rs`).
     pub merge: Option<Arc<crate::zerocopy::MergeState>>,
+    /// The owner of the runs holding its nodes, shared by every handle of this table.
+    runs: Arc<Runs>,
+}
+
+/// The owner of a pmem table's runs: frees them when the last handle of the table, and of
+/// any table that absorbed it in a zero-copy merge, is dropped after the table was
+/// retired.
+pub struct Runs {
+    shared: Arc<Shared>,
+    runs: Vec<Run>,
+    /// Owners of tables whose nodes this table's nodes may link to (a zero-copy merge's
+    /// newtable): kept alive as long as this one.
+    absorbed: Mutex<Vec<Arc<Runs>>>,
     obsolete: AtomicBool,
+}
+
+impl Runs {
+    fn new(shared: &Arc<Shared>, runs: Vec<Run>) -> Arc<Runs> {
+        Arc::new(Runs {
+            shared: shared.clone(),
+            runs,
+            absorbed: Mutex::new(Vec::new()),
+            obsolete: AtomicBool::new(false),
+        })
+    }
+
+    fn retire(&self) {
+        self.obsolete.store(true, Ordering::Release);
+        for r in self.absorbed.lock().iter() {
+            r.retire();
+        }
+    }
+
+    /// The runs this owner frees (not those of the owners it absorbed).
+    pub fn runs(&self) -> &[Run] {
+        &self.runs
+    }
+}
+
+impl Drop for Runs {
+    fn drop(&mut self) {
+        if self.obsolete.load(Ordering::Acquire) {
+            for r in &self.runs {
+                // A failure here (a poisoned pool) leaves a leak that recovery collects.
+                if self.shared.alloc.free_chunk(r.off).is_ok() {
+                    self.shared.counters.runs_freed.incr();
+                }
+            }
+        }
+    }
 }
 
 impl Table {
@@ -118,8 +172,21 @@ impl Table {
             bloom: self.bloom.clone(),
             bytes,
             merge,
-            obsolete: AtomicBool::new(false),
+            runs: self.runs.clone(),
         }
+    }
+
+    /// Keeps `other`'s runs allocated as long as this table's (a zero-copy merge links
+    /// `other`'s nodes into this table), and retires them with this table's.
+    pub fn absorb_runs(&self, other: &Table) {
+        if !Arc::ptr_eq(&self.runs, &other.runs) {
+            self.runs.absorbed.lock().push(other.runs.clone());
+        }
+    }
+
+    /// The owner of the table's runs.
+    pub fn runs(&self) -> &Arc<Runs> {
+        &self.runs
     }
 
     /// ORs `other`'s filter into this table's (§4.6), for every handle of this table.
@@ -137,20 +204,7 @@ impl Table {
     /// Marks the table removed from the directory: its runs are freed once the last
     /// reader drops it.
     pub fn retire(&self) {
-        self.obsolete.store(true, Ordering::Release);
-    }
-}
-
-impl Drop for Table {
-    fn drop(&mut self) {
-        if self.obsolete.load(Ordering::Acquire) {
-            for r in &self.meta.allocs {
-                // A failure here (a poisoned pool) leaves a leak that recovery collects.
-                if self.shared.alloc.free_chunk(r.off).is_ok() {
-                    self.shared.counters.runs_freed.incr();
-                }
-            }
-        }
+        self.runs.retire();
     }
 }
 
@@ -249,19 +303,20 @@ pub fn write_table(
         return Err(e);
     }
     shared.counters.table_bytes_written.add(image.len() as u64);
+    let allocs = vec![Run { off, chunks }];
     Ok(Table {
         shared: shared.clone(),
+        runs: Runs::new(shared, allocs.clone()),
         meta: TableMeta {
             id,
             head: off,
             entries,
             max_seq,
-            allocs: vec![Run { off, chunks }],
+            allocs,
         },
         bloom: Arc::new(RwLock::new(bloom)),
         bytes: chunks * cs,
         merge: None,
-        obsolete: AtomicBool::new(false),
     })
 }
 
@@ -308,11 +363,11 @@ pub fn open_table(
     let bytes = meta.allocs.iter().map(|r| r.chunks).sum::<u64>() * shared.alloc.chunk_size();
     Ok(Table {
         shared: shared.clone(),
+        runs: Runs::new(shared, meta.allocs.clone()),
         meta: TableMeta { entries: n, ..meta },
         bloom: Arc::new(RwLock::new(bloom)),
         bytes,
         merge: None,
-        obsolete: AtomicBool::new(false),
     })
 }
 

@@ -105,11 +105,17 @@ fn link_into_old(sh: &Shared, old_head: u64, x: u64, m: &mut Moved) -> Result<()
         }
     }
     sh.persist("zc-x-links", x + link(0), 8 * h)?;
+    sh.pool.crash_point("mio.zerocopy.after_x_links");
     // IMPORTANT: level 0 first; each link persisted before the next (FORMAT.md P3).
     for l in 0..h {
         if !linked[l] {
             put(sh, preds[l] + link(l), x, m)?;
             sh.persist("zc-link-old", preds[l] + link(l), 8)?;
+            sh.pool.crash_point(if l == 0 {
+                "mio.zerocopy.after_link_level0"
+            } else {
+                "mio.zerocopy.after_link_upper"
+            });
         }
     }
     loop {
@@ -151,10 +157,14 @@ pub fn move_first(
     let mut m = Moved::default();
     put(sh, meta.mark, x, &mut m)?;
     sh.persist("zc-mark", meta.mark, 8)?;
+    sh.pool.crash_point("mio.zerocopy.after_mark");
     unlink_from_new(sh, new_head, &kx, &mut m)?;
+    sh.pool.crash_point("mio.zerocopy.after_unlink_new");
     link_into_old(sh, old_head, x, &mut m)?;
+    sh.pool.crash_point("mio.zerocopy.after_drop_old");
     put(sh, meta.mark, 0, &mut m)?;
     sh.persist("zc-unmark", meta.mark, 8)?;
+    sh.pool.crash_point("mio.zerocopy.after_unmark");
     Ok(Some(m))
 }
 
@@ -262,8 +272,12 @@ impl Inner {
             let _ = self.shared.alloc.free(mark);
             return Err(e);
         }
+        pool.crash_point("mio.zerocopy.after_start");
         let state = Arc::new(MergeState { meta });
         o.absorb_filter(n);
+        // Before the first node moves: every handle of the oldtable, old ones included,
+        // keeps the newtable's runs allocated (`table.rs`, reclamation).
+        o.absorb_runs(n);
         let o2 = Arc::new(o.rehandle(om, Some(state.clone())));
         let n2 = Arc::new(n.rehandle(nm, Some(state)));
         let mut v = self.version.write();
@@ -293,7 +307,9 @@ impl Inner {
         d.merges.retain(|m| m.old != o.meta.id);
         d.levels[level].retain(|t| t.id != o.meta.id && t.id != n.meta.id);
         d.levels[level + 1].push(o.meta.clone());
+        self.shared.pool.crash_point("mio.zerocopy.before_finish");
         self.publish(&mut st, d)?;
+        self.shared.pool.crash_point("mio.zerocopy.after_finish");
         let merged = Arc::new(o.rehandle(o.meta.clone(), None));
         {
             let mut v = self.version.write();

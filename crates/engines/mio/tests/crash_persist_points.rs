@@ -16,8 +16,9 @@ use std::sync::{Arc, Mutex};
 use common::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tierkv_core::KvStore;
-use tierkv_core::media::pmem::{CrashImageOptions, DurabilityMode, PmemPool};
+use tierkv_core::media::pmem::{CrashImageOptions, CrashPoint, DurabilityMode, PmemPool};
+use tierkv_core::{KvStore, Stats};
+use tierkv_mio::MioStore;
 
 const PARAMS: &str = "memtable=4KiB,levels=4,stall_timeout_ms=60000";
 
@@ -28,21 +29,22 @@ struct Crasher {
     pool: Mutex<Option<Arc<PmemPool>>>,
     model: Mutex<Model>,
     dir: std::path::PathBuf,
-    seen: Mutex<BTreeMap<&'static str, u64>>,
-    verified: Mutex<BTreeMap<&'static str, u64>>,
+    seen: Mutex<BTreeMap<String, u64>>,
+    verified: Mutex<BTreeMap<String, u64>>,
+    /// After the first 8 images of a point, one in `sample` (bounds the test's time).
+    sample: u64,
 }
 
 impl Crasher {
-    fn at(&self, label: &'static str) {
+    fn at(&self, label: &str) {
         let n = {
             let mut s = self.seen.lock().unwrap();
-            let e = s.entry(label).or_default();
+            let e = s.entry(label.to_owned()).or_default();
             *e += 1;
             *e
         };
-        // Every persist point kind, many times each: the first 12 of each kind, then one
-        // in 9 (bounds the test's time).
-        if n > 12 && n % 9 != 0 {
+        // Every point, many times each: the first 8 of each, then one in `sample`.
+        if n > 8 && n % self.sample != 0 {
             return;
         }
         let Some(pool) = self.pool.lock().unwrap().clone() else {
@@ -86,7 +88,77 @@ impl Crasher {
         drop(store);
         std::fs::remove_file(&path).unwrap();
         let _ = std::fs::remove_file(path.with_extension("orig"));
-        *self.verified.lock().unwrap().entry(label).or_default() += 1;
+        *self
+            .verified
+            .lock()
+            .unwrap()
+            .entry(label.to_owned())
+            .or_default() += 1;
+    }
+}
+
+impl Crasher {
+    fn new(dir: &std::path::Path, sample: u64) -> Arc<Crasher> {
+        Arc::new(Crasher {
+            pool: Mutex::new(None),
+            model: Mutex::new(Model::new()),
+            dir: dir.to_path_buf(),
+            seen: Mutex::default(),
+            verified: Mutex::default(),
+            sample,
+        })
+    }
+
+    /// Puts and deletes on 60 keys, the model updated around each call, until the
+    /// background work settles; returns the store's stats.
+    fn workload(&self, store: &MioStore, seed: u64) -> Stats {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        for i in 0..1_500u32 {
+            let k = format!("key{:03}", rng.random_range(0..60)).into_bytes();
+            let put = rng.random_range(0..100) < 85;
+            let v = put.then(|| {
+                let mut v = format!("{i}:").into_bytes();
+                v.resize(rng.random_range(20..300), b'a' + (i % 26) as u8);
+                v
+            });
+            self.model
+                .lock()
+                .unwrap()
+                .entry(k.clone())
+                .or_insert((None, None))
+                .1 = Some(v.clone());
+            match &v {
+                Some(v) => store.put(&k, v).unwrap(),
+                None => store.delete(&k).unwrap(),
+            }
+            let mut m = self.model.lock().unwrap();
+            let e = m.entry(k).or_insert((None, None));
+            *e = (v, None);
+        }
+        // A liveness bound only: the background threads pause at every sampled point
+        // while its image is recovered and checked, which is slow on a loaded machine.
+        assert!(store.wait_idle(std::time::Duration::from_secs(600)));
+        *self.pool.lock().unwrap() = None;
+        let s = store.stats();
+        println!("persist points seen: {:?}", self.seen.lock().unwrap());
+        println!("crash images verified: {:?}", self.verified.lock().unwrap());
+        println!(
+            "flushes {}, nodes relinked {}, repository merges {}",
+            counter(&s, "flushes"),
+            counter(&s, "nodes_relinked"),
+            counter(&s, "compactions_l2")
+        );
+        s
+    }
+
+    fn assert_verified(&self, labels: &[&str], at_least: u64) {
+        let verified = self.verified.lock().unwrap();
+        for label in labels {
+            assert!(
+                verified.get(*label).copied().unwrap_or(0) >= at_least,
+                "{label}: {verified:?}"
+            );
+        }
     }
 }
 
@@ -94,13 +166,7 @@ impl Crasher {
 fn every_persist_point_of_put_flush_and_compactions_recovers() {
     let seed = seed("crash_persist_points");
     let dir = scratch_dir();
-    let crasher = Arc::new(Crasher {
-        pool: Mutex::new(None),
-        model: Mutex::new(Model::new()),
-        dir: dir.path().to_path_buf(),
-        seen: Mutex::default(),
-        verified: Mutex::default(),
-    });
+    let crasher = Crasher::new(dir.path(), 15);
     let pool = create_pool(&dir.path().join("pool"), 2 << 20, DurabilityMode::Tracked);
     let hook = {
         let c = crasher.clone();
@@ -115,58 +181,72 @@ fn every_persist_point_of_put_flush_and_compactions_recovers() {
     )
     .unwrap();
     *crasher.pool.lock().unwrap() = Some(pool);
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    for i in 0..1_500u32 {
-        let k = format!("key{:03}", rng.random_range(0..60)).into_bytes();
-        let put = rng.random_range(0..100) < 85;
-        let v = put.then(|| {
-            let mut v = format!("{i}:").into_bytes();
-            v.resize(rng.random_range(20..300), b'a' + (i % 26) as u8);
-            v
-        });
-        crasher
-            .model
-            .lock()
-            .unwrap()
-            .entry(k.clone())
-            .or_insert((None, None))
-            .1 = Some(v.clone());
-        match &v {
-            Some(v) => store.put(&k, v).unwrap(),
-            None => store.delete(&k).unwrap(),
-        }
-        let mut m = crasher.model.lock().unwrap();
-        let e = m.entry(k).or_insert((None, None));
-        *e = (v, None);
-    }
-    assert!(store.wait_idle(std::time::Duration::from_secs(60)));
-    *crasher.pool.lock().unwrap() = None;
-    let s = store.stats();
+    crasher.workload(&store, seed);
     store.close().unwrap();
-    let verified = crasher.verified.lock().unwrap().clone();
-    println!("persist points seen: {:?}", crasher.seen.lock().unwrap());
-    println!("crash images verified: {verified:?}");
-    println!(
-        "flushes {}, nodes relinked {}, repository merges {}",
-        counter(&s, "flushes"),
-        counter(&s, "nodes_relinked"),
-        counter(&s, "compactions_l2")
+    crasher.assert_verified(
+        &[
+            "wal-record",
+            "flush-table",
+            "dir-object",
+            "dir-root",
+            "zc-new-mark",
+            "zc-mark",
+            "zc-unlink-new",
+            "zc-x-links",
+            "zc-link-old",
+            "zc-unmark",
+            "lc-node",
+            "lc-link",
+            "lc-unlink",
+        ],
+        5,
     );
-    for label in [
-        "wal-record",
-        "flush-table",
-        "dir-object",
-        "dir-root",
-        "zc-new-mark",
-        "zc-mark",
-        "zc-unlink-new",
-        "zc-x-links",
-        "zc-link-old",
-        "zc-unmark",
-    ] {
-        assert!(
-            verified.get(label).copied().unwrap_or(0) >= 5,
-            "{label}: {verified:?}"
-        );
-    }
+}
+
+/// The named crash points of the background work (`FORMAT.md` § Named crash points),
+/// armed on the pool with the core mechanism (`PmemPool::arm_crash_points`): at each, on
+/// the background thread that reached it (paused meanwhile), a crash image (line-level
+/// and word-torn alternately) is recovered into a fresh store and every acknowledged
+/// write checked, then `check` run on it.
+#[test]
+fn every_named_crash_point_of_background_work_recovers() {
+    let seed = seed("crash_named_points");
+    let dir = scratch_dir();
+    let crasher = Crasher::new(dir.path(), 40);
+    let pool = create_pool(&dir.path().join("pool"), 2 << 20, DurabilityMode::Tracked);
+    let store = open(pool.clone(), PARAMS, true);
+    *crasher.pool.lock().unwrap() = Some(pool.clone());
+    let c = crasher.clone();
+    pool.arm_crash_points(Arc::new(move |cp| {
+        if let CrashPoint::Named(name) = cp {
+            c.at(name);
+        }
+    }))
+    .unwrap();
+    crasher.workload(&store, seed);
+    pool.disarm_crash_points();
+    store.close().unwrap();
+    crasher.assert_verified(
+        &[
+            "mio.flush.after_copy",
+            "mio.flush.after_publish",
+            "mio.flush.before_log_free",
+            "mio.zerocopy.after_start",
+            "mio.zerocopy.after_mark",
+            "mio.zerocopy.after_unlink_new",
+            "mio.zerocopy.after_x_links",
+            "mio.zerocopy.after_link_level0",
+            "mio.zerocopy.after_link_upper",
+            "mio.zerocopy.after_drop_old",
+            "mio.zerocopy.after_unmark",
+            "mio.zerocopy.before_finish",
+            "mio.zerocopy.after_finish",
+            "mio.lazycopy.after_copy",
+            "mio.lazycopy.after_link",
+            "mio.lazycopy.before_free",
+            "mio.lazycopy.before_publish",
+            "mio.lazycopy.after_publish",
+        ],
+        3,
+    );
 }
