@@ -195,10 +195,16 @@ impl HeterMem {
             .off_dram
             .store(self.geo.block_start(b + 1), Ordering::SeqCst);
         self.threads.synchronize();
+        self.run_hook(crate::mem::HookPoint::Freeing, &[])?;
         let phys: Vec<u32> = mapped
             .iter()
             .filter_map(|(lp, _)| self.ring.unmap(*lp))
             .collect();
+        // Only now may writers reserve the pages a ring length past this block's
+        // (`Regions::unmapped_below`); before the pages come back, which wakes them.
+        self.regions
+            .unmapped_below
+            .fetch_max(self.geo.first_page(b + 1), Ordering::SeqCst);
         self.pages.give_back(&phys);
         self.counters
             .flush_micros

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tierkv_core::media::pmem::{CrashImageOptions, PmemPool};
-use tierkv_core::{EngineSpec, Error, KvStore, Limits, Tier};
+use tierkv_core::{EngineSpec, Error, KvStore, Limits, Result, Tier};
 
 use crate::format::record::MAX_TS;
 use crate::mem::{HeterMem, HookPoint, TestHook};
@@ -503,4 +503,85 @@ fn a_flush_that_fails_after_publishing_is_not_retried_and_the_store_reopens() {
         );
     }
     store.close().unwrap();
+}
+
+/// Stress (pmem-image, racing writers: hash 2003, lockfree 2005, 1006, 3051) failed with
+/// `pages array slot of page N still holds page M`, N = M + the ring's length and M the
+/// first page of a block. Reservations were bounded by `off_dram`, which a flush moves
+/// before it unmaps the block's pages; a writer holding a free page — possible when the
+/// window has holes, here the tail block closed by a forced flush that then failed (the
+/// full-pool path) — reserved page M + ring length in between and found its slot held.
+/// Now they are bounded by `unmapped_below`, moved after the unmap.
+#[test]
+fn a_writer_never_maps_into_a_slot_the_flushed_block_still_holds() {
+    let rig = Rig::new("");
+    let ring = rig.mem.ring.len() as u64;
+    let ppb = rig.mem.geo.pages_per_block();
+    let value = vec![7u8; 300];
+    let mut i = 0u32;
+    let put_until = |page: u64, i: &mut u32| {
+        while rig.mem.regions.next_page.load(Ordering::SeqCst) < page {
+            rig.put(format!("k{i:06}").as_bytes(), &value, None);
+            *i += 1;
+        }
+    };
+    // Pages into the middle of block 2, then a forced flush that closes block 2 (its
+    // unused pages become holes) and fails after flushing block 0.
+    put_until(2 * ppb + 3, &mut i);
+    let flushes = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let hook: TestHook = {
+        let flushes = flushes.clone();
+        Arc::new(move |point, _| {
+            if point == HookPoint::Published && flushes.fetch_add(1, Ordering::SeqCst) == 1 {
+                return Err(Error::no_space(
+                    Tier::Pmem,
+                    "injected: no run for the block",
+                ));
+            }
+            Ok(())
+        })
+    };
+    *rig.mem.hook.lock() = Some(hook);
+    {
+        let mut st = rig.mem.flusher.lock();
+        assert!(
+            rig.mem.flush_all(&mut st).is_err(),
+            "the forced flush fails"
+        );
+    }
+    *rig.mem.hook.lock() = None;
+    let m = rig.mem.geo.page_of(rig.mem.off_dram());
+    assert_eq!(m, ppb, "block 0 flushed, block 1 not");
+    // Fill the window of block 1: free pages remain (the holes of block 2).
+    put_until(m + ring, &mut i);
+    assert!(rig.mem.pages.free_count() > 0, "the window has holes");
+    let (tx, rx) = std::sync::mpsc::channel::<Result<()>>();
+    let mem = rig.mem.clone();
+    let hook: TestHook = Arc::new(move |point, _| {
+        if point == HookPoint::Freeing {
+            // Block 1 is past off_dram, its pages still mapped: a writer needs page
+            // M + ring length, whose slot block 1's first page M holds.
+            let (mem, tx, v) = (mem.clone(), tx.clone(), vec![9u8; 300]);
+            std::thread::spawn(move || {
+                let r = (|| {
+                    for j in 0..32u32 {
+                        let g = mem.pin()?;
+                        let key = format!("w{j:04}");
+                        mem.reserve(&g, key.len(), v.len())?;
+                        mem.write_value(&g, None, key.as_bytes(), &v)?;
+                    }
+                    Ok(())
+                })();
+                let _ = tx.send(r);
+            });
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        Ok(())
+    });
+    *rig.mem.hook.lock() = Some(hook);
+    rig.flush_oldest();
+    *rig.mem.hook.lock() = None;
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("the writer finished")
+        .unwrap_or_else(|e| panic!("a writer racing the flusher's freeing stage failed: {e}"));
 }

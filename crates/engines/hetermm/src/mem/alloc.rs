@@ -218,7 +218,10 @@ impl HeterMem {
             // before the number is taken. A writer that read the reserve whole just before
             // the dip still takes its one page; the reserve's slack covers those.
             self.admit_write()?;
-            if np < self.geo.page_of(self.off_dram()) + self.ring.len() as u64 {
+            // The slot of `np` is free once the page a ring length before it is unmapped
+            // (`Regions::unmapped_below`, which trails `off_dram` in a flush's freeing stage).
+            let unmapped = self.regions.unmapped_below.load(Ordering::SeqCst);
+            if np < unmapped + self.ring.len() as u64 {
                 if self
                     .regions
                     .next_page

@@ -67,6 +67,15 @@ pub struct Regions {
     pub alarm: AtomicU64,
     /// GlobalAllocated of Algorithm 2: the next logical page to hand out.
     pub next_page: AtomicU64,
+    /// Every logical page below it has been unmapped from the pages array, so the slot of
+    /// page `P` is free for page `P + ring length` once `P` is below it. It trails
+    /// `off_dram`: a flush moves `off_dram` (readers go to pmem), waits for readers, unmaps
+    /// the block's pages, and only then moves this. Reservations are bounded by it, not by
+    /// `off_dram`: in between, the flushed block's pages still hold their slots, and a
+    /// writer holding a free page (the window has holes, e.g. a forced flush that closed
+    /// the tail block and then failed) mapped into one ("pages array slot of page N still
+    /// holds page M", M the block's first page).
+    pub unmapped_below: AtomicU64,
 }
 
 /// Whether the store accepts operations.
@@ -164,6 +173,9 @@ pub enum HookPoint {
     Logged,
     /// In `flush_oldest`, once the block's directory word is durable (the value is empty).
     Published,
+    /// In `flush_oldest`'s freeing stage: `off_dram` has moved past the block and readers
+    /// have been waited for; its DRAM pages are not unmapped yet (the value is empty).
+    Freeing,
 }
 
 /// A test hook: sees the point and the value written (empty for a delete); an error it
@@ -288,6 +300,7 @@ impl HeterMem {
             off_read_only: AtomicU64::new(start),
             alarm: AtomicU64::new(start),
             next_page: AtomicU64::new(geo.first_page(first_block)),
+            unmapped_below: AtomicU64::new(geo.first_page(first_block)),
         };
         Ok(HeterMem {
             geo,
