@@ -82,16 +82,15 @@ fn prismdb_refuses_deletes_when_compaction_finds_no_room_on_flash() {
     passes_two_rounds("prismdb", 2313);
 }
 
-/// HeterMM fills to 26-39% of its pool when writes go to random keys (the rest is its
-/// reserve: room to flush all of DRAM, log and reorganisation blocks), but when each key is
-/// overwritten several times in a row (two racing writers per key) it refuses writes with
-/// 7-10% of the pool live: the space of superseded versions is not reclaimed before a
-/// write is refused (a write waits for one defragmentation pass, `mem/alloc.rs`
-/// `wait_for_space`, then gives up). Seen with every index; this is the open "transient
-/// NoSpace in small pools" bug. The test asks for 20% live at the first refusals (the
-/// default `--min-full` is 10%, right at the edge of what the engine reaches here).
+/// HeterMM, regression: with two racing writers per key it refused writes with 7-10% of the
+/// pool live (16% once writes waited for a room pass): a write was refused as soon as the
+/// flusher dipped into the pmem reserve, while blocks over the reorganisation threshold
+/// waited for the reclaimer, and in-place updates kept each record at the capacity of its
+/// largest value. Now a write is refused only after a room pass that began after it found
+/// no room (`hetermm/src/flush.rs`), and an in-place update may not waste more than its
+/// value's size; 37-42% of the pool is live at the first refusals. The test asks for 20%
+/// (the default `--min-full` is 10%).
 #[test]
-#[ignore = "hetermm: refuses overwrites with under a tenth of the pool live (engine defect, issue 23)"]
 fn hetermm_refuses_overwrites_with_under_a_tenth_of_the_pool_live() {
     let run = common::space_run(
         "hetermm:hash",

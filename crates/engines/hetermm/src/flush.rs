@@ -63,7 +63,17 @@ pub struct FlushState {
 impl HeterMem {
     /// One round of background work; returns whether it did anything.
     pub fn flusher_step(&self, st: &mut FlushState) -> Result<bool> {
+        if self.nvm.reserve.dipped() && self.room.pending() && self.serving.load(Ordering::Acquire)
+        {
+            return self.room_pass(st).map(|()| true);
+        }
         let mut worked = self.cache_step(st)?;
+        // A forced flush after recovery that failed (pmem full) is retried: until it
+        // succeeds the old logs stand and no log block is reclaimed.
+        if !st.old_logs.is_empty() && self.serving.load(Ordering::Acquire) {
+            self.flush_all(st)?;
+            worked = true;
+        }
         let snap = self.dram_snapshot();
         if policy::should_prepare_overlap(snap) {
             self.prepare_overlap();
@@ -85,6 +95,37 @@ impl HeterMem {
         Ok(worked)
     }
 
+    /// A room pass, for writers waiting while the reserve is dipped (`mem/mod.rs`
+    /// `admit_write`): flushes all of DRAM (applying every pending mark and retiring the
+    /// log), reorganises every block over the threshold, moves blocks down while that
+    /// frees a run, and refills the reserve. If the reserve is still short, the pool is
+    /// full for good: the requests made before the pass began are answered (their writes
+    /// get `NoSpace`). The pass always answers, even when a step fails; the failure is
+    /// then reported as any other flusher error.
+    fn room_pass(&self, st: &mut FlushState) -> Result<()> {
+        let request = self.room.begin();
+        let worked = self
+            .flush_all(st)
+            .and_then(|()| self.reorganise_all())
+            .and_then(|_| self.defragment_for_reserve());
+        let full = self.nvm.top_up_reserve().map(|topped| !topped);
+        if !matches!(full, Ok(false)) {
+            self.room.gave_up(request);
+        }
+        self.counters.room_passes.incr();
+        worked.and(full.map(drop))
+    }
+
+    /// Moves blocks down while the reserve cannot be refilled and one still moves.
+    fn defragment_for_reserve(&self) -> Result<()> {
+        for _ in 0..=self.blocks.len() {
+            if self.nvm.top_up_reserve()? || !self.relocate_one()? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// While the pmem reserve is dipped (`nvm/reserve.rs`, writes refused): refills it from
     /// what reorganisation freed, and otherwise flushes everything that is in DRAM or keyed
     /// to a block not flushed yet — the deletes' marks, so that reorganisation can free
@@ -93,6 +134,12 @@ impl HeterMem {
     fn full_pool_step(&self, st: &mut FlushState) -> Result<bool> {
         if self.nvm.top_up_reserve()? {
             return Ok(true);
+        }
+        // The free chunks may lie in holes too short for a block: ask the reclaimer to
+        // move blocks down (it answers with a pass that gives up when nothing moves).
+        if !self.defrag.pending() {
+            self.defrag.request();
+            self.wake_reclaimer.raise();
         }
         st.marks.drain_from(&self.threads);
         let in_dram = self.regions.next_page.load(Ordering::SeqCst)

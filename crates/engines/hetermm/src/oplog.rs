@@ -277,6 +277,11 @@ impl OpLog {
         Ok(off)
     }
 
+    /// Blocks retired so far (reclaimed or compressed).
+    pub fn retired(&self) -> u64 {
+        self.counters.reclaimed.get()
+    }
+
     /// Live log blocks.
     pub fn block_count(&self) -> usize {
         self.state.lock().blocks.len()

@@ -59,17 +59,8 @@ impl HeterMem {
     pub fn reclaimer_step(&self) -> Result<bool> {
         if self.defrag.pending() {
             let request = self.defrag.begin();
-            for b in policy::choose_relocation(&self.blocks.snapshot(), RELOCATION_TRIES) {
-                match self.reorganise(b, Reason::Relocate) {
-                    Ok(true) => {
-                        self.counters.relocations.incr();
-                        return Ok(true);
-                    }
-                    // No run for its copy: this block cannot move (a pass that ended on this
-                    // error without giving up left writers waiting for it forever).
-                    Ok(false) | Err(Error::NoSpace { .. }) => {}
-                    Err(e) => return Err(e),
-                }
+            if self.relocate_one()? {
+                return Ok(true);
             }
             self.defrag.gave_up(request);
         }
@@ -80,8 +71,53 @@ impl HeterMem {
         self.reorganise(b, Reason::Sparse)
     }
 
+    /// Moves one of the blocks placed highest in the pool down, if one fits lower; returns
+    /// whether one moved.
+    pub fn relocate_one(&self) -> Result<bool> {
+        for b in policy::choose_relocation(&self.blocks.snapshot(), RELOCATION_TRIES) {
+            match self.reorganise(b, Reason::Relocate) {
+                Ok(true) => {
+                    self.counters.relocations.incr();
+                    return Ok(true);
+                }
+                // No run for its copy: this block cannot move (a pass that ended on this
+                // error without giving up left writers waiting for it forever).
+                Ok(false) | Err(Error::NoSpace { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(false)
+    }
+
+    /// Reorganises every block over the threshold (the flusher's room pass); stops at the
+    /// first that finds no run for its copy. Returns how many it reorganised.
+    pub fn reorganise_all(&self) -> Result<usize> {
+        let mut tried = HashSet::new();
+        let mut done = 0;
+        loop {
+            let blocks: Vec<(u64, BlockInfo)> = self
+                .blocks
+                .snapshot()
+                .into_iter()
+                .filter(|(b, _)| !tried.contains(b))
+                .collect();
+            let Some(b) = policy::choose_reorg(&blocks, self.opts.reorg_threshold) else {
+                return Ok(done);
+            };
+            tried.insert(b);
+            match self.reorganise(b, Reason::Sparse) {
+                Ok(true) => done += 1,
+                Ok(false) => {}
+                Err(Error::NoSpace { .. }) => return Ok(done),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Reorganises block `b` (see the module doc); returns whether it did.
     pub fn reorganise(&self, b: u64, reason: Reason) -> Result<bool> {
+        // One reorganisation at a time: two of one block would both free its old run.
+        let _one = self.reorg_lock.lock();
         let started = Instant::now();
         let Some(cell) = self.blocks.info(b) else {
             return Ok(false);

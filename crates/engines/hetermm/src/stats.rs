@@ -43,6 +43,10 @@ pub struct HeterCounters {
     pub relocations: Counter,
     /// Writers that had to wait for a free DRAM page.
     pub page_waits: Counter,
+    /// Waits of a writer for the log to shrink below its limit (200 µs each).
+    pub log_waits: Counter,
+    /// Room passes run for writers waiting while the reserve was dipped.
+    pub room_passes: Counter,
     /// Pages a writer left because the alarm said it was about to become read-only.
     pub alarms: Counter,
     /// Changes of the read cache's target size.
@@ -94,6 +98,8 @@ impl HeterMem {
         counter("relocations", c.relocations.get());
         counter("page_waits", c.page_waits.get());
         counter("alarms", c.alarms.get());
+        counter("log_waits", c.log_waits.get());
+        counter("room_passes", c.room_passes.get());
         counter("cache_resizes", c.cache_resizes.get());
         counter("recovered_records", c.recovered_records.get());
         counter("replayed_entries", c.replayed_entries.get());
@@ -158,5 +164,50 @@ fn ratio(part: u64, whole: u64) -> f64 {
         0.0
     } else {
         part as f64 / whole as f64
+    }
+}
+
+impl HeterMem {
+    /// Where pmem went (said when writes are refused): the published blocks' live and held
+    /// bytes, the log, the reserve, and the free chunks with the longest free run.
+    pub fn space_report(&self) -> String {
+        use crate::nvm::{COMPACT_TAG, DATA_TAG, LOG_TAG};
+        let layout = self.nvm.alloc.layout();
+        let cs = layout.chunk_size;
+        let mut used = vec![false; layout.chunk_count as usize];
+        for tag in [DATA_TAG, COMPACT_TAG, LOG_TAG] {
+            for a in self.nvm.alloc.iter_chunks(tag) {
+                let Some(k) = layout.chunk_of(a.offset) else {
+                    continue;
+                };
+                let first = k as usize;
+                let end = (first + (a.size / cs) as usize).min(used.len());
+                used[first.min(end)..end].fill(true);
+            }
+        }
+        let (mut free, mut run, mut longest) = (0u64, 0u64, 0u64);
+        for u in &used {
+            run = if *u { 0 } else { run + 1 };
+            free += u64::from(!*u);
+            longest = longest.max(run);
+        }
+        let blocks = self.blocks.snapshot();
+        let live: u64 = blocks.iter().map(|(_, i)| i.live).sum();
+        let held: u64 = blocks.iter().map(|(_, i)| i.run_len).sum();
+        format!(
+            "{} blocks hold {} KiB of records in {} KiB, {} log blocks, reserve {} of {} \
+             blocks, {} of {} chunks of {} KiB free (longest free run {}, a block takes {})",
+            blocks.len(),
+            live >> 10,
+            held >> 10,
+            self.oplog.as_ref().map_or(0, |l| l.block_count()),
+            self.nvm.reserve.held(),
+            self.nvm.reserve.target(),
+            free,
+            layout.chunk_count,
+            cs >> 10,
+            longest,
+            self.nvm.chunks_for(self.geo.block_size()),
+        )
     }
 }

@@ -17,7 +17,7 @@
 //! shared.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tierkv_core::{Error, Result, Tier};
 
@@ -26,12 +26,15 @@ use crate::dram::record as dram_record;
 use crate::format::record::record_len;
 use crate::threads::{CLOSED, bump, cursor};
 
+/// How long a writer waits for the log to shrink while no log block is retired.
+const LOG_WAIT_IDLE: Duration = Duration::from_secs(1);
+
 impl HeterMem {
     /// Reserves the space of a record with this key and value length for the guard's next
     /// out-of-place write (may wait for the flusher; call it before taking an index lock).
     pub fn reserve(&self, g: &Guard<'_>, key_len: usize, value_len: usize) -> Result<()> {
         self.check_payload_len(key_len, value_len)?;
-        self.admit_write()?;
+        self.admit_write(g)?;
         self.reserve_log(g, key_len, value_len)?;
         let len = record_len(key_len as u64, value_len as u64);
         if g.reserved_len() == Some(len) {
@@ -59,6 +62,7 @@ impl HeterMem {
         if self.replaying.load(Ordering::Relaxed) {
             return Ok(());
         }
+        self.wait_for_log_room(g, log);
         loop {
             match log.ensure_room(&self.nvm, g.slot(), key_len, value_len) {
                 Err(e @ Error::NoSpace { .. }) => {
@@ -67,6 +71,37 @@ impl HeterMem {
                 }
                 other => return other,
             }
+        }
+    }
+
+    /// Back-pressure from the log (ours): while the log holds `log_blocks_limit` blocks or
+    /// more, a new write waits (unpinned) for the flusher to flush or compress the oldest
+    /// ones. The log protects what is in DRAM, and with values of up to half a page its
+    /// pages are half empty, so writers that never waited grew it to three times its budget
+    /// (22 blocks of 1 MiB for a budget of 7 in a 64 MiB pool) and left no room in the pool
+    /// for blocks: the transient `NoSpace` of stress seeds 3051 and 2005.
+    ///
+    /// The wait ends when the log is under the limit, or when it cannot shrink by the
+    /// flusher alone: the reserve is dipped or the flusher is stalled (pmem full: the
+    /// write then goes on and the reserve rules decide), the store stops, or no log block
+    /// was retired for [`LOG_WAIT_IDLE`] (the write goes on, as if there were no limit).
+    fn wait_for_log_room(&self, g: &Guard<'_>, log: &crate::oplog::OpLog) {
+        let mut progress = log.retired();
+        let mut since = Instant::now();
+        while log.block_count() >= self.log_blocks_limit
+            && self.health.check_writable().is_ok()
+            && !self.nvm.reserve.dipped()
+            && self.health.stalled.lock().is_none()
+        {
+            let now = log.retired();
+            if now != progress {
+                (progress, since) = (now, Instant::now());
+            } else if since.elapsed() >= LOG_WAIT_IDLE {
+                return;
+            }
+            self.wake_flusher.raise();
+            g.unpinned(|| std::thread::sleep(Duration::from_micros(200)));
+            self.counters.log_waits.incr();
         }
     }
 
@@ -217,7 +252,7 @@ impl HeterMem {
             // IMPORTANT: no new page once the reserve has dipped (`nvm/reserve.rs`), checked
             // before the number is taken. A writer that read the reserve whole just before
             // the dip still takes its one page; the reserve's slack covers those.
-            self.admit_write()?;
+            self.admit_write(g)?;
             // The slot of `np` is free once the page a ring length before it is unmapped
             // (`Regions::unmapped_below`, which trails `off_dram` in a flush's freeing stage).
             let unmapped = self.regions.unmapped_below.load(Ordering::SeqCst);

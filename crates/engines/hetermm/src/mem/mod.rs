@@ -164,6 +164,49 @@ impl Defrag {
     }
 }
 
+/// Room passes (`flush.rs`): writers waiting while the reserve is dipped ask for one; the
+/// flusher runs them. A writer's request is answered only by a pass that began after it
+/// asked and ended with the reserve still short (stricter than [`Defrag`], where a request
+/// joins the pass already running).
+#[derive(Debug, Default)]
+pub struct RoomPasses {
+    /// Passes begun (the number of the latest).
+    begun: AtomicU64,
+    /// One more than the latest pass number a waiting writer saw begun.
+    asked: AtomicU64,
+    /// The highest pass number that ended with the reserve short.
+    barren: AtomicU64,
+}
+
+impl RoomPasses {
+    /// Asks for a pass; returns the ticket to pass to [`RoomPasses::answered`].
+    pub fn request(&self) -> u64 {
+        let ticket = self.begun.load(Ordering::SeqCst) + 1;
+        self.asked.fetch_max(ticket, Ordering::SeqCst);
+        ticket
+    }
+
+    /// True while a writer waits for a pass not begun yet.
+    pub fn pending(&self) -> bool {
+        self.asked.load(Ordering::SeqCst) > self.begun.load(Ordering::SeqCst)
+    }
+
+    /// Begins a pass; returns its number.
+    pub fn begin(&self) -> u64 {
+        self.begun.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Pass `n` ended with the reserve still short.
+    pub fn gave_up(&self, n: u64) {
+        self.barren.fetch_max(n, Ordering::SeqCst);
+    }
+
+    /// True once a pass numbered `ticket` or later (so begun after the request) gave up.
+    pub fn answered(&self, ticket: u64) -> bool {
+        self.barren.load(Ordering::SeqCst) >= ticket
+    }
+}
+
 /// Where a test hook runs (`regressions.rs` forces interleavings with it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HookPoint {
@@ -183,6 +226,13 @@ pub enum HookPoint {
 #[cfg(test)]
 pub type TestHook = Arc<dyn Fn(HookPoint, &[u8]) -> Result<()> + Send + Sync>;
 
+/// How often a writer waiting for room looks again.
+const ROOM_POLL: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Log blocks past its budget before writers wait for the flusher: room for the blocks the
+/// flusher itself starts while it compresses.
+const LOG_SLACK: usize = 2;
+
 /// Timestamps kept back at the end of the clock for writes already under way.
 const TS_HEADROOM: u64 = 1 << 32;
 
@@ -196,6 +246,8 @@ pub struct HeterMem {
     pub free_pages: usize,
     /// Live log blocks before the oldest is compressed.
     pub log_blocks_max: usize,
+    /// Live log blocks at which new writes wait for the flusher (`mem/alloc.rs`).
+    pub log_blocks_limit: usize,
     /// The pmem side.
     pub nvm: Nvm,
     /// The `blocks` array and block bookkeeping.
@@ -239,6 +291,13 @@ pub struct HeterMem {
     pub wake_reclaimer: Signal,
     /// Requests to defragment the pool (a run could not be allocated).
     pub defrag: Defrag,
+    /// Writers' requests for a room pass while the reserve is dipped (`flush.rs`), and the
+    /// flusher's answers: a request is answered when a pass that began after it left the
+    /// reserve short.
+    pub room: RoomPasses,
+    /// Held for a whole reorganisation: the reclaimer and the flusher's room pass both
+    /// reorganise (`reorg.rs`).
+    pub reorg_lock: Mutex<()>,
     /// The test hook, if set.
     #[cfg(test)]
     pub hook: Mutex<Option<TestHook>>,
@@ -306,6 +365,7 @@ impl HeterMem {
             geo,
             free_pages,
             log_blocks_max,
+            log_blocks_limit: log_blocks_max + LOG_SLACK,
             blocks: BlockTable::with_capacity(match opts.max_blocks {
                 0 => MAX_BLOCKS,
                 n => n,
@@ -328,6 +388,8 @@ impl HeterMem {
             wake_flusher: Signal::default(),
             wake_reclaimer: Signal::default(),
             defrag: Defrag::default(),
+            room: RoomPasses::default(),
+            reorg_lock: Mutex::new(()),
             #[cfg(test)]
             hook: Mutex::new(None),
             nvm,
@@ -398,17 +460,34 @@ impl HeterMem {
         Ok(())
     }
 
-    /// Refuses a new write while the pmem reserve is dipped (`nvm/reserve.rs`): what is
-    /// already in DRAM, deletes and one reorganisation are all it still covers.
-    pub fn admit_write(&self) -> Result<()> {
+    /// Admits a new write, or refuses it with `NoSpace` while the pool is full
+    /// (`nvm/reserve.rs`). A writer that finds the reserve dipped waits (unpinned) until
+    /// it is full again — admitted — or until a *room pass* of the flusher that began after
+    /// the writer asked for it (flush of all of DRAM, reorganisation of every block over the
+    /// threshold, defragmentation, `flush.rs`) ended with the reserve still short: then the
+    /// pool is full for good and the write is refused. So a pool that garbage still
+    /// clutters is never reported full, and a genuinely full one refuses after one pass.
+    pub fn admit_write(&self, g: &Guard<'_>) -> Result<()> {
         self.check_clock()?;
-        if self.nvm.reserve.dipped() && !self.replaying.load(Ordering::Acquire) {
+        if self.replaying.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut request = None;
+        while self.nvm.reserve.dipped() {
+            self.health.check_writable()?;
+            let r = *request.get_or_insert_with(|| self.room.request());
+            if self.room.answered(r) {
+                return Err(Error::no_space(
+                    Tier::Pmem,
+                    format!(
+                        "the hetermm pmem pool is full: new writes are refused until deletes \
+                         free space (reads, deletes, flush and close go on); {}",
+                        self.space_report()
+                    ),
+                ));
+            }
             self.wake_flusher.raise();
-            return Err(Error::no_space(
-                Tier::Pmem,
-                "the hetermm pmem pool is full: new writes are refused until deletes free \
-                 space (reads, deletes, flush and close go on)",
-            ));
+            g.unpinned(|| std::thread::sleep(ROOM_POLL));
         }
         Ok(())
     }
@@ -477,6 +556,27 @@ mod tests {
 
     /// Regression (stress with `reorg_threshold=0.99` on a full 4 MiB pool): writers waited
     /// for defragmentation forever, because every new failure asked for it again.
+    #[test]
+    fn a_room_request_is_answered_only_by_a_pass_that_began_after_it() {
+        let r = super::RoomPasses::default();
+        assert!(!r.pending());
+        let first = r.request();
+        assert!(r.pending());
+        let pass = r.begin();
+        assert!(!r.pending(), "the pass running answers it");
+        let during = r.request();
+        assert!(
+            r.pending(),
+            "a request made during a pass needs the next one"
+        );
+        r.gave_up(pass);
+        assert!(r.answered(first));
+        assert!(!r.answered(during), "the pass began before it");
+        let next = r.begin();
+        r.gave_up(next);
+        assert!(r.answered(during) && !r.pending());
+    }
+
     #[test]
     fn a_defragmentation_request_is_answered_by_a_pass_that_began_after_it() {
         let d = Defrag::default();

@@ -16,13 +16,23 @@
 //!
 //! **The rule.** Allocations that keep the store's promises — a flush, a log block, a
 //! reorganisation copy — take from the allocator first and from the reserve when it has no
-//! run. The first run taken from the reserve *dips* it: from then on every new write is
-//! refused with `NoSpace` before it touches anything (`mem/alloc.rs`), so nothing new is
+//! run. The first run taken from the reserve *dips* it: from then on no new write is
+//! admitted before it touches anything (`mem/mod.rs` `admit_write`), so nothing new is
 //! committed that the reserve would have to cover. At the dip the reserve held
 //! `dram_blocks + LOG_BLOCKS + REORG_BLOCKS` runs while DRAM held at most `dram_blocks`
 //! blocks, so what is in DRAM can always be flushed, deletes logged and one block
 //! reorganised. Space freed later (deletes, then marks, then reorganisation) refills the
 //! reserve first; once it is full again, writes are admitted again.
+//!
+//! **Refused for good, not for a moment.** A dip does not mean the pool is full: the
+//! allocator may have failed while blocks over the reorganisation threshold wait for the
+//! reclaimer, or while the free chunks lie in short holes. So a writer that finds the
+//! reserve dipped waits (unpinned) for a *room pass* of the flusher that begins after it
+//! asks (`flush.rs` `room_pass`: flush all of DRAM and its marks, reorganise every block
+//! over the threshold, move blocks down, refill the reserve). If the reserve is full after
+//! it, the write goes on; if not, the pool is full for good and the write gets `NoSpace`.
+//! A genuinely full pool therefore refuses after one pass (milliseconds), and asking again
+//! finds it still full: the next pass frees nothing either.
 //!
 //! **Its size.** DRAM is at most an eighth of the pool (`mem/mod.rs`) and the log keeps at
 //! most an eighth of the pool's blocks before compressing, so the reserve is a bounded
