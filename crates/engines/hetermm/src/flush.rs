@@ -231,12 +231,14 @@ impl HeterMem {
             self.run_hook(crate::mem::HookPoint::Published, &[])?;
         }
         self.apply_marks(&older)?;
+        self.pool().crash_point("hetermm.flush.marks_applied");
         // IMPORTANT: the frontier moves only after B and every mark keyed at B are durable,
         // and never while recovery's replayed writes are unflushed (the old logs still
         // stand for them; `flush_all` moves it when they are flushed).
         if st.old_logs.is_empty() {
             self.nvm.set_flush_frontier(self.geo.block_start(b + 1))?;
         }
+        self.pool().crash_point("hetermm.flush.before_free");
         // Freeing stage.
         self.regions
             .off_dram
@@ -282,6 +284,7 @@ impl HeterMem {
         let pool = self.pool();
         pool.write(off, &image)?;
         pool.persist(off, image.len())?;
+        pool.crash_point("hetermm.flush.block_written");
         // IMPORTANT: the directory word publishes the block only after all of it is durable.
         self.nvm.set_dir_entry(
             off,
@@ -291,6 +294,7 @@ impl HeterMem {
                 generation: 0,
             },
         )?;
+        pool.crash_point("hetermm.flush.published");
         let info = BlockInfo {
             off,
             run_len: self.nvm.chunks_for(self.geo.block_size()) * self.nvm.sb.chunk_size,
@@ -507,6 +511,7 @@ impl HeterMem {
                 log.counters.copied.incr();
             }
         }
+        self.pool().crash_point("hetermm.log.compress_copied");
         log.retire(&self.nvm, block)?;
         log.counters.compressed.incr();
         Ok(())

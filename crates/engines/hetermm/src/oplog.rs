@@ -341,6 +341,7 @@ impl OpLog {
         // IMPORTANT: unpublish first; a crash before the free leaves an unnamed run that
         // recovery frees.
         nvm.set_dir_entry(block.off, DirEntry::None)?;
+        nvm.pool.crash_point("hetermm.log.unpublished");
         nvm.free_run(block.off)?;
         st.blocks.pop_front();
         self.counters.reclaimed.incr();

@@ -158,6 +158,7 @@ impl HeterMem {
         }
         let new_len = if kept.is_empty() {
             self.nvm.set_dir_entry(old.off, DirEntry::None)?;
+            self.pool().crash_point("hetermm.reorg.block_dropped");
             self.blocks.remove(b);
             drop(info);
             self.counters.blocks_freed.incr();
@@ -181,6 +182,7 @@ impl HeterMem {
             let written = pool
                 .write(off, &image)
                 .and_then(|()| pool.persist(off, image.len()));
+            pool.crash_point("hetermm.reorg.copy_written");
             let generation = next_generation(old.generation);
             // IMPORTANT: the compact copy is durable and published before the old word goes.
             let published = written.and_then(|()| {
@@ -196,7 +198,9 @@ impl HeterMem {
             if let Err(e) = published {
                 return Err(self.nvm.free_after(off, e));
             }
+            pool.crash_point("hetermm.reorg.copy_published");
             self.nvm.set_dir_entry(old.off, DirEntry::None)?;
+            pool.crash_point("hetermm.reorg.old_unpublished");
             let live: u64 = kept
                 .iter()
                 .filter(|(rel, _)| !late.contains(rel))

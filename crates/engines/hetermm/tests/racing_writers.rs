@@ -112,8 +112,8 @@ fn racing_writers_are_linearizable_lockfree() {
 /// `set_value` had returned, while HeterMM took the last call's for the installed one: the
 /// installed record was marked as an orphan (reorganisation then dropped it under the
 /// readers) and its log entry withdrawn. A small pool keeps the reclaimer busy, so readers
-/// race against reorganisation all the time. (8 MiB, not 4: in 4 MiB the open transient
-/// `NoSpace` under heavy overwrites, issue 22 bug A, failed about 1 run in 7.)
+/// race against reorganisation all the time. (8 MiB, not 4: in 4 MiB the transient
+/// `NoSpace` under heavy overwrites, issue 22 bug A, fixed since, failed about 1 run in 7.)
 #[test]
 fn racing_writers_and_readers_under_reorganisation_lockfree() {
     let dir = scratch_dir();
@@ -135,22 +135,22 @@ fn racing_writers_and_readers_under_reorganisation_lockfree() {
     store.close().unwrap();
 }
 
-// NOTE: one crash per CI test: a workload on a recovered store could hit the bug of
-// `writes_after_two_recoveries_find_a_pages_array_slot_still_held` (fixed 2026-11-26; more
-// rounds once release stress runs have confirmed it).
+// Three crashes per test: the workload goes on on the store recovered from the last image
+// (one crash only while `writes_after_two_recoveries_find_a_pages_array_slot_still_held`
+// was open; fixed 2026-11-26, confirmed by release stress runs).
 #[test]
 fn racing_writers_survive_crash_images_btree() {
-    crash("btree", 1, fixed_seed("racing_crash_btree"));
+    crash("btree", 3, fixed_seed("racing_crash_btree"));
 }
 
 #[test]
 fn racing_writers_survive_crash_images_hash() {
-    crash("hash", 1, fixed_seed("racing_crash_hash"));
+    crash("hash", 3, fixed_seed("racing_crash_hash"));
 }
 
 #[test]
 fn racing_writers_survive_crash_images_lockfree() {
-    crash("lockfree", 1, fixed_seed("racing_crash_lockfree"));
+    crash("lockfree", 3, fixed_seed("racing_crash_lockfree"));
 }
 
 /// Issue 17 bug (found by the racing-writers crash test, every index variant): after a
