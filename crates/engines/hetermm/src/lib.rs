@@ -28,6 +28,8 @@
 //! | §5.3.2, Alg. 1 | recovery, parallel over blocks | `recovery.rs` |
 //! | §5.4, Alg. 2, Eq. 2-3 | thread-oriented allocation, alarms | `threads.rs`, `mem/alloc.rs`, `cache.rs` |
 //! | (ours) | epochs instead of timed waits | `threads.rs`, `mem/guard.rs` |
+//! | (ours) | a full pool: the reserve, room passes, log back-pressure | `nvm/reserve.rs`, `flush.rs`, `mem/mod.rs`, `mem/alloc.rs` |
+//! | (ours) | named crash points of flushing, reorganisation, log retirement | `flush.rs`, `reorg.rs`, `oplog.rs`, FORMAT.md |
 //! | (ours) | formats, crash argument | `format/`, `FORMAT.md` |
 //!
 //! ## Deviations from the paper (each argued where it is implemented)
