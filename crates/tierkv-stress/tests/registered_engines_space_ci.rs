@@ -13,10 +13,6 @@ const CI_FLAGS: &[&str] = &["--flash-size", "16MiB", "--kill-fraction", "0.5"];
 
 /// Engines whose space run fails today, with the `#[ignore]`d test that reproduces it.
 const KNOWN_FAILING: &[(&str, &str)] = &[
-    (
-        "focus",
-        "focus_refuses_writes_on_a_full_pool_only_after_a_fixed_5_s_wait",
-    ),
     ("mio", "mio_refuses_deletes_on_a_full_pool"),
     (
         "prismdb",
@@ -47,14 +43,14 @@ fn every_registered_engine_fills_frees_writes_again_and_recovers() {
     }
 }
 
-/// FOCUS on a full pool: a write that adds data waits for GC to make room for a fixed 5 s
-/// (`ADMIT_WAIT` in `focus/src/store.rs`) before it is refused with `NoSpace`, even when GC
-/// has nothing left to collect, so every refused write takes 5 s (`a write of the fill took
-/// 5001.9 ms (--write-bound 5000.0 ms)`, seed 2311, 4 MiB pool). The wait should end as
-/// soon as GC has made a pass that found no room to reclaim. (Until 2026-11-26 the store
-/// poisoned itself instead: GC without a free chunk was a background failure; fixed.)
+/// FOCUS on a full pool: a write that adds data used to wait for GC to make room for a
+/// fixed 5 s (`ADMIT_WAIT`) before it was refused with `NoSpace`, even when GC had nothing
+/// left to collect, so every refused write took 5 s (`a write of the fill took 5001.9 ms
+/// (--write-bound 5000.0 ms)`, seed 2311, 4 MiB pool). Fixed 2026-11-26: the wait ends as
+/// soon as a GC pass that began after the writer started waiting gave up
+/// (`focus/src/gc.rs`, `Passes`). (Until then also: the store poisoned itself when GC
+/// found no free chunk; fixed before.)
 #[test]
-#[ignore = "focus: every refused write first waits 5 s for GC (engine defect, issue 23)"]
 fn focus_refuses_writes_on_a_full_pool_only_after_a_fixed_5_s_wait() {
     passes_two_rounds("focus", 2311);
 }
