@@ -12,17 +12,7 @@ mod common;
 const CI_FLAGS: &[&str] = &["--flash-size", "16MiB", "--kill-fraction", "0.5"];
 
 /// Engines whose space run fails today, with the `#[ignore]`d test that reproduces it.
-const KNOWN_FAILING: &[(&str, &str)] = &[
-    (
-        "focus",
-        "focus_refuses_writes_on_a_full_pool_only_after_a_fixed_5_s_wait",
-    ),
-    ("mio", "mio_refuses_deletes_on_a_full_pool"),
-    (
-        "prismdb",
-        "prismdb_refuses_deletes_when_compaction_finds_no_room_on_flash",
-    ),
-];
+const KNOWN_FAILING: &[(&str, &str)] = &[("mio", "mio_refuses_deletes_on_a_full_pool")];
 
 /// Runs two CI-sized space rounds of `spec` and asserts that they passed.
 fn passes_two_rounds(spec: &str, seed: u64) {
@@ -47,14 +37,14 @@ fn every_registered_engine_fills_frees_writes_again_and_recovers() {
     }
 }
 
-/// FOCUS on a full pool: a write that adds data waits for GC to make room for a fixed 5 s
-/// (`ADMIT_WAIT` in `focus/src/store.rs`) before it is refused with `NoSpace`, even when GC
-/// has nothing left to collect, so every refused write takes 5 s (`a write of the fill took
-/// 5001.9 ms (--write-bound 5000.0 ms)`, seed 2311, 4 MiB pool). The wait should end as
-/// soon as GC has made a pass that found no room to reclaim. (Until 2026-11-26 the store
-/// poisoned itself instead: GC without a free chunk was a background failure; fixed.)
+/// FOCUS on a full pool: a write that adds data used to wait for GC to make room for a
+/// fixed 5 s (`ADMIT_WAIT`) before it was refused with `NoSpace`, even when GC had nothing
+/// left to collect, so every refused write took 5 s (`a write of the fill took 5001.9 ms
+/// (--write-bound 5000.0 ms)`, seed 2311, 4 MiB pool). Fixed 2026-11-26: the wait ends as
+/// soon as a GC pass that began after the writer started waiting gave up
+/// (`focus/src/gc.rs`, `Passes`). (Until then also: the store poisoned itself when GC
+/// found no free chunk; fixed before.)
 #[test]
-#[ignore = "focus: every refused write first waits 5 s for GC (engine defect, issue 23)"]
 fn focus_refuses_writes_on_a_full_pool_only_after_a_fixed_5_s_wait() {
     passes_two_rounds("focus", 2311);
 }
@@ -72,12 +62,15 @@ fn mio_refuses_deletes_on_a_full_pool() {
     passes_two_rounds("mio@stall_timeout_ms=500", 2312);
 }
 
-/// PrismDB's deletes need room on the pmem tier; when it is full they trigger a
-/// compaction to flash, which writes one whole new sorted table before it removes the old
-/// ones and so finds no room on a device that is a bit over half full: every delete on the
-/// full store fails with "fast tier full and compaction failed: no space left on flash".
+/// PrismDB's deletes need room on the pmem tier; when it was full they triggered a
+/// compaction to flash, which wrote one whole new sorted table before it removed the old
+/// ones and so found no room on a device that was a bit over half full: every delete on
+/// the full store failed with "fast tier full and compaction failed: no space left on
+/// flash". Fixed 2026-11-26 (prismdb FORMAT.md §3 "Room for deletes", "Room on flash"):
+/// pmem slots and chunks reserved for tombstones, tables bounded by a 32nd of the device,
+/// a flash reserve for one table's rewrite, and tombstone-only compactions when flash has
+/// no other room.
 #[test]
-#[ignore = "prismdb: deletes refused on a full store (engine defect, issue 23)"]
 fn prismdb_refuses_deletes_when_compaction_finds_no_room_on_flash() {
     passes_two_rounds("prismdb", 2313);
 }

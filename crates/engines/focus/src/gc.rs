@@ -14,8 +14,10 @@
 //!   wait for readers that may still walk it (the reclaim lock), clear its header's
 //!   magic, persist, free it.
 //! - **Thread** `focus:gc` (started at open, joined at close): wakes every 20 ms or when a
-//!   writer signals, and runs steps while [`needs_gc`] holds. Writers stall (without any
-//!   lock held) while free chunks are below the hard floor, until GC has made room.
+//!   writer signals, and runs a *pass* (steps while [`needs_gc`] holds, at most one per
+//!   chunk sealed when the pass began). Writers stall (without any lock held) while free
+//!   chunks are below the hard floor, until GC has made room or a pass that began after
+//!   they started waiting gave up ([`Passes`]).
 //!
 //! Crash safety: every rewrite is an ordinary restore point (newer sequence number than
 //! the chain it replaces), so a crash at any moment of a step leaves the victim's records
@@ -25,7 +27,7 @@
 //! Thread safety: steps are serialized by `gc_lock`.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -200,40 +202,125 @@ impl Signal {
     }
 }
 
-/// The GC thread's loop: steps while the policy asks for them, until stopped.
+/// The GC thread's loop: a pass whenever the policy asks for one, until stopped.
 pub fn run(store: Weak<FocusStore>, signal: Arc<Signal>, threshold: f64) {
     while !signal.stopped() {
         {
             let Some(s) = store.upgrade() else { return };
-            while !signal.stopped()
-                && needs_gc(
-                    s.plog.free_chunks(),
-                    s.plog.total_chunks(),
-                    threshold,
-                    s.opts.log_shards,
-                )
+            if needs_gc(
+                s.plog.free_chunks(),
+                s.plog.total_chunks(),
+                threshold,
+                s.opts.log_shards,
+            ) && !s.gc_pass(&signal, threshold)
             {
-                match s.gc_step() {
-                    Ok(true) => signal.notify(),
-                    Ok(false) => break,
-                    // A pool full of live data: no room for this step's rewrites. Nothing
-                    // is lost (rows already rewritten supersede their old copies; the
-                    // victim stays until a later step frees it), so the store stays
-                    // usable: writers get `NoSpace` and deletes make room.
-                    Err(Error::NoSpace { .. }) => {
-                        s.counters.gc_no_room.incr();
-                        signal.notify();
-                        break;
-                    }
-                    Err(e) => {
-                        s.poison(format!("gc failed: {e}"));
-                        signal.notify();
-                        return;
-                    }
-                }
+                return;
             }
         }
         signal.wait(Duration::from_millis(20));
+    }
+}
+
+/// What writers waiting for room learn from GC (FORMAT.md § Garbage collection, "A full
+/// pool"): passes are numbered, and a pass that ended without bringing free chunks back
+/// to the writers' floor publishes its number, so a writer refuses as soon as a pass that
+/// began after it started waiting gave up, and not after a fixed time.
+#[derive(Debug)]
+pub struct Passes {
+    /// Passes begun (the number of the latest).
+    pub begun: AtomicU64,
+    /// The latest pass that ended with free chunks below the writers' floor and nothing
+    /// left to try (0: none).
+    pub gave_up: AtomicU64,
+    /// Writes that superseded or removed a record (new garbage for GC).
+    pub garbage: AtomicU64,
+    /// `garbage` at the start of the latest pass that collected every sealed chunk (or
+    /// found no victim), `u64::MAX` if none: while it is unchanged, a new pass would find
+    /// exactly what that one found.
+    pub exhausted_at: AtomicU64,
+}
+
+impl Default for Passes {
+    fn default() -> Passes {
+        Passes {
+            begun: AtomicU64::new(0),
+            gave_up: AtomicU64::new(0),
+            garbage: AtomicU64::new(0),
+            exhausted_at: AtomicU64::new(u64::MAX),
+        }
+    }
+}
+
+impl FocusStore {
+    /// One GC pass: steps while the policy asks for them, at most one per chunk that was
+    /// sealed when the pass began (oldest first, so a pass that uses its budget has
+    /// compacted everything that was there). False when GC failed and poisoned the store.
+    fn gc_pass(&self, signal: &Signal, threshold: f64) -> bool {
+        let p = &self.passes;
+        let id = p.begun.fetch_add(1, Ordering::SeqCst) + 1;
+        let garbage = p.garbage.load(Ordering::SeqCst);
+        let exhausted = if p.exhausted_at.load(Ordering::SeqCst) == garbage {
+            // Nothing was superseded since a pass collected everything: same outcome.
+            true
+        } else {
+            let open: BTreeSet<u64> = self.plog.open_chunks().iter().map(|a| a.off).collect();
+            let budget = self
+                .plog
+                .chunks()
+                .iter()
+                .filter(|(off, kind, _)| *kind != ChunkKind::Catalog && !open.contains(off))
+                .count() as u64;
+            let mut steps = 0u64;
+            loop {
+                if signal.stopped() {
+                    return true;
+                }
+                if !needs_gc(
+                    self.plog.free_chunks(),
+                    self.plog.total_chunks(),
+                    threshold,
+                    self.opts.log_shards,
+                ) {
+                    break false;
+                }
+                if steps >= budget {
+                    break true;
+                }
+                match self.gc_step() {
+                    Ok(true) => {
+                        steps += 1;
+                        signal.notify();
+                    }
+                    Ok(false) => break true,
+                    // A pool full of live data: no room for this step's rewrites. Nothing
+                    // is lost (rows already rewritten supersede their old copies; the
+                    // victim stays until a later step frees it), so the store stays
+                    // usable: writers get `NoSpace` and deletes make room. Not recorded
+                    // as exhausted: the next pass may find room the rewrites made.
+                    Err(Error::NoSpace { .. }) => {
+                        self.counters.gc_no_room.incr();
+                        if self.plog.free_chunks() < hard_floor(self.opts.log_shards) {
+                            p.gave_up.fetch_max(id, Ordering::SeqCst);
+                        }
+                        signal.notify();
+                        return true;
+                    }
+                    Err(e) => {
+                        self.poison(format!("gc failed: {e}"));
+                        signal.notify();
+                        return false;
+                    }
+                }
+            }
+        };
+        if exhausted {
+            p.exhausted_at.store(garbage, Ordering::SeqCst);
+            if self.plog.free_chunks() < hard_floor(self.opts.log_shards) {
+                p.gave_up.fetch_max(id, Ordering::SeqCst);
+            }
+        }
+        signal.notify();
+        true
     }
 }
 

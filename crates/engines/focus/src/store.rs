@@ -129,8 +129,9 @@ pub fn index_key(schema: SchemaId, key: &[u8]) -> Vec<u8> {
     k
 }
 
-/// How long a write waits for GC to make room before it is refused.
-const ADMIT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+/// The longest a write waits for GC to make room (a backstop: a writer is refused as soon
+/// as a GC pass that began after it started waiting gave up, which takes one pass).
+const ADMIT_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(4);
 
 /// What kind of write [`FocusStore::admit_write`] admits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,6 +160,8 @@ pub struct FocusStore {
     pub(crate) reclaim: RwLock<()>,
     /// GC's wake-ups (writers waiting for room, the thread waiting for work).
     pub(crate) signal: Arc<crate::gc::Signal>,
+    /// GC passes as writers waiting for room see them.
+    pub(crate) passes: crate::gc::Passes,
     poisoned: std::sync::OnceLock<String>,
     bg: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Rows waiting for an in-place merge, and the merge thread's signal.
@@ -210,6 +213,7 @@ impl FocusStore {
             gc_lock: Mutex::new(()),
             reclaim: RwLock::new(()),
             signal: Arc::default(),
+            passes: crate::gc::Passes::default(),
             poisoned: std::sync::OnceLock::new(),
             bg: Mutex::new(None),
             merge_queue: Arc::default(),
@@ -267,10 +271,11 @@ impl FocusStore {
 
     /// Checks a write: open, not poisoned, a valid key. While free chunks are below GC's
     /// hard floor (its reserve) and GC runs, a write that adds data waits (holding no
-    /// lock) for GC to make room, up to 5 s, and is then refused with `NoSpace` (a pool
-    /// full of live data) rather than eating the reserve; a delete (`Admit::Delete`: a
-    /// small tombstone, and the only way to make room in a full pool) may use the reserve
-    /// at once.
+    /// lock) for GC to make room, and is refused with `NoSpace` (a pool full of live data)
+    /// rather than eating the reserve as soon as a GC pass that began after it started
+    /// waiting ended without room (`gc::Passes`; at most `ADMIT_WAIT_MAX`); a delete
+    /// (`Admit::Delete`: a small tombstone, and the only way to make room in a full pool)
+    /// may use the reserve at once.
     fn admit_write(&self, key: &[u8], admit: Admit) -> Result<()> {
         self.check_key(key)?;
         if let Some(why) = self.poisoned.get() {
@@ -280,25 +285,37 @@ impl FocusStore {
             return Ok(());
         }
         let floor = crate::gc::hard_floor(self.opts.log_shards);
-        let mut deadline = None;
+        let mut waiting = None;
         while self.plog.free_chunks() < floor && self.bg.lock().is_some() {
-            // NOTE: a deadline in time, not a count of waits: writers and GC wake each
-            // other, so a count ran out in a fraction of the time it meant.
             let now = std::time::Instant::now();
-            let until = *deadline.get_or_insert_with(|| {
+            let (seen, since) = *waiting.get_or_insert_with(|| {
                 self.counters.write_stalls.incr();
-                now + ADMIT_WAIT
+                (self.passes.begun.load(Ordering::SeqCst), now)
             });
-            if now >= until {
+            // IMPORTANT: only a pass that began after this writer started waiting (its
+            // number is above `seen`) may refuse it: an older one may have missed the
+            // room that deletes made since.
+            if self.passes.gave_up.load(Ordering::SeqCst) > seen {
                 return Err(Error::no_space(
                     Tier::Pmem,
-                    "focus: the pool is full of live data (GC found no room in 5 s)",
+                    "focus: the pool is full of live data (a GC pass found no room)",
+                ));
+            }
+            if now.duration_since(since) >= ADMIT_WAIT_MAX {
+                return Err(Error::no_space(
+                    Tier::Pmem,
+                    format!("focus: GC made no room in {ADMIT_WAIT_MAX:?}"),
                 ));
             }
             self.signal.notify();
             self.signal.wait(std::time::Duration::from_millis(10));
         }
         Ok(())
+    }
+
+    /// Counts a write that superseded or removed a record (new work for GC).
+    fn superseded(&self) {
+        self.passes.garbage.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Refuses writes from now on (a background failure).
@@ -390,6 +407,7 @@ impl FocusStore {
             Some(e) => {
                 let cur = e.tail.load(Ordering::Acquire);
                 self.replace_tail(e, cur, off)?;
+                self.superseded();
             }
             None => {
                 self.index.insert(ikey, Entry::new(off, 0));
@@ -517,6 +535,7 @@ impl FocusStore {
         self.append(ChunkKind::CLog, RecordKind::Tombstone, schema, key, 0, b"")?;
         self.cache_forget(ikey, &e);
         self.index.remove(ikey);
+        self.superseded();
         self.counters.tombstones.incr();
         Ok(())
     }
@@ -621,6 +640,7 @@ impl SchemaStore for FocusStore {
         self.plog.pool().crash_point("focus.swim.delta_persisted");
         // IMPORTANT: the delta is durable (append persisted it) before the index moves.
         self.cas_tail(&e, prev, off)?;
+        self.superseded();
         self.plog.pool().crash_point("focus.swim.delta_published");
         self.cache_after_write(
             &info,

@@ -41,6 +41,18 @@ fn gc_out_of_room_in_a_full_pool_does_not_poison_the_store() {
     );
     // GC runs now (free chunks are below its threshold) and finds no room either.
     std::thread::sleep(Duration::from_millis(300));
+    // A refusal comes once a GC pass that began after the writer started waiting gave
+    // up, not after a fixed wait (it was 5 s; the backstop is 4 s).
+    for i in 0..3 {
+        let t = Instant::now();
+        let e = s.put(&key(n + i), &value).unwrap_err();
+        assert!(matches!(e, Error::NoSpace { .. }), "{e:?}");
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "a put on a full pool was refused only after {:?}",
+            t.elapsed()
+        );
+    }
     for i in 0..n {
         s.delete(&key(i))
             .unwrap_or_else(|e| panic!("delete {i} of {n} in a full pool: {e}"));

@@ -23,17 +23,22 @@
 //! calling [`compact`] with the thread stopped).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
+
+use parking_lot::MutexGuard;
+use tierkv_core::media::flash::FlashFile;
 
 use rand::Rng;
 use tierkv_core::{Error, Result};
 
 use crate::format::{decode_object, object_len};
-use crate::manifest::{ManifestData, TableEntry, commit, manifest_name};
+use crate::manifest::{ManifestData, TableEntry, commit_file, manifest_name};
 use crate::mapper::{is_pinned, pin_probabilities};
 use crate::partition::{Partition, State};
 use crate::policy::{Candidate, choose};
 use crate::shared::Shared;
+use crate::table::format::{Footer, build_table};
 use crate::table::{Table, TableSet, table_name};
 
 /// What started a compaction.
@@ -77,6 +82,12 @@ pub struct Outcome {
 
 /// Runs one compaction of `part`; `None` when there was nothing to do. `force` ignores
 /// pinning (writers are waiting for space).
+///
+/// When flash has no room for the output beyond its reserve (FORMAT.md §3 "Room on
+/// flash"), a write-triggered compaction is planned again with the fast tier's tombstones
+/// only (they shrink the range's table, so the reserve is always enough); with no
+/// tombstone to drop either, it fails with `NoSpace`, which writers waiting for room
+/// report.
 pub fn compact(
     sh: &Shared,
     part: &Partition,
@@ -84,16 +95,62 @@ pub fn compact(
     force: bool,
 ) -> Result<Option<Outcome>> {
     let started = Instant::now();
-    let Some(plan) = plan(sh, part, trigger, force)? else {
-        return Ok(None);
-    };
-    let result = execute(sh, part, &plan);
-    if let Err(e) = &result {
-        part.state.write().compacting = None;
-        sh.counters.compactions_failed.incr();
+    // Flash had no room for this partition's last compaction and still has not: drop
+    // tombstones first (then try a full compaction once if there are none).
+    let mut tombs_only =
+        trigger == Trigger::Write && sh.flash_free() < part.room_needed.load(Ordering::Acquire);
+    let mut tried_full = !tombs_only;
+    let no_room = |why: &str| {
+        let e = Error::no_space(tierkv_core::Tier::Flash, format!("prismdb: {why}"));
         *part.last_error.lock() = Some(e.to_string());
-    }
-    let outcome = result?;
+        Err(e)
+    };
+    let outcome = loop {
+        let plan = match plan(sh, part, trigger, force, tombs_only) {
+            Ok(Some(p)) => p,
+            Ok(None) if tombs_only && !tried_full => {
+                tombs_only = false;
+                tried_full = true;
+                continue;
+            }
+            Ok(None) if tombs_only => {
+                return no_room(
+                    "no room on flash for a compaction beyond its reserve, and no tombstone \
+                     to drop",
+                );
+            }
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                *part.last_error.lock() = Some(e.to_string());
+                return Err(e);
+            }
+        };
+        match execute(sh, part, &plan) {
+            Ok(Some(o)) => {
+                if !tombs_only {
+                    part.room_needed.store(0, Ordering::Release);
+                }
+                break o;
+            }
+            Ok(None) => {
+                part.state.write().compacting = None;
+                sh.counters.compactions_no_room.incr();
+                if trigger == Trigger::Read {
+                    return Ok(None);
+                }
+                if tombs_only {
+                    return no_room("no room on flash even in its reserve to drop tombstones");
+                }
+                tombs_only = true;
+            }
+            Err(e) => {
+                part.state.write().compacting = None;
+                sh.counters.compactions_failed.incr();
+                *part.last_error.lock() = Some(e.to_string());
+                return Err(e);
+            }
+        }
+    };
     match trigger {
         Trigger::Write => sh.counters.compactions_write.incr(),
         Trigger::Read => sh.counters.compactions_read.incr(),
@@ -131,23 +188,51 @@ pub fn candidates(part: &Partition, st: &State) -> Vec<Candidate> {
         .collect()
 }
 
-fn plan(sh: &Shared, part: &Partition, trigger: Trigger, force: bool) -> Result<Option<Plan>> {
+/// The tombstones of the fast tier in candidate range `c`.
+fn tombstones_in(st: &State, c: &Candidate) -> usize {
+    st.index
+        .range(c.lo.clone()..)
+        .take_while(|(k, _)| c.hi.as_ref().is_none_or(|h| *k < h))
+        .filter(|(_, l)| l.tomb)
+        .count()
+}
+
+fn plan(
+    sh: &Shared,
+    part: &Partition,
+    trigger: Trigger,
+    force: bool,
+    tombs_only: bool,
+) -> Result<Option<Plan>> {
     let mut st = part.state.write();
     let probs = pin_probabilities(part.tracker.lock().histogram(), sh.opts.pin_threshold);
     let cands = candidates(part, &st);
-    let Some(c) = choose(sh, part, &st, &cands, trigger, &probs) else {
+    let c = if tombs_only {
+        // The range with the most tombstones (none: nothing to drop).
+        cands
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (tombstones_in(&st, c), i))
+            .filter(|(n, _)| *n > 0)
+            .max()
+            .map(|(_, i)| i)
+    } else {
+        choose(sh, part, &st, &cands, trigger, &probs)
+    };
+    let Some(c) = c else {
         return Ok(None);
     };
     let Some(cand) = cands.get(c) else {
         return Ok(None);
     };
-    let mut victims = pick_victims(sh, part, &st, cand, &probs, force)?;
+    let mut victims = pick_victims(sh, part, &st, cand, &probs, force || tombs_only, tombs_only)?;
     if victims.is_empty()
         && trigger == Trigger::Write
         && !force
+        && !tombs_only
         && sh.usage.ratio() >= sh.opts.high_watermark
     {
-        victims = pick_victims(sh, part, &st, cand, &probs, true)?;
+        victims = pick_victims(sh, part, &st, cand, &probs, true, false)?;
     }
     let old: Vec<Arc<Table>> = cand
         .table
@@ -167,7 +252,8 @@ fn plan(sh: &Shared, part: &Partition, trigger: Trigger, force: bool) -> Result<
     }))
 }
 
-/// The objects of `cand` to demote, in key order, up to a table's worth of bytes.
+/// The objects of `cand` to demote (only its tombstones with `tombs_only`), in key
+/// order, up to a table's worth of bytes.
 fn pick_victims(
     sh: &Shared,
     part: &Partition,
@@ -175,6 +261,7 @@ fn pick_victims(
     cand: &Candidate,
     probs: &[f64; 4],
     ignore_pins: bool,
+    tombs_only: bool,
 ) -> Result<Vec<Victim>> {
     let tracker = part.tracker.lock();
     let mut rng = rand::rng();
@@ -184,6 +271,9 @@ fn pick_victims(
     for (k, loc) in range {
         if cand.hi.as_ref().is_some_and(|h| k >= h) || bytes >= sh.opts.table_size {
             break;
+        }
+        if tombs_only && !loc.tomb {
+            continue;
         }
         if !loc.tomb && !ignore_pins && is_pinned(probs, tracker.clock(k), rng.random::<f64>()) {
             continue;
@@ -211,7 +301,8 @@ fn pick_victims(
     Ok(out)
 }
 
-fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Outcome> {
+/// Runs a plan; `None` when flash has no room for its output (nothing was changed).
+fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>> {
     let mut outcome = Outcome::default();
     let mut flash: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     for t in &plan.old {
@@ -249,7 +340,9 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Outcome> {
             merged.push(f);
         }
     }
-    let (new_tables, seq) = write_and_commit(sh, part, plan, &merged)?;
+    let Some((new_tables, seq, reserve)) = write_and_commit(sh, part, plan, &merged)? else {
+        return Ok(None);
+    };
     outcome.tables_written = new_tables.len() as u64;
     install(sh, part, plan, new_tables, seq)?;
     // Promotions, after the victims' slots are free (FORMAT.md §3 "Promotion"): copies of
@@ -279,7 +372,9 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Outcome> {
     if remove_old(sh, part, plan, seq).is_ok() {
         sh.crash_point("prismdb.compaction.old_files_removed");
     }
-    Ok(outcome)
+    // The reserve is back once the replaced tables are gone.
+    drop(reserve);
+    Ok(Some(outcome))
 }
 
 fn is_hot(part: &Partition, key: &[u8], probs: &[f64; 4]) -> bool {
@@ -331,12 +426,100 @@ fn split_tables(merged: &[(Vec<u8>, Vec<u8>)], table_size: u64) -> Vec<&[(Vec<u8
     groups
 }
 
-fn write_and_commit(
-    sh: &Shared,
+/// A compaction's new files, planned: the table images and the manifest image.
+struct Output {
+    tables: Vec<(Vec<u8>, Footer)>,
+    manifest: Vec<u8>,
+}
+
+impl Output {
+    fn tables_len(&self) -> u64 {
+        self.tables.iter().map(|(i, _)| i.len() as u64).sum()
+    }
+}
+
+/// The table files a compaction created, and the flash reserve's guard if it uses it.
+type Claimed<'a> = (Vec<FlashFile>, Option<MutexGuard<'a, ()>>);
+
+/// Claims room on flash for `out` and creates its table files (FORMAT.md §3 "Room on
+/// flash"): a compaction that leaves the flash reserve free goes ahead; one that does not
+/// but whose tables take no more than those it replaces waits for the reserve (one at a
+/// time) and uses it; any other gets `None`. The manifest's bytes stay claimed until it is
+/// created. Returns the files and the reserve's guard, if taken.
+fn claim_room<'a>(
+    sh: &'a Shared,
+    part: &Partition,
+    plan: &Plan,
+    out: &Output,
+    first: u64,
+) -> Result<Option<Claimed<'a>>> {
+    let tables_len = out.tables_len();
+    let man_len = out.manifest.len() as u64;
+    let need = tables_len + man_len;
+    let old_len: u64 = plan.old.iter().map(|t| t.file.len()).sum();
+    let largest = out
+        .tables
+        .iter()
+        .map(|(i, _)| i.len() as u64)
+        .max()
+        .unwrap_or(0);
+    // The reserve as it will be once these files exist.
+    let reserve = sh.flash_reserve_bytes().max(
+        largest.max(sh.largest_files.0.load(Ordering::Acquire))
+            + man_len.max(sh.largest_files.1.load(Ordering::Acquire))
+            + 8192,
+    );
+    let mut guard = None;
+    loop {
+        let mut claims = sh.flash_claims.lock();
+        let free = sh
+            .dev
+            .capacity()
+            .saturating_sub(sh.dev.used().saturating_add(*claims));
+        let fits = match guard {
+            Some(_) => free >= need,
+            None => free >= need.saturating_add(reserve),
+        };
+        if fits {
+            let mut files = Vec::with_capacity(out.tables.len());
+            for (i, (img, _)) in out.tables.iter().enumerate() {
+                let name = table_name(part.id, first + i as u64);
+                match sh.dev.create_file(&name, img.len() as u64) {
+                    Ok(f) => files.push(f),
+                    Err(e) => {
+                        drop(claims);
+                        for f in &files {
+                            let _ = sh.dev.remove_file(f.name());
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+            *claims += man_len;
+            return Ok(Some((files, guard)));
+        }
+        drop(claims);
+        if guard.is_some() || tables_len > old_len {
+            if guard.is_none() {
+                part.room_needed
+                    .store(need.saturating_add(reserve), Ordering::Release);
+            }
+            return Ok(None);
+        }
+        guard = Some(sh.flash_reserve.lock());
+    }
+}
+
+/// Writes the merged entries as tables and commits the manifest that lists them in place
+/// of the old ones. Returns the new tables, the manifest sequence and the flash reserve's
+/// guard if the compaction uses it; `None` when flash has no room (nothing written).
+#[allow(clippy::type_complexity, reason = "one caller")]
+fn write_and_commit<'a>(
+    sh: &'a Shared,
     part: &Partition,
     plan: &Plan,
     merged: &[(Vec<u8>, Vec<u8>)],
-) -> Result<(Vec<Arc<Table>>, u64)> {
+) -> Result<Option<(Vec<Arc<Table>>, u64, Option<MutexGuard<'a, ()>>)>> {
     let groups = split_tables(merged, sh.opts.table_size);
     let (first, seq, keep) = {
         let mut st = part.state.write();
@@ -351,42 +534,70 @@ fn write_and_commit(
             .collect();
         (first, st.manifest_seq + 1, keep)
     };
+    let tables: Vec<(Vec<u8>, Footer)> = groups
+        .iter()
+        .map(|g| build_table(g, sh.opts.bloom_bits))
+        .collect();
+    let mut entries: Vec<TableEntry> = keep
+        .iter()
+        .map(|t| TableEntry {
+            number: t.number,
+            file_len: t.file.len(),
+            entries: t.footer.entries,
+            min_key: t.min_key().to_vec(),
+            max_key: t.max_key().to_vec(),
+        })
+        .chain(tables.iter().enumerate().map(|(i, (img, f))| TableEntry {
+            number: first + i as u64,
+            file_len: img.len() as u64,
+            entries: f.entries,
+            min_key: f.min_key.clone(),
+            max_key: f.max_key.clone(),
+        }))
+        .collect();
+    entries.sort_by(|a, b| a.min_key.cmp(&b.min_key));
+    let m = ManifestData {
+        partition: u32::try_from(part.id).unwrap_or(0),
+        seq,
+        next_table: first + groups.len() as u64,
+        tables: entries,
+    };
+    let out = Output {
+        tables,
+        manifest: m.encode(),
+    };
+    let man_len = out.manifest.len() as u64;
+    let Some((files, reserve)) = claim_room(sh, part, plan, &out, first)? else {
+        return Ok(None);
+    };
+    let created: Vec<String> = files.iter().map(|f| f.name().to_owned()).collect();
+    let mut claimed = true;
     let mut written: Vec<Arc<Table>> = Vec::new();
     let mut manifest_tried = false;
     let result = (|| -> Result<()> {
-        for (i, g) in groups.iter().enumerate() {
-            let n = first + i as u64;
-            written.push(Arc::new(Table::write(
-                &sh.dev,
-                &table_name(part.id, n),
-                n,
-                g,
-                sh.opts.bloom_bits,
+        for (i, ((img, footer), f)) in out.tables.iter().zip(files).enumerate() {
+            written.push(Arc::new(Table::write_image(
+                f,
+                first + i as u64,
+                img,
+                footer.clone(),
             )?));
         }
-        let mut all: Vec<Arc<Table>> = keep.iter().chain(written.iter()).cloned().collect();
-        all.sort_by(|a, b| a.min_key().cmp(b.min_key()));
-        let m = ManifestData {
-            partition: u32::try_from(part.id).unwrap_or(0),
-            seq,
-            next_table: first + groups.len() as u64,
-            tables: all
-                .iter()
-                .map(|t| TableEntry {
-                    number: t.number,
-                    file_len: t.file.len(),
-                    entries: t.footer.entries,
-                    min_key: t.min_key().to_vec(),
-                    max_key: t.max_key().to_vec(),
-                })
-                .collect(),
-        };
         sh.crash_point("prismdb.compaction.tables_synced");
         manifest_tried = true;
-        commit(&sh.dev, &m)?;
+        let f = {
+            let mut claims = sh.flash_claims.lock();
+            *claims -= man_len;
+            claimed = false;
+            sh.dev.create_file(&manifest_name(part.id, seq), man_len)?
+        };
+        commit_file(&sh.dev, &f, &out.manifest)?;
         sh.crash_point("prismdb.compaction.manifest_committed");
         Ok(())
     })();
+    if claimed {
+        *sh.flash_claims.lock() -= man_len;
+    }
     if let Err(e) = result {
         let name = manifest_name(part.id, seq);
         // A manifest that may exist (torn or whole) is removed durably, or else the store
@@ -396,8 +607,8 @@ fn write_and_commit(
             || ((!sh.dev.list_files().contains(&name) || sh.dev.remove_file(&name).is_ok())
                 && sh.dev.sync_dir().is_ok());
         if undone {
-            for t in &written {
-                let _ = sh.dev.remove_file(t.file.name());
+            for n in &created {
+                let _ = sh.dev.remove_file(n);
             }
         } else {
             part.state.write().manifest_seq = seq;
@@ -408,7 +619,11 @@ fn write_and_commit(
         }
         return Err(e);
     }
-    Ok((written, seq))
+    for (img, _) in &out.tables {
+        sh.note_file(img.len() as u64, false);
+    }
+    sh.note_file(man_len, true);
+    Ok(Some((written, seq, reserve)))
 }
 
 fn install(

@@ -37,6 +37,11 @@
 //!   resurface the key; tombstones are dropped with the flash versions they hide.
 //! - Table indexes and filters are in DRAM, not on NVM (`table/mod.rs`).
 //! - Tracker per partition behind a mutex instead of TBB's concurrent map (`tracker.rs`).
+//! - A full store (the paper does not consider one): slots and chunks of the fast tier are
+//!   reserved for tombstones (`slab.rs`), tables are bounded by a 32nd of the flash device,
+//!   compactions that grow flash use leave a reserve for one table's rewrite, and when
+//!   flash has no other room, compactions drop tombstones only (`compaction.rs`), so a
+//!   delete always succeeds (FORMAT.md §3 "Room for deletes", "Room on flash").
 //!
 //! Thread safety: [`PrismDbStore`] is `Send + Sync`.
 

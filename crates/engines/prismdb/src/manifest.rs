@@ -9,7 +9,7 @@
 //! Thread safety: functions; callers serialize commits of one partition.
 
 use tierkv_core::format::checksum::masked_crc32c;
-use tierkv_core::media::flash::{AlignedBuf, FLASH_BLOCK, FlashDevice};
+use tierkv_core::media::flash::{AlignedBuf, FLASH_BLOCK, FlashDevice, FlashFile};
 use tierkv_core::{Error, Result, Tier};
 
 use crate::format::{Reader, push_key, read_u32};
@@ -139,7 +139,13 @@ pub fn commit(dev: &FlashDevice, m: &ManifestData) -> Result<()> {
     let img = m.encode();
     let name = manifest_name(m.partition as usize, m.seq);
     let f = dev.create_file(&name, img.len() as u64)?;
-    f.write_at(0, &AlignedBuf::from_slice(&img)?)?;
+    commit_file(dev, &f, &img)
+}
+
+/// Writes manifest image `img` into `f` (created with its length), syncs it and the
+/// directory: the commit point.
+pub fn commit_file(dev: &FlashDevice, f: &FlashFile, img: &[u8]) -> Result<()> {
+    f.write_at(0, &AlignedBuf::from_slice(img)?)?;
     f.sync()?;
     // IMPORTANT: the commit point.
     dev.sync_dir()

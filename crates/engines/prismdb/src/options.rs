@@ -118,7 +118,9 @@ pub struct PrismDbOptions {
     /// the paper's 64 MiB SSTs; 16K here, for 16 MiB tables of 1 KiB objects). Each
     /// candidate range gets at least four buckets whatever this says.
     pub bucket_keys: usize,
-    /// Target table size on flash.
+    /// Target table size on flash, and the most fast-tier bytes one compaction demotes. At
+    /// open it is lowered to a 32nd of the flash device (at least 64 KiB), so that the flash
+    /// reserve for one table's rewrite stays small (FORMAT.md §3 "Room on flash").
     pub table_size: u64,
     /// Promote hot flash objects during compactions (§4.2).
     pub promotions: bool,

@@ -110,6 +110,9 @@ pub struct Partition {
     pub counters: PartCounters,
     /// Flash hits per table number since the table was written (read-triggered choice).
     pub table_hits: Mutex<BTreeMap<u64, u64>>,
+    /// Free flash bytes the last compaction that found no room needed (0: none): until
+    /// flash has that much, write-triggered compactions drop tombstones first.
+    pub room_needed: AtomicU64,
 }
 
 /// How long a write waits for compactions to free room on a full fast tier.
@@ -165,6 +168,7 @@ impl Partition {
             last_error: Mutex::new(None),
             counters: PartCounters::default(),
             table_hits: Mutex::new(BTreeMap::new()),
+            room_needed: AtomicU64::new(0),
         }
     }
 
@@ -339,7 +343,12 @@ impl Partition {
                 }
                 return Ok(None);
             }
-            match st.slabs.alloc(class) {
+            let purpose = if delete {
+                crate::slab::Purpose::Delete
+            } else {
+                crate::slab::Purpose::Put
+            };
+            match st.slabs.alloc_for(class, purpose) {
                 Ok(off) => {
                     st.ts += 1;
                     return Ok(Some((off, st.ts, class)));

@@ -101,6 +101,7 @@ fn open_tables(
                 format!("table {} does not match its manifest entry", t.number),
             ));
         }
+        sh.note_file(table.file.len(), false);
         tables.push(Arc::new(table));
     }
     Ok(tables)
@@ -108,6 +109,7 @@ fn open_tables(
 
 fn recover_partition(sh: &Shared, part: &Partition, chunks: &[FoundChunk]) -> Result<(u64, u64)> {
     let m = manifest::load(&sh.dev, part.id)?;
+    sh.note_file(m.encode().len() as u64, true);
     let tables = open_tables(sh, part, &m)?;
     let mut st = part.state.write();
     st.tables = Arc::new(TableSet { tables });

@@ -30,6 +30,8 @@ pub struct EngineCounters {
     pub compactions_read: Counter,
     /// Compactions that failed (flash errors).
     pub compactions_failed: Counter,
+    /// Compactions given up before writing: no room on flash beyond its reserve.
+    pub compactions_no_room: Counter,
     /// Objects demoted to flash.
     pub demoted: Counter,
     /// Objects promoted to the fast tier.
@@ -84,6 +86,14 @@ pub struct Shared {
     pub op_clock: AtomicU64,
     /// Why the store refuses writes (a commit that may or may not have happened), if so.
     pub poisoned: Mutex<Option<String>>,
+    /// Room on flash (FORMAT.md §3 "Room on flash"): compactions check it and create
+    /// their files under this lock; it holds the bytes of manifests claimed and not yet
+    /// created.
+    pub flash_claims: Mutex<u64>,
+    /// Held by the one compaction at a time that may use the flash reserve.
+    pub flash_reserve: Mutex<()>,
+    /// The largest table file and manifest file written or found (the reserve's size).
+    pub largest_files: (AtomicU64, AtomicU64),
 }
 
 impl Shared {
@@ -138,6 +148,32 @@ impl Shared {
     /// thread, paused.
     pub fn crash_point(&self, name: &'static str) {
         self.pool.crash_point(name);
+    }
+
+    /// Bytes a compaction that makes flash use grow must leave free: room for a
+    /// compaction that rewrites the largest table without growing it, with its manifest.
+    pub fn flash_reserve_bytes(&self) -> u64 {
+        self.largest_files.0.load(Ordering::Acquire)
+            + self.largest_files.1.load(Ordering::Acquire)
+            + 8192
+    }
+
+    /// Flash bytes neither used nor claimed.
+    pub fn flash_free(&self) -> u64 {
+        let claims = *self.flash_claims.lock();
+        self.dev
+            .capacity()
+            .saturating_sub(self.dev.used().saturating_add(claims))
+    }
+
+    /// Notes a table or manifest file of `len` bytes (`manifest`).
+    pub fn note_file(&self, len: u64, manifest: bool) {
+        let a = if manifest {
+            &self.largest_files.1
+        } else {
+            &self.largest_files.0
+        };
+        a.fetch_max(len, Ordering::AcqRel);
     }
 
     /// The partition of `key`.

@@ -19,13 +19,22 @@ use tierkv_core::{Error, Result, Tier};
 
 use crate::format::{CHUNK_HEADER_LEN, SLAB_TAG, encode_chunk_header};
 
-/// Fast-tier usage shared by the partitions: bytes of slots holding live objects.
+/// Fast-tier usage shared by the partitions: bytes of slots holding live objects, and the
+/// slab chunks taken from the allocator (FORMAT.md §3 "Room for deletes").
 #[derive(Debug, Default)]
 pub struct Usage {
     /// Bytes of occupied slots.
     pub used: AtomicU64,
-    /// Bytes the slabs could hold (the allocator's chunks, headers excluded).
+    /// Bytes the slabs of puts could hold (the allocator's chunks but the reserve for
+    /// deletes, headers excluded): the watermarks are fractions of it.
     pub capacity: u64,
+    /// Slab chunks held by all partitions.
+    pub chunks: AtomicU64,
+    /// Chunks of the allocator region.
+    pub chunk_limit: u64,
+    /// Chunks a put never takes: a partition's first slab of a tombstone's class comes
+    /// from them, so that every partition can always record a delete.
+    pub reserve_chunks: u64,
 }
 
 impl Usage {
@@ -45,6 +54,23 @@ struct ChunkSlots {
 struct ClassSlabs {
     chunks: BTreeMap<u64, ChunkSlots>,
     with_free: BTreeSet<u64>,
+    /// Free slots over all chunks of the class.
+    free_slots: u64,
+}
+
+/// Free slots of class 0 (the class of every tombstone of a key up to 104 bytes) that
+/// only deletes may take, per partition: at least 16, or an eighth of a chunk's slots.
+pub fn delete_slots(slots_per_chunk: u32) -> u64 {
+    u64::from(slots_per_chunk / 8).max(16)
+}
+
+/// What a slot is taken for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    /// A put or a promotion: never the reserve for deletes.
+    Put,
+    /// A delete's tombstone: may take the reserve.
+    Delete,
 }
 
 /// One partition's slabs.
@@ -108,17 +134,37 @@ impl Slabs {
         chunk + CHUNK_HEADER_LEN + u64::from(i) * u64::from(self.slot_size(class))
     }
 
-    /// Takes a free slot of `class` (a new slab if none); its offset. The slot counts as
-    /// used from now on.
+    /// Takes a free slot of `class` for a put (a new slab if none); its offset.
     pub fn alloc(&mut self, class: u8) -> Result<u64> {
+        self.alloc_for(class, Purpose::Put)
+    }
+
+    /// Takes a free slot of `class` (a new slab if none); its offset. The slot counts as
+    /// used from now on. A put leaves the last [`delete_slots`] free slots of class 0 and
+    /// the last `reserve_chunks` chunks of the allocator to deletes; a delete takes any
+    /// free slot, a new chunk while a put could, and the first chunk of its class in this
+    /// partition even from the reserve (FORMAT.md §3 "Room for deletes").
+    pub fn alloc_for(&mut self, class: u8, purpose: Purpose) -> Result<u64> {
         let c = usize::from(class);
-        let chunk = match self
+        let reserved = if class == 0 && purpose == Purpose::Put {
+            delete_slots(self.slots_per_chunk(0))
+        } else {
+            0
+        };
+        let (free, first) = self
             .per_class
             .get(c)
-            .and_then(|cs| cs.with_free.iter().next().copied())
-        {
+            .map_or((0, true), |cs| (cs.free_slots, cs.chunks.is_empty()));
+        let existing = if free > reserved {
+            self.per_class
+                .get(c)
+                .and_then(|cs| cs.with_free.iter().next().copied())
+        } else {
+            None
+        };
+        let chunk = match existing {
             Some(ch) => ch,
-            None => self.new_slab(class)?,
+            None => self.new_slab(class, purpose == Purpose::Delete && first)?,
         };
         let cs = self
             .per_class
@@ -136,30 +182,60 @@ impl Slabs {
         if slots.free.is_empty() {
             cs.with_free.remove(&chunk);
         }
+        cs.free_slots = cs.free_slots.saturating_sub(1);
         self.usage
             .used
             .fetch_add(u64::from(self.slot_size(class)), Ordering::Relaxed);
         Ok(self.slot_off(chunk, class, i))
     }
 
-    /// Zero-fills a new chunk, then writes its header (FORMAT.md §1 "Slab chunk").
-    fn new_slab(&mut self, class: u8) -> Result<u64> {
-        let chunk = self.alloc.alloc_chunk(SLAB_TAG)?;
+    /// Zero-fills a new chunk, then writes its header (FORMAT.md §1 "Slab chunk"). Only
+    /// `from_reserve` may take one of the allocator's last `reserve_chunks` chunks.
+    fn new_slab(&mut self, class: u8, from_reserve: bool) -> Result<u64> {
+        let u = &self.usage;
+        let held = u.chunks.fetch_add(1, Ordering::AcqRel) + 1;
+        if !from_reserve && held + u.reserve_chunks > u.chunk_limit {
+            u.chunks.fetch_sub(1, Ordering::AcqRel);
+            return Err(Error::no_space(
+                Tier::Pmem,
+                "prismdb: no free slab chunk beyond the reserve for deletes",
+            ));
+        }
+        let chunk = match self.alloc.alloc_chunk(SLAB_TAG) {
+            Ok(c) => c,
+            Err(e) => {
+                u.chunks.fetch_sub(1, Ordering::AcqRel);
+                return Err(e);
+            }
+        };
         let pool = self.pool().clone();
         let cs = usize::try_from(self.alloc.chunk_size()).unwrap_or(usize::MAX);
         // IMPORTANT: zero before the header, so no object of an earlier use of the chunk
         // can be read as live once the header makes the chunk a slab.
-        pool.fill(chunk, cs, 0)?;
-        pool.persist(chunk, cs)?;
-        let h = encode_chunk_header(self.partition, u32::from(class), self.slot_size(class));
-        pool.write(chunk, &h)?;
-        pool.persist(chunk, h.len())?;
-        self.adopt_chunk(chunk, class, &[]);
+        let formatted = pool
+            .fill(chunk, cs, 0)
+            .and_then(|()| pool.persist(chunk, cs))
+            .and_then(|()| {
+                let h =
+                    encode_chunk_header(self.partition, u32::from(class), self.slot_size(class));
+                pool.write(chunk, &h)?;
+                pool.persist(chunk, h.len())
+            });
+        if let Err(e) = formatted {
+            u.chunks.fetch_sub(1, Ordering::AcqRel);
+            return Err(e);
+        }
+        self.insert_chunk(chunk, class, &[]);
         Ok(chunk)
     }
 
-    /// Registers a slab chunk (at recovery: with its live slot indexes).
+    /// Registers a slab chunk found at recovery, with its live slot indexes.
     pub fn adopt_chunk(&mut self, chunk: u64, class: u8, live: &[u32]) {
+        self.usage.chunks.fetch_add(1, Ordering::AcqRel);
+        self.insert_chunk(chunk, class, live);
+    }
+
+    fn insert_chunk(&mut self, chunk: u64, class: u8, live: &[u32]) {
         let n = self.slots_per_chunk(class);
         let mut is_live = vec![false; n as usize];
         for &i in live {
@@ -180,6 +256,7 @@ impl Slabs {
             if !free.is_empty() {
                 cs.with_free.insert(chunk);
             }
+            cs.free_slots += free.len() as u64;
             cs.chunks.insert(chunk, ChunkSlots { free, live: live_n });
         }
     }
@@ -209,6 +286,8 @@ impl Slabs {
         })?;
         slots.free.push(i);
         slots.live = slots.live.saturating_sub(1);
+        let chunk_slots = slots.free.len() as u64;
+        cs.free_slots += 1;
         self.usage
             .used
             .fetch_sub(u64::from(size), Ordering::Relaxed);
@@ -217,7 +296,9 @@ impl Slabs {
         if empty && cs.chunks.len() > 1 {
             cs.chunks.remove(&chunk);
             cs.with_free.remove(&chunk);
+            cs.free_slots = cs.free_slots.saturating_sub(chunk_slots);
             self.alloc.free_chunk(chunk)?;
+            self.usage.chunks.fetch_sub(1, Ordering::AcqRel);
         }
         Ok(())
     }
@@ -250,11 +331,14 @@ impl Slabs {
                 })
                 .unwrap_or_default();
             for ch in empty {
-                if let Some(cs) = self.per_class.get_mut(c) {
-                    cs.chunks.remove(&ch);
+                if let Some(cs) = self.per_class.get_mut(c)
+                    && let Some(slots) = cs.chunks.remove(&ch)
+                {
                     cs.with_free.remove(&ch);
+                    cs.free_slots = cs.free_slots.saturating_sub(slots.free.len() as u64);
                 }
                 self.alloc.free_chunk(ch)?;
+                self.usage.chunks.fetch_sub(1, Ordering::AcqRel);
             }
         }
         Ok(())
@@ -282,6 +366,8 @@ mod tests {
         let usage = Arc::new(Usage {
             used: AtomicU64::new(0),
             capacity: 1 << 20,
+            chunk_limit: alloc.layout().chunk_count,
+            ..Usage::default()
         });
         (
             Slabs::new(2, vec![128, 256, 1024], alloc, usage.clone()),
@@ -322,6 +408,42 @@ mod tests {
         // Emptied chunks went back to the allocator, all but one of the class.
         assert_eq!(s.census()[1], (1, 0));
         assert_eq!(s.census()[0], (0, 0));
+    }
+
+    #[test]
+    fn puts_leave_the_slots_and_chunks_reserved_for_deletes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (s0, _pool, _) = slabs(dir.path());
+        let limit = s0.alloc.layout().chunk_count;
+        // Puts may hold two chunks; the rest is the reserve.
+        let usage = Arc::new(Usage {
+            chunk_limit: limit,
+            reserve_chunks: limit - 2,
+            ..Usage::default()
+        });
+        let mut s = Slabs::new(2, vec![128, 256, 1024], s0.alloc.clone(), usage.clone());
+        let per_chunk = (4096 - 64) / 128;
+        let kept = delete_slots(per_chunk);
+        let mut puts = 0;
+        let refusal = loop {
+            match s.alloc_for(0, Purpose::Put) {
+                Ok(_) => puts += 1,
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(refusal, Error::NoSpace { .. }), "{refusal:?}");
+        assert_eq!(puts, u64::from(2 * per_chunk) - kept);
+        assert_eq!(usage.chunks.load(Ordering::Relaxed), 2);
+        // Deletes take the kept slots, and no chunk beyond the puts' share.
+        for _ in 0..kept {
+            s.alloc_for(0, Purpose::Delete).unwrap();
+        }
+        assert!(s.alloc_for(0, Purpose::Delete).is_err());
+        // A put of another class finds no chunk; a delete's first slab of that class
+        // comes from the reserve.
+        assert!(s.alloc_for(1, Purpose::Put).is_err());
+        s.alloc_for(1, Purpose::Delete).unwrap();
+        assert_eq!(usage.chunks.load(Ordering::Relaxed), 3);
     }
 
     #[test]

@@ -127,10 +127,19 @@ impl PrismDbStore {
         let map = PartitionMap::new(sb.bounds)?;
         let layout = alloc.layout();
         let per_chunk = layout.chunk_size - crate::format::CHUNK_HEADER_LEN;
+        // Room for deletes (FORMAT.md §3): a first slab of a tombstone's class for every
+        // partition, and two to spare.
+        let reserve_chunks = (map.len() as u64 + 2).min(layout.chunk_count / 4);
         let usage = Arc::new(Usage {
             used: AtomicU64::new(0),
-            capacity: layout.chunk_count * per_chunk,
+            capacity: (layout.chunk_count - reserve_chunks) * per_chunk,
+            chunks: AtomicU64::new(0),
+            chunk_limit: layout.chunk_count,
+            reserve_chunks,
         });
+        // Compactions in units bounded by the flash reserve (FORMAT.md §3 "Room on
+        // flash"): a table of at most a 32nd of the device.
+        opts.table_size = opts.table_size.min((dev.capacity() / 32).max(64 << 10));
         let parts = (0..map.len())
             .map(|i| {
                 let slabs = Slabs::new(
@@ -165,6 +174,9 @@ impl PrismDbStore {
             space: (Mutex::new(0), Condvar::new()),
             op_clock: AtomicU64::new(0),
             poisoned: Mutex::new(None),
+            flash_claims: Mutex::new(0),
+            flash_reserve: Mutex::new(()),
+            largest_files: (AtomicU64::new(0), AtomicU64::new(0)),
         });
         if !created {
             crate::recovery::recover(&sh)?;
@@ -298,6 +310,7 @@ impl KvStore for PrismDbStore {
             ("prismdb_demoted", c.demoted.get()),
             ("prismdb_promoted", c.promoted.get()),
             ("prismdb_tombstones_dropped", c.tombstones_dropped.get()),
+            ("prismdb_compactions_no_room", c.compactions_no_room.get()),
             ("prismdb_compaction_micros", c.compaction_micros.get()),
             ("prismdb_throttled_writes", c.throttled_writes.get()),
             ("prismdb_space_waits", c.space_waits.get()),

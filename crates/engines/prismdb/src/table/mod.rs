@@ -69,7 +69,13 @@ impl Table {
     ) -> Result<Table> {
         let (img, footer) = build_table(entries, bloom_bits);
         let file = dev.create_file(name, img.len() as u64)?;
-        let buf = AlignedBuf::from_slice(&img)?;
+        Table::write_image(file, number, &img, footer)
+    }
+
+    /// Writes the image `img` (from [`format::build_table`], whose footer is `footer`)
+    /// into `file`, created with the image's length, and syncs it.
+    pub fn write_image(file: FlashFile, number: u64, img: &[u8], footer: Footer) -> Result<Table> {
+        let buf = AlignedBuf::from_slice(img)?;
         file.write_at(0, &buf)?;
         file.sync()?;
         let region = |(off, len, _): (u64, u32, u32)| {

@@ -48,6 +48,7 @@ pub struct Rig {
     pub pool_size: u64,
     pub mode: DurabilityMode,
     pub injector: Option<Arc<FaultInjector>>,
+    pub flash_size: u64,
 }
 
 /// A scratch directory, on /dev/shm when it exists (fsyncs there cost nothing, so the
@@ -83,7 +84,15 @@ impl Rig {
             pool_size: pool_mib << 20,
             mode: DurabilityMode::Tracked,
             injector: None,
+            flash_size: 256 << 20,
         }
+    }
+
+    /// The same rig with a flash device of `mib` MiB (256 by default).
+    #[allow(dead_code, reason = "not every test binary uses it")]
+    pub fn with_flash(mut self, mib: u64) -> Rig {
+        self.flash_size = mib << 20;
+        self
     }
 
     /// The same rig with a fault injector on the flash device.
@@ -116,7 +125,7 @@ impl Rig {
 
     fn flash_options(&self) -> FlashOptions {
         FlashOptions {
-            size: ByteSize::mib(256),
+            size: ByteSize(self.flash_size),
             ..FlashOptions::default()
         }
     }
