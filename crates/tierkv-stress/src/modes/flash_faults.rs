@@ -16,7 +16,9 @@
 //!   store cleanly, and reopens it (it must reopen and lose nothing acknowledged).
 //!
 //! The round machinery is in `power.rs`; this module is the policy. Engines without a flash
-//! tier are refused (the mode has nothing to inject faults into).
+//! tier are refused (the mode has nothing to inject faults into), and a run in which the
+//! engine issued no flash write or sync at all (everything fitted in its pmem pool) fails
+//! with advice instead of passing having tested nothing.
 //!
 //! Thread safety: runs on the caller's thread.
 
@@ -76,6 +78,8 @@ struct FaultPolicy {
     armed: Option<Armed>,
     rate: IoRate,
     injected: u64,
+    /// Flash writes and syncs the engine issued over the run (in armed rounds).
+    flash_ops: u64,
 }
 
 fn failures(f: &InjectedFaults) -> u64 {
@@ -140,6 +144,7 @@ impl Policy for FaultPolicy {
         self.injected += self.fired(live);
         if let (Some(armed), Some(inj)) = (self.armed, live.injector.as_ref()) {
             let seen = inj.seen();
+            self.flash_ops += (seen.writes - armed.seen.writes) + (seen.syncs - armed.seen.syncs);
             self.rate.observe(
                 seen.writes - armed.seen.writes,
                 seen.syncs - armed.seen.syncs,
@@ -178,8 +183,20 @@ pub fn run(cfg: &RunConfig, report: &mut RunReport) -> anyhow::Result<()> {
         armed: None,
         rate: IoRate::default(),
         injected: 0,
+        flash_ops: 0,
     };
     let r = power::run_rounds(cfg, report, &mut policy);
     report.faults_injected += policy.injected;
-    r
+    r?;
+    // A run in which the engine never touched flash tested nothing this mode is for: say so
+    // rather than pass (an engine that keeps everything in a large pool, e.g. prismdb with
+    // the default 64 MiB pool and 1000 keys).
+    if policy.flash_ops == 0 {
+        anyhow::bail!(
+            "the engine issued no flash write or sync in {} rounds, so no fault could be injected: \
+             give it less pmem (--pmem-size) or more data (--keys, --value-size) so that it reaches flash",
+            report.rounds
+        );
+    }
+    Ok(())
 }

@@ -81,12 +81,19 @@ pub fn ci_pool_size(engine: &str) -> &'static str {
 }
 
 /// A CI-sized run: `engine` in `mode` for `rounds` rounds of at most 200 ms, 3 threads,
-/// 300 keys, a small pool ([`ci_pool_size`]), with `seed` and any `extra` flags.
+/// 300 keys, a small pool ([`ci_pool_size`]) (unless `extra` sets `--keys` or `--pmem-size`),
+/// with `seed` and any `extra` flags.
 pub fn ci_run(engine: &str, mode: &str, seed: u64, rounds: u64, extra: &[&str]) -> Run {
     let (seed, rounds) = (seed.to_string(), rounds.to_string());
     let mut args = short_run_args(engine, mode, &seed, &rounds);
-    args.extend_from_slice(&["--threads", "3", "--keys", "300"]);
-    args.extend_from_slice(&["--pmem-size", ci_pool_size(engine)]);
+    args.extend_from_slice(&["--threads", "3"]);
+    // `extra` may set its own key count or pool size (clap refuses a flag given twice).
+    if !extra.contains(&"--keys") {
+        args.extend_from_slice(&["--keys", "300"]);
+    }
+    if !extra.contains(&"--pmem-size") {
+        args.extend_from_slice(&["--pmem-size", ci_pool_size(engine)]);
+    }
     args.extend_from_slice(extra);
     stress(&args)
 }
