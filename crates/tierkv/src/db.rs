@@ -298,7 +298,7 @@ impl Db {
                 self.spec
             ))
         });
-        Range::new(self.store.clone(), self.limits, &range, opts, refused)
+        Range::new(&self.store, self.limits, &range, opts, refused)
     }
 
     /// True when the engine scans in key order ([`crate::is_ordered`]); `scan`, `range`

@@ -44,12 +44,13 @@
 //! An engine error is an item (`Err`); the iterator ends after it. Empty and inverted
 //! bounds (`b".."a"`, `a..a`) yield nothing, without an error.
 //!
-//! Thread safety: a [`Range`] holds the engine (`Arc`), not the `Db`; it is `Send` and may
-//! outlive the `Db` (its next page then fails with [`Error::Closed`]).
+//! Thread safety: a [`Range`] is `Send`. It holds a weak reference to the engine, not the
+//! `Db`: it may outlive the `Db` without keeping its media open (its next page then fails
+//! with [`Error::Closed`]).
 
 use std::collections::VecDeque;
 use std::ops::{Bound, RangeBounds};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use tierkv_core::{Error, KvPair, KvStore, Limits, Result};
 
@@ -210,7 +211,8 @@ enum Walk {
 /// A lazy, paged iterator over a key range; see the module doc. Made by
 /// [`crate::Db::range`], [`crate::Db::range_rev`] and [`crate::Db::range_with`].
 pub struct Range {
-    store: Arc<dyn KvStore>,
+    /// Weak: an iterator does not keep a closed store's media (and their locks) alive.
+    store: Weak<dyn KvStore>,
     pager: Pager,
     walk: Walk,
     page: VecDeque<KvPair>,
@@ -230,7 +232,7 @@ impl Range {
     /// A range over `store`; `refused` is the error to yield first and alone (an engine
     /// that cannot scan).
     pub(crate) fn new<K, R>(
-        store: Arc<dyn KvStore>,
+        store: &Arc<dyn KvStore>,
         limits: Limits,
         range: &R,
         opts: RangeOptions,
@@ -262,7 +264,7 @@ impl Range {
             }),
         };
         Range {
-            store,
+            store: Arc::downgrade(store),
             pager: Pager {
                 opts,
                 max_entry: limits.max_key_len.saturating_add(limits.max_value_len),
@@ -301,8 +303,14 @@ impl Range {
                         _ => Ok(false),
                     };
                 }
-                Walk::Forward(f) => forward_page(f, &mut self.pager, &*self.store)?,
-                Walk::Reverse(r) => reverse_page(r, &mut self.pager, &*self.store)?,
+                Walk::Forward(f) => {
+                    let store = self.store.upgrade().ok_or(Error::Closed)?;
+                    forward_page(f, &mut self.pager, &*store)?
+                }
+                Walk::Reverse(r) => {
+                    let store = self.store.upgrade().ok_or(Error::Closed)?;
+                    reverse_page(r, &mut self.pager, &*store)?
+                }
             };
             match rows {
                 None => {

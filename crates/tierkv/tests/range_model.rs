@@ -361,3 +361,16 @@ fn a_range_after_close_yields_closed() {
     assert!(matches!(it.next(), Some(Err(Error::Closed))));
     assert!(it.next().is_none());
 }
+
+#[test]
+fn a_range_that_outlives_its_db_yields_closed_and_holds_nothing_open() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let opts = || common::small_options(common::SMALL_PRISM);
+    let db = Db::open(dir.path(), opts()).unwrap();
+    db.put(b"a", b"1").unwrap();
+    let mut it = db.range::<&[u8], _>(..);
+    drop(db);
+    let again = Db::open(dir.path(), opts()).unwrap();
+    assert!(matches!(it.next(), Some(Err(Error::Closed))));
+    assert_eq!(again.get(b"a").unwrap(), Some(b"1".to_vec()));
+}
