@@ -17,9 +17,9 @@ KEYS = 50
 
 CHILD = textwrap.dedent(
     """
-    import sys, tierkv
+    import ast, sys, tierkv
     path, first = sys.argv[1], int(sys.argv[2])
-    db = tierkv.open(path, engine="prism", **eval(sys.argv[3]))
+    db = tierkv.open(path, engine="prism", **ast.literal_eval(sys.argv[3]))
     i = first
     while True:
         n = 1 + (i * 7) % NKEYS
