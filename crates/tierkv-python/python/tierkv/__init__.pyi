@@ -1,6 +1,7 @@
 """Type stubs of the tierkv module (the extension module tierkv._tierkv)."""
 
 import os
+import pathlib
 from types import TracebackType
 from typing import Iterator, Mapping, Optional, Sequence, Tuple, TypedDict, Union
 
@@ -114,7 +115,7 @@ class Db:
     @property
     def engine(self) -> str: ...
     @property
-    def path(self) -> str: ...
+    def path(self) -> pathlib.Path: ...
     @property
     def atomic_batches(self) -> bool: ...
     @property
