@@ -246,19 +246,19 @@ fn model_test(spec: &str, cases: u32) {
 
 #[test]
 fn range_matches_the_model_on_dram() {
-    model_test("dram:btree", 256);
+    model_test("dram:btree", 1024);
 }
 
 #[test]
 fn range_matches_the_model_on_prism() {
-    model_test(common::SMALL_PRISM, 64);
+    model_test(common::SMALL_PRISM, 256);
 }
 
 #[test]
 fn range_matches_the_model_on_every_other_ordered_engine() {
     for d in ENGINES {
         if !matches!(d.name, "prism" | "dram") {
-            model_test(spec_for(d.name), 24);
+            model_test(spec_for(d.name), 64);
         }
     }
 }
