@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it. Installs what a fresh Debian machine with only the base
 # Rust toolchain lacks, then runs: every crate's unit, model-based, crash and fault tests and
-# doctests; the fuzz targets for a few seconds each.
+# doctests; the Python bindings' pytest suite; the fuzz targets for a few seconds each.
 #   bash scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +26,8 @@ fi
 
 echo "== cargo test (workspace)"
 cargo test --workspace --locked
+
+bash scripts/test-python.sh
 
 echo "== fuzz smoke run"
 bash scripts/fuzz.sh "${FUZZ_SECONDS:-5}"

@@ -8,7 +8,7 @@
 //! overwritten silently.
 
 use std::fs::{self, File, OpenOptions};
-use std::ops::{Bound, RangeBounds};
+use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -17,10 +17,11 @@ use tierkv_core::media::Media;
 use tierkv_core::media::flash::FlashDevice;
 use tierkv_core::media::pmem::{PmemConfig, PmemPool};
 use tierkv_core::{
-    EngineContext, EngineDescriptor, EngineSpec, Error, KvPair, KvStore, Limits, Options, Result,
-    SchemaStore, Stats, Tier, WriteBatch,
+    EngineContext, EngineDescriptor, EngineSpec, Error, KvPair, KvStore, Limits, MAX_BATCH_BYTES,
+    MAX_BATCH_OPS, Options, Result, SchemaStore, Stats, Tier, WriteBatch,
 };
 
+use crate::range::{Range, RangeOptions};
 use crate::registry::descriptor;
 
 /// The lock file that keeps two `Db`s off one directory.
@@ -251,26 +252,93 @@ impl Db {
         K: AsRef<[u8]>,
         R: RangeBounds<K>,
     {
-        let start: Vec<u8> = match range.start_bound() {
-            Bound::Unbounded => Vec::new(),
-            Bound::Included(k) => k.as_ref().to_vec(),
-            Bound::Excluded(k) => {
-                // The smallest key greater than k is k followed by a zero byte.
-                let mut s = k.as_ref().to_vec();
-                s.push(0);
-                s
-            }
-        };
+        let start = crate::range::scan_start(range.start_bound());
         let mut rows = self.store.scan(&start, limit)?;
-        let keep = |k: &[u8]| match range.end_bound() {
-            Bound::Unbounded => true,
-            Bound::Included(e) => k <= e.as_ref(),
-            Bound::Excluded(e) => k < e.as_ref(),
-        };
+        let upper = range.end_bound().map(|e| e.as_ref().to_vec());
+        let keep = |k: &[u8]| crate::range::below(&upper, k);
         if let Some(cut) = rows.iter().position(|(k, _)| !keep(k)) {
             rows.truncate(cut);
         }
         Ok(rows)
+    }
+
+    /// The pairs whose keys fall in `range`, ascending, fetched lazily one page at a time
+    /// (default [`RangeOptions`]: 256 entries or about 1 MiB). Errors are items. See
+    /// [`crate::range`] for what an iterator sees of concurrent writes; on an unordered
+    /// engine ([`Db::ordered`]) the only item is an [`Error::Unsupported`].
+    pub fn range<K, R>(&self, range: R) -> Range
+    where
+        K: AsRef<[u8]>,
+        R: RangeBounds<K>,
+    {
+        self.range_with(range, RangeOptions::default())
+    }
+
+    /// [`Db::range`] from the upper bound down (paged backwards over forward scans: the
+    /// first item costs one forward pass over the range; see [`crate::range`]).
+    pub fn range_rev<K, R>(&self, range: R) -> Range
+    where
+        K: AsRef<[u8]>,
+        R: RangeBounds<K>,
+    {
+        self.range_with(range, RangeOptions::default().reverse(true))
+    }
+
+    /// [`Db::range`] with the given page sizes and direction; options that hold no entry
+    /// make the first item an [`Error::InvalidArgument`].
+    pub fn range_with<K, R>(&self, range: R, opts: RangeOptions) -> Range
+    where
+        K: AsRef<[u8]>,
+        R: RangeBounds<K>,
+    {
+        let refused = (!self.ordered()).then(|| {
+            Error::Unsupported(format!(
+                "engine {} has an unordered index and cannot iterate a key range \
+                 (ordered variants: dram:btree, hetermm:btree)",
+                self.spec
+            ))
+        });
+        Range::new(&self.store, self.limits, &range, opts, refused)
+    }
+
+    /// True when the engine scans in key order ([`crate::is_ordered`]); `scan`, `range`
+    /// and `delete_range` return [`Error::Unsupported`] on the others.
+    pub fn ordered(&self) -> bool {
+        let variant = self.descriptor.variant(&self.spec).unwrap_or("");
+        crate::registry::is_ordered(self.descriptor.name, variant)
+    }
+
+    /// Deletes every key in `range`; returns how many it deleted. Walks the range with
+    /// [`Db::range`] and deletes what it finds: on an engine with atomic batches
+    /// ([`Db::atomic_batches`]) in write batches of up to [`MAX_BATCH_OPS`] keys, each one
+    /// crash-atomic (so a range of at most that many keys goes all at once, a larger one
+    /// in chunks, lowest keys first); on the others one delete per key. No engine has a
+    /// native range delete. Keys put into the range while it runs may survive it.
+    pub fn delete_range<K, R>(&self, range: R) -> Result<u64>
+    where
+        K: AsRef<[u8]>,
+        R: RangeBounds<K>,
+    {
+        let batches = self.atomic_batches();
+        let mut batch = WriteBatch::new();
+        let mut deleted = 0u64;
+        for kv in self.range(range) {
+            let (k, _) = kv?;
+            if !batches {
+                self.delete(&k)?;
+            } else {
+                if batch.len() == MAX_BATCH_OPS || batch.bytes() + k.len() > MAX_BATCH_BYTES {
+                    self.write(&batch)?;
+                    batch.clear();
+                }
+                batch.delete(k);
+            }
+            deleted += 1;
+        }
+        if !batch.is_empty() {
+            self.write(&batch)?;
+        }
+        Ok(deleted)
     }
 
     /// Makes buffered background work durable now.

@@ -23,14 +23,36 @@
 //! ([`DurabilityMode`]); that is what *acknowledged* means. [`Db::write`] applies a
 //! [`WriteBatch`] crash-atomically on the engines in [`ATOMIC_BATCH_ENGINES`] and refuses
 //! it (`Unsupported`) on the others.
+//!
+//! [`Db::range`] iterates a key range lazily, one page (one engine scan) at a time, so a scan
+//! of a million keys never holds a million values; [`Db::range_rev`] walks it backwards.
+//!
+//! ```
+//! use tierkv::{Db, Options, RangeOptions};
+//! # fn main() -> tierkv::Result<()> {
+//! # let dir = tempfile::tempdir().map_err(|e| tierkv::Error::io("tempdir", "/tmp", e))?;
+//! let db = Db::open(dir.path(), Options::default().engine("dram:btree"))?;
+//! for k in [b"a", b"b", b"c", b"d"] {
+//!     db.put(k, b"v")?;
+//! }
+//! let keys: Vec<Vec<u8>> = db.range(&b"b"[..]..).map(|kv| kv.map(|(k, _)| k)).collect::<tierkv::Result<_>>()?;
+//! assert_eq!(keys, [b"b", b"c", b"d"]);
+//! let rev = db.range_with(&b"a"[..]..=&b"c"[..], RangeOptions::default().reverse(true).page_entries(2));
+//! assert_eq!(rev.map(|kv| kv.map(|(k, _)| k[0])).collect::<tierkv::Result<Vec<u8>>>()?, b"cba");
+//! assert_eq!(db.delete_range(&b"b"[..]..&b"d"[..])?, 2);
+//! # Ok(()) }
+//! ```
 
 #![forbid(unsafe_code)]
 
 mod db;
+pub mod range;
 mod registry;
 
 pub use db::Db;
+pub use range::{Range, RangeOptions};
 pub use registry::{ATOMIC_BATCH_ENGINES, ENGINES, check_atomic_batches, descriptor};
+pub use registry::{UNORDERED_VARIANTS, is_ordered};
 pub use tierkv_core::{BatchOp, MAX_BATCH_BYTES, MAX_BATCH_OPS, WriteBatch};
 pub use tierkv_core::{
     ByteSize, DurabilityMode, EngineSpec, Error, FlashOptions, IoBackend, KvPair, KvStore, Limits,

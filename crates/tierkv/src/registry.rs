@@ -45,3 +45,19 @@ pub fn descriptor(name: &str) -> Result<&'static EngineDescriptor> {
         ))
     })
 }
+
+/// The engine variants whose index is unordered (a hash map) and so cannot scan: `scan` and
+/// [`crate::Db::range`] return `Unsupported` on them. Every other engine and variant scans
+/// in key order. Kept equal to the engines' own answer by a test.
+pub static UNORDERED_VARIANTS: &[(&str, &[&str])] = &[
+    ("dram", &["hash", "lockfree"]),
+    ("hetermm", &["hash", "lockfree"]),
+];
+
+/// True when engine `name` with index `variant` (its canonical variant, `""` if it has
+/// none) scans in key order.
+pub fn is_ordered(name: &str, variant: &str) -> bool {
+    !UNORDERED_VARIANTS
+        .iter()
+        .any(|(n, vs)| *n == name && vs.contains(&variant))
+}

@@ -1,6 +1,7 @@
 //! Facade tests: creation, reopen, manifest mismatches, limits, locking.
 
 use super::*;
+use std::ops::Bound;
 use tierkv_core::format::manifest::MANIFEST_FILE;
 
 fn opts() -> Options {
