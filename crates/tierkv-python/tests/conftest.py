@@ -9,10 +9,11 @@ import pytest
 
 import tierkv
 
-# Small tiers so that a store is quick to create: every test creates a few. The pool is in
+# Small tiers so that a store is quick to create and light on disk (pool and flash files are
+# allocated for real): every test creates a few. The pool is in
 # Volatile mode: no msync, and still durable across the crash of a process (SIGKILL), the
 # failure these tests inflict (power loss is the Rust crash tests' business).
-SMALL = {"pmem_size": "64MiB", "flash_size": "64MiB", "dram": "32MiB", "pmem_mode": "volatile"}
+SMALL = {"pmem_size": "16MiB", "flash_size": "32MiB", "dram": "8MiB", "pmem_mode": "volatile"}
 
 # Engines that scan in key order (their default variant); the model of `range` runs on each.
 ORDERED = [e["name"] for e in tierkv.engines()]
