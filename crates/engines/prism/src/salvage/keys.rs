@@ -27,7 +27,8 @@ use tierkv_core::media::pmem::alloc::RegionLayout;
 use super::source::Source;
 use crate::key_index::format::{
     BLOB_CLASSES, CHUNK_HEADER_LEN, ChunkHeader, ChunkKind, ENTRY_LEN, Entry, KeyRef, NODE_ANCHOR,
-    NODE_ENTRIES, NodeHeader, blob_class, decode_blob, entry_offset, live_slots, node_size,
+    NODE_ENTRIES, NODE_MAGIC, NODE_MAGIC_OFF, NodeHeader, blob_class, decode_blob, entry_offset,
+    live_slots, node_size,
 };
 use crate::superblock::ROOT_KEY_INDEX;
 
@@ -85,23 +86,75 @@ fn index_chunks(pool: &dyn Source, alloc: &RegionLayout) -> (Vec<(u64, ChunkHead
     (found, blobs)
 }
 
-fn leaves(pool: &dyn Source, chunks: &[(u64, ChunkHeader)], chunk_len: u64) -> HashMap<u64, Leaf> {
+/// Every node slot that decodes as a leaf header: in the node chunks, and (with the node
+/// sizes those chunks or the root leaf show) in every other chunk, whose header may be
+/// the damaged part. Entries are checked one by one later, so a leaf found this way is
+/// only a place to read keys from, and only used if linked or if the list is broken.
+fn leaves(
+    pool: &dyn Source,
+    alloc: &RegionLayout,
+    chunks: &[(u64, ChunkHeader)],
+    root: u64,
+) -> HashMap<u64, Leaf> {
     let mut out = HashMap::new();
-    for &(off, h) in chunks {
-        if h.kind != ChunkKind::Nodes {
-            continue;
+    let mut sizes: Vec<u32> = chunks
+        .iter()
+        .filter(|(_, h)| h.kind == ChunkKind::Nodes)
+        .map(|(_, h)| h.slot_size)
+        .collect();
+    if let Some(h) = pool
+        .bytes(root, NODE_ENTRIES as u64)
+        .and_then(|b| NodeHeader::decode(&b, root).ok())
+    {
+        sizes.push(u32::try_from(node_size(h.fanout)).unwrap_or(u32::MAX));
+    }
+    sizes.sort_unstable();
+    sizes.dedup();
+    let slots_of = |size: u32| {
+        u32::try_from(
+            alloc.chunk_size.saturating_sub(CHUNK_HEADER_LEN as u64) / u64::from(size.max(1)),
+        )
+        .unwrap_or(0)
+    };
+    let mut plan: Vec<(u64, u32, u32)> = Vec::new();
+    let count = u32::try_from(alloc.chunk_count).unwrap_or(u32::MAX);
+    for k in 0..count {
+        let off = alloc.chunk_off(k);
+        match chunks.iter().find(|(c, _)| *c == off) {
+            Some((_, h)) if h.kind == ChunkKind::Nodes => {
+                plan.push((off, h.slot_size, h.slot_count));
+            }
+            Some(_) => {}
+            None => {
+                // A chunk whose header does not decode: probe each slot's magic.
+                for &size in &sizes {
+                    let n = slots_of(size);
+                    let has_leaf = (0..n).any(|i| {
+                        let at = off
+                            + CHUNK_HEADER_LEN as u64
+                            + u64::from(i) * u64::from(size)
+                            + NODE_MAGIC_OFF as u64;
+                        pool.bytes(at, 4).as_deref() == Some(&NODE_MAGIC[..])
+                    });
+                    if has_leaf {
+                        plan.push((off, size, n));
+                    }
+                }
+            }
         }
-        let Some(bytes) = pool.bytes(off, chunk_len) else {
+    }
+    for (off, slot_size, slot_count) in plan {
+        let Some(bytes) = pool.bytes(off, alloc.chunk_size) else {
             continue;
         };
-        for i in 0..h.slot_count {
-            let at = h.slot_offset(off, i);
+        for i in 0..slot_count {
+            let at = off + CHUNK_HEADER_LEN as u64 + u64::from(i) * u64::from(slot_size);
             let start = (at - off) as usize;
-            let Some(b) = bytes.get(start..start + h.slot_size as usize) else {
+            let Some(b) = bytes.get(start..start + slot_size as usize) else {
                 break;
             };
             if let Ok(header) = NodeHeader::decode(b, at)
-                && node_size(header.fanout) == h.slot_size as usize
+                && node_size(header.fanout) == slot_size as usize
             {
                 out.insert(
                     at,
@@ -116,14 +169,8 @@ fn leaves(pool: &dyn Source, chunks: &[(u64, ChunkHeader)], chunk_len: u64) -> H
     out
 }
 
-/// The key of `entry`, reading its blob (which must be a slot of a blob chunk of the
-/// right class) when it is not inline.
-fn key_of(
-    pool: &dyn Source,
-    entry: &Entry,
-    blobs: &[(u64, ChunkHeader)],
-    at: u64,
-) -> Result<Vec<u8>, String> {
+/// The key of `entry`, reading and checking its blob when it is not inline.
+fn key_of(pool: &dyn Source, entry: &Entry) -> Result<Vec<u8>, String> {
     match entry.key {
         KeyRef::Inline { .. } => entry
             .key
@@ -134,14 +181,9 @@ fn key_of(
             let len = usize::from(len);
             let class = blob_class(len).ok_or("key blob length")?;
             let size = BLOB_CLASSES.get(class).copied().ok_or("key blob class")?;
-            let owned = blobs
-                .iter()
-                .any(|(c, h)| h.kind == ChunkKind::Blobs(class) && h.slot_index(*c, off).is_some());
-            if !owned {
-                return Err(format!(
-                    "entry at pool offset {at}: key blob {off} is not a slot of a blob chunk of its class"
-                ));
-            }
+            // NOTE: the blob chunk's header is not required (it may be the damaged part):
+            // the entry's checksum covers the blob's offset, and the blob's own checksum
+            // and length cover the key.
             let b = pool
                 .bytes(off, size as u64)
                 .ok_or_else(|| format!("key blob {off} outside the pool"))?;
@@ -152,30 +194,20 @@ fn key_of(
     }
 }
 
-fn anchor_of(
-    pool: &dyn Source,
-    leaf: &Leaf,
-    at: u64,
-    blobs: &[(u64, ChunkHeader)],
-) -> Option<Vec<u8>> {
+fn anchor_of(pool: &dyn Source, leaf: &Leaf, at: u64) -> Option<Vec<u8>> {
     let e = Entry::decode(
         leaf.bytes.get(NODE_ANCHOR..NODE_ENTRIES)?,
         at + NODE_ANCHOR as u64,
     )
     .ok()?;
     (e.value == 0).then_some(())?;
-    key_of(pool, &e, blobs, at).ok()
+    key_of(pool, &e).ok()
 }
 
 /// Walks the key index of `pool` (allocator region `alloc`).
 pub fn walk(pool: &dyn Source, alloc: &RegionLayout, root: u64) -> KeyWalk {
     let (chunks, blob_chunks) = index_chunks(pool, alloc);
-    let blobs: Vec<(u64, ChunkHeader)> = chunks
-        .iter()
-        .filter(|(_, h)| matches!(h.kind, ChunkKind::Blobs(_)))
-        .copied()
-        .collect();
-    let leaves = leaves(pool, &chunks, alloc.chunk_size);
+    let leaves = leaves(pool, alloc, &chunks, root);
     let mut out = KeyWalk::default();
 
     // The list from the root: bounded by the number of leaves (a visited set).
@@ -197,7 +229,7 @@ pub fn walk(pool: &dyn Source, alloc: &RegionLayout, root: u64) -> KeyWalk {
         if !seen.insert(cur) {
             break Some(format!("the list returns to leaf {cur} (a cycle)"));
         }
-        let Some(anchor) = anchor_of(pool, leaf, cur, &blobs) else {
+        let Some(anchor) = anchor_of(pool, leaf, cur) else {
             break Some(format!("leaf {cur}: damaged anchor"));
         };
         let increasing = match &prev {
@@ -218,9 +250,10 @@ pub fn walk(pool: &dyn Source, alloc: &RegionLayout, root: u64) -> KeyWalk {
             "key index list broken after {} leaves ({why}); entries of unlinked leaves are used, checked against HSIT",
             linked.len()
         ));
+        let on_list: HashSet<u64> = linked.iter().copied().collect();
         let mut rest: Vec<u64> = leaves
             .keys()
-            .filter(|l| !seen.contains(l))
+            .filter(|l| !on_list.contains(l))
             .copied()
             .collect();
         rest.sort_unstable();
@@ -241,7 +274,7 @@ pub fn walk(pool: &dyn Source, alloc: &RegionLayout, root: u64) -> KeyWalk {
                 .ok_or_else(|| "short entry".to_owned())
                 .and_then(|b| Entry::decode(b, eat).map_err(|e| e.to_string()))
                 .and_then(|e| {
-                    let k = key_of(pool, &e, &blobs, eat)?;
+                    let k = key_of(pool, &e)?;
                     if k.is_empty() {
                         Err("empty key".to_owned())
                     } else {

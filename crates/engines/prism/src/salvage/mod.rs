@@ -100,12 +100,15 @@ pub fn salvage_sources(
         sink.skipped(note)?;
         report.skipped += 1;
     }
+    let dir = values::read_dir(pool, &layout.sb);
     let stores = Stores {
         pool,
         sb: &layout.sb,
         alloc: &layout.alloc,
-        dir: values::read_dir(pool, &layout.sb),
+        spare: values::spare_segments(pool, &layout.alloc, &dir),
+        dir,
         flash: flash.to_vec(),
+        found: std::cell::RefCell::default(),
     };
     // key -> distinct (slot, linked) candidates; linked ones win.
     let mut by_key: BTreeMap<Vec<u8>, Vec<(u64, bool)>> = BTreeMap::new();

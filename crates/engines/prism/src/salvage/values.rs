@@ -14,9 +14,13 @@
 //!
 //! Thread safety: pure functions over [`Source`]s.
 
-use tierkv_core::media::pmem::alloc::RegionLayout;
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use tierkv_core::media::pmem::alloc::{ChunkState, RegionLayout};
 
 use super::source::Source;
+use crate::hsit::HSIT_CHUNK_TAG;
 use crate::hsit::entry::{ForwardPointer, Location, key_tag};
 use crate::pwb::record::{self, HEADER_LEN};
 use crate::superblock::{HSIT_ENTRY_LEN, Superblock};
@@ -54,17 +58,16 @@ pub struct Stores<'a> {
     pub dir: Vec<u64>,
     /// Value Storage files.
     pub flash: Vec<Option<&'a dyn Source>>,
+    /// HSIT chunks no valid directory word names (tried for a damaged directory word).
+    pub spare: Vec<u64>,
+    /// Segment -> spare chunk confirmed by a key tag.
+    pub found: RefCell<HashMap<usize, u64>>,
 }
 
 impl Stores<'_> {
     /// The value of `key` through HSIT slot `slot`.
     pub fn value(&self, key: &[u8], slot: u64) -> Result<Outcome, String> {
-        let (w0, w1) = self.entry(slot)?;
-        if w1 != key_tag(key) {
-            return Err(format!(
-                "HSIT slot {slot}: its key tag {w1:#x} is not this key's (damaged entry, or a stale index entry)"
-            ));
-        }
+        let w0 = self.entry(slot, key_tag(key))?;
         match ForwardPointer::from_raw(w0).location() {
             None => Err(format!(
                 "HSIT slot {slot}: forward pointer {w0:#x} names no medium"
@@ -77,24 +80,59 @@ impl Stores<'_> {
         }
     }
 
-    fn entry(&self, slot: u64) -> Result<(u64, u64), String> {
+    /// Word 0 of the entry of `slot`, whose word 1 must be `tag`. The segment is the one
+    /// the directory names; when that word is damaged (it names no chunk, or a chunk whose
+    /// entry does not carry the tag), every spare HSIT chunk (tagged HSIT in the
+    /// allocator, named by no directory word) is tried, and the first whose entry carries
+    /// the key's tag is remembered for the segment. A tag is 48 bits (CRC-32C and length
+    /// of the key), so a spare chunk is not taken for the wrong segment by chance.
+    fn entry(&self, slot: u64, tag: u64) -> Result<u64, String> {
         let per = u64::from(self.sb.hsit_seg_entries);
         let seg = usize::try_from(slot / per).unwrap_or(usize::MAX);
-        let seg_off = *self
+        let named = *self
             .dir
             .get(seg)
             .ok_or_else(|| format!("HSIT slot {slot}: segment {seg} beyond the directory"))?;
-        let chunk = self.alloc.chunk_of(seg_off);
-        if seg_off == 0 || chunk.is_none_or(|k| self.alloc.chunk_off(k) != seg_off) {
-            return Err(format!(
-                "HSIT slot {slot}: directory word {seg} ({seg_off}) names no allocator chunk"
-            ));
+        let rel = (slot % per) * HSIT_ENTRY_LEN;
+        let read = |seg_off: u64| {
+            Some((
+                self.pool.u64_at(seg_off + rel)?,
+                self.pool.u64_at(seg_off + rel + 8)?,
+            ))
+        };
+        let mut why = format!("directory word {seg} ({named}) names no allocator chunk");
+        if self.is_chunk(named) {
+            match read(named) {
+                Some((w0, w1)) if w1 == tag => return Ok(w0),
+                Some((_, w1)) => {
+                    why = format!(
+                        "its key tag {w1:#x} is not this key's (a damaged entry or directory word, or a stale index entry)"
+                    );
+                }
+                None => why = "entry outside the pool".to_owned(),
+            }
         }
-        let at = seg_off + (slot % per) * HSIT_ENTRY_LEN;
-        match (self.pool.u64_at(at), self.pool.u64_at(at + 8)) {
-            (Some(a), Some(b)) => Ok((a, b)),
-            _ => Err(format!("HSIT slot {slot}: entry {at} outside the pool")),
+        let cached = self.found.borrow().get(&seg).copied();
+        let tries: Vec<u64> = cached.map_or_else(|| self.spare.clone(), |c| vec![c]);
+        for off in tries {
+            if let Some((w0, w1)) = read(off)
+                && w1 == tag
+            {
+                self.found.borrow_mut().insert(seg, off);
+                return Ok(w0);
+            }
         }
+        Err(format!(
+            "HSIT slot {slot}: {why}, and no spare HSIT chunk holds this key's tag there"
+        ))
+    }
+
+    fn is_chunk(&self, off: u64) -> bool {
+        off != 0
+            && self
+                .alloc
+                .chunk_of(off)
+                .is_some_and(|k| self.alloc.chunk_off(k) == off)
     }
 
     fn pwb(&self, slot: u64, off: u64) -> Result<Vec<u8>, String> {
@@ -167,5 +205,21 @@ impl Stores<'_> {
 pub fn read_dir(pool: &dyn Source, sb: &Superblock) -> Vec<u64> {
     (0..u64::from(sb.hsit_dir_cap))
         .map_while(|i| pool.u64_at(sb.hsit_dir_off + 8 * i))
+        .collect()
+}
+
+/// The allocator chunks tagged as HSIT segments that no word of `dir` names.
+pub fn spare_segments(pool: &dyn Source, alloc: &RegionLayout, dir: &[u64]) -> Vec<u64> {
+    let count = u32::try_from(alloc.chunk_count).unwrap_or(u32::MAX);
+    (0..count)
+        .filter(|&k| {
+            pool.u64_at(alloc.state_off(k)).and_then(ChunkState::decode)
+                == Some(ChunkState::Run {
+                    tag: HSIT_CHUNK_TAG,
+                    len: 1,
+                })
+        })
+        .map(|k| alloc.chunk_off(k))
+        .filter(|off| !dir.contains(off))
         .collect()
 }
