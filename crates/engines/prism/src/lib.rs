@@ -47,7 +47,7 @@ pub mod pwb;
 mod recovery;
 pub mod salvage;
 pub mod stats;
-mod superblock;
+pub mod superblock;
 pub mod svc;
 #[cfg(test)]
 mod test_support;

@@ -11,7 +11,7 @@
 //! | 1. the superblock, or a re-planned layout confirmed by the allocator header | [`layout`] |
 //! | 2-3. keys and their HSIT slots from the key index leaves | [`keys`] |
 //! | 4. from a slot to a validated value | [`values`] |
-//! | 5. one value per key, in key order, with notes for what was skipped | this file |
+//! | 5. one value per key, in key order (a committed batch log on top), with notes for what was skipped | this file |
 //!
 //! Thread safety: one salvage runs on the calling thread; it shares nothing.
 
@@ -27,6 +27,7 @@ use tierkv_core::{Result, SalvageContext, SalvageReport, SalvageSink};
 use self::layout::PlanHint;
 use self::source::{FileSource, Source};
 use self::values::{Found, Outcome, Stores};
+use crate::batch::{ROOT_BATCH, log_format};
 use crate::options::PrismOptions;
 use crate::superblock::ROOT_KEY_INDEX;
 use crate::value_storage::chunk_format::storage_file_name;
@@ -39,6 +40,31 @@ pub const CAVEATS: [&str; 2] = [
 
 /// The caveat added when the key index list was broken and unlinked leaves were read.
 pub const UNLINKED_CAVEAT: &str = "the key index list was broken, so entries of unlinked leaves were read: a stale entry of a deleted key is dropped unless its HSIT slot still carries that key's tag and a valid value (only a put of the same key into the same slot cut by a crash does that)";
+
+/// The caveat added when root word 2 names a batch log that does not decode.
+pub const BATCH_CAVEAT: &str = "root word 2 names a committed write batch whose log does not decode: if a batch was committed and cut by a crash, its keys may appear partly applied";
+
+/// The write batch committed but not yet fully applied (root word 2, § Write batches):
+/// `None` when the word is 0, an error note when the log it names does not decode.
+fn committed_batch(
+    pool: &dyn Source,
+) -> std::result::Result<Option<tierkv_core::WriteBatch>, String> {
+    let at = layout::root(pool, ROOT_BATCH).unwrap_or(0);
+    if at == 0 {
+        return Ok(None);
+    }
+    let bad = |e: String| format!("committed write batch log at pool offset {at}: {e}");
+    let head = pool
+        .bytes(at, log_format::HEADER_LEN as u64)
+        .ok_or_else(|| bad("outside the pool".into()))?;
+    let h = log_format::decode_header(&head, at).map_err(|e| bad(e.to_string()))?;
+    let all = pool
+        .bytes(at, h.total_len())
+        .ok_or_else(|| bad(format!("{} bytes outside the pool", h.total_len())))?;
+    log_format::decode(&all, at)
+        .map(|(_, b)| Some(b))
+        .map_err(|e| bad(e.to_string()))
+}
 
 /// The salvage of the store `ctx` describes (the facade's `SalvageFn` for `prism`).
 pub fn salvage(ctx: &SalvageContext, sink: &mut dyn SalvageSink) -> Result<SalvageReport> {
@@ -118,8 +144,38 @@ pub fn salvage_sources(
             v.push((c.slot, c.linked));
         }
     }
+    let batch = committed_batch(pool);
+    match &batch {
+        Ok(None) => {}
+        Ok(Some(b)) => {
+            report.regions.push(format!(
+                "a committed write batch of {} operations was not fully applied at the crash: applied on top (as recovery does)",
+                b.len()
+            ));
+            for (k, _) in b.iter() {
+                by_key.entry(k.to_vec()).or_default();
+            }
+        }
+        Err(why) => {
+            sink.skipped(why)?;
+            report.skipped += 1;
+            report.caveats.push(BATCH_CAVEAT.to_owned());
+        }
+    }
     let mut counts = Counts::default();
     for (key, cands) in by_key {
+        if let Ok(Some(b)) = &batch
+            && let Some(op) = b.op(&key)
+        {
+            if let Some(v) = op.value() {
+                counts.batch += 1;
+                sink.record(&key, v)?;
+                report.records += 1;
+            } else {
+                counts.deleted += 1;
+            }
+            continue;
+        }
         let any_linked = cands.iter().any(|c| c.1);
         let mut slots: Vec<u64> = cands
             .iter()
@@ -142,9 +198,10 @@ pub fn salvage_sources(
         }
     }
     report.regions.push(format!(
-        "values: {} from PWBs on pmem, {} from value storage on flash, {} keys with a delete in flight (not yielded), {} keys skipped",
+        "values: {} from PWBs on pmem, {} from value storage on flash, {} from a committed batch log, {} keys deleted in flight (not yielded), {} keys skipped",
         counts.pwb,
         counts.flash,
+        counts.batch,
         counts.deleted,
         report.skipped.saturating_sub(walk.skipped.len() as u64)
     ));
@@ -153,6 +210,7 @@ pub fn salvage_sources(
 
 #[derive(Default)]
 struct Counts {
+    batch: u64,
     pwb: u64,
     flash: u64,
     deleted: u64,

@@ -1,6 +1,6 @@
 //! [`Source`]: read-only, bounds-checked access to the bytes of a pool or Value Storage
 //! file for the salvage walk (FORMAT.md, "Salvage"). A file is opened read-only and read
-//! with `pread`; nothing is mapped, so nothing can be written through it. A byte slice is
+//! with `pread`; nothing is mapped, so nothing can be written through it. A byte vector is
 //! a source too (the fuzz target and tests).
 //!
 //! Every read names its range; a range outside the source, or longer than
@@ -12,8 +12,9 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
-/// The longest single read (a few allocator or Value Storage chunks).
-pub const MAX_READ: u64 = 8 << 20;
+/// The longest single read (a committed batch log of the largest batch; chunks are far
+/// smaller).
+pub const MAX_READ: u64 = 32 << 20;
 
 /// Bytes the salvage walk can read.
 pub trait Source {
@@ -41,9 +42,9 @@ pub trait Source {
     }
 }
 
-impl Source for [u8] {
+impl Source for Vec<u8> {
     fn len(&self) -> u64 {
-        self.len() as u64
+        self.as_slice().len() as u64
     }
     fn read_at(&self, off: u64, buf: &mut [u8]) -> bool {
         let Ok(start) = usize::try_from(off) else {
