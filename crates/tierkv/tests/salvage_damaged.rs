@@ -15,18 +15,15 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tierkv::{CollectSink, Db, salvage};
-use tierkv_core::{ByteSize, DurabilityMode, Options};
+use tierkv_core::Options;
 use tierkv_prism::key_index::format::{ChunkHeader, ChunkKind, NodeHeader};
 use tierkv_prism::salvage::layout;
 use tierkv_prism::salvage::source::{FileSource, Source};
 
+mod common;
+
 fn options() -> Options {
-    Options::default()
-        .engine("prism@pwb_count=2,pwb_size=64KiB,chunk_size=64KiB")
-        .pmem_size(ByteSize::mib(16))
-        .pmem_mode(DurabilityMode::Volatile)
-        .flash_size(ByteSize::mib(8))
-        .dram_budget(ByteSize::mib(4))
+    common::small_options(common::SMALL_PRISM)
 }
 
 /// What was written: the live contents and every value each key ever held.

@@ -20,6 +20,10 @@ pub const MAX_READ: u64 = 32 << 20;
 pub trait Source {
     /// Length in bytes.
     fn len(&self) -> u64;
+    /// True when there are no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Fills `buf` from offset `off`; false when the range is outside the source or the
     /// read fails.
     fn read_at(&self, off: u64, buf: &mut [u8]) -> bool;

@@ -140,7 +140,7 @@ impl Stores<'_> {
         let bad = |what: &str| format!("HSIT slot {slot}: PWB record at pool offset {off}: {what}");
         let rel = off
             .checked_sub(sb.pwb_ring_off)
-            .filter(|r| *r < u64::from(sb.pwb_count) * sb.pwb_size && off % 16 == 0)
+            .filter(|r| *r < u64::from(sb.pwb_count) * sb.pwb_size && off.is_multiple_of(16))
             .ok_or_else(|| bad("outside the PWB rings"))?;
         let ring_end = sb.pwb_ring_off + (rel / sb.pwb_size + 1) * sb.pwb_size;
         let head = self
