@@ -258,3 +258,19 @@ fn a_flash_checksum_error_names_the_tier_the_file_and_the_offset() {
         );
     }
 }
+
+/// An engine without a salvage walk says so, naming the engines that have one.
+#[test]
+fn dump_salvage_of_an_engine_without_one_is_a_clear_error() {
+    let d = tempfile::tempdir().expect("test setup");
+    let a = d.path().join("a");
+    let o = tierkv(&["put", "--engine", "dram", "k", "v"], &a);
+    assert!(o.status.success(), "{}", err(&o));
+    let o = tierkv(&["dump", "--salvage"], &a);
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    assert!(
+        err(&o).contains("engine dram has no salvage mode yet (engines with one: prism)"),
+        "{}",
+        err(&o)
+    );
+}
