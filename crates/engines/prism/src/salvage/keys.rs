@@ -26,9 +26,9 @@ use tierkv_core::media::pmem::alloc::RegionLayout;
 
 use super::source::Source;
 use crate::key_index::format::{
-    BLOB_CLASSES, CHUNK_HEADER_LEN, ChunkHeader, ChunkKind, ENTRY_LEN, Entry, KeyRef, NODE_ANCHOR,
-    NODE_ENTRIES, NODE_MAGIC, NODE_MAGIC_OFF, NodeHeader, blob_class, decode_blob, entry_offset,
-    live_slots, node_size,
+    BLOB_CLASSES, CHUNK_HEADER_LEN, ChunkHeader, ChunkKind, ENTRY_LEN, Entry, KeyRef, MAX_FANOUT,
+    MIN_FANOUT, NODE_ANCHOR, NODE_ENTRIES, NODE_MAGIC, NODE_MAGIC_OFF, NodeHeader, blob_class,
+    decode_blob, entry_offset, full_bitmap, live_slots, node_size,
 };
 use crate::superblock::ROOT_KEY_INDEX;
 
@@ -59,6 +59,10 @@ pub struct KeyWalk {
 struct Leaf {
     header: NodeHeader,
     bytes: Vec<u8>,
+    /// False for a node slot whose header does not decode but where some entry passes
+    /// its checksum: its bitmap and link are unknown, so every entry slot is read (each
+    /// one checked on its own, and against HSIT), and the list never passes through it.
+    header_ok: bool,
 }
 
 /// The key-index chunks of the allocator region: node chunks and blob chunks.
@@ -153,20 +157,46 @@ fn leaves(
             let Some(b) = bytes.get(start..start + slot_size as usize) else {
                 break;
             };
-            if let Ok(header) = NodeHeader::decode(b, at)
-                && node_size(header.fanout) == slot_size as usize
-            {
-                out.insert(
-                    at,
-                    Leaf {
-                        header,
-                        bytes: b.to_vec(),
-                    },
-                );
+            match NodeHeader::decode(b, at) {
+                Ok(header) if node_size(header.fanout) == slot_size as usize => {
+                    out.insert(
+                        at,
+                        Leaf {
+                            header,
+                            bytes: b.to_vec(),
+                            header_ok: true,
+                        },
+                    );
+                }
+                _ => {
+                    if let Some(leaf) = headless_leaf(b, at, slot_size) {
+                        out.insert(at, leaf);
+                    }
+                }
             }
         }
     }
     out
+}
+
+/// A node slot whose header is damaged, as a leaf with every entry slot to be read, if at
+/// least one of its entries passes its checksum.
+fn headless_leaf(b: &[u8], at: u64, slot_size: u32) -> Option<Leaf> {
+    let fanout = (MIN_FANOUT..=MAX_FANOUT).find(|&f| node_size(f) == slot_size as usize)?;
+    let any = (0..fanout).any(|i| {
+        let off = entry_offset(i);
+        b.get(off..off + ENTRY_LEN)
+            .is_some_and(|e| Entry::decode(e, at + off as u64).is_ok())
+    });
+    any.then(|| {
+        let mut header = NodeHeader::new(fanout, 0);
+        header.bitmap = full_bitmap(fanout);
+        Leaf {
+            header,
+            bytes: b.to_vec(),
+            header_ok: false,
+        }
+    })
 }
 
 /// The key of `entry`, reading and checking its blob when it is not inline.
@@ -223,7 +253,7 @@ pub fn walk(pool: &dyn Source, alloc: &RegionLayout, root: u64) -> KeyWalk {
                 None
             };
         }
-        let Some(leaf) = leaves.get(&cur) else {
+        let Some(leaf) = leaves.get(&cur).filter(|l| l.header_ok) else {
             break Some(format!("link to {cur}, which is not a readable leaf"));
         };
         if !seen.insert(cur) {
@@ -290,6 +320,9 @@ pub fn walk(pool: &dyn Source, alloc: &RegionLayout, root: u64) -> KeyWalk {
                         linked: is_linked,
                     });
                 }
+                // A leaf with a damaged header has no bitmap: its free entry slots hold
+                // anything, so their failures are not damage.
+                Err(_) if !leaf.header_ok => {}
                 Err(e) => {
                     damaged += 1;
                     out.skipped.push(format!(
@@ -300,10 +333,11 @@ pub fn walk(pool: &dyn Source, alloc: &RegionLayout, root: u64) -> KeyWalk {
         }
     }
     out.summary = format!(
-        "key index: {} index chunks ({} of key blobs), {} leaves, {} linked from the root ({}), {} entries read, {} damaged",
+        "key index: {} index chunks ({} of key blobs), {} leaves ({} with a damaged header), {} linked from the root ({}), {} entries read, {} damaged",
         chunks.len(),
         blob_chunks,
         leaves.len(),
+        leaves.values().filter(|l| !l.header_ok).count(),
         linked.len(),
         broken.map_or("list complete".to_owned(), |w| format!("list broken: {w}")),
         entries,
