@@ -94,3 +94,39 @@ impl Source for FileSource {
             && self.file.read_exact_at(buf, off).is_ok()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_outside_the_source_or_over_the_limit_are_refused() {
+        let v: Vec<u8> = (0..=255).collect();
+        assert_eq!(
+            v.bytes(250, 6).as_deref(),
+            Some(&[250u8, 251, 252, 253, 254, 255][..])
+        );
+        assert_eq!(v.bytes(250, 7), None);
+        assert_eq!(v.bytes(u64::MAX, 2), None);
+        assert_eq!(v.u64_at(249), None);
+        assert_eq!(
+            v.u64_at(248),
+            Some(u64::from_le_bytes([248, 249, 250, 251, 252, 253, 254, 255]))
+        );
+        let big = vec![0u8; (MAX_READ + 1) as usize];
+        assert!(big.bytes(0, MAX_READ).is_some());
+        assert_eq!(big.bytes(0, MAX_READ + 1), None);
+    }
+
+    #[test]
+    fn a_file_source_reads_what_the_file_holds_and_nothing_past_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"0123456789").unwrap();
+        let f = FileSource::open(&p).unwrap();
+        assert_eq!(f.len(), 10);
+        assert_eq!(f.bytes(2, 3).as_deref(), Some(&b"234"[..]));
+        assert_eq!(f.bytes(8, 3), None);
+        assert!(FileSource::open(&dir.path().join("missing")).is_err());
+    }
+}
