@@ -14,6 +14,11 @@
 //! `load` requires the first line, ignores every other `#` line and empty lines, and puts
 //! each record.
 //!
+//! A store that does not open (or any store, with `--salvage`) is dumped by [`salvage`]:
+//! the engine's read-only walk (`tierkv::salvage`), whose header says so and lists what the
+//! format cannot verify (`# caveat:` lines), whose report ends it (`# salvage:` lines), and
+//! whose skipped records, keys and regions are `# skipped` lines as above.
+//!
 //! Finding the damaged record: the engines' scans stop at the first value they cannot read
 //! and do not say its key. The dump narrows a failing batch down to its readable prefix
 //! (bisection on the scan limit), then bisects the key space for the boundary `lo < hi`
