@@ -3,7 +3,7 @@
 //! of the pool (superblock, root words, key index, HSIT, PWB rings) or in a Value Storage
 //! file, for many seeds, it finishes in bounded time, never yields a value that is not the
 //! key's newest acknowledged one (nor a deleted key), and loses at most a bounded number of
-//! the live keys per damaged spot (the bound of each region is argued at `BOUND`).
+//! the live keys per damaged spot (the bound of each region is argued at [`bound`]).
 
 #![allow(clippy::unwrap_used, reason = "test code: an unwrap is an assertion")]
 
