@@ -49,6 +49,9 @@ crash: all or none); engines without atomic batches refuse it and nothing is wri
 const DUMP_EXAMPLES: &str = "Examples:
   tierkv dump --dir my-store > my-store.dump         # every record, key order, hex
   tierkv dump --dir damaged --out rescued.dump       # the readable records; skipped ones listed
+  tierkv dump --dir damaged --salvage > rescued.dump # read the files directly, never open the store
+When the store does not open (damage its recovery cannot get past), dump salvages it: it
+reads the files read-only and yields every record it can validate (prism only).
 Exit codes: 0 every record dumped, 4 some damaged records skipped, 1 error.";
 const LOAD_EXAMPLES: &str = "Examples:
   tierkv load --dir new-store --in rescued.dump
@@ -219,6 +222,10 @@ pub struct DumpArgs {
     /// Write the dump to FILE instead of standard output.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// Do not open the store: read its files read-only and yield every record that
+    /// validates (what `dump` falls back to when the store does not open; prism only).
+    #[arg(long)]
+    pub salvage: bool,
 }
 
 #[derive(Args, Debug)]

@@ -20,6 +20,7 @@ pub use api::error::{Error, Result, Tier};
 pub use api::options::{
     DurabilityMode, EmulatedLatency, FlashOptions, IoBackend, Limits, Options, PmemOptions,
 };
+pub use api::salvage::{CollectSink, SalvageContext, SalvageFn, SalvageReport, SalvageSink};
 pub use api::schema::{
     FieldDef, FieldId, FieldKind, FieldSelection, Row, RowPair, Schema, SchemaId, SchemaStore,
 };

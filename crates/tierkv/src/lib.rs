@@ -48,16 +48,19 @@
 mod db;
 pub mod range;
 mod registry;
+mod salvage;
 
 pub use db::Db;
 pub use range::{Range, RangeOptions};
 pub use registry::{ATOMIC_BATCH_ENGINES, ENGINES, check_atomic_batches, descriptor};
 pub use registry::{UNORDERED_VARIANTS, is_ordered};
+pub use salvage::{SALVAGE_ENGINES, SalvageEngine, salvage, salvage_engine};
 pub use tierkv_core::{BatchOp, MAX_BATCH_BYTES, MAX_BATCH_OPS, WriteBatch};
 pub use tierkv_core::{
     ByteSize, DurabilityMode, EngineSpec, Error, FlashOptions, IoBackend, KvPair, KvStore, Limits,
     Manifest, Options, PmemOptions, Result, Stats, Tier,
 };
+pub use tierkv_core::{CollectSink, SalvageReport, SalvageSink};
 pub use tierkv_core::{
     FieldDef, FieldId, FieldKind, FieldSelection, Row, RowPair, Schema, SchemaId, SchemaStore,
 };

@@ -32,7 +32,7 @@ pub fn run(core: &Core) -> Result<Vec<String>> {
     let _reclaim = core.pause_reclamation();
     let _gc = core.gc_lock.lock();
     let mut lines = Vec::new();
-    let mut problems = Vec::new();
+    let mut problems: Vec<Problem> = Vec::new();
     core.alloc.check()?;
     lines.push(format!(
         "prism: allocator ok ({} chunks of {} bytes)",
@@ -46,12 +46,16 @@ pub fn run(core: &Core) -> Result<Vec<String>> {
     problems.extend(
         index_problems
             .into_iter()
-            .map(|p| format!("key index: {p}")),
+            .map(|p| Problem::from(format!("key index: {p}"))),
     );
     for s in &core.storages {
         for line in s.check()? {
             if line.starts_with("error:") {
-                problems.push(line);
+                problems.push(Problem {
+                    tier: Some(Tier::Flash),
+                    offset: None,
+                    text: line,
+                });
             } else {
                 lines.push(format!("prism: {line}"));
             }
@@ -66,9 +70,9 @@ pub fn run(core: &Core) -> Result<Vec<String>> {
         let live = s.stats().live_values;
         let want = walk.flash.get(i).copied().unwrap_or(0);
         if live != want {
-            problems.push(format!(
+            problems.push(Problem::from(format!(
                 "Value Storage {i}: validity bitmaps hold {live} live values, HSIT points to {want}"
-            ));
+            )));
         }
     }
     lines.push(format!(
@@ -78,7 +82,7 @@ pub fn run(core: &Core) -> Result<Vec<String>> {
     for pwb in core.pwbs.iter() {
         let ring = pwb.ring();
         if let Err(e) = collect_live(pwb, ring.head, ring.tail, &mut |_, _| Ok(false)) {
-            problems.push(format!("PWB {}: {e}", pwb.id()));
+            problems.push(Problem::of(&e, format!("PWB {}: {e}", pwb.id())));
         }
     }
     lines.push(format!(
@@ -89,12 +93,55 @@ pub fn run(core: &Core) -> Result<Vec<String>> {
         return Ok(lines);
     }
     let n = problems.len();
+    // The error names the tier (and offset) of the first problem that has one; each
+    // problem names its own place (issue 23, finding 9: a flash problem was reported as
+    // "corruption in pmem at offset 0").
+    let tier = problems.iter().find_map(|p| p.tier).unwrap_or(Tier::Pmem);
+    let offset = problems
+        .iter()
+        .find_map(|p| p.offset.filter(|_| p.tier == Some(tier)));
     problems.truncate(MAX_LISTED);
+    let listed: Vec<&str> = problems.iter().map(|p| p.text.as_str()).collect();
+    let place = offset.map_or(String::new(), |_| {
+        " (the offset is that of the first problem naming one)".to_owned()
+    });
     Err(Error::corruption(
-        Tier::Pmem,
-        0,
-        format!("prism check found {n} problems: {}", problems.join("; ")),
+        tier,
+        offset.unwrap_or(0),
+        format!(
+            "prism check found {n} problems{place}: {}",
+            listed.join("; ")
+        ),
     ))
+}
+
+/// One problem `check` found, with its place when an error named one.
+struct Problem {
+    tier: Option<Tier>,
+    offset: Option<u64>,
+    text: String,
+}
+
+impl Problem {
+    /// A problem described by `text`, located where `e` says.
+    fn of(e: &Error, text: String) -> Problem {
+        let (tier, offset) = match e {
+            Error::Corruption { tier, offset, .. }
+            | Error::ChecksumMismatch { tier, offset, .. } => (Some(*tier), Some(*offset)),
+            _ => (None, None),
+        };
+        Problem { tier, offset, text }
+    }
+}
+
+impl From<String> for Problem {
+    fn from(text: String) -> Problem {
+        Problem {
+            tier: None,
+            offset: None,
+            text,
+        }
+    }
 }
 
 /// Counts from the index walk.
@@ -107,7 +154,7 @@ struct WalkCounts {
     deleting: u64,
 }
 
-fn walk_index(core: &Core, problems: &mut Vec<String>) -> Result<WalkCounts> {
+fn walk_index(core: &Core, problems: &mut Vec<Problem>) -> Result<WalkCounts> {
     let mut counts = WalkCounts {
         flash: vec![0; core.storages.len()],
         ..WalkCounts::default()
@@ -118,7 +165,10 @@ fn walk_index(core: &Core, problems: &mut Vec<String>) -> Result<WalkCounts> {
             counts.keys += 1;
             let name = String::from_utf8_lossy(key).into_owned();
             if let Some(p) = check_entry(core, key, slot, &mut seen, &mut counts)? {
-                problems.push(format!("key {name:?} (slot {slot}): {p}"));
+                problems.push(Problem {
+                    text: format!("key {name:?} (slot {slot}): {}", p.text),
+                    ..p
+                });
             }
             Ok(())
         })?;
@@ -133,59 +183,69 @@ fn check_entry(
     slot: u64,
     seen: &mut BTreeSet<u64>,
     counts: &mut WalkCounts,
-) -> Result<Option<String>> {
+) -> Result<Option<Problem>> {
     if !core.hsit.contains(slot) {
-        return Ok(Some("slot beyond the HSIT".into()));
+        return Ok(Some(Problem::from("slot beyond the HSIT".to_owned())));
     }
     if !seen.insert(slot) {
-        return Ok(Some("slot reached by two keys".into()));
+        return Ok(Some(Problem::from("slot reached by two keys".to_owned())));
     }
     if core.hsit.key_tag(slot)? != key_tag(key) {
-        return Ok(Some(
-            "the HSIT entry's key tag belongs to another key".into(),
-        ));
+        return Ok(Some(Problem::from(
+            "the HSIT entry's key tag belongs to another key".to_owned(),
+        )));
     }
     let fp = core.hsit.load(slot)?;
     let Some(loc) = fp.location() else {
-        return Ok(Some(format!("unknown forward pointer {:#x}", fp.raw())));
+        return Ok(Some(Problem::from(format!(
+            "unknown forward pointer {:#x}",
+            fp.raw()
+        ))));
     };
     match loc {
         Location::None => counts.deleting += 1,
         Location::Pwb(off) => {
             counts.pwb += 1;
             let Some(pwb) = core.pwbs.holding(off) else {
-                return Ok(Some(format!("pointer {off:#x} outside every PWB")));
+                return Ok(Some(Problem::from(format!(
+                    "pointer {off:#x} outside every PWB"
+                ))));
             };
             match pwb.record_at(off) {
                 Ok((h, v)) if h.backptr == slot && h.verifies(v) => {}
                 Ok((h, _)) => {
-                    return Ok(Some(format!(
+                    return Ok(Some(Problem::from(format!(
                         "PWB record at {off:#x} is ill-coupled (backward pointer {}) or damaged",
                         h.backptr
-                    )));
+                    ))));
                 }
-                Err(e) => return Ok(Some(e.to_string())),
+                Err(e) => return Ok(Some(Problem::of(&e, e.to_string()))),
             }
         }
         Location::Flash(p) => {
             let vl = ValueLocation::unpack(p);
             let Some(storage) = core.storages.get(usize::from(vl.storage)) else {
-                return Ok(Some(format!("pointer names Value Storage {}", vl.storage)));
+                return Ok(Some(Problem::from(format!(
+                    "pointer names Value Storage {}",
+                    vl.storage
+                ))));
             };
             if let Some(c) = counts.flash.get_mut(usize::from(vl.storage)) {
                 *c += 1;
             }
             if !storage.is_valid(vl)? {
-                return Ok(Some(format!("value at {vl:?} is not marked valid")));
+                return Ok(Some(Problem::from(format!(
+                    "value at {vl:?} is not marked valid"
+                ))));
             }
             match storage.read(vl) {
                 Ok((bp, _)) if bp == slot => {}
                 Ok((bp, _)) => {
-                    return Ok(Some(format!(
+                    return Ok(Some(Problem::from(format!(
                         "value at {vl:?} is ill-coupled (backward pointer {bp})"
-                    )));
+                    ))));
                 }
-                Err(e) => return Ok(Some(format!("value at {vl:?}: {e}"))),
+                Err(e) => return Ok(Some(Problem::of(&e, format!("value at {vl:?}: {e}")))),
             }
         }
     }

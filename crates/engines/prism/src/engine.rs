@@ -14,7 +14,7 @@
 mod background;
 pub mod core;
 mod lifecycle;
-mod open;
+pub(crate) mod open;
 mod read;
 mod reclaim;
 #[cfg(test)]

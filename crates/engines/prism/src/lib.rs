@@ -18,6 +18,7 @@
 //! | §4.5 HSIT, §5.4 concurrency control (dirty bit, epochs) | [`hsit`], `engine/write.rs`, `engine/read.rs` |
 //! | §5.5 crash consistency and recovery | `recovery.rs`, `FORMAT.md` |
 //! | (not in the paper) crash-atomic write batches: redo log + commit word | [`batch`] |
+//! | (not in the paper) salvage of a damaged store: a read-only walk of the leaves, HSIT, PWBs and chunks | [`salvage`] |
 //! | the store: open, threads, `KvStore` | [`engine`] |
 //! | options (paper defaults), counters, `tierkv check` | [`options`], [`stats`], `check.rs` |
 //!
@@ -44,8 +45,9 @@ pub mod key_index;
 pub mod options;
 pub mod pwb;
 mod recovery;
+pub mod salvage;
 pub mod stats;
-mod superblock;
+pub mod superblock;
 pub mod svc;
 #[cfg(test)]
 mod test_support;

@@ -155,7 +155,15 @@ fn bit_flip_on_flash_is_reported_and_gc_quarantines_the_chunk() {
     file.sync_all().unwrap();
 
     let e = vs.read(victim).unwrap_err();
-    assert!(matches!(e, Error::ChecksumMismatch { .. }), "{e}");
+    // Issue 23 finding 9: the error names the tier, the file and the offset.
+    assert!(e.is_corruption(), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.starts_with("corruption in flash at offset ")
+            && text.contains(&path.display().to_string())
+            && text.contains("checksum mismatch"),
+        "{text}"
+    );
     assert!(vs.read_many(&[a[0].1, victim]).unwrap_err().is_corruption());
     assert!(
         vs.check().unwrap().iter().any(|l| l.starts_with("error")),

@@ -14,6 +14,11 @@
 //! `load` requires the first line, ignores every other `#` line and empty lines, and puts
 //! each record.
 //!
+//! A store that does not open (or any store, with `--salvage`) is dumped by [`salvage`]:
+//! the engine's read-only walk (`tierkv::salvage`), whose header says so and lists what the
+//! format cannot verify (`# caveat:` lines), whose report ends it (`# salvage:` lines), and
+//! whose skipped records, keys and regions are `# skipped` lines as above.
+//!
 //! Finding the damaged record: the engines' scans stop at the first value they cannot read
 //! and do not say its key. The dump narrows a failing batch down to its readable prefix
 //! (bisection on the scan limit), then bisects the key space for the boundary `lo < hi`
@@ -110,6 +115,87 @@ pub fn dump(db: &Db, out: &mut dyn Write) -> Result<DumpSummary> {
     writeln!(w, "# end: {} records, {} skipped", sum.records, sum.skipped).map_err(io)?;
     w.flush().map_err(io)?;
     Ok(sum)
+}
+
+/// True for an open error that a salvage may get past: damage, not a usage error, a
+/// missing store or a store in use.
+pub fn salvageable(e: &Error) -> bool {
+    !matches!(
+        e,
+        Error::NoStore(_) | Error::Locked(_) | Error::InvalidArgument(_) | Error::Closed
+    )
+}
+
+/// Writes every record the engine's salvage walk validates in the store in `dir`
+/// (without opening it) to `out`, in the dump format: the header names the salvage and
+/// what its format cannot verify; the walk's report ends it. `open_error` is why the
+/// store was not opened, if it was tried.
+pub fn salvage(
+    dir: &std::path::Path,
+    options: &tierkv::Options,
+    out: &mut dyn Write,
+    open_error: Option<&Error>,
+) -> Result<DumpSummary> {
+    let manifest =
+        tierkv::Manifest::read_from(dir)?.ok_or_else(|| Error::NoStore(dir.to_owned()))?;
+    let base = manifest.engine.split(':').next().unwrap_or_default();
+    let engine = tierkv::salvage_engine(base)?;
+    let w = &mut BufWriter::new(out);
+    let io = |e| Error::io("write", "<dump>", e);
+    writeln!(
+        w,
+        "{HEADER} (salvage of engine {}, from {}): hex key TAB hex value per line",
+        manifest.engine,
+        dir.display()
+    )
+    .map_err(io)?;
+    if let Some(e) = open_error {
+        writeln!(w, "# salvage: the store does not open: {e}").map_err(io)?;
+    }
+    for c in engine.caveats {
+        writeln!(w, "# caveat: {c}").map_err(io)?;
+    }
+    let mut sink = WriteSink {
+        w,
+        sum: DumpSummary::default(),
+    };
+    let report = tierkv::salvage(dir, options, &mut sink)?;
+    let WriteSink { w, sum } = sink;
+    for r in &report.regions {
+        eprintln!("tierkv: salvage: {r}");
+        writeln!(w, "# salvage: {r}").map_err(io)?;
+    }
+    for c in report
+        .caveats
+        .iter()
+        .filter(|c| !engine.caveats.contains(&c.as_str()))
+    {
+        eprintln!("tierkv: salvage: caveat: {c}");
+        writeln!(w, "# caveat: {c}").map_err(io)?;
+    }
+    writeln!(w, "# end: {} records, {} skipped", sum.records, sum.skipped).map_err(io)?;
+    w.flush().map_err(io)?;
+    Ok(sum)
+}
+
+struct WriteSink<'a, W: Write> {
+    w: &'a mut W,
+    sum: DumpSummary,
+}
+
+impl<W: Write> tierkv::SalvageSink for WriteSink<'_, W> {
+    fn record(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        writeln!(self.w, "{}\t{}", hex(key), hex(value))
+            .map_err(|e| Error::io("write", "<dump>", e))?;
+        self.sum.records += 1;
+        Ok(())
+    }
+    fn skipped(&mut self, note: &str) -> Result<()> {
+        eprintln!("tierkv: dump: skipped {note}");
+        writeln!(self.w, "# skipped {note}").map_err(|e| Error::io("write", "<dump>", e))?;
+        self.sum.skipped += 1;
+        Ok(())
+    }
 }
 
 /// The records from `start` on that can be read in one batch, and the error that ended the

@@ -237,17 +237,46 @@ pub fn check(s: &StoreArgs) -> Result<u8> {
 }
 
 pub fn dump(s: &StoreArgs, a: &DumpArgs) -> Result<u8> {
-    let db = open_existing(s)?;
-    let sum = match &a.out {
-        Some(p) => {
-            let mut f = std::fs::File::create(p).map_err(|e| Error::io("create", p, e))?;
-            let sum = dump::dump(&db, &mut f)?;
-            f.sync_all().map_err(|e| Error::io("fsync", p, e))?;
-            sum
-        }
-        None => dump::dump(&db, &mut std::io::stdout().lock())?,
+    let (o, manifest) = resolve(s)?;
+    if manifest.is_none() {
+        return Err(Error::NoStore(s.dir.clone()));
+    }
+    let mut file = match &a.out {
+        Some(p) => Some(std::fs::File::create(p).map_err(|e| Error::io("create", p, e))?),
+        None => None,
     };
-    db.close()?;
+    let mut stdout = std::io::stdout().lock();
+    let out: &mut dyn Write = match file.as_mut() {
+        Some(f) => f,
+        None => &mut stdout,
+    };
+    let sum = if a.salvage {
+        dump::salvage(&s.dir, &o, out, None)?
+    } else {
+        match Db::open_existing(&s.dir, o.clone()) {
+            Ok(db) => {
+                let sum = dump::dump(&db, out)?;
+                db.close()?;
+                sum
+            }
+            Err(e) if dump::salvageable(&e) => {
+                eprintln!(
+                    "tierkv: dump: the store does not open ({e}); salvaging its files read-only"
+                );
+                dump::salvage(&s.dir, &o, out, Some(&e)).map_err(|se| match se {
+                    Error::Unsupported(why) => {
+                        eprintln!("tierkv: dump: {why}");
+                        e
+                    }
+                    other => other,
+                })?
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    if let (Some(f), Some(p)) = (&file, &a.out) {
+        f.sync_all().map_err(|e| Error::io("fsync", p, e))?;
+    }
     eprintln!(
         "tierkv: dumped {} records, skipped {} damaged",
         sum.records, sum.skipped

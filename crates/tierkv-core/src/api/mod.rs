@@ -4,6 +4,7 @@
 pub mod batch;
 pub mod error;
 pub mod options;
+pub mod salvage;
 pub mod schema;
 pub mod size;
 pub mod spec;

@@ -33,7 +33,7 @@ use crate::value_storage::location::{MAX_CHUNK_SIZE, MAX_STORAGES};
 
 /// Allocator chunks (and HSIT segments) of 256 KiB (16384 HSIT entries per segment), or
 /// 64 KiB in pools under 64 MiB, so that small (test) pools still hold many segments.
-fn alloc_chunk(pool_len: u64) -> u64 {
+pub(crate) fn alloc_chunk(pool_len: u64) -> u64 {
     if pool_len < 64 << 20 {
         64 << 10
     } else {
@@ -41,7 +41,7 @@ fn alloc_chunk(pool_len: u64) -> u64 {
     }
 }
 /// The allocator region must hold at least this many chunks (HSIT + key index).
-const MIN_ALLOC_CHUNKS: u64 = 16;
+pub(crate) const MIN_ALLOC_CHUNKS: u64 = 16;
 /// Evicted scan chains queued for rewriting before further ones are dropped.
 const CHAIN_QUEUE: usize = 64;
 

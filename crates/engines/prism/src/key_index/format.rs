@@ -72,7 +72,8 @@ pub const MIN_FANOUT: usize = 2;
 pub const NODE_BITMAP: usize = 0;
 /// Offset of the next-leaf word in a node.
 pub const NODE_NEXT: usize = NODE_BITMAP + 8;
-const NODE_MAGIC_OFF: usize = NODE_NEXT + 8;
+/// Offset of the leaf magic in a node.
+pub const NODE_MAGIC_OFF: usize = NODE_NEXT + 8;
 const NODE_VERSION_OFF: usize = NODE_MAGIC_OFF + NODE_MAGIC.len();
 const NODE_FANOUT_OFF: usize = NODE_VERSION_OFF + 2;
 const NODE_RESERVED_OFF: usize = NODE_FANOUT_OFF + 1;

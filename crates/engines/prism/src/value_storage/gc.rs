@@ -143,7 +143,8 @@ fn collect_live(vs: &ValueStorage, victims: &[u32], report: &mut GcReport) -> Ve
             continue;
         };
         let decoded = image.and_then(|buf| {
-            let (_, records) = decode_chunk(&buf, vs.id, c, spec.offset)?;
+            let (_, records) = decode_chunk(&buf, vs.id, c, spec.offset)
+                .map_err(|e| super::in_file(e, vs.file.path()))?;
             Ok(records
                 .iter()
                 .filter(|r| meta.bitmap.is_set(r.offset))

@@ -479,6 +479,7 @@ impl ValueStorage {
                 .get(from..from + loc.len as usize)
                 .ok_or_else(|| Error::invalid("record outside its read"))
                 .and_then(|bytes| decode_record(bytes, loc.chunk, loc.offset, Some(loc.len), start))
+                .map_err(|e| in_file(e, self.file.path()))
                 .map(|r| (r.backptr, r.value.to_vec()));
             self.reader.recycle(buf);
             decoded
@@ -508,6 +509,7 @@ impl ValueStorage {
             })
             .collect();
         let mut out: Vec<Option<Result<Record>>> = locs.iter().map(|_| None).collect();
+        let path = self.file.path();
         let ios = self.reader.read_many(&ranges, &mut |i, bytes| {
             let (Some(l), Some(slot), Some(r)) = (locs.get(i), out.get_mut(i), ranges.get(i))
             else {
@@ -516,6 +518,7 @@ impl ValueStorage {
             *slot = Some(bytes.and_then(|b| {
                 decode_record(b, l.chunk, l.offset, Some(l.len), r.0)
                     .map(|r| (r.backptr, r.value.to_vec()))
+                    .map_err(|e| in_file(e, path))
             }));
         });
         self.counters.multi_reads.incr();
@@ -660,5 +663,36 @@ impl ValueStorage {
             dram_bytes: (self.table.dram_bytes() + self.reader.dram_bytes()) as u64,
             combining: self.reader.stats(),
         }
+    }
+}
+/// `e` (an error decoding bytes read from the Value Storage file at `path`) with the file
+/// named (issue 23, finding 9: a flash error names the tier, the file and the offset).
+/// A checksum mismatch becomes a corruption error that keeps both checksums in its text,
+/// because [`Error::ChecksumMismatch`] has no room for a path.
+pub(crate) fn in_file(e: Error, path: &std::path::Path) -> Error {
+    match e {
+        Error::Corruption {
+            tier: Tier::Flash,
+            offset,
+            what,
+        } => Error::corruption(
+            Tier::Flash,
+            offset,
+            format!("value storage file {}: {what}", path.display()),
+        ),
+        Error::ChecksumMismatch {
+            tier: Tier::Flash,
+            offset,
+            expected,
+            got,
+        } => Error::corruption(
+            Tier::Flash,
+            offset,
+            format!(
+                "value storage file {}: checksum mismatch: expected {expected:#010x}, got {got:#010x}",
+                path.display()
+            ),
+        ),
+        other => other,
     }
 }

@@ -68,6 +68,7 @@ pub(super) fn check(vs: &ValueStorage) -> Result<Vec<String>> {
             let offsets = image.and_then(|buf| {
                 decode_chunk(&buf, vs.id, c, spec.offset)
                     .map(|(_, r)| r.iter().map(|r| r.offset).collect::<Vec<_>>())
+                    .map_err(|e| super::in_file(e, vs.file.path()))
             });
             match offsets {
                 Ok(offsets) => {

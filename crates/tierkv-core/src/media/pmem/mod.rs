@@ -59,7 +59,7 @@ pub use alloc::{AllocStats, Allocation, DEFAULT_CHUNK_SIZE, PmemAllocator};
 pub use crash_points::{CrashPoint, CrashPointHandler, arm_global, crash_point};
 pub use header::{
     DATA_START, FORMAT_VERSION, MIN_POOL_SIZE, POOL_MAGIC, POOL_SIZE_ALIGN, PoolHeader, ROOT_COUNT,
-    STATIC_LEN as HEADER_STATIC_LEN, decode_pool_header, encode_pool_header,
+    ROOTS_OFF, STATIC_LEN as HEADER_STATIC_LEN, decode_pool_header, encode_pool_header,
 };
 pub use persist::{FlushInstr, LINE as CACHE_LINE};
 pub use pool::{PmemConfig, PmemPool};
