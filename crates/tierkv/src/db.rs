@@ -485,7 +485,7 @@ fn new_manifest(desc: &EngineDescriptor, base: &str, options: &Options, dir: &Pa
 /// On reopen the layout comes from the manifest; explicitly given locations must agree.
 fn check_layout_matches(m: &Manifest, o: &Options, dir: &Path) -> Result<()> {
     if let (Some(p), Some(want)) = (&m.pmem, &o.pmem.dir)
-        && p.path != want.join(POOL_FILE)
+        && !same_path(&p.path, &want.join(POOL_FILE))
     {
         {
             return Err(Error::invalid(format!(
@@ -499,7 +499,7 @@ fn check_layout_matches(m: &Manifest, o: &Options, dir: &Path) -> Result<()> {
     if !o.flash.dirs.is_empty() && !m.flash.is_empty() {
         let have: Vec<&PathBuf> = m.flash.iter().map(|f| &f.path).collect();
         let want: Vec<&PathBuf> = o.flash.dirs.iter().collect();
-        if have != want {
+        if have.len() != want.len() || have.iter().zip(&want).any(|(h, w)| !same_path(h, w)) {
             return Err(Error::invalid(format!(
                 "the store in {} uses flash directories {:?}, not {:?}",
                 dir.display(),
@@ -509,6 +509,14 @@ fn check_layout_matches(m: &Manifest, o: &Options, dir: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether two paths name the same place, relative ones taken from the working directory
+/// (the manifest stores paths relative to the store's directory or absolute; a user may
+/// give either).
+fn same_path(a: &Path, b: &Path) -> bool {
+    let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    abs(a) == abs(b)
 }
 
 fn open_media(

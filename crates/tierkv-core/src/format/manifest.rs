@@ -175,19 +175,31 @@ impl Manifest {
         serde_json::from_slice(body).map_err(|e| corrupt(HEADER_LEN, format!("manifest body: {e}")))
     }
 
-    /// Reads `<dir>/MANIFEST`; `Ok(None)` when there is none.
+    /// Reads `<dir>/MANIFEST`; `Ok(None)` when there is none. The paths of the result are
+    /// resolved against `dir` (see [`Manifest::write_to`]), so they name the files of this
+    /// directory whatever the working directory is.
     pub fn read_from(dir: &Path) -> Result<Option<Manifest>> {
         let path = dir.join(MANIFEST_FILE);
         match fs::read(&path) {
-            Ok(bytes) => Manifest::decode(&bytes).map(Some),
+            Ok(bytes) => {
+                let mut m = Manifest::decode(&bytes)?;
+                m.map_paths(|p| resolve_stored_path(p, dir));
+                Ok(Some(m))
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(Error::io("read", path, e)),
         }
     }
 
     /// Writes `<dir>/MANIFEST` crash-safely (temp file, sync, rename, directory sync).
+    ///
+    /// A path inside `dir` is stored relative to it (`pmem.pool`, `flash`), any other one
+    /// absolute, so that the store opens from any working directory and a copied or moved
+    /// store directory uses its own files, not the original's.
     pub fn write_to(&self, dir: &Path) -> Result<()> {
-        let bytes = self.encode()?;
+        let mut stored = self.clone();
+        stored.map_paths(|p| storable_path(p, dir));
+        let bytes = stored.encode()?;
         let tmp = dir.join(MANIFEST_TMP_FILE);
         let mut f = OpenOptions::new()
             .write(true)
@@ -204,6 +216,54 @@ impl Manifest {
         fs::rename(&tmp, &path).map_err(|e| Error::io("rename", &path, e))?;
         sync_dir(dir)
     }
+}
+
+impl Manifest {
+    fn map_paths(&mut self, f: impl Fn(&Path) -> PathBuf) {
+        if let Some(p) = self.pmem.as_mut() {
+            p.path = f(&p.path);
+        }
+        for fl in &mut self.flash {
+            fl.path = f(&fl.path);
+        }
+    }
+}
+
+/// `p` as a manifest in `dir` stores it: relative to `dir` when inside it, else absolute.
+fn storable_path(p: &Path, dir: &Path) -> PathBuf {
+    let abs = |q: &Path| std::path::absolute(q).unwrap_or_else(|_| q.to_path_buf());
+    if let Ok(rest) = p.strip_prefix(dir) {
+        return rest.to_path_buf();
+    }
+    let (p_abs, dir_abs) = (abs(p), abs(dir));
+    match p_abs.strip_prefix(&dir_abs) {
+        Ok(rest) => rest.to_path_buf(),
+        Err(_) => p_abs,
+    }
+}
+
+/// A stored path resolved against the directory `dir` of its manifest. Manifests written
+/// before paths were stored relative to their directory hold paths relative to the working
+/// directory of the process that created the store (`s/pmem.pool` for `--dir s`): such a
+/// path is used as it stands if it exists, else the shortest of its tails that exists in
+/// `dir` (`pmem.pool`), so that old stores open from anywhere too.
+fn resolve_stored_path(p: &Path, dir: &Path) -> PathBuf {
+    if p.is_absolute() {
+        return p.to_path_buf();
+    }
+    let joined = dir.join(p);
+    if joined.exists() {
+        return joined;
+    }
+    if p.exists() {
+        return p.to_path_buf();
+    }
+    let parts: Vec<_> = p.components().collect();
+    (1..parts.len())
+        .rev()
+        .map(|skip| dir.join(parts[skip..].iter().collect::<PathBuf>()))
+        .find(|c| c.exists())
+        .unwrap_or(joined)
 }
 
 /// fsyncs a directory, so that entries created, renamed or removed in it are durable.
@@ -282,5 +342,67 @@ mod tests {
         sample().write_to(d.path()).unwrap();
         assert_eq!(Manifest::read_from(d.path()).unwrap(), Some(sample()));
         assert!(!d.path().join(MANIFEST_TMP_FILE).exists());
+    }
+
+    #[test]
+    fn paths_inside_the_directory_are_stored_relative_and_follow_a_moved_store() {
+        let root = tempfile::tempdir().unwrap();
+        let a = root.path().join("a");
+        fs::create_dir_all(a.join("flash")).unwrap();
+        fs::write(a.join("pmem.pool"), b"pool").unwrap();
+        let mut m = sample();
+        m.pmem.as_mut().unwrap().path = a.join("pmem.pool");
+        m.flash[0].path = a.join("flash");
+        m.write_to(&a).unwrap();
+        let body = fs::read(a.join(MANIFEST_FILE)).unwrap();
+        let text = String::from_utf8_lossy(&body[HEADER_LEN..]);
+        assert!(text.contains("\"path\": \"pmem.pool\""), "{text}");
+        assert!(text.contains("\"path\": \"flash\""), "{text}");
+        assert_eq!(Manifest::read_from(&a).unwrap(), Some(m));
+        // The directory moved: its manifest names its own files.
+        let b = root.path().join("b");
+        fs::rename(&a, &b).unwrap();
+        let moved = Manifest::read_from(&b).unwrap().unwrap();
+        assert_eq!(moved.pmem.unwrap().path, b.join("pmem.pool"));
+        assert_eq!(moved.flash[0].path, b.join("flash"));
+    }
+
+    #[test]
+    fn a_path_outside_the_directory_is_stored_absolute() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("store");
+        fs::create_dir_all(&dir).unwrap();
+        let mut m = sample();
+        m.pmem.as_mut().unwrap().path = root.path().join("shm").join("pmem.pool");
+        m.write_to(&dir).unwrap();
+        let back = Manifest::read_from(&dir).unwrap().unwrap();
+        assert_eq!(
+            back.pmem.unwrap().path,
+            root.path().join("shm").join("pmem.pool")
+        );
+        assert_eq!(
+            storable_path(Path::new("rel/p"), &dir),
+            std::path::absolute("rel/p").unwrap()
+        );
+    }
+
+    #[test]
+    fn an_old_manifest_relative_to_the_creating_process_opens_from_anywhere() {
+        // Written by an earlier build for `--dir s` run in some working directory.
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("s");
+        fs::create_dir_all(dir.join("flash")).unwrap();
+        fs::write(dir.join("pmem.pool"), b"pool").unwrap();
+        let resolved = resolve_stored_path(Path::new("s/pmem.pool"), &dir);
+        assert_eq!(resolved, dir.join("pmem.pool"));
+        assert_eq!(
+            resolve_stored_path(Path::new("s/flash"), &dir),
+            dir.join("flash")
+        );
+        // Nothing of it exists: the path joined to the directory, for the error message.
+        assert_eq!(
+            resolve_stored_path(Path::new("s/gone"), &dir),
+            dir.join("s/gone")
+        );
     }
 }
