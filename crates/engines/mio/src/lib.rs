@@ -56,6 +56,7 @@ pub mod options;
 mod recovery;
 mod report;
 pub mod skiplist;
+pub mod space;
 pub mod stats;
 mod store;
 pub mod table;
