@@ -206,9 +206,12 @@ impl Table {
         }
         let theirs = other.bloom.read().clone();
         let mut mine = self.bloom.write();
-        if let (Some(a), Some(b)) = (mine.as_ref(), theirs.as_ref()) {
-            *mine = a.merged(b);
-        }
+        // A table without a filter may hold any key: the merged table then has none
+        // either (keeping ours would answer "absent" for the keys that move in).
+        *mine = match (mine.as_ref(), theirs.as_ref()) {
+            (Some(a), Some(b)) => a.merged(b),
+            _ => None,
+        };
     }
 
     /// Marks the table removed from the directory: its runs are freed once the last
@@ -431,6 +434,45 @@ mod tests {
     use crate::node::Kind;
     use crate::stats::Counters;
     use tierkv_core::media::pmem::{DurabilityMode, EmulatedLatency, PmemConfig};
+
+    #[test]
+    fn a_table_absorbing_one_without_a_filter_drops_its_own() {
+        let d = tempfile::tempdir().unwrap();
+        let pool = tierkv_testkit::rig::create_pool(
+            &d.path().join("pool"),
+            4 << 20,
+            tierkv_core::media::pmem::DurabilityMode::Volatile,
+        );
+        let (start, len) = (pool.data_start(), pool.len());
+        let alloc = PmemAllocator::format(pool.clone(), start, len - start, 4096).unwrap();
+        let sh = Arc::new(Shared {
+            pool,
+            alloc,
+            counters: Counters::default(),
+            hook: None,
+        });
+        let table = |id: u64, key: &[u8], bloom_keys: u64| {
+            let a = Arena::new(1 << 12, id);
+            a.insert(id, Kind::Put, key, b"v").unwrap();
+            let shape = TableShape {
+                bloom_keys,
+                bloom_bits: 16,
+            };
+            write_table(&sh, a.snapshot(), id, id, shape, Placement::default()).unwrap()
+        };
+        let old = table(1, b"old", 64);
+        let new = table(2, b"new", 0);
+        assert!(old.bloom.read().is_some() && new.bloom.read().is_none());
+        old.absorb_filter(&new);
+        // The old table's filter must not refuse a key that moves in from the new one.
+        assert!(
+            old.bloom
+                .read()
+                .as_ref()
+                .is_none_or(|b| b.may_contain(b"new")),
+            "a filter that does not cover the absorbed table's keys"
+        );
+    }
 
     #[test]
     fn one_piece_flush_makes_one_allocation_and_every_rebased_link_lies_inside_it() {
