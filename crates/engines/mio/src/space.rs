@@ -17,7 +17,8 @@
 //!   partly empty: counting whole free chunks only would refuse more and more puts over
 //!   the rounds of a workload); what is left needs new slab chunks. The slack covers two
 //!   directory objects (a publish writes the new one before freeing the old), mark words,
-//!   and one partly used new slab chunk per class. A put is admitted while its footprint
+//!   one partly used new slab chunk per class, and a margin that only deletes may use
+//!   ([`Sizes::delete_margin`]). A put is admitted while its footprint
 //!   fits the room, and a switch while its pair does: the pipeline flush → zero-copy /
 //!   moves → lazy copy then always finds what it allocates, and each table it retires
 //!   gives its runs back, so room grows back whenever the buffer drains.
@@ -229,10 +230,20 @@ impl Sizes {
     }
 
     /// Room kept for metadata: two directory objects of `dir_len` bytes (and growth),
-    /// mark words, and one fresh slab chunk per size class.
+    /// mark words, one fresh slab chunk per size class, and the deletes' margin.
     pub fn slack(&self, dir_len: u64) -> u64 {
         (2 * self.footprint(2 * dir_len.max(64))).next_multiple_of(self.chunk)
-            + (self.classes.len() as u64 + 4) * self.chunk
+            + (self.classes.len() as u64 + 2) * self.chunk
+            + self.delete_margin()
+    }
+
+    /// The part of the slack only deletes may take (two of the smallest pairs that take a
+    /// delete of the longest key): the MemTable a delete's switch gets when the spare is
+    /// in use, e.g. to send a MemTable full of tombstones down when the puts had used all
+    /// the room (its log comes back at its flush, its table when the tombstones reach the
+    /// repository).
+    pub fn delete_margin(&self) -> u64 {
+        2 * self.shape_bytes(self.min_shape(self.max_key, 0))
     }
 
     /// The smallest pair that takes a write of this key and value: `(log, table)` chunks.

@@ -261,7 +261,10 @@ impl Inner {
     fn take_pair(&self, need: Need, key_len: usize, value_len: usize) -> Result<Option<Pair>> {
         self.restore_spare()?;
         let sz = &self.sizes;
-        let room = self.room();
+        let room = match need {
+            Need::Put => self.room(),
+            Need::Delete => self.room() + i128::from(sz.delete_margin()),
+        };
         let (keep, cost) = match need {
             Need::Put => {
                 let keep = match *self.spare.lock() {

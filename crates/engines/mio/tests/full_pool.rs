@@ -90,7 +90,7 @@ fn a_full_pool_refuses_puts_promptly_takes_every_delete_and_gives_the_space_back
     let mut store = open(pool, PARAMS, true);
     let model = Mutex::new(BTreeMap::new());
     let mut next = 0u32;
-    for round in 0..3u32 {
+    for round in 0..8u32 {
         let longest = fill(&*store, &model, next, round);
         next += 1_000_000;
         let live: usize = model.lock().unwrap().values().map(Vec::len).sum();
