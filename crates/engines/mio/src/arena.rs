@@ -76,14 +76,14 @@ impl Arena {
         self.used() + node::node_len(key_len, value_len, MAX_HEIGHT) <= self.capacity()
     }
 
-    /// Inserts a node anywhere in order (the MemTable's put). The caller is the only writer
-    /// and checked [`Arena::fits`].
-    pub fn insert(&self, seq: u64, kind: Kind, key: &[u8], value: &[u8]) -> Result<()> {
+    /// Inserts a node anywhere in order (the MemTable's put); returns the node's height.
+    /// The caller is the only writer and checked [`Arena::fits`].
+    pub fn insert(&self, seq: u64, kind: Kind, key: &[u8], value: &[u8]) -> Result<usize> {
         let height = self.next_height();
         let off = self.write_node(seq, kind, key, value, height)?;
         self.link_in(off, seq, key, height)?;
         self.finish_insert(seq);
-        Ok(())
+        Ok(height)
     }
 
     /// Links the written node at `off` after its predecessors (level 0 first).

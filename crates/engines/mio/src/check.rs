@@ -90,10 +90,25 @@ pub(crate) fn check(inner: &Inner) -> Result<Vec<String>> {
             ));
         }
     }
-    let pending = tagged.len().saturating_sub(dir_runs.len());
+    // Runs held outside the directory (`space.rs`): the MemTables' flush targets and the
+    // spare pair.
+    let mut held: Vec<u64> = std::iter::once(&v.mem)
+        .chain(v.imm.iter())
+        .filter_map(|m| m.target.map(|r| r.off))
+        .collect();
+    if let Some(p) = *inner.spare.lock() {
+        held.extend([p.log.off, p.table.off]);
+    }
+    // (Read without the writer lock: a switch or flush in between may change them.)
+    held.retain(|off| tagged.contains(off));
+    let pending = tagged
+        .len()
+        .saturating_sub(dir_runs.len())
+        .saturating_sub(held.len());
     lines.push(format!(
-        "allocator consistent; {} referenced runs allocated; {pending} runs awaiting reclamation",
-        dir_runs.len()
+        "allocator consistent; {} referenced runs allocated; {} flush targets and spare runs held; {pending} runs awaiting reclamation",
+        dir_runs.len(),
+        held.len()
     ));
     Ok(lines)
 }

@@ -12,6 +12,7 @@
 //! publish is serialized by the directory lock.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use tierkv_core::Result;
 
@@ -80,8 +81,20 @@ impl Inner {
             return self.zero_copy_step(level);
         }
         let a = self.shared.alloc.stats();
-        let pressure = a.free_bytes < a.chunks * a.chunk_size / 2;
-        let choice = choose(&v.tables_per_level(), level, self.opts.trigger, pressure);
+        // Pressure: less than half the pool free, or room for less than two normal
+        // MemTables (`space.rs`): the buffer drains towards the repository, where the
+        // deletes give space back.
+        let pressure = a.free_bytes < a.chunks * a.chunk_size / 2
+            || i128::from(self.last_room.load(Ordering::Acquire))
+                < 2 * i128::from(self.sizes.shape_bytes(self.sizes.normal_shape(0, 0)));
+        let choice = match choose(&v.tables_per_level(), level, self.opts.trigger, pressure) {
+            // A copying merge needs a new table as large as its inputs: under pressure the
+            // oldest table moves down instead (no pmem besides the directory).
+            Choice::Merge { level, .. } if pressure && self.opts.compaction == Compaction::Copy => {
+                Choice::MoveDown { level }
+            }
+            c => c,
+        };
         let (inputs, out_level): (Vec<Arc<Table>>, usize) = match choice {
             Choice::Idle => return Ok(false),
             Choice::MoveDown { level } => {
@@ -138,7 +151,11 @@ impl Inner {
         }
         let max_seq = inputs.iter().map(|t| t.meta.max_seq).max().unwrap_or(0);
         let id = self.take_id();
-        let t = table::write_table(&self.shared, out.snapshot(), id, max_seq, self.shape)?;
+        let place = table::Placement {
+            target: None,
+            cost: self.sizes.cost_of(&out, 0)?,
+        };
+        let t = table::write_table(&self.shared, out.snapshot(), id, max_seq, self.shape, place)?;
         Ok(Some(Arc::new(t)))
     }
 

@@ -36,7 +36,18 @@ impl Inner {
             let id = self.take_id();
             let image = mem.arena.snapshot();
             let len = image.len() as u64;
-            let t = table::write_table(&self.shared, image, id, mem.arena.max_seq(), self.shape)?;
+            let place = table::Placement {
+                target: mem.target,
+                cost: self.sizes.cost_of(&mem.arena, 0)?,
+            };
+            let t = table::write_table(
+                &self.shared,
+                image,
+                id,
+                mem.arena.max_seq(),
+                self.shape,
+                place,
+            )?;
             self.shared.counters.flush_bytes.add(len);
             self.shared.pool.crash_point("mio.flush.after_copy");
             Some(Arc::new(t))
@@ -44,8 +55,14 @@ impl Inner {
         self.publish_flush(mem, t, installed)?;
         self.shared.pool.crash_point("mio.flush.after_publish");
         self.shared.pool.crash_point("mio.flush.before_log_free");
-        // P2 step 5: the log is no longer listed; free its run.
+        // P2 step 5: the log is no longer listed; free its run. An empty MemTable's flush
+        // target was not used: free it too.
         self.shared.alloc.free_chunk(mem.log.run.off)?;
+        if mem.arena.entries() == 0
+            && let Some(r) = mem.target
+        {
+            self.shared.alloc.free_chunk(r.off)?;
+        }
         let c = &self.shared.counters;
         c.flushes.incr();
         c.flush_micros.add(started.elapsed().as_micros() as u64);

@@ -39,6 +39,8 @@ use crate::version::Version;
 pub struct Applied {
     /// Key and value bytes copied into a new node.
     pub copied: u64,
+    /// Bytes of the node allocated (0: none).
+    pub node_bytes: u64,
     /// Older versions unlinked and freed.
     pub freed: u64,
 }
@@ -107,6 +109,7 @@ pub fn apply(sh: &Shared, head: u64, e: &Entry, height: usize) -> Result<Applied
                 pool.crash_point("mio.lazycopy.after_link");
             }
             out.copied = (e.key.len() + v.len()) as u64;
+            out.node_bytes = bytes.len() as u64;
             (n, height)
         }
         (None, _) => (0, 0),
@@ -153,17 +156,22 @@ impl Inner {
         };
         let src = t.source();
         let mut m = Merge::new(&[(&src as &dyn Source, t.meta.head)], b"")?;
-        let mut rng = t.meta.id.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         let c = &self.shared.counters;
         while let Some(e) = m.next_entry()? {
             if self.stop.load(Ordering::Acquire) {
                 return Ok(true); // re-run (idempotently) at the next open
             }
-            let height = node::random_height(&mut rng);
+            // The repository node keeps the table node's height (random when the MemTable
+            // drew it), which is what the table's cost counted (`space.rs`).
+            let height = e.height.clamp(1, MAX_HEIGHT);
             let a = {
                 let _exclusive = self.level_locks[repo].write();
                 apply(&self.shared, r.meta.head, &e, height)?
             };
+            if a.node_bytes > 0 {
+                self.lazy_done.lock().add(self.sizes.slot(a.node_bytes));
+            }
+            self.progress.fetch_add(1, Ordering::AcqRel);
             c.compaction_bytes_copied.add(a.copied);
             c.repository_nodes_freed.add(a.freed);
         }
@@ -187,6 +195,8 @@ impl Inner {
         let mut nv: Version = (**v).clone();
         nv.levels[level].retain(|x| x.meta.id != t.meta.id);
         *v = Arc::new(nv);
+        // The table's debt leaves with it (what it still owed was never needed).
+        *self.lazy_done.lock() = Default::default();
         drop(v);
         drop(st);
         t.retire();

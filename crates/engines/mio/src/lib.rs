@@ -21,6 +21,7 @@
 //! | §4.7 | WAL, recovery | `wal.rs`, `recovery.rs`, `dir.rs` |
 //! | (ours) | node layout shared by DRAM and pmem | `node.rs`, `skiplist.rs` |
 //! | (ours) | counters, check | `stats.rs`, `report.rs`, `check.rs` |
+//! | §4.5 "writes never stall", meets a full pool (issue 23) | room: MemTables own their flush target, puts admitted against the lazy copies' debt, a spare pair for deletes, refusal when the background makes no progress | `space.rs`, `store.rs` (`admit`) |
 //!
 //! ## Deviations from the paper (each argued where it is implemented)
 //! - Links are pool offsets (our pool is offset-addressed), so "pointer swizzling" is a
@@ -56,6 +57,7 @@ pub mod options;
 mod recovery;
 mod report;
 pub mod skiplist;
+pub mod space;
 pub mod stats;
 mod store;
 pub mod table;

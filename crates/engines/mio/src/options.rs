@@ -11,7 +11,8 @@
 //! | `bloom` | on | on | Bloom filters on buffer tables |
 //! | `bloom_bits` | 16 | 16 | bits per key |
 //! | `compaction` | zero-copy | `zero_copy` | `zero_copy` (relink, §4.3) or `copy` (merge buffer levels by copying into a new table: the baseline of the WA comparison) |
-//! | `stall_timeout_ms` | - | 10000 | how long a write waits for a flush before failing with `NoSpace` |
+//! | `stall_timeout_ms` | - | 3000 | the longest a write waits for room while the background makes progress (`space.rs`) |
+//! | `progress_wait_ms` | - | 400 | a write waiting for room is refused with `NoSpace` once the background made no progress for this long |
 //!
 //! Thread safety: plain data.
 
@@ -41,8 +42,12 @@ pub struct MioOptions {
     pub bloom_bits: u32,
     /// The compaction scheme.
     pub compaction: Compaction,
-    /// Longest wait of a write for a flush, in milliseconds.
+    /// Longest wait of a write for room (while the background makes progress), in
+    /// milliseconds.
     pub stall_timeout_ms: u64,
+    /// A write waiting for room is refused once no background progress was seen for this
+    /// many milliseconds.
+    pub progress_wait_ms: u64,
 }
 
 /// The paper's MemTable size.
@@ -59,7 +64,8 @@ impl Default for MioOptions {
             bloom: true,
             bloom_bits: 16,
             compaction: Compaction::ZeroCopy,
-            stall_timeout_ms: 10_000,
+            stall_timeout_ms: 3_000,
+            progress_wait_ms: 400,
         }
     }
 }
@@ -104,6 +110,7 @@ impl MioOptions {
             )?,
             compaction,
             stall_timeout_ms: p.take("stall_timeout_ms", d.stall_timeout_ms)?,
+            progress_wait_ms: p.take("progress_wait_ms", d.progress_wait_ms)?,
         };
         p.finish()?;
         if let Some(m) = o.memtable

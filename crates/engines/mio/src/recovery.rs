@@ -7,7 +7,7 @@
 //! Thread safety: runs before any other thread sees the store.
 
 use std::collections::HashSet;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -20,10 +20,10 @@ use crate::dir::{self, Directory, MergeMeta};
 use crate::node::{self, MAX_HEIGHT};
 use crate::options::MioOptions;
 use crate::skiplist;
+use crate::space::Sizes;
 use crate::stats::Counters;
 use crate::store::{
-    DirState, Inner, MioStore, ROOT_DIR, ROOT_FORMATTED, ROOT_MAGIC, WriterState, arena_capacity,
-    log_capacity,
+    DirState, Inner, MioStore, ROOT_DIR, ROOT_FORMATTED, ROOT_MAGIC, WriterState, log_capacity,
 };
 use crate::table::{self, PersistHook, PoolSource, Shared, TAG_TABLE, TAG_WAL, TableShape};
 use crate::version::{MemTable, Version};
@@ -60,26 +60,36 @@ pub fn open(
         bloom_keys: if opts.bloom { memtable_size / 128 } else { 0 },
         bloom_bits: opts.bloom_bits,
     };
+    let sizes = Sizes::new(
+        &shared.alloc,
+        memtable_size,
+        log_capacity(memtable_size),
+        limits.max_key_len,
+    );
     repair_marks(&shared, &dir_state.cur)?;
-    let levels = open_tables(&shared, &dir_state.cur, shape)?;
-    let arena_cap = arena_capacity(memtable_size, &limits);
+    let levels = open_tables(&shared, &dir_state.cur, shape, &sizes)?;
     // A placeholder MemTable until the logs are replayed (no log, never written).
-    let placeholder = Arc::new(MemTable {
-        arena: Arena::new(0, 1),
-        log: dir::LogMeta {
+    let placeholder = Arc::new(MemTable::new(
+        Arena::new(0, 1),
+        dir::LogMeta {
             id: 0,
             run: dir::Run { off: 0, chunks: 0 },
         },
-    });
+        None,
+    ));
+    let dir_len = dir::encode(&dir_state.cur).len() as u64;
     let old_logs = dir_state.cur.logs.clone();
     let last_seq = dir_state.cur.last_seq;
     let inner = Arc::new(Inner {
         shared,
         limits,
-        memtable_size,
-        arena_cap,
-        log_cap: log_capacity(memtable_size),
         shape,
+        sizes,
+        spare: Mutex::new(None),
+        lazy_done: Mutex::new(Default::default()),
+        progress: AtomicU64::new(0),
+        dir_len: AtomicU64::new(dir_len),
+        last_room: AtomicI64::new(0),
         level_locks: (0..opts.levels).map(|_| RwLock::new(())).collect(),
         version: RwLock::new(Arc::new(Version {
             mem: placeholder.clone(),
@@ -95,6 +105,7 @@ pub fn open(
                 tail: 0,
             },
             next_seq: 0,
+            budget: 0,
         }),
         dir: Mutex::new(dir_state),
         signal: Mutex::new(0),
@@ -104,16 +115,20 @@ pub fn open(
         opts,
     });
     let max_seq = replay_logs(&inner, &old_logs)?;
-    let (mem, log) = inner.new_memtable(0)?;
+    let (mem, log) = inner.first_memtable()?;
     {
         let mut w = inner.writer.lock();
         w.next_seq = last_seq.max(max_seq) + 1;
         w.mem = mem.clone();
         w.log = log;
-        let mut v = inner.version.write();
-        let mut nv = (**v).clone();
-        nv.mem = mem;
-        *v = Arc::new(nv);
+        {
+            let mut v = inner.version.write();
+            let mut nv = (**v).clone();
+            nv.mem = mem;
+            *v = Arc::new(nv);
+        }
+        inner.restore_spare()?;
+        w.budget = inner.put_budget();
     }
     let threads = crate::background::start(&inner)?;
     if !created {
@@ -217,6 +232,7 @@ fn open_tables(
     shared: &Arc<Shared>,
     d: &Directory,
     shape: TableShape,
+    sizes: &Sizes,
 ) -> Result<Vec<Vec<Arc<table::Table>>>> {
     let repo = d.levels.len() - 1;
     let mut levels = Vec::with_capacity(d.levels.len());
@@ -241,7 +257,13 @@ fn open_tables(
                 }
                 _ => Some(m.allocs.as_slice()),
             };
-            tables.push(Arc::new(table::open_table(shared, m.clone(), runs, shape)?));
+            tables.push(Arc::new(table::open_table(
+                shared,
+                m.clone(),
+                runs,
+                shape,
+                sizes,
+            )?));
         }
         if let Some(g) = merge {
             attach_merge(shared, &mut tables, *g)?;
@@ -323,12 +345,13 @@ fn replay_logs(inner: &Inner, logs: &[dir::LogMeta]) -> Result<u64> {
                 .iter()
                 .map(|r| node::node_len(r.key.len(), r.value.len(), MAX_HEIGHT))
                 .sum::<usize>();
-        let mem = Arc::new(MemTable {
-            arena: Arena::new(cap, log.id),
-            log: *log,
-        });
+        let mem = Arc::new(MemTable::new(Arena::new(cap, log.id), *log, None));
         for r in &records {
-            mem.arena.insert(r.seq, r.kind, &r.key, &r.value)?;
+            let h = mem.arena.insert(r.seq, r.kind, &r.key, &r.value)?;
+            if r.kind == node::Kind::Put {
+                let c = inner.sizes.put_cost(r.key.len(), r.value.len(), h);
+                mem.cost.lock().add(c);
+            }
             max_seq = max_seq.max(r.seq);
         }
         inner

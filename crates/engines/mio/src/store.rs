@@ -3,19 +3,23 @@
 //! the repository), scans, the directory publish every structural change goes through,
 //! and close.
 //!
+//! Room on a full pool (who may take pool space, and when a write is refused): `space.rs`;
+//! the admission loop is [`Inner::admit`].
+//!
 //! Locks, always taken in this order: `writer` (the log tail, the MemTable, the next
-//! seq), `dir` (the directory mirror and its publish), `version` (the readers' view).
-//! Background threads take `dir` then `version`, never `writer`.
+//! seq, the put budget), `spare`, `dir` (the directory mirror and its publish), `version`
+//! (the readers' view). Background threads take `dir` then `version`, never `writer`. A
+//! writer waiting for room releases `writer` while it waits.
 //!
 //! Thread safety: `Send + Sync`; every method takes `&self`.
 
 use std::sync::Arc;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 use tierkv_core::{Error, KvPair, KvStore, Limits, Result, Stats, Tier};
 
 use crate::arena::Arena;
@@ -24,7 +28,8 @@ use crate::merge::Merge;
 use crate::node::{self, Kind};
 use crate::options::MioOptions;
 use crate::skiplist::Source;
-use crate::table::{Shared, TAG_WAL, TableShape};
+use crate::space::{Debt, Pair, PairShape, Sizes};
+use crate::table::{Shared, TAG_TABLE, TAG_WAL, TableShape};
 use crate::version::{MemTable, Version};
 use crate::wal::{self, LogWriter};
 
@@ -40,6 +45,17 @@ pub(crate) struct WriterState {
     pub mem: Arc<MemTable>,
     pub log: LogWriter,
     pub next_seq: u64,
+    /// Bytes of debt puts may still add before the room is measured again (`space.rs`).
+    pub budget: u64,
+}
+
+/// What a write asks of the pool (`space.rs`): a put adds debt and may switch MemTables
+/// only while the spare pair stays held; a delete (or `flush`) adds none and may take the
+/// spare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Need {
+    Put,
+    Delete,
 }
 
 /// The directory mirror (under `Inner::dir`).
@@ -53,10 +69,20 @@ pub(crate) struct Inner {
     pub shared: Arc<Shared>,
     pub opts: MioOptions,
     pub limits: Limits,
-    pub memtable_size: u64,
-    pub arena_cap: usize,
-    pub log_cap: u64,
     pub shape: TableShape,
+    /// Allocation sizes for the room rule (`space.rs`).
+    pub sizes: Sizes,
+    /// The spare pair (`space.rs`); `None` while a delete's MemTable uses it.
+    pub spare: Mutex<Option<Pair>>,
+    /// Debt the lazy copy in flight has paid already (its table is still listed); reset
+    /// under the version lock when the table leaves the version.
+    pub lazy_done: Mutex<Debt>,
+    /// Bumped by every step of background work (a waiting writer's sign of progress).
+    pub progress: AtomicU64,
+    /// Bytes of the current directory object (the room's slack).
+    pub dir_len: AtomicU64,
+    /// The room the last time it was measured (the compactions' pressure).
+    pub last_room: AtomicI64,
     pub version: RwLock<Arc<Version>>,
     /// One per buffer level: a zero-copy node move holds its level's exclusively, readers
     /// hold all of them shared (`zerocopy.rs`).
@@ -92,6 +118,7 @@ impl Inner {
     }
 
     pub fn notify(&self) {
+        self.progress.fetch_add(1, Ordering::AcqRel);
         let mut g = self.signal.lock();
         *g = g.wrapping_add(1);
         self.wake.notify_all();
@@ -145,6 +172,7 @@ impl Inner {
         }
         let old = std::mem::replace(&mut st.off, off);
         st.cur = d;
+        self.dir_len.store(bytes.len() as u64, Ordering::Release);
         self.shared.counters.dir_publishes.incr();
         if old != 0 {
             self.shared.alloc.free(old)?;
@@ -152,94 +180,191 @@ impl Inner {
         Ok(())
     }
 
-    /// A new MemTable with a fresh log, listed in the directory before it takes a write.
-    /// `need`: bytes of the record that must fit the new log.
-    pub fn new_memtable(&self, need: u64) -> Result<(Arc<MemTable>, LogWriter)> {
+    /// The room (`space.rs`): whole free chunks − debt − slack, in bytes (negative when the
+    /// store owes more than it has). The debt is read before the free chunks: a lazy copy
+    /// allocates before it counts what it paid, so the two reads can only err low.
+    pub fn room(&self) -> i128 {
+        let debt = {
+            let v = self.version.read();
+            let mut d = v.debt();
+            d.pay(&self.lazy_done.lock());
+            d
+        };
+        let sz = &self.sizes;
+        let free = sz.free(&self.shared.alloc);
+        let slack = sz.slack(self.dir_len.load(Ordering::Acquire)) / sz.chunk;
+        let need = sz.chunks_for(&debt, &free) + slack;
+        let room = (i128::from(free.chunks) - i128::from(need)) * i128::from(sz.chunk);
+        self.last_room
+            .store(i64::try_from(room).unwrap_or(i64::MIN), Ordering::Release);
+        room
+    }
+
+    /// What puts may add to the debt now: the room, less the spare pair when it is not
+    /// held.
+    pub fn put_budget(&self) -> u64 {
+        let spare = match *self.spare.lock() {
+            Some(_) => 0,
+            None => self.sizes.shape_bytes(self.sizes.spare_shape()),
+        };
+        u64::try_from(self.room() - i128::from(spare)).unwrap_or(0)
+    }
+
+    /// Allocates a pair of this shape (log run, then flush target).
+    fn alloc_pair(&self, (log, table): PairShape) -> Result<Pair> {
+        let alloc = &self.shared.alloc;
+        let l = alloc.alloc_chunks(TAG_WAL, log)?;
+        match alloc.alloc_chunks(TAG_TABLE, table) {
+            Ok(t) => Ok(Pair {
+                log: Run {
+                    off: l,
+                    chunks: log,
+                },
+                table: Run {
+                    off: t,
+                    chunks: table,
+                },
+            }),
+            Err(e) => {
+                let _ = alloc.free_chunk(l);
+                Err(e)
+            }
+        }
+    }
+
+    fn free_pair(&self, p: Pair) {
+        let _ = self.shared.alloc.free_chunk(p.log.off);
+        let _ = self.shared.alloc.free_chunk(p.table.off);
+    }
+
+    /// Allocates the spare pair again if it is not held and the room allows it.
+    pub fn restore_spare(&self) -> Result<()> {
+        let mut spare = self.spare.lock();
+        if spare.is_some() {
+            return Ok(());
+        }
+        let shape = self.sizes.spare_shape();
+        if self.room() < i128::from(self.sizes.shape_bytes(shape)) {
+            return Ok(());
+        }
+        match self.alloc_pair(shape) {
+            Ok(p) => *spare = Some(p),
+            Err(Error::NoSpace { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
+    /// A pair for the MemTable that takes the write of `need` (`key_len`, `value_len`):
+    /// a normal one if the room allows it, else a quarter, else the smallest that takes
+    /// the write; for a delete, else the spare. `None`: no room now.
+    fn take_pair(&self, need: Need, key_len: usize, value_len: usize) -> Result<Option<Pair>> {
+        self.restore_spare()?;
+        let sz = &self.sizes;
+        let room = match need {
+            Need::Put => self.room(),
+            Need::Delete => self.room() + i128::from(sz.delete_margin()),
+        };
+        let (keep, cost) = match need {
+            Need::Put => {
+                let keep = match *self.spare.lock() {
+                    Some(_) => 0,
+                    None => sz.shape_bytes(sz.spare_shape()),
+                };
+                (keep, sz.put_cost_max(key_len, value_len))
+            }
+            Need::Delete => (0, 0),
+        };
+        let shapes = [
+            sz.normal_shape(key_len, value_len),
+            sz.quarter_shape(key_len, value_len),
+            sz.min_shape(key_len, value_len),
+        ];
+        for shape in shapes {
+            let want = i128::from(sz.shape_bytes(shape) + keep + cost);
+            if room < want {
+                continue;
+            }
+            match self.alloc_pair(shape) {
+                Ok(p) => return Ok(Some(p)),
+                Err(Error::NoSpace { .. }) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        if need == Need::Delete {
+            let (l, t) = sz.min_shape(key_len, value_len);
+            let mut spare = self.spare.lock();
+            if spare.is_some_and(|p| p.log.chunks >= l && p.table.chunks >= t) {
+                return Ok(spare.take());
+            }
+        }
+        Ok(None)
+    }
+
+    /// A new MemTable over `pair`, its log listed in the directory before it takes a
+    /// write. The pair is freed if the publish fails.
+    pub fn new_memtable(&self, pair: Pair) -> Result<(Arc<MemTable>, LogWriter)> {
         let cs = self.shared.alloc.chunk_size();
-        let chunks = self.log_cap.max(need).div_ceil(cs);
-        let off = self.shared.alloc.alloc_chunks(TAG_WAL, chunks)?;
-        let run = Run { off, chunks };
         let id = {
             let mut st = self.dir.lock();
             let mut d = st.cur.clone();
             let id = d.next_id;
             d.next_id += 1;
             st.cur.next_id = d.next_id;
-            d.logs.push(LogMeta { id, run });
+            d.logs.push(LogMeta { id, run: pair.log });
             if let Err(e) = self.publish(&mut st, d) {
-                let _ = self.shared.alloc.free_chunk(off);
+                self.free_pair(pair);
                 return Err(e);
             }
             id
         };
-        let mem = Arc::new(MemTable {
-            arena: Arena::new(self.arena_cap, id.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
-            log: LogMeta { id, run },
-        });
+        let arena = Arena::new(
+            (pair.table.chunks * cs) as usize,
+            id.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        );
+        let mem = Arc::new(MemTable::new(
+            arena,
+            LogMeta { id, run: pair.log },
+            Some(pair.table),
+        ));
         let log = LogWriter {
             id,
-            off,
-            cap: chunks * cs,
+            off: pair.log.off,
+            cap: pair.log.chunks * cs,
             tail: 0,
         };
         Ok((mem, log))
     }
 
-    /// Makes the MemTable immutable and starts a new one, waiting (a stall) while the
-    /// previous immutable MemTable is still being flushed.
-    pub fn switch_memtable(&self, w: &mut WriterState, need: u64) -> Result<()> {
-        let started = Instant::now();
-        let deadline = started + Duration::from_millis(self.opts.stall_timeout_ms);
-        let mut stalled = false;
-        while self.version.read().imm.is_some() {
-            self.check_writable()?;
-            if self.stop.load(Ordering::Acquire) {
-                return Err(Error::Closed);
-            }
-            if Instant::now() >= deadline {
-                self.shared.counters.writes_refused.incr();
-                self.shared
-                    .counters
-                    .stall_micros
-                    .add(started.elapsed().as_micros() as u64);
-                return Err(Error::no_space(
-                    Tier::Pmem,
-                    "mio: the MemTable is full and the previous one could not be flushed in time (pmem buffer full)",
-                ));
-            }
-            stalled = true;
-            let seen = self.signal_now();
-            if self.version.read().imm.is_none() {
-                break;
-            }
-            self.wait(seen, Duration::from_millis(20));
-        }
-        // Back-pressure: without room for the new log, wait for the compactions to drain
-        // the buffer (they do under pressure), up to the stall timeout.
-        let (mem, log) = loop {
-            match self.new_memtable(need) {
-                Ok(x) => break x,
-                Err(Error::NoSpace { .. }) if Instant::now() < deadline => {
-                    self.check_writable()?;
-                    if self.stop.load(Ordering::Acquire) {
-                        return Err(Error::Closed);
-                    }
-                    stalled = true;
-                    let seen = self.signal_now();
-                    self.wait(seen, Duration::from_millis(20));
-                }
-                Err(e) => {
-                    self.shared.counters.writes_refused.incr();
-                    return Err(e);
-                }
-            }
+    /// The first MemTable of an open: as a delete's switch would get it, or, when not
+    /// even the spare's room is left, the smallest pair at all (the open must not fail:
+    /// recovery has just freed the pairs of the MemTables it replayed).
+    pub fn first_memtable(&self) -> Result<(Arc<MemTable>, LogWriter)> {
+        let pair = match self.take_pair(Need::Delete, 0, 0)? {
+            Some(p) => p,
+            None => self.alloc_pair(self.sizes.min_shape(self.sizes.max_key, 0))?,
         };
-        if stalled {
-            self.shared
-                .counters
-                .stall_micros
-                .add(started.elapsed().as_micros() as u64);
-        }
+        self.new_memtable(pair)
+    }
+
+    /// Makes the MemTable immutable and starts a new one over a pair taken for `need`;
+    /// returns false (nothing changed) when there is no room for a pair now. The caller
+    /// checked that no flush is pending.
+    fn switch_memtable(
+        &self,
+        w: &mut WriterState,
+        need: Need,
+        key_len: usize,
+        value_len: usize,
+    ) -> Result<bool> {
+        let Some(pair) = self.take_pair(need, key_len, value_len)? else {
+            return Ok(false);
+        };
+        let (mem, log) = match self.new_memtable(pair) {
+            Ok(x) => x,
+            Err(Error::NoSpace { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        };
         {
             let mut v = self.version.write();
             let mut nv = (**v).clone();
@@ -248,30 +373,135 @@ impl Inner {
         }
         w.mem = mem;
         w.log = log;
+        w.budget = self.put_budget();
         self.notify();
-        Ok(())
+        Ok(true)
+    }
+
+    /// True while background work can still give room back: a flush pending or tables
+    /// above the repository.
+    fn draining(&self) -> bool {
+        let v = self.version.read();
+        v.imm.is_some() || v.buffer().iter().any(|l| !l.is_empty())
+    }
+
+    /// Makes the MemTable take a write of `need` (or, with `switch`, a new MemTable): waits
+    /// (without the writer lock) for a pending flush and for room, only while the
+    /// background makes progress (`space.rs`); then refuses with `NoSpace`.
+    pub(crate) fn admit<'a>(
+        &'a self,
+        mut w: MutexGuard<'a, WriterState>,
+        need: Need,
+        key_len: usize,
+        value_len: usize,
+        mut switch: bool,
+    ) -> Result<MutexGuard<'a, WriterState>> {
+        let cost = match need {
+            Need::Put => self.sizes.put_cost_max(key_len, value_len),
+            Need::Delete => 0,
+        };
+        let started = Instant::now();
+        let cap = Duration::from_millis(self.opts.stall_timeout_ms);
+        let quiet = Duration::from_millis(self.opts.progress_wait_ms);
+        let mut seen = (self.progress.load(Ordering::Acquire), started);
+        let mut stalled = false;
+        loop {
+            self.check_writable()?;
+            if self.stop.load(Ordering::Acquire) {
+                return Err(Error::Closed);
+            }
+            // Full: past the MemTable size (the flush target is rounded up to chunks), or
+            // the next node could overflow the flush target, or the record the log.
+            let full = switch
+                || w.mem.arena.used() as u64 >= self.sizes.memtable
+                || !w.mem.arena.fits(key_len, value_len)
+                || !w.log.fits(key_len, value_len);
+            let admitted = if full {
+                let pending = self.version.read().imm.is_some();
+                if !pending && self.switch_memtable(&mut w, need, key_len, value_len)? {
+                    switch = false;
+                    // The new MemTable may still lack budget for the put: check again.
+                    cost <= w.budget
+                } else {
+                    false
+                }
+            } else if cost > w.budget {
+                w.budget = self.put_budget();
+                cost <= w.budget
+            } else {
+                true
+            };
+            if admitted {
+                break;
+            }
+            // No room, and nothing above the repository that could give some back but the
+            // MemTable's tombstones: send them down (a switch as for a delete, which may
+            // take the spare pair), then wait for them like for any drain.
+            if !self.draining()
+                && w.mem.deletes.load(Ordering::Acquire) > 0
+                && self.switch_memtable(&mut w, Need::Delete, 0, 0)?
+            {
+                continue;
+            }
+            let now = Instant::now();
+            let p = self.progress.load(Ordering::Acquire);
+            if p != seen.0 {
+                seen = (p, now);
+            }
+            let waited = now.duration_since(started);
+            if !self.draining() || now.duration_since(seen.1) >= quiet || waited >= cap {
+                let c = &self.shared.counters;
+                c.writes_refused.incr();
+                c.stall_micros.add(waited.as_micros() as u64);
+                return Err(Error::no_space(
+                    Tier::Pmem,
+                    match need {
+                        Need::Put => {
+                            "mio: no room for the write: pmem is full (what is left is kept for the compactions and for deletes)"
+                        }
+                        Need::Delete => {
+                            "mio: no room for a new MemTable: the compactions could not free pmem in time"
+                        }
+                    },
+                ));
+            }
+            stalled = true;
+            let sig = self.signal_now();
+            MutexGuard::unlocked(&mut w, || self.wait(sig, Duration::from_millis(10)));
+        }
+        if stalled {
+            self.shared
+                .counters
+                .stall_micros
+                .add(started.elapsed().as_micros() as u64);
+        }
+        Ok(w)
     }
 
     fn write(&self, kind: Kind, key: &[u8], value: &[u8]) -> Result<()> {
         self.check_writable()?;
-        let mut w = self.writer.lock();
-        let full = w.mem.arena.used() as u64 >= self.memtable_size
-            || !w.mem.arena.fits(key.len(), value.len())
-            || !w.log.fits(key.len(), value.len());
-        if full {
-            self.switch_memtable(&mut w, wal::record_len(key.len(), value.len()) as u64)?;
-        }
+        let need = match kind {
+            Kind::Put => Need::Put,
+            Kind::Delete => Need::Delete,
+        };
+        let mut w = self.admit(self.writer.lock(), need, key.len(), value.len(), false)?;
         let seq = w.next_seq;
         if seq > node::MAX_SEQ {
             return Err(Error::invalid("mio: sequence numbers exhausted"));
         }
         w.log.append(&self.shared, seq, kind, key, value)?;
         w.next_seq += 1;
-        w.mem.arena.insert(seq, kind, key, value)?;
+        let height = w.mem.arena.insert(seq, kind, key, value)?;
+        if kind == Kind::Delete {
+            w.mem.deletes.fetch_add(1, Ordering::AcqRel);
+        }
         let c = &self.shared.counters;
         c.wal_bytes
             .add(wal::record_len(key.len(), value.len()) as u64);
         if kind == Kind::Put {
+            let cost = self.sizes.put_cost(key.len(), value.len(), height);
+            w.mem.cost.lock().add(cost);
+            w.budget = w.budget.saturating_sub(cost.1);
             c.ops
                 .user_bytes_written
                 .add((key.len() + value.len()) as u64);
@@ -439,9 +669,9 @@ impl KvStore for MioStore {
         self.check_open()?;
         self.inner.check_writable()?;
         {
-            let mut w = self.inner.writer.lock();
+            let w = self.inner.writer.lock();
             if w.mem.arena.entries() > 0 {
-                self.inner.switch_memtable(&mut w, 0)?;
+                drop(self.inner.admit(w, Need::Delete, 0, 0, true)?);
             }
         }
         let until = Instant::now() + Duration::from_millis(self.inner.opts.stall_timeout_ms);
@@ -490,12 +720,6 @@ impl Drop for MioStore {
     fn drop(&mut self) {
         let _ = self.close();
     }
-}
-
-/// The arena capacity for a MemTable of `memtable` bytes: room for the largest record on
-/// top, so a MemTable that is not yet full always takes one more write.
-pub(crate) fn arena_capacity(memtable: u64, limits: &Limits) -> usize {
-    memtable as usize + node::node_len(limits.max_key_len, limits.max_value_len, node::MAX_HEIGHT)
 }
 
 /// The log capacity for a MemTable of `memtable` bytes: a record (24-byte header + key +
@@ -547,9 +771,10 @@ mod tests {
     fn a_pinned_version_keeps_every_table_it_lists_readable_through_merges_and_lazy_copies() {
         let d = scratch_dir();
         let pool = create_pool(&d.path().join("pool"), 2 << 20, DurabilityMode::Volatile);
-        let spec: EngineSpec = "mio@memtable=4KiB,levels=3,stall_timeout_ms=60000"
-            .parse()
-            .unwrap();
+        let spec: EngineSpec =
+            "mio@memtable=4KiB,levels=3,stall_timeout_ms=60000,progress_wait_ms=60000"
+                .parse()
+                .unwrap();
         let opts = MioOptions::from_params(spec.params()).unwrap();
         let limits = Limits {
             max_key_len: 64,

@@ -28,6 +28,7 @@ use crate::bloom::Bloom;
 use crate::dir::{Run, TableMeta};
 use crate::node::{self, HEAD_LEN, LINKS_OFF};
 use crate::skiplist::{self, Entry, Source};
+use crate::space::{Debt, Sizes};
 use crate::stats::Counters;
 
 /// Chunk tag of PMTable runs.
@@ -88,6 +89,8 @@ pub struct Table {
     pub bytes: u64,
     /// The zero-copy compaction this table is part of, if any (`zerocopy.rs`).
     pub merge: Option<Arc<crate::zerocopy::MergeState>>,
+    /// What the lazy copy will allocate for its puts (`space.rs`, the debt).
+    pub cost: Debt,
     /// The owner of the runs holding its nodes, shared by every handle of this table.
     runs: Arc<Runs>,
 }
@@ -172,8 +175,15 @@ impl Table {
             bloom: self.bloom.clone(),
             bytes,
             merge,
+            cost: self.cost,
             runs: self.runs.clone(),
         }
+    }
+
+    /// This handle with another cost (a merged table carries both inputs' costs).
+    pub fn with_cost(mut self, cost: Debt) -> Table {
+        self.cost = cost;
+        self
     }
 
     /// Keeps `other`'s runs allocated as long as this table's (a zero-copy merge links
@@ -196,9 +206,12 @@ impl Table {
         }
         let theirs = other.bloom.read().clone();
         let mut mine = self.bloom.write();
-        if let (Some(a), Some(b)) = (mine.as_ref(), theirs.as_ref()) {
-            *mine = a.merged(b);
-        }
+        // A table without a filter may hold any key: the merged table then has none
+        // either (keeping ours would answer "absent" for the keys that move in).
+        *mine = match (mine.as_ref(), theirs.as_ref()) {
+            (Some(a), Some(b)) => a.merged(b),
+            _ => None,
+        };
     }
 
     /// Marks the table removed from the directory: its runs are freed once the last
@@ -269,18 +282,49 @@ impl TableShape {
     }
 }
 
-/// The one-piece write of an arena image as a new table (P2 steps 1-2): one run, one
-/// write, links rebased in one pass, one persist. Not yet in the directory.
+/// Where a new table goes and what it owes (`space.rs`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Placement {
+    /// The run allocated for it in advance (a MemTable's flush target), or `None`: one
+    /// allocation now.
+    pub target: Option<Run>,
+    /// The debt of its puts.
+    pub cost: Debt,
+}
+
+/// The one-piece write of an arena image as a new table (P2 steps 1-2): one run (the
+/// MemTable's flush target, allocated at its switch, or allocated now), one write, links
+/// rebased in one pass, one persist. Not yet in the directory.
 pub fn write_table(
     shared: &Arc<Shared>,
     mut image: Vec<u8>,
     id: u64,
     max_seq: u64,
     shape: TableShape,
+    place: Placement,
 ) -> Result<Table> {
     let cs = shared.alloc.chunk_size();
-    let chunks = (image.len() as u64).div_ceil(cs).max(1);
-    let off = shared.alloc.alloc_chunks(TAG_TABLE, chunks)?;
+    let (off, chunks, owned) = match place.target {
+        Some(r) if (image.len() as u64) <= r.chunks * cs => (r.off, r.chunks, false),
+        Some(_) => {
+            return Err(Error::corruption(
+                Tier::Dram,
+                0,
+                "a MemTable outgrew its flush target",
+            ));
+        }
+        None => {
+            let chunks = (image.len() as u64).div_ceil(cs).max(1);
+            (shared.alloc.alloc_chunks(TAG_TABLE, chunks)?, chunks, true)
+        }
+    };
+    // A failed write frees a run allocated here; a flush target stays allocated (the
+    // store is poisoned then, and recovery collects it).
+    let undo = |shared: &Shared| {
+        if owned {
+            let _ = shared.alloc.free_chunk(off);
+        }
+    };
     let mut bloom = shape.new_bloom();
     let entries = rebase(&mut image, off, |k| {
         if let Some(b) = bloom.as_mut() {
@@ -290,7 +334,7 @@ pub fn write_table(
     let entries = match entries {
         Ok(n) => n,
         Err(e) => {
-            let _ = shared.alloc.free_chunk(off);
+            undo(shared);
             return Err(e);
         }
     };
@@ -299,7 +343,7 @@ pub fn write_table(
         .write(off, &image)
         .and_then(|()| shared.persist("flush-table", off, image.len()));
     if let Err(e) = written {
-        let _ = shared.alloc.free_chunk(off);
+        undo(shared);
         return Err(e);
     }
     shared.counters.table_bytes_written.add(image.len() as u64);
@@ -317,6 +361,7 @@ pub fn write_table(
         bloom: Arc::new(RwLock::new(bloom)),
         bytes: chunks * cs,
         merge: None,
+        cost: place.cost,
     })
 }
 
@@ -330,6 +375,7 @@ pub fn open_table(
     meta: TableMeta,
     runs: Option<&[Run]>,
     shape: TableShape,
+    sizes: &Sizes,
 ) -> Result<Table> {
     let src = PoolSource(&shared.pool);
     let inside = |off: u64, len: u64| {
@@ -347,6 +393,8 @@ pub fn open_table(
         ));
     }
     let mut bloom = shape.new_bloom();
+    let mut cost = Debt::default();
+    let mut last: Option<Vec<u8>> = None;
     let n = skiplist::walk_level(&src, meta.head, 0, |at, h, key| {
         if !inside(at, h.size() as u64) {
             return Err(Error::corruption(
@@ -358,6 +406,13 @@ pub fn open_table(
         if let Some(b) = bloom.as_mut() {
             b.insert(key);
         }
+        // The debt (`space.rs`): the newest version of each key, if a put.
+        if last.as_deref() != Some(key) {
+            if h.kind == node::Kind::Put {
+                cost.add(sizes.put_cost(h.key_len, h.value_len, h.height));
+            }
+            last = Some(key.to_vec());
+        }
         Ok(())
     })?;
     let bytes = meta.allocs.iter().map(|r| r.chunks).sum::<u64>() * shared.alloc.chunk_size();
@@ -368,6 +423,7 @@ pub fn open_table(
         bloom: Arc::new(RwLock::new(bloom)),
         bytes,
         merge: None,
+        cost,
     })
 }
 
@@ -378,6 +434,45 @@ mod tests {
     use crate::node::Kind;
     use crate::stats::Counters;
     use tierkv_core::media::pmem::{DurabilityMode, EmulatedLatency, PmemConfig};
+
+    #[test]
+    fn a_table_absorbing_one_without_a_filter_drops_its_own() {
+        let d = tempfile::tempdir().unwrap();
+        let pool = tierkv_testkit::rig::create_pool(
+            &d.path().join("pool"),
+            4 << 20,
+            tierkv_core::media::pmem::DurabilityMode::Volatile,
+        );
+        let (start, len) = (pool.data_start(), pool.len());
+        let alloc = PmemAllocator::format(pool.clone(), start, len - start, 4096).unwrap();
+        let sh = Arc::new(Shared {
+            pool,
+            alloc,
+            counters: Counters::default(),
+            hook: None,
+        });
+        let table = |id: u64, key: &[u8], bloom_keys: u64| {
+            let a = Arena::new(1 << 12, id);
+            a.insert(id, Kind::Put, key, b"v").unwrap();
+            let shape = TableShape {
+                bloom_keys,
+                bloom_bits: 16,
+            };
+            write_table(&sh, a.snapshot(), id, id, shape, Placement::default()).unwrap()
+        };
+        let old = table(1, b"old", 64);
+        let new = table(2, b"new", 0);
+        assert!(old.bloom.read().is_some() && new.bloom.read().is_none());
+        old.absorb_filter(&new);
+        // The old table's filter must not refuse a key that moves in from the new one.
+        assert!(
+            old.bloom
+                .read()
+                .as_ref()
+                .is_none_or(|b| b.may_contain(b"new")),
+            "a filter that does not cover the absorbed table's keys"
+        );
+    }
 
     #[test]
     fn one_piece_flush_makes_one_allocation_and_every_rebased_link_lies_inside_it() {
@@ -411,7 +506,7 @@ mod tests {
             bloom_keys: 512,
             bloom_bits: 16,
         };
-        let t = write_table(&sh, image.clone(), 9, 500, shape).unwrap();
+        let t = write_table(&sh, image.clone(), 9, 500, shape, Placement::default()).unwrap();
         let runs: Vec<_> = sh.alloc.iter_chunks(TAG_TABLE).collect();
         assert_eq!(runs.len(), runs_before + 1, "one allocation");
         assert_eq!(t.meta.allocs.len(), 1);

@@ -12,9 +12,13 @@
 //! Thread safety: `Version` is immutable and `Send + Sync`.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use parking_lot::Mutex;
 
 use crate::arena::Arena;
-use crate::dir::LogMeta;
+use crate::dir::{LogMeta, Run};
+use crate::space::Debt;
 use crate::table::Table;
 
 /// A MemTable and the log that covers it.
@@ -23,6 +27,32 @@ pub struct MemTable {
     pub arena: Arena,
     /// Its log.
     pub log: LogMeta,
+    /// The run its one-piece flush writes, allocated with the log at the switch
+    /// (`space.rs`); `None` for a MemTable rebuilt from a log at recovery (its flush
+    /// allocates) and for the placeholder before the first switch.
+    pub target: Option<Run>,
+    /// What the lazy copy will allocate for its puts (`space.rs`, the debt).
+    pub cost: Mutex<Debt>,
+    /// Tombstones it holds (space they give back once they reach the repository).
+    pub deletes: AtomicU64,
+}
+
+impl MemTable {
+    /// A MemTable over `arena`, logged in `log`, flushed into `target`.
+    pub fn new(arena: Arena, log: LogMeta, target: Option<Run>) -> MemTable {
+        MemTable {
+            arena,
+            log,
+            target,
+            cost: Mutex::new(Debt::default()),
+            deletes: AtomicU64::new(0),
+        }
+    }
+
+    /// The debt of its puts.
+    pub fn cost(&self) -> Debt {
+        *self.cost.lock()
+    }
 }
 
 /// One consistent view of the store.
@@ -41,5 +71,23 @@ impl Version {
     /// Tables per level (a gauge).
     pub fn tables_per_level(&self) -> Vec<usize> {
         self.levels.iter().map(Vec::len).collect()
+    }
+
+    /// The buffer levels (every level but the repository).
+    pub fn buffer(&self) -> &[Vec<Arc<Table>>] {
+        &self.levels[..self.levels.len().saturating_sub(1)]
+    }
+
+    /// The debt of everything above the repository: the buffer tables' costs and the
+    /// MemTables' (`space.rs`).
+    pub fn debt(&self) -> Debt {
+        let mut d = self.mem.cost();
+        if let Some(m) = &self.imm {
+            d.merge(&m.cost());
+        }
+        for t in self.buffer().iter().flatten() {
+            d.merge(&t.cost);
+        }
+        d
     }
 }

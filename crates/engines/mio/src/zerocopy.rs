@@ -226,6 +226,7 @@ impl Inner {
                 move_first(&self.shared, &state.meta, o.meta.head, n.meta.head)?
             };
             let Some(m) = moved else { break };
+            self.progress.fetch_add(1, Ordering::AcqRel);
             self.shared.counters.relinked_words.add(m.words);
             self.shared.counters.nodes_relinked.incr();
             self.shared.counters.versions_dropped.add(m.dropped);
@@ -310,7 +311,16 @@ impl Inner {
         self.shared.pool.crash_point("mio.zerocopy.before_finish");
         self.publish(&mut st, d)?;
         self.shared.pool.crash_point("mio.zerocopy.after_finish");
-        let merged = Arc::new(o.rehandle(o.meta.clone(), None));
+        // The merged table owes the newest version of each key only.
+        let cost = self
+            .sizes
+            .cost_of(&PoolSource(&self.shared.pool), o.meta.head)
+            .unwrap_or_else(|_| {
+                let mut d = o.cost;
+                d.merge(&n.cost);
+                d
+            });
+        let merged = Arc::new(o.rehandle(o.meta.clone(), None).with_cost(cost));
         {
             let mut v = self.version.write();
             let mut nv: Version = (**v).clone();
@@ -375,14 +385,14 @@ mod tests {
             match v {
                 Some(v) => a.insert(*s, Kind::Put, k.as_bytes(), v.as_bytes()).unwrap(),
                 None => a.insert(*s, Kind::Delete, k.as_bytes(), b"").unwrap(),
-            }
+            };
         }
         let max = rows.iter().map(|r| r.1).max().unwrap_or(0);
         let shape = TableShape {
             bloom_keys: 64,
             bloom_bits: 16,
         };
-        write_table(sh, a.snapshot(), id, max, shape).unwrap()
+        write_table(sh, a.snapshot(), id, max, shape, Default::default()).unwrap()
     }
 
     fn contents(pool: &PmemPool, head: u64) -> Vec<(Vec<u8>, u64)> {

@@ -17,7 +17,11 @@ fn check_passes_after_every_write_while_background_work_runs() {
     let seed = seed("check_after_every_write");
     let dir = scratch_dir();
     let pool = create_pool(&dir.path().join("pool"), 2 << 20, DurabilityMode::Volatile);
-    let store = open(pool, "memtable=4KiB,levels=4,stall_timeout_ms=60000", true);
+    let store = open(
+        pool,
+        "memtable=4KiB,levels=4,stall_timeout_ms=60000,progress_wait_ms=60000",
+        true,
+    );
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     for i in 0..3000u32 {
         let k = format!("key{:03}", rng.random_range(0..60)).into_bytes();

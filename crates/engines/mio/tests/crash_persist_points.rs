@@ -20,7 +20,7 @@ use tierkv_core::media::pmem::{CrashImageOptions, CrashPoint, DurabilityMode, Pm
 use tierkv_core::{KvStore, Stats};
 use tierkv_mio::MioStore;
 
-const PARAMS: &str = "memtable=4KiB,levels=4,stall_timeout_ms=60000";
+const PARAMS: &str = "memtable=4KiB,levels=4,stall_timeout_ms=60000,progress_wait_ms=60000";
 
 /// Per key: the last acknowledged value (None = absent) and the write in flight, if any.
 type Model = BTreeMap<Vec<u8>, (Option<Vec<u8>>, Option<Option<Vec<u8>>>)>;

@@ -18,7 +18,7 @@ use tierkv_core::KvStore;
 use tierkv_core::media::pmem::{CrashImageOptions, DurabilityMode, PmemPool};
 use tierkv_testkit::{Racing, RacingConfig, run_racing};
 
-const PARAMS: &str = "memtable=4KiB,levels=3,stall_timeout_ms=60000";
+const PARAMS: &str = "memtable=4KiB,levels=3,stall_timeout_ms=60000,progress_wait_ms=60000";
 
 fn cfg(seed: u64) -> RacingConfig {
     RacingConfig {
