@@ -291,11 +291,17 @@ pub fn run_concurrent_field_updates(
             .expect("put_row");
     }
     let stop = AtomicBool::new(false);
+    // Writers start once the reader runs, and the reader makes at least one pass after the
+    // last write, so reads overlap the writes even when a loaded machine schedules the
+    // reader late (it once counted no read at all).
+    let reader_running = AtomicBool::new(false);
     let reads = std::thread::scope(|sc| {
         let reader = sc.spawn(|| {
             let mut last = vec![vec![0u64; threads]; rows as usize];
             let mut reads = 0u64;
-            while !stop.load(Ordering::Relaxed) {
+            reader_running.store(true, Ordering::Release);
+            loop {
+                let last_pass = stop.load(Ordering::Acquire);
                 for r in 0..rows {
                     let got = store
                         .get_fields(s.id, format!("row{r}").as_bytes(), &FieldSelection::All)
@@ -311,6 +317,9 @@ pub fn run_concurrent_field_updates(
                     }
                     reads += 1;
                 }
+                if last_pass {
+                    break;
+                }
             }
             reads
         });
@@ -318,7 +327,11 @@ pub fn run_concurrent_field_updates(
             .map(|t| {
                 let store = &store;
                 let s = &s;
+                let reader_running = &reader_running;
                 sc.spawn(move || {
+                    while !reader_running.load(Ordering::Acquire) {
+                        std::thread::yield_now();
+                    }
                     for n in 1..=updates {
                         for r in 0..rows {
                             let set = [(t as FieldId, &n.to_le_bytes()[..])];
@@ -334,7 +347,7 @@ pub fn run_concurrent_field_updates(
         for w in writers {
             w.join().expect("writer");
         }
-        stop.store(true, Ordering::Relaxed);
+        stop.store(true, Ordering::Release);
         reader.join().expect("reader")
     });
     for r in 0..rows {

@@ -25,7 +25,7 @@ mod key_index_support;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use key_index_support::{Media, config, key, pool_path, seed, slow_persists};
 use rand::{Rng, SeedableRng};
@@ -38,6 +38,8 @@ const WRITERS: usize = 3;
 const KEYS_PER_WRITER: u32 = 120;
 const ROUNDS: usize = 8;
 const IMAGES_PER_ROUND: usize = 64;
+/// Splits a round must see; its images are spread over them.
+const MIN_SPLITS: usize = 11;
 const POOL_SIZE: u64 = 1 << 20;
 /// Emulated persist time: images land inside store-then-persist windows (see `slow_persists`).
 const PERSIST_NS: u32 = 50_000;
@@ -258,8 +260,17 @@ fn round(seed: u64, r: usize, repairs: &mut Repairs) -> usize {
             })
             .collect();
         let mut images = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
         for i in 0..IMAGES_PER_ROUND {
             std::thread::sleep(Duration::from_micros(rng.random_range(0..2_000)));
+            // Spread the images over the round's first MIN_SPLITS splits: on a loaded
+            // machine the writers may get so little CPU that a round's images would all
+            // precede the splits they are meant to cut (seen in CI-like runs: "too few
+            // splits"). On an idle machine the splits are ahead and nothing waits.
+            let want = ((i + 1) * MIN_SPLITS / IMAGES_PER_ROUND) as u64;
+            while index.stats().splits < want && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_micros(200));
+            }
             let done = std::array::from_fn(|t| progress[t].done.load(Ordering::SeqCst));
             let torn = i % 2 == 1;
             let opts = if torn {
@@ -282,8 +293,9 @@ fn round(seed: u64, r: usize, repairs: &mut Repairs) -> usize {
     });
     let total: usize = ops.iter().map(Vec::len).sum();
     assert!(
-        index.stats().splits > 10,
-        "round {r}: too few splits to test them"
+        index.stats().splits >= MIN_SPLITS as u64,
+        "round {r}: too few splits to test them ({} splits)",
+        index.stats().splits
     );
     let mut replays = vec![Replay::default(); WRITERS];
     for (i, image) in images.iter().enumerate() {
