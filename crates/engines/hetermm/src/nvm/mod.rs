@@ -290,7 +290,16 @@ impl Nvm {
         match self.alloc.alloc_chunks(COMPACT_TAG, chunks) {
             Err(Error::NoSpace { .. }) if or_reserve => {
                 let runs = chunks.div_ceil(self.chunks_for(self.block_size())) as usize;
-                self.reserve.release(runs, |off| self.free_run(off))?;
+                self.reserve.release(runs, |off| {
+                    self.free_run(off).map_err(|e| match e {
+                        Error::Corruption { tier, offset, what } => Error::corruption(
+                            tier,
+                            offset,
+                            format!("returning a reserve run for a compact copy: {what}"),
+                        ),
+                        e => e,
+                    })
+                })?;
                 self.alloc.alloc_chunks(COMPACT_TAG, chunks)
             }
             other => other,
