@@ -175,7 +175,9 @@ impl HeterMem {
                 .nvm
                 .alloc_compact(image.len() as u64, reason == Reason::Sparse)?;
             if reason == Reason::Relocate && off > old.off {
-                self.nvm.free_run(off)?;
+                self.nvm
+                    .free_run(off)
+                    .map_err(|e| freeing(e, b, "a copy that would not move it down"))?;
                 return Ok(false);
             }
             let pool = self.pool();
@@ -228,10 +230,28 @@ impl HeterMem {
             .add(old.run_len.saturating_sub(new_len));
         // IMPORTANT: no reader can still hold the old base after this.
         self.threads.synchronize();
-        self.nvm.free_run(old.off)?;
+        self.nvm
+            .free_run(old.off)
+            .map_err(|e| freeing(e, b, "its old run"))?;
         self.counters
             .reorg_micros
             .add(started.elapsed().as_micros() as u64);
         Ok(true)
+    }
+}
+
+/// A failed free of a run during the reorganisation of block `b`, saying which run.
+fn freeing(e: Error, b: u64, what: &str) -> Error {
+    match e {
+        Error::Corruption {
+            tier,
+            offset,
+            what: why,
+        } => Error::corruption(
+            tier,
+            offset,
+            format!("reorganising block {b}, freeing {what}: {why}"),
+        ),
+        e => e,
     }
 }

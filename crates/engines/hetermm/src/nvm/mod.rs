@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! pool:  [pool header 4 KiB][superblock 4 KiB][block directory: one word per chunk]
-//!        [allocator region: chunks of 2^m / 16 bytes (>= 4 KiB)]
+//!        [allocator region: chunks of 2^m / 64 bytes (>= 4 KiB)]
 //! ```
 //! The paper keeps one file per block and creates files ahead of need; we allocate blocks
 //! as runs of chunks from the pool's crash-consistent allocator instead (DESIGN §4: one
@@ -40,8 +40,25 @@ pub const DATA_TAG: u32 = 0x484d_0001;
 pub const COMPACT_TAG: u32 = 0x484d_0002;
 /// Allocator tag of log blocks.
 pub const LOG_TAG: u32 = 0x484d_0003;
-/// Chunks per full block (fewer when a block is under 64 KiB: chunks are >= 4 KiB).
-const CHUNKS_PER_BLOCK: u64 = 16;
+/// Chunks per full block in a new store (fewer when a block is under 256 KiB: chunks are
+/// >= 4 KiB; a store keeps the chunk size it was created with, in its superblock).
+///
+/// The chunk is the smallest pmem footprint of a logical block, and logical blocks never
+/// merge (the index holds their records' addresses): a block reorganised down to a few
+/// small records still takes one chunk. With a sixteenth of a block per chunk, a 16 MiB
+/// pool (256 KiB blocks) under fill/delete cycles ended with 669 compact blocks of one or
+/// two 16 KiB chunks holding 2.7 MiB of records in 12 MiB, and no run of 16 free chunks
+/// for a new block: new keys were refused for good after deletes (`tests/space_after_deletes.rs`).
+/// A sixty-fourth keeps a quarter of that; the cost is a directory word and an allocator
+/// state word per chunk (a 16 MiB pool: 32 KiB each), and longer runs for full blocks
+/// (their continuation words are persisted in one range).
+const CHUNKS_PER_BLOCK: u64 = 64;
+/// Chunks a new store's pool is cut into at most, where a sixty-fourth of a block would
+/// make more (pools of 64 GiB and more with 2 MiB blocks): the allocator keeps a DRAM
+/// state per chunk. Never coarser than the sixteenth chunks had before.
+const MAX_CHUNKS: u64 = 1 << 21;
+/// Chunks per full block at the coarsest.
+const MIN_CHUNKS_PER_BLOCK: u64 = 16;
 /// Full blocks a pool must hold at least.
 pub const MIN_BLOCKS: u64 = 8;
 const AREA_ALIGN: u64 = 4096;
@@ -64,7 +81,7 @@ impl Nvm {
     /// Formats a new store in `pool` with blocks of 2^`block_bits` bytes. The root word is
     /// written last: a crash before it leaves a pool that `open` refuses.
     pub fn format(pool: Arc<PmemPool>, block_bits: u32, page_bits: u32) -> Result<Nvm> {
-        let chunk_size = ((1u64 << block_bits) / CHUNKS_PER_BLOCK).max(AREA_ALIGN);
+        let chunk_size = chunk_size_for(pool.len(), block_bits);
         let sb_off = pool.data_start();
         let dir_off = sb_off + AREA_ALIGN;
         let left = pool.len().saturating_sub(dir_off);
@@ -273,7 +290,16 @@ impl Nvm {
         match self.alloc.alloc_chunks(COMPACT_TAG, chunks) {
             Err(Error::NoSpace { .. }) if or_reserve => {
                 let runs = chunks.div_ceil(self.chunks_for(self.block_size())) as usize;
-                self.reserve.release(runs, |off| self.free_run(off))?;
+                self.reserve.release(runs, |off| {
+                    self.free_run(off).map_err(|e| match e {
+                        Error::Corruption { tier, offset, what } => Error::corruption(
+                            tier,
+                            offset,
+                            format!("returning a reserve run for a compact copy: {what}"),
+                        ),
+                        e => e,
+                    })
+                })?;
                 self.alloc.alloc_chunks(COMPACT_TAG, chunks)
             }
             other => other,
@@ -315,10 +341,45 @@ impl Nvm {
     }
 }
 
+/// The chunk size of a new store (see [`CHUNKS_PER_BLOCK`]).
+fn chunk_size_for(pool_len: u64, block_bits: u32) -> u64 {
+    let block = 1u64 << block_bits;
+    let fine = (block / CHUNKS_PER_BLOCK).max(AREA_ALIGN);
+    let bounded = (pool_len / MAX_CHUNKS).next_power_of_two();
+    fine.max(bounded.min(block / MIN_CHUNKS_PER_BLOCK))
+}
+
 fn too_small(pool: &PmemPool, block_bits: u32) -> Error {
     Error::invalid(format!(
         "the pmem pool of {} bytes is too small for hetermm blocks of 2^{block_bits} bytes: \
          it needs room for at least 8 blocks (lower block_bits or enlarge the pool)",
         pool.len()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_are_a_sixty_fourth_of_a_block_unless_the_pool_would_need_too_many() {
+        assert_eq!(chunk_size_for(16 << 20, 18), 4 << 10, "256 KiB blocks");
+        assert_eq!(chunk_size_for(16 << 20, 15), 4 << 10, "never below 4 KiB");
+        assert_eq!(
+            chunk_size_for(2 << 30, 21),
+            32 << 10,
+            "the default 2 MiB blocks"
+        );
+        assert_eq!(chunk_size_for(64 << 30, 21), 32 << 10, "2^21 chunks");
+        assert_eq!(
+            chunk_size_for(256 << 30, 21),
+            128 << 10,
+            "capped chunk count"
+        );
+        assert_eq!(
+            chunk_size_for(1 << 40, 21),
+            128 << 10,
+            "never above a sixteenth"
+        );
+    }
 }
