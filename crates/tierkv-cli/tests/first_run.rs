@@ -48,6 +48,44 @@ fn first_put_and_get_in_two_processes_round_trip_on_the_default_engine() {
     assert!(!tierkv::ENGINES[0].volatile);
 }
 
+/// Runs `tierkv <args> --dir <dir>` in the working directory `cwd`.
+fn tierkv_from(cwd: &Path, dir: &Path, args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_tierkv"))
+        .current_dir(cwd)
+        .args(args)
+        .arg("--dir")
+        .arg(dir)
+        .output()
+        .expect("run tierkv")
+}
+
+#[test]
+fn a_store_made_with_a_relative_dir_opens_from_anywhere_and_after_a_move() {
+    // `tierkv put --dir s` stored `s/pmem.pool` in the MANIFEST, relative to the working
+    // directory of that one process: a `get --dir /abs/s` from elsewhere failed with
+    // "open pool file s/pmem.pool: No such file or directory", and a copied store read
+    // the original's files.
+    let d = tempfile::tempdir().unwrap();
+    let (work, other) = (d.path().join("work"), d.path().join("other"));
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::create_dir_all(&other).unwrap();
+    let mut args = vec!["put"];
+    args.extend_from_slice(&SMALL);
+    args.extend_from_slice(&["k", "v"]);
+    let o = tierkv_from(&work, Path::new("s"), &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = tierkv_from(&other, &work.join("s"), &["get", "k"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(o.stdout, b"v\n");
+    let moved = d.path().join("moved");
+    std::fs::rename(work.join("s"), &moved).unwrap();
+    let o = tierkv_from(&other, &moved, &["put", "k2", "v2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = tierkv_from(&work, &moved, &["get", "k2"]);
+    assert_eq!(o.stdout, b"v2\n", "{}", stderr(&o));
+    assert!(!work.join("s").exists(), "the move left files behind");
+}
+
 #[test]
 fn a_lost_manifest_never_lets_put_bury_the_store() {
     let d = tempfile::tempdir().unwrap();
