@@ -371,7 +371,16 @@ impl HeterMem {
             let Some(cell) = self.blocks.info(b) else {
                 continue;
             };
+            self.run_hook(crate::mem::HookPoint::Marking, &b.to_le_bytes())?;
             let mut info = cell.lock();
+            // IMPORTANT: the reclaimer may have dropped the block (no valid record left)
+            // while this thread waited for its lock: the cell then names a run that is
+            // freed, maybe already another block's or a log's. Its records were all marked
+            // before the drop, so these marks are not needed. (A reorganised block's cell
+            // names its new copy: swapped under this lock.)
+            if self.blocks.base(b).map(|(base, _)| base) != Some(info.off) {
+                continue;
+            }
             marks::mark(self.pool(), &self.geo, b, &mut info, &rels)?;
             self.counters.marks.add(rels.len() as u64);
             if info.invalid_fraction() > self.opts.reorg_threshold {

@@ -585,3 +585,68 @@ fn a_writer_never_maps_into_a_slot_the_flushed_block_still_holds() {
         .expect("the writer finished")
         .unwrap_or_else(|e| panic!("a writer racing the flusher's freeing stage failed: {e}"));
 }
+
+/// Stress space seed 3271 ('free_chunk of offset …, which is not the start of a tagged chunk
+/// allocation') and the lockfree racing test ('no hetermm block header here (bad magic)'):
+/// the flusher took the cell of a block to apply a mark (a duplicate: a record marked
+/// twice), the reclaimer dropped the block meanwhile — every record marked, so nothing to
+/// copy — and freed its run, which was allocated again; the flusher then locked the stale
+/// cell and set invalid bits in the run, now someone else's.
+///
+/// The interleaving: block 0's records are all marked (their keys updated in block 1, which
+/// is flushed); a duplicate mark of one of them is applied, and between taking block 0's
+/// cell and locking it the hook reorganises block 0 (dropped, run freed) and allocates and
+/// writes the run again. The run's new contents must stay as written.
+#[test]
+fn a_mark_never_lands_in_the_run_of_a_block_the_reclaimer_dropped_meanwhile() {
+    let rig = Rig::new("");
+    let mem = rig.mem.clone();
+    let old: Vec<u64> = (0..8u8)
+        .map(|i| rig.put(&[b'k', i], &[i; 200], None))
+        .collect();
+    rig.flush_oldest();
+    let run = mem.blocks.info(0).unwrap().lock().off;
+    for (i, &x) in old.iter().enumerate() {
+        rig.put(&[b'k', i as u8], &[0xee; 200], Some(x));
+    }
+    rig.flush_oldest();
+    rig.flush_oldest();
+    assert_eq!(
+        mem.blocks.info(0).unwrap().lock().live,
+        0,
+        "block 0's records are all marked"
+    );
+    let pattern = vec![0u8; 64 * 1024];
+    let reused = Arc::new(std::sync::Mutex::new(None));
+    let hook: TestHook = {
+        let (mem, reused, pattern) = (mem.clone(), reused.clone(), pattern.clone());
+        Arc::new(move |point, value| {
+            if point != HookPoint::Marking || value != 0u64.to_le_bytes() {
+                return Ok(());
+            }
+            let mut reused = reused.lock().unwrap();
+            if reused.is_none() {
+                assert!(mem.reorganise(0, Reason::Sparse)?, "block 0 was dropped");
+                assert!(mem.blocks.info(0).is_none());
+                let off = mem.nvm.alloc_block()?;
+                let len = mem.nvm.chunks_for(mem.geo.block_size()) * mem.nvm.sb.chunk_size;
+                let len = len.min(pattern.len() as u64) as usize;
+                mem.pool().write(off, &pattern[..len])?;
+                mem.pool().persist(off, len)?;
+                *reused = Some((off, len));
+            }
+            Ok(())
+        })
+    };
+    *mem.hook.lock() = Some(hook);
+    let marked = mem.apply_marks(&old[..1]);
+    *mem.hook.lock() = None;
+    let (off, len) = reused.lock().unwrap().expect("the hook ran");
+    assert_eq!(off, run, "the dropped block's run was allocated again");
+    marked.unwrap_or_else(|e| panic!("a mark after the drop failed: {e}"));
+    assert!(
+        mem.pool().read(off, len).unwrap() == &pattern[..len],
+        "a mark was written into the run the dropped block had freed"
+    );
+    let _ = (&rig.pool, &rig.dir);
+}

@@ -7,7 +7,8 @@
 //! Steps: note which records are marked, synchronize the epochs (a reader pinned before a
 //! record was superseded may still hold its address — a scan holds one guard over many —
 //! and must still find it: only marks older than the synchronization let a record go);
-//! then, under the block's lock (so the flusher's marks wait and land on the new copy):
+//! then, under the block's lock (so the flusher's marks wait and land on the new copy, or,
+//! on a block dropped for want of a valid record, are skipped: `flush.rs` `apply_marks`):
 //! 1. collect the records that were not marked before the synchronization (those marked
 //!    since are kept, with their invalid bit set in the copy);
 //! 2. build the compact block, write it to a new run, persist it;

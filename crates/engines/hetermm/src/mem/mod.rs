@@ -219,6 +219,9 @@ pub enum HookPoint {
     /// In `flush_oldest`'s freeing stage: `off_dram` has moved past the block and readers
     /// have been waited for; its DRAM pages are not unmapped yet (the value is empty).
     Freeing,
+    /// In `apply_marks`, once a block's cell is taken and before it is locked (the value is
+    /// the block number, little-endian).
+    Marking,
 }
 
 /// A test hook: sees the point and the value written (empty for a delete); an error it

@@ -5,7 +5,9 @@
 //! and the touched words are persisted before the call returns. Marks land on whichever copy
 //! the block's [`BlockInfo`] names: the caller holds that info's lock, so a reorganisation
 //! cannot replace the copy meanwhile. A target whose record is not in its block any more
-//! (it was invalid when the block was reorganised) needs no mark.
+//! (it was invalid when the block was reorganised) needs no mark; nor does a block the
+//! reclaimer dropped while the caller waited for its lock (the caller checks that the
+//! `blocks` array still names `info.off`: `flush.rs` `apply_marks`).
 //!
 //! Thread safety: the caller holds the block's lock.
 
