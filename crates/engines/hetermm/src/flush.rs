@@ -204,6 +204,7 @@ impl HeterMem {
         let mapped: Vec<(u64, u32)> = (first..first + self.geo.pages_per_block())
             .filter_map(|lp| self.ring.lookup(lp).map(|p| (lp, p)))
             .collect();
+        self.run_hook(crate::mem::HookPoint::Flushing, &[])?;
         // The run first: running out of pmem leaves everything as it was, to retry.
         let run = match (mapped.is_empty(), st.prepared.pop_front()) {
             (true, prepared) => {

@@ -532,7 +532,7 @@ fn a_writer_never_maps_into_a_slot_the_flushed_block_still_holds() {
     let hook: TestHook = {
         let flushes = flushes.clone();
         Arc::new(move |point, _| {
-            if point == HookPoint::Published && flushes.fetch_add(1, Ordering::SeqCst) == 1 {
+            if point == HookPoint::Flushing && flushes.fetch_add(1, Ordering::SeqCst) == 1 {
                 return Err(Error::no_space(
                     Tier::Pmem,
                     "injected: no run for the block",

@@ -146,6 +146,26 @@ impl HeterMem {
             return Ok(false);
         }
         let old = *info;
+        // The cell must name the run the directory says is this block's current copy; a
+        // cell handed an older run would publish a second copy of one generation and free
+        // that run twice (`nvm/blocks.rs` `publish`).
+        let named = self.nvm.dir_entry(old.off)?;
+        let expected = DirEntry::Data {
+            block_no: b,
+            compact: matches!(old.layout, Layout::Compact { .. }),
+            generation: old.generation,
+        };
+        if named != expected {
+            return Err(Error::corruption(
+                tierkv_core::Tier::Pmem,
+                old.off,
+                format!(
+                    "reorganising block {b}: its copy at {} (generation {}) is not what the \
+                     block directory names there ({named:?})",
+                    old.off, old.generation
+                ),
+            ));
+        }
         let mut kept = Vec::new();
         let mut late = Vec::new();
         for r in records(self.pool(), &self.geo, b, &old)? {

@@ -214,6 +214,8 @@ pub enum HookPoint {
     Write,
     /// After a write attempt's log entry is committed.
     Logged,
+    /// In `flush_oldest`, before a run is taken for the block (the value is empty).
+    Flushing,
     /// In `flush_oldest`, once the block's directory word is durable (the value is empty).
     Published,
     /// In `flush_oldest`'s freeing stage: `off_dram` has moved past the block and readers

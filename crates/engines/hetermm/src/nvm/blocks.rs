@@ -123,7 +123,14 @@ impl BlockTable {
         (w != 0).then_some((w & !COMPACT, w & COMPACT != 0))
     }
 
-    /// Publishes (or swaps) block `b`'s copy in the array and records its info.
+    /// Publishes block `b`'s first copy in the array and records its info (a flush, or
+    /// recovery). A block is published once: later copies are swapped in by the reclaimer
+    /// under the block's lock ([`BlockTable::swap_base`]).
+    ///
+    /// IMPORTANT: publishing a block that is already published is refused, as corruption.
+    /// Overwriting its cell would hand it back a run that a reorganisation has since freed;
+    /// the next reorganisation would then publish a second copy of the same generation and
+    /// free that run a second time (a run with two owners).
     pub fn publish(&self, b: u64, info: BlockInfo) -> Result<()> {
         let w = self.word(b, true).ok_or_else(|| {
             Error::no_space(
@@ -135,19 +142,31 @@ impl BlockTable {
             )
         })?;
         let compact = matches!(info.layout, Layout::Compact { .. });
-        w.store(
-            info.off | if compact { COMPACT } else { 0 },
-            Ordering::Release,
-        );
-        // Lock order: a block's cell before the table's map (the reclaimer holds a cell
-        // while it removes its block), so the cell is locked only after the map is released.
-        let cell = self
-            .infos
-            .lock()
-            .entry(b)
-            .or_insert_with(|| Arc::new(Mutex::new(info)))
-            .clone();
-        *cell.lock() = info;
+        {
+            let mut infos = self.infos.lock();
+            if let Some(cell) = infos.get(&b) {
+                let cell = cell.clone();
+                drop(infos);
+                // Lock order: a block's cell before the table's map.
+                let was = *cell.lock();
+                return Err(Error::corruption(
+                    Tier::Pmem,
+                    info.off,
+                    format!(
+                        "block {b} published a second time, at {} (it is published at {}, \
+                         generation {})",
+                        info.off, was.off, was.generation
+                    ),
+                ));
+            }
+            // The word before the cell, under the map's lock: the reclaimer finds the block
+            // only through its cell, and its swap must come after this store.
+            w.store(
+                info.off | if compact { COMPACT } else { 0 },
+                Ordering::Release,
+            );
+            infos.insert(b, Arc::new(Mutex::new(info)));
+        }
         Ok(())
     }
 
@@ -219,6 +238,12 @@ mod tests {
         assert_eq!(t.base(3), Some((8192, false)));
         assert_eq!(t.base(1 << 20), Some((16384, true)));
         assert!(t.publish(MAX_BLOCKS, info(4096, Layout::Full)).is_err());
+        let again = t
+            .publish(3, info(32768, Layout::Full))
+            .unwrap_err()
+            .to_string();
+        assert!(again.contains("block 3 published a second time"), "{again}");
+        assert_eq!(t.base(3), Some((8192, false)), "the first copy stays");
         assert_eq!(t.len(), 2);
         t.remove(3);
         assert_eq!(t.base(3), None);
