@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 use tierkv_core::media::flash::FlashDevice;
 use tierkv_core::media::pmem::{PmemAllocator, PmemPool};
 use tierkv_core::{Counter, Limits, OpCounters};
@@ -50,6 +50,12 @@ pub struct EngineCounters {
     pub recovered_objects: Counter,
     /// Slots freed by the last recovery (losers, torn and dead objects).
     pub recovery_freed: Counter,
+    /// Write batches committed.
+    pub batches: Counter,
+    /// Operations of the committed write batches.
+    pub batch_ops: Counter,
+    /// Pending write batches voided by the last recovery.
+    pub batches_rolled_back: Counter,
 }
 
 /// The engine's shared state.
@@ -94,6 +100,10 @@ pub struct Shared {
     pub flash_reserve: Mutex<()>,
     /// The largest table file and manifest file written or found (the reserve's size).
     pub largest_files: (AtomicU64, AtomicU64),
+    /// Held (shared) by a compaction from its manifest commit until its old files are
+    /// removed; [`crate::PrismDbStore::hold_flash_commits`] takes it exclusively, so the
+    /// flash directory and the pool change together only while it is free.
+    pub flash_commit: RwLock<()>,
 }
 
 impl Shared {

@@ -241,3 +241,23 @@ pub fn assert_check(store: &dyn KvStore) {
 pub fn counter(store: &dyn KvStore, name: &str) -> u64 {
     store.stats().counters.get(name).copied().unwrap_or(0)
 }
+
+/// Checks `store`, closes it, reopens it from `rig` (recovery), checks it again and
+/// asserts that a full scan is unchanged; returns the reopened store and the scan.
+pub fn reopen_unchanged(
+    rig: &Rig,
+    store: Arc<PrismDbStore>,
+) -> (Arc<PrismDbStore>, Vec<tierkv_core::KvPair>) {
+    assert_check(&*store);
+    let before = store.scan(b"", usize::MAX).unwrap();
+    store.close().unwrap();
+    drop(store);
+    let store = rig.reopen().unwrap();
+    assert_check(&*store);
+    assert_eq!(
+        store.scan(b"", usize::MAX).unwrap(),
+        before,
+        "reopened store differs"
+    );
+    (store, before)
+}
