@@ -187,15 +187,31 @@ impl Rig {
         seed: u64,
         spec: &str,
     ) -> Result<(TempDir, Arc<PrismDbStore>), String> {
-        let dir = scratch_dir();
+        let dir = self.snapshot(pool, seed)?;
+        let store = self.open_snapshot(dir.path(), spec)?;
+        Ok((dir, store))
+    }
+
+    /// Writes a crash image of `pool` (whole lines for an even `seed`, torn words for an
+    /// odd one) and a copy of the flash directory as it stands into a new scratch
+    /// directory.
+    pub fn snapshot(&self, pool: &PmemPool, seed: u64) -> Result<TempDir, String> {
         let opts = if seed.is_multiple_of(2) {
             CrashImageOptions::lines()
         } else {
             CrashImageOptions::torn_words()
         };
-        let image = dir.path().join("pmem.pool");
-        pool.write_crash_image(seed, opts, &image)
+        let image = pool
+            .crash_image(seed, opts)
             .map_err(|e| format!("crash image: {e}"))?;
+        self.image_dir(&image)
+    }
+
+    /// Writes `image` as the pool and a copy of the flash directory as it stands into a
+    /// new scratch directory.
+    pub fn image_dir(&self, image: &[u8]) -> Result<TempDir, String> {
+        let dir = scratch_dir();
+        std::fs::write(dir.path().join("pmem.pool"), image).map_err(|e| e.to_string())?;
         let flash = dir.path().join("flash");
         std::fs::create_dir_all(&flash).map_err(|e| e.to_string())?;
         for e in std::fs::read_dir(self.flash_dir()).map_err(|e| e.to_string())? {
@@ -204,14 +220,21 @@ impl Rig {
                 std::fs::copy(e.path(), flash.join(e.file_name())).map_err(|e| e.to_string())?;
             }
         }
-        let mut cfg = self.pool_config(&image);
+        Ok(dir)
+    }
+
+    /// Opens (recovers) the store a [`Rig::snapshot`] wrote into `dir`, and runs its
+    /// `check`.
+    pub fn open_snapshot(&self, dir: &Path, spec: &str) -> Result<Arc<PrismDbStore>, String> {
+        let mut cfg = self.pool_config(&dir.join("pmem.pool"));
         cfg.mode = DurabilityMode::Volatile;
         let p = PmemPool::open(&cfg).map_err(|e| format!("open image: {e}"))?;
-        let dev = FlashDevice::open(&flash, &self.flash_options()).map_err(|e| e.to_string())?;
+        let dev = FlashDevice::open(&dir.join("flash"), &self.flash_options())
+            .map_err(|e| e.to_string())?;
         let store = PrismDbStore::open_media(p, dev, self.options(spec), Limits::default(), false)
             .map_err(|e| format!("recovery failed: {e}"))?;
         store.check().map_err(|e| format!("check failed: {e}"))?;
-        Ok((dir, store))
+        Ok(store)
     }
 
     /// Reopens the store (recovery).
