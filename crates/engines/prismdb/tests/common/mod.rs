@@ -88,6 +88,20 @@ impl Rig {
         }
     }
 
+    /// A rig in `dir` (which the caller keeps), with a Volatile pool: what a process
+    /// that is killed writes to (SIGKILL tests).
+    pub fn at(dir: &Path, spec: &str, pool_mib: u64) -> Rig {
+        Rig {
+            root: dir.to_owned(),
+            _tmp: None,
+            spec: spec.to_owned(),
+            pool_size: pool_mib << 20,
+            mode: DurabilityMode::Volatile,
+            injector: None,
+            flash_size: 256 << 20,
+        }
+    }
+
     /// The same rig with a flash device of `mib` MiB (256 by default).
     #[allow(dead_code, reason = "not every test binary uses it")]
     pub fn with_flash(mut self, mib: u64) -> Rig {
