@@ -37,6 +37,9 @@ use crate::shared::Shared;
 use crate::slab::Purpose;
 use record::{RECORD_TAG, decode_record, encode_record, record_len};
 
+/// Most chunks a record run of a batch of deletes may take from the reserve for deletes.
+const RESERVE_RUN: u64 = 2;
+
 /// One operation of a batch and the slot it got.
 struct Op<'a> {
     part: usize,
@@ -244,12 +247,13 @@ fn reserve(sh: &Shared, ops: &mut [Op<'_>], parts: &[usize]) -> Result<Run> {
         sh.counters.throttled_writes.incr();
         sh.wake_compactors();
     }
+    let deletes_only = ops.iter().all(|o| o.value.is_none());
     let mut run = None;
     let mut waiting: Option<(std::time::Instant, Vec<Pressure<'_>>)> = None;
     loop {
         let tried = match run {
             Some(r) => Ok(r),
-            None => alloc_run(sh, ops.len()),
+            None => alloc_run(sh, ops.len(), deletes_only),
         }
         .and_then(|r| {
             run = Some(r);
@@ -361,9 +365,11 @@ fn try_reserve(sh: &Shared, ops: &mut [Op<'_>], parts: &[usize]) -> Result<()> {
     Ok(())
 }
 
-/// Takes a run of pool chunks for the record of `n` slots, never from the chunks kept for
-/// deletes (FORMAT.md §3 "Room for deletes").
-fn alloc_run(sh: &Shared, n: usize) -> Result<Run> {
+/// Takes a run of pool chunks for the record of `n` slots. Only a batch of deletes whose
+/// record fits in [`RESERVE_RUN`] chunks may take them from the chunks kept for deletes
+/// (FORMAT.md §3 "Room for deletes": the two spare ones), so that deletes in a batch
+/// succeed on a full store as single deletes do.
+fn alloc_run(sh: &Shared, n: usize, deletes_only: bool) -> Result<Run> {
     let cs = sh.alloc.chunk_size();
     let chunks = (record_len(n) as u64).div_ceil(cs);
     let u = &sh.usage;
@@ -371,7 +377,8 @@ fn alloc_run(sh: &Shared, n: usize) -> Result<Run> {
         .chunks
         .fetch_add(chunks, std::sync::atomic::Ordering::AcqRel)
         + chunks;
-    if held + u.reserve_chunks > u.chunk_limit {
+    let from_reserve = deletes_only && chunks <= RESERVE_RUN;
+    if !from_reserve && held + u.reserve_chunks > u.chunk_limit {
         u.chunks
             .fetch_sub(chunks, std::sync::atomic::Ordering::AcqRel);
         return Err(Error::no_space(
