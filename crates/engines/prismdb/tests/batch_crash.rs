@@ -104,17 +104,18 @@ fn batches_survive_crash_images_at_random_moments_under_compactions() {
 }
 
 /// Runs the persist-point kit over a new store (wrapped in [`NonAtomicBatches`] when
-/// `broken`) with batches of up to 12 keys, cutting batches `cut` at every `stride`-th
-/// persist, the compactions held before their commits throughout; returns its verdicts,
-/// the persists of the cut batches and the pending batches recovery voided.
+/// `broken`) with batches of up to `max_batch` keys, cutting batches `cut` at every
+/// `stride`-th persist, the compactions held before their commits throughout; returns its
+/// verdicts, the persists of the cut batches and the pending batches recovery voided.
 fn persist_points(
+    max_batch: usize,
     test: &str,
     broken: bool,
     cut: &[u64],
     stride: u64,
 ) -> (BatchReport, Vec<u64>, u64) {
     let kit = BatchKit::new(BatchKitConfig {
-        max_batch: 12,
+        max_batch,
         seed: seed(test),
         ..BatchKitConfig::default()
     });
@@ -151,7 +152,7 @@ fn persist_points(
 #[test]
 fn batches_survive_a_crash_after_every_persist_of_their_commit() {
     let (r, persists, rolled) =
-        persist_points("prismdb_batch_persist_points", false, &[1, 4, 7], 1);
+        persist_points(12, "prismdb_batch_persist_points", false, &[1, 4, 7], 1);
     r.assert_clean();
     let expected = persists.iter().sum::<u64>();
     assert!(
@@ -166,7 +167,13 @@ fn batches_survive_a_crash_after_every_persist_of_their_commit() {
 /// image every third persist of six batches shows a batch partly applied).
 #[test]
 fn the_kit_catches_batches_applied_as_a_loop_of_puts() {
-    let (r, _, _) = persist_points("prismdb_batch_loop_of_puts", true, &[1, 2, 3, 4, 5, 6], 3);
+    let (r, _, _) = persist_points(
+        12,
+        "prismdb_batch_loop_of_puts",
+        true,
+        &[1, 2, 3, 4, 5, 6],
+        3,
+    );
     assert!(
         r.torn > 0,
         "the kit did not catch a non-atomic batch: {r:?}"
@@ -256,4 +263,19 @@ fn every_named_point_of_the_batch_commit_recovers_the_batch_whole_or_not_at_all(
             "point {p} not reached by every batch"
         );
     }
+}
+
+/// Every persist of five batches of up to 100 keys (about a minute in a debug build).
+#[test]
+#[ignore = "long: run by hand"]
+fn large_batches_survive_a_crash_after_every_persist() {
+    let (r, persists, rolled) = persist_points(
+        100,
+        "prismdb_large_batch_persist_points",
+        false,
+        &[1, 2, 3, 4, 5],
+        1,
+    );
+    r.assert_clean();
+    assert!(rolled > 0 && r.images == persists.iter().sum::<u64>());
 }
