@@ -63,10 +63,11 @@ pub struct State {
     pub manifest_seq: u64,
     /// Next table number.
     pub next_table: u64,
-    /// Keys that write batches reserved slots for and have not yet committed or abandoned
-    /// (with how many such batches): promotions leave them alone (FORMAT.md §3 "Write
+    /// Keys that write batches reserved slots for and have not yet committed or abandoned,
+    /// with the timestamps of those batches: promotions leave them alone, and a write with
+    /// a higher timestamp waits for them before it publishes (FORMAT.md §3 "Write
     /// batches").
-    pub batch_keys: HashMap<Vec<u8>, u32>,
+    pub batch_keys: HashMap<Vec<u8>, Vec<u64>>,
 }
 
 impl State {
@@ -321,6 +322,18 @@ impl Partition {
         if let Err(e) = written {
             let _ = st.slabs.free(off, class);
             return Err(e);
+        }
+        // A batch that took its timestamp before this write and has not committed yet
+        // comes first: this write is published after it (FORMAT.md §3 "Write batches").
+        while st
+            .batch_keys
+            .get(key)
+            .is_some_and(|b| b.iter().any(|&bts| bts < ts))
+        {
+            let seen = sh.batches_seen();
+            drop(st);
+            sh.wait_for_batches(seen);
+            st = self.state.write();
         }
         let published = self.publish(
             &mut st,

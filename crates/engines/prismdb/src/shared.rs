@@ -104,6 +104,8 @@ pub struct Shared {
     /// removed; [`crate::PrismDbStore::hold_flash_commits`] takes it exclusively, so the
     /// flash directory and the pool change together only while it is free.
     pub flash_commit: RwLock<()>,
+    /// Counts write batches committed or abandoned (writes waiting for one wait on it).
+    pub batches_done: (Mutex<u64>, Condvar),
 }
 
 impl Shared {
@@ -123,6 +125,28 @@ impl Shared {
         }
         self.wake.1.wait_for(&mut g, d);
         *g != seen
+    }
+
+    /// The count of write batches committed or abandoned so far.
+    pub fn batches_seen(&self) -> u64 {
+        *self.batches_done.0.lock()
+    }
+
+    /// Tells writers waiting for a batch that one committed or was abandoned.
+    pub fn batch_done(&self) {
+        let mut g = self.batches_done.0.lock();
+        *g += 1;
+        self.batches_done.1.notify_all();
+    }
+
+    /// Waits until a batch commits or is abandoned after `seen` was read (or 10 ms).
+    pub fn wait_for_batches(&self, seen: u64) {
+        let mut g = self.batches_done.0.lock();
+        if *g == seen {
+            self.batches_done
+                .1
+                .wait_for(&mut g, Duration::from_millis(10));
+        }
     }
 
     /// Tells writers waiting for space that a compaction finished.

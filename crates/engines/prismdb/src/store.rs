@@ -178,6 +178,7 @@ impl PrismDbStore {
             flash_reserve: Mutex::new(()),
             largest_files: (AtomicU64::new(0), AtomicU64::new(0)),
             flash_commit: RwLock::new(()),
+            batches_done: (Mutex::new(0), Condvar::new()),
         });
         if !created {
             crate::recovery::recover(&sh)?;

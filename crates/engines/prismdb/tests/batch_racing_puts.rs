@@ -35,16 +35,34 @@ fn batch_of(v: &[u8]) -> Option<u64> {
     s.split(':').next()?.parse().ok()
 }
 
-/// `Err` unless every batch value of `vals` names the same batch; that batch (0: none).
+/// The batch a single put's value says was acknowledged before the put began
+/// (`p<t>.<i>.a<n>`).
+fn put_after(v: &[u8]) -> Option<u64> {
+    let s = std::str::from_utf8(v).ok()?.strip_prefix('p')?;
+    s.rsplit_once(".a")?.1.parse().ok()
+}
+
+/// `Err` unless every batch value of `vals` names the same batch, and that batch is no
+/// older than one acknowledged before a visible single put began (the put is ordered after
+/// it, so its other keys must show it or a later write); that batch (0: none).
 fn newest_whole(vals: &[Option<Vec<u8>>]) -> Result<u64, String> {
     let seen: std::collections::BTreeSet<u64> =
         vals.iter().flatten().filter_map(|v| batch_of(v)).collect();
-    match seen.len() {
-        0 => Ok(0),
-        1 => Ok(seen.into_iter().next().unwrap_or(0)),
-        _ => Err(format!(
-            "keys show batches {seen:?}: the newest is partly applied"
+    let after = vals.iter().flatten().filter_map(|v| put_after(v)).max();
+    let newest = match seen.len() {
+        0 => return Ok(0),
+        1 => seen.into_iter().next().unwrap_or(0),
+        _ => {
+            return Err(format!(
+                "keys show batches {seen:?}: the newest is partly applied"
+            ));
+        }
+    };
+    match after {
+        Some(a) if a > newest => Err(format!(
+            "a put begun after batch {a} was acknowledged is visible beside batch {newest}"
         )),
+        _ => Ok(newest),
     }
 }
 
@@ -80,7 +98,7 @@ fn batches_stay_whole_against_racing_single_puts_and_deletes() {
             stop.store(true, Ordering::Release);
         });
         for t in 0..2u64 {
-            let (store, stop) = (&store, &stop);
+            let (store, stop, acked) = (&store, &stop, &acked);
             s.spawn(move || {
                 let mut rng = ChaCha8Rng::seed_from_u64(seed ^ t);
                 let mut i = 0u64;
@@ -89,7 +107,10 @@ fn batches_stay_whole_against_racing_single_puts_and_deletes() {
                     if rng.random_range(0..4) == 0 {
                         store.delete(&k).unwrap();
                     } else {
-                        store.put(&k, format!("p{t}.{i}").as_bytes()).unwrap();
+                        let after = acked.load(Ordering::Acquire);
+                        store
+                            .put(&k, format!("p{t}.{i}.a{after}").as_bytes())
+                            .unwrap();
                     }
                     i += 1;
                 }
@@ -133,4 +154,56 @@ fn batches_stay_whole_against_racing_single_puts_and_deletes() {
         counter(&*store, "prismdb_compactions_write")
     );
     store.close().unwrap();
+}
+
+/// What the paused batch saw: the key's value, and whether the put had returned.
+type SeenDuring = (Option<Vec<u8>>, bool);
+
+/// A put that takes its timestamp while a batch on its key is between its reservation and
+/// its commit is ordered after the batch, so it must not become visible first: it waits
+/// for the batch. The batch is paused at its named point `prismdb.batch.objects_persisted`
+/// while the put runs.
+#[test]
+fn a_put_ordered_after_a_pending_batch_waits_for_its_commit() {
+    let rig = Rig::new(SPEC, 4);
+    let (live, pool) = rig.create_with_pool();
+    live.put(b"g/01", b"old").unwrap();
+    let seen_during: Arc<parking_lot::Mutex<Option<SeenDuring>>> = Arc::default();
+    let putter: Arc<parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>> = Arc::default();
+    {
+        let (store, seen, putter) = (Arc::downgrade(&live), seen_during.clone(), putter.clone());
+        pool.arm_crash_points(Arc::new(
+            move |cp: tierkv_core::media::pmem::CrashPoint<'_>| {
+                let tierkv_core::media::pmem::CrashPoint::Named("prismdb.batch.objects_persisted") =
+                    cp
+                else {
+                    return;
+                };
+                let Some(store) = store.upgrade() else { return };
+                if seen.lock().is_some() {
+                    return;
+                }
+                let s2 = store.clone();
+                let h = std::thread::spawn(move || s2.put(b"g/01", b"later").unwrap());
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                *seen.lock() = Some((store.get(b"g/01").unwrap(), h.is_finished()));
+                *putter.lock() = Some(h);
+            },
+        ))
+        .unwrap();
+    }
+    let mut b = WriteBatch::new();
+    b.put(key(1), "b1:").put(key(9), "b1:");
+    live.write_batch(&b).unwrap();
+    pool.disarm_crash_points();
+    putter.lock().take().unwrap().join().unwrap();
+    let (during, finished) = seen_during.lock().take().unwrap();
+    assert_eq!(
+        (during.as_deref(), finished),
+        (Some(&b"old"[..]), false),
+        "the later put was visible (or done) before the batch it follows committed"
+    );
+    assert_eq!(read_group(&*live)[1].as_deref(), Some(&b"later"[..]));
+    assert_eq!(read_group(&*live)[9].as_deref(), Some(&b"b1:"[..]));
+    live.close().unwrap();
 }

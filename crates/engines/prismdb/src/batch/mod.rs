@@ -76,7 +76,9 @@ pub fn write_batch(sh: &Shared, batch: &WriteBatch) -> Result<()> {
         abandon(sh, &ops, &parts, run);
         return Err(e);
     }
-    if let Err(e) = commit(sh, &ops, &parts, run) {
+    let committed = commit(sh, &ops, &parts, run);
+    sh.batch_done();
+    if let Err(e) = committed {
         sh.poison(format!("a write batch failed at its commit: {e}"));
         return Err(e);
     }
@@ -357,10 +359,11 @@ fn try_reserve(sh: &Shared, ops: &mut [Op<'_>], parts: &[usize]) -> Result<()> {
     }
     for op in ops.iter_mut() {
         op.ts = ts.get(&op.part).copied().unwrap_or(0);
-        *guard_of(&mut guards, parts, op.part)?
+        guard_of(&mut guards, parts, op.part)?
             .batch_keys
             .entry(op.key.to_vec())
-            .or_insert(0) += 1;
+            .or_default()
+            .push(op.ts);
     }
     Ok(())
 }
@@ -421,11 +424,13 @@ fn write_objects(sh: &Shared, ops: &[Op<'_>], run: Run) -> Result<()> {
     Ok(())
 }
 
-/// Drops one batch's mark on `key`.
-fn unmark(st: &mut State, key: &[u8]) {
-    if let Some(n) = st.batch_keys.get_mut(key) {
-        *n -= 1;
-        if *n == 0 {
+/// Drops the mark of the batch with timestamp `ts` on `key`.
+fn unmark(st: &mut State, key: &[u8], ts: u64) {
+    if let Some(b) = st.batch_keys.get_mut(key) {
+        if let Some(i) = b.iter().position(|&x| x == ts) {
+            b.swap_remove(i);
+        }
+        if b.is_empty() {
             st.batch_keys.remove(key);
         }
     }
@@ -435,7 +440,7 @@ fn unmark(st: &mut State, key: &[u8]) {
 fn commit(sh: &Shared, ops: &[Op<'_>], parts: &[usize], run: Run) -> Result<()> {
     let mut guards = lock_all(sh, parts);
     for op in ops {
-        unmark(guard_of(&mut guards, parts, op.part)?, op.key);
+        unmark(guard_of(&mut guards, parts, op.part)?, op.key, op.ts);
     }
     sh.pool.store_u64(run.off, 0)?;
     // IMPORTANT: the commit point; every object of the batch is durable (step 3).
@@ -483,13 +488,14 @@ fn abandon(sh: &Shared, ops: &[Op<'_>], parts: &[usize], run: Run) {
     let mut guards = lock_all(sh, parts);
     for op in ops {
         if let Ok(st) = guard_of(&mut guards, parts, op.part) {
-            unmark(st, op.key);
+            unmark(st, op.key, op.ts);
             if ok && let Err(e) = st.slabs.release_slot(op.off, op.class) {
                 released = Err(e);
             }
         }
     }
     drop(guards);
+    sh.batch_done();
     match released.and_then(|()| free_run(sh, run)) {
         Ok(()) => {}
         Err(e) => sh.poison(format!("a failed write batch could not be undone: {e}")),
