@@ -43,6 +43,11 @@
 //!   compactions that grow flash use leave a reserve for one table's rewrite, and when
 //!   flash has no other room, compactions drop tombstones only (`compaction.rs`), so a
 //!   delete always succeeds (FORMAT.md §3 "Room for deletes", "Room on flash").
+//! - Write batches (issue 24; the paper has no multi-key write): a batch's objects go to
+//!   slab slots like puts, under an intent record listing the slots that recovery voids
+//!   until one persisted word commits the batch for all its partitions (`batch/`,
+//!   FORMAT.md §3 "Write batches"); `multi_get` reads its partitions under their locks at
+//!   once.
 //!
 //! Thread safety: [`PrismDbStore`] is `Send + Sync`.
 
