@@ -24,7 +24,7 @@
 //! | §6 | Put / Get / Scan / Delete | `partition.rs`, `store.rs` |
 //! | §6 | manifest of SST files | `manifest.rs` |
 //! | §6 | recovery (not implemented by the authors) | `recovery.rs` |
-//! | (ours, issue 24) | crash-atomic write batches: intent record, commit word, `multi_get` | `batch/mod.rs`, `batch/record.rs` |
+//! | (ours, issue 24) | crash-atomic write batches: intent record, commit word, `multi_get` | `batch/mod.rs`, `batch/record.rs`, `batch/recovery.rs` |
 //! | (ours) | formats and crash argument | `FORMAT.md`, `format.rs` |
 //! | (ours) | `tierkv check` | `check.rs` |
 //!

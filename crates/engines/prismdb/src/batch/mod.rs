@@ -25,17 +25,20 @@
 //! and while it commits.
 
 pub mod record;
+mod recovery;
+
+pub use recovery::roll_back;
 
 use std::collections::{BTreeSet, HashMap};
 
 use parking_lot::RwLockWriteGuard;
 use tierkv_core::{Error, Result, Tier, WriteBatch};
 
-use crate::format::{CHUNK_HEADER_LEN, encode_object, object_len};
+use crate::format::{encode_object, object_len};
 use crate::partition::{Lookup, Pressure, SPACE_WAIT, State};
 use crate::shared::Shared;
 use crate::slab::Purpose;
-use record::{RECORD_TAG, decode_record, encode_record, record_len};
+use record::{RECORD_TAG, encode_record, record_len};
 
 /// Most chunks a record run of a batch of deletes may take from the reserve for deletes.
 const RESERVE_RUN: u64 = 2;
@@ -500,49 +503,4 @@ fn abandon(sh: &Shared, ops: &[Op<'_>], parts: &[usize], run: Run) {
         Ok(()) => {}
         Err(e) => sh.poison(format!("a failed write batch could not be undone: {e}")),
     }
-}
-
-/// Recovery (FORMAT.md §3 "Recovery", before the slabs are scanned): every slot a pending
-/// record lists is zeroed, then every record run is freed. `slabs` maps each slab chunk to
-/// its slot size. Returns the batches rolled back.
-pub fn roll_back(sh: &Shared, slabs: &HashMap<u64, u32>) -> Result<u64> {
-    let runs: Vec<_> = sh.alloc.iter_chunks(RECORD_TAG).collect();
-    let base = sh.alloc.layout().chunks_off;
-    let cs = sh.alloc.chunk_size();
-    let mut rolled = 0;
-    for run in runs {
-        let bytes = sh
-            .pool
-            .read(run.offset, usize::try_from(run.size).unwrap_or(usize::MAX))?;
-        if let Some(slots) = decode_record(bytes) {
-            for &off in &slots {
-                let chunk = base + (off.saturating_sub(base) / cs) * cs;
-                let rel = off.saturating_sub(chunk + CHUNK_HEADER_LEN);
-                let ok = off >= chunk + CHUNK_HEADER_LEN
-                    && slabs.get(&chunk).is_some_and(|&size| {
-                        size > 0
-                            && rel % u64::from(size) == 0
-                            && rel + u64::from(size) <= cs - CHUNK_HEADER_LEN
-                    });
-                if !ok {
-                    return Err(Error::corruption(
-                        Tier::Pmem,
-                        run.offset,
-                        format!(
-                            "prismdb: a pending write batch lists offset {off}, not a slab slot"
-                        ),
-                    ));
-                }
-            }
-            for &off in &slots {
-                // IMPORTANT: before the slabs are scanned, so the versions the batch would
-                // have replaced win.
-                sh.pool.store_u64(off, 0)?;
-                sh.pool.persist(off, 8)?;
-            }
-            rolled += 1;
-        }
-        sh.alloc.free_chunk(run.offset)?;
-    }
-    Ok(rolled)
 }
