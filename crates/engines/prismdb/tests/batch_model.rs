@@ -113,3 +113,46 @@ fn bad_batches_are_refused_whole_and_an_empty_one_is_a_no_op() {
     assert_eq!(store.get(b"bm0/000").unwrap(), None);
     assert_eq!(store.get(b"bm2/001").unwrap().unwrap(), b"small");
 }
+
+/// A pending batch record (good checksum) that names something other than a slab slot is
+/// reported as corruption at open, never followed to zero an arbitrary pool word; one that
+/// names a slot voids the object there.
+#[test]
+fn a_pending_record_is_followed_only_to_slab_slots() {
+    use tierkv_prismdb::batch::record::{RECORD_TAG, encode_record};
+    for bad in [true, false] {
+        let rig = Rig::new(SPEC, 4);
+        let (store, pool) = rig.create_with_pool();
+        store.put(b"bm0/001", b"kept").unwrap();
+        store.put(b"bm0/002", b"voided").unwrap();
+        let sh = store.shared().clone();
+        let slot = sh.parts[1]
+            .state
+            .read()
+            .index
+            .get(&b"bm0/002"[..])
+            .unwrap()
+            .off;
+        let run = sh.alloc.alloc_chunks(RECORD_TAG, 1).unwrap();
+        let rec = encode_record(&[if bad { slot + 8 } else { slot }]);
+        pool.write(run, &rec).unwrap();
+        pool.persist(run, rec.len()).unwrap();
+        drop(sh);
+        store.close().unwrap();
+        drop((store, pool));
+        match (bad, rig.reopen()) {
+            (true, Err(e)) => assert!(
+                e.is_corruption() && e.to_string().contains("not a slab slot"),
+                "{e}"
+            ),
+            (false, Ok(s)) => {
+                assert_check(&*s);
+                assert_eq!(counter(&*s, "prismdb_batches_rolled_back"), 1);
+                assert_eq!(s.get(b"bm0/002").unwrap(), None);
+                assert_eq!(s.get(b"bm0/001").unwrap().unwrap(), b"kept");
+                assert_eq!(s.shared().alloc.iter_chunks(RECORD_TAG).count(), 0);
+            }
+            (bad, r) => panic!("bad {bad}: reopen gave {:?}", r.map(|_| ())),
+        }
+    }
+}

@@ -14,8 +14,8 @@ use super::record::{RECORD_TAG, decode_record};
 use crate::format::CHUNK_HEADER_LEN;
 use crate::shared::Shared;
 
-/// Every slot a pending record lists is zeroed, then every record run is freed. `slabs` maps each slab chunk to
-/// its slot size. Returns the batches rolled back.
+/// Zeroes every slot a pending record lists, then frees every record run. `slabs` maps
+/// each slab chunk to its slot size. Returns the batches rolled back.
 pub fn roll_back(sh: &Shared, slabs: &HashMap<u64, u32>) -> Result<u64> {
     let runs: Vec<_> = sh.alloc.iter_chunks(RECORD_TAG).collect();
     let base = sh.alloc.layout().chunks_off;
@@ -28,12 +28,14 @@ pub fn roll_back(sh: &Shared, slabs: &HashMap<u64, u32>) -> Result<u64> {
         if let Some(slots) = decode_record(bytes) {
             for &off in &slots {
                 let chunk = base + (off.saturating_sub(base) / cs) * cs;
-                let rel = off.saturating_sub(chunk + CHUNK_HEADER_LEN);
-                let ok = off >= chunk + CHUNK_HEADER_LEN
+                let first = chunk.saturating_add(CHUNK_HEADER_LEN);
+                let rel = off.saturating_sub(first);
+                let ok = off >= first
                     && slabs.get(&chunk).is_some_and(|&size| {
                         size > 0
                             && rel % u64::from(size) == 0
-                            && rel + u64::from(size) <= cs - CHUNK_HEADER_LEN
+                            && rel.saturating_add(u64::from(size))
+                                <= cs.saturating_sub(CHUNK_HEADER_LEN)
                     });
                 if !ok {
                     return Err(Error::corruption(
