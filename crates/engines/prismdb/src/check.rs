@@ -21,6 +21,12 @@ pub fn check(sh: &Shared) -> Result<Vec<String>> {
         "pmem allocator: {} chunks, metadata consistent",
         sh.alloc.layout().chunk_count
     ));
+    lines.push(format!(
+        "write batch records in flight: {}",
+        sh.alloc
+            .iter_chunks(crate::batch::record::RECORD_TAG)
+            .count()
+    ));
     let mut slots = HashSet::new();
     for p in &sh.parts {
         let st = p.state.read();

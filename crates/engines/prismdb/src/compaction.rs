@@ -340,6 +340,8 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>
             merged.push(f);
         }
     }
+    // Held until the old files are removed (`PrismDbStore::hold_flash_commits`).
+    let commit_gate = sh.flash_commit.read();
     let Some((new_tables, seq, reserve)) = write_and_commit(sh, part, plan, &merged)? else {
         return Ok(None);
     };
@@ -374,6 +376,7 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>
     }
     // The reserve is back once the replaced tables are gone.
     drop(reserve);
+    drop(commit_gate);
     Ok(Some(outcome))
 }
 
@@ -387,7 +390,10 @@ fn promote_one(sh: &Shared, part: &Partition, k: &[u8], v: &[u8]) -> Result<bool
     let len = object_len(k.len(), v.len());
     let (off, ts, class) = {
         let mut st = part.state.write();
-        if st.index.contains_key(k) {
+        // NOTE: a key a write batch has reserved a slot for is left alone: a copy taking a
+        // timestamp after the batch's could outrank it after a crash (FORMAT.md §3 "Write
+        // batches").
+        if st.index.contains_key(k) || st.batch_keys.contains_key(k) {
             return Ok(false);
         }
         let Some(class) = st.slabs.class_for(len) else {

@@ -14,8 +14,11 @@ use tierkv_core::{Error, Result, Tier};
 pub const SUPER_MAGIC: u64 = u64::from_le_bytes(*b"PRISMDB1");
 /// Slab chunk magic.
 pub const CHUNK_MAGIC: u64 = u64::from_le_bytes(*b"PDBSLAB1");
-/// Format version of the pool layout.
-pub const FORMAT_VERSION: u32 = 1;
+/// Format version of the pool layout new stores get (2: write batches, FORMAT.md
+/// "Version changes").
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest version this build opens (a version-1 store has no batch records).
+pub const MIN_FORMAT_VERSION: u32 = 1;
 /// Bytes of the superblock.
 pub const SUPER_LEN: usize = 4096;
 /// Allocator tag of slab chunks ("PDBS").
@@ -128,7 +131,7 @@ impl Superblock {
             return Err(bad("checksum mismatch"));
         }
         let version = r.u32().ok_or_else(|| bad("short"))?;
-        if version != FORMAT_VERSION {
+        if !(MIN_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(Error::invalid(format!(
                 "prismdb superblock: unsupported format version {version}"
             )));

@@ -24,6 +24,7 @@
 //! | §6 | Put / Get / Scan / Delete | `partition.rs`, `store.rs` |
 //! | §6 | manifest of SST files | `manifest.rs` |
 //! | §6 | recovery (not implemented by the authors) | `recovery.rs` |
+//! | (ours, issue 24) | crash-atomic write batches: intent record, commit word, `multi_get` | `batch/mod.rs`, `batch/record.rs`, `batch/recovery.rs` |
 //! | (ours) | formats and crash argument | `FORMAT.md`, `format.rs` |
 //! | (ours) | `tierkv check` | `check.rs` |
 //!
@@ -42,12 +43,18 @@
 //!   compactions that grow flash use leave a reserve for one table's rewrite, and when
 //!   flash has no other room, compactions drop tombstones only (`compaction.rs`), so a
 //!   delete always succeeds (FORMAT.md §3 "Room for deletes", "Room on flash").
+//! - Write batches (issue 24; the paper has no multi-key write): a batch's objects go to
+//!   slab slots like puts, under an intent record listing the slots that recovery voids
+//!   until one persisted word commits the batch for all its partitions (`batch/`,
+//!   FORMAT.md §3 "Write batches"); `multi_get` reads its partitions under their locks at
+//!   once.
 //!
 //! Thread safety: [`PrismDbStore`] is `Send + Sync`.
 
 #![forbid(unsafe_code)]
 
 pub mod background;
+pub mod batch;
 mod check;
 pub mod compaction;
 pub mod format;

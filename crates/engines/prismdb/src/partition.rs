@@ -12,7 +12,7 @@
 //!
 //! Thread safety: `Send + Sync`; all methods take `&self`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -63,6 +63,11 @@ pub struct State {
     pub manifest_seq: u64,
     /// Next table number.
     pub next_table: u64,
+    /// Keys that write batches reserved slots for and have not yet committed or abandoned,
+    /// with the timestamps of those batches: promotions leave them alone, and a write with
+    /// a higher timestamp waits for them before it publishes (FORMAT.md §3 "Write
+    /// batches").
+    pub batch_keys: HashMap<Vec<u8>, Vec<u64>>,
 }
 
 impl State {
@@ -116,13 +121,13 @@ pub struct Partition {
 }
 
 /// How long a write waits for compactions to free room on a full fast tier.
-const SPACE_WAIT: Duration = Duration::from_secs(30);
+pub(crate) const SPACE_WAIT: Duration = Duration::from_secs(30);
 
 /// A writer waiting for space in a partition (counted in its `pressure` while it lives).
-struct Pressure<'a>(&'a AtomicU64);
+pub(crate) struct Pressure<'a>(&'a AtomicU64);
 
 impl<'a> Pressure<'a> {
-    fn raise(p: &'a AtomicU64) -> Pressure<'a> {
+    pub(crate) fn raise(p: &'a AtomicU64) -> Pressure<'a> {
         p.fetch_add(1, Ordering::AcqRel);
         Pressure(p)
     }
@@ -132,6 +137,14 @@ impl Drop for Pressure<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// Where [`Partition::lookup_locked`] found a key.
+pub enum Lookup {
+    /// On the fast tier (`None`: a tombstone).
+    Pmem(Option<Vec<u8>>),
+    /// Not on the fast tier: the tables to read it from (a snapshot).
+    Flash(Arc<TableSet>),
 }
 
 /// What a slot read found.
@@ -161,6 +174,7 @@ impl Partition {
                 compacting: None,
                 manifest_seq: 1,
                 next_table: 1,
+                batch_keys: HashMap::new(),
             }),
             tracker: Mutex::new(Tracker::new(tracker_cap)),
             buckets: Mutex::new(Buckets::new(0.0, 1.0, 1)),
@@ -186,6 +200,18 @@ impl Partition {
                 "indexed object does not check",
             )),
         }
+    }
+
+    /// What `key` holds as of `st` (a lock on this partition's state the caller holds):
+    /// its fast-tier object, read now, or the table set to look it up in afterwards.
+    pub fn lookup_locked(&self, sh: &Shared, key: &[u8], st: &State) -> Result<Lookup> {
+        Ok(match st.index.get(key) {
+            Some(loc) => Lookup::Pmem(match self.read_slot(sh, key, loc, st)? {
+                Found::Value(v) => Some(v),
+                Found::Tombstone => None,
+            }),
+            None => Lookup::Flash(st.tables.clone()),
+        })
     }
 
     /// The value of `key`.
@@ -296,6 +322,18 @@ impl Partition {
         if let Err(e) = written {
             let _ = st.slabs.free(off, class);
             return Err(e);
+        }
+        // A batch that took its timestamp before this write and has not committed yet
+        // comes first: this write is published after it (FORMAT.md §3 "Write batches").
+        while st
+            .batch_keys
+            .get(key)
+            .is_some_and(|b| b.iter().any(|&bts| bts < ts))
+        {
+            let seen = sh.batches_seen();
+            drop(st);
+            sh.wait_for_batches(seen);
+            st = self.state.write();
         }
         let published = self.publish(
             &mut st,

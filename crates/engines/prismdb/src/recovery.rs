@@ -1,7 +1,9 @@
 //! Recovery (PrismDB §6 "Crash consistency and recovery", FORMAT.md §3 "Recovery"): the
 //! authors' code never rebuilt its index (the rebuild is commented out); this is ours.
 //!
-//! 1. every chunk tagged as a slab is checked (its header); bad ones are freed;
+//! 1. every chunk tagged as a slab is checked (its header); bad ones are freed; the
+//!    slots of pending write batches are zeroed and their record runs freed
+//!    ([`crate::batch::roll_back`]);
 //! 2. per partition, in parallel: the table manifest is loaded (orphans removed), then
 //!    every slot of its slabs is decoded; for each key the live object with the highest
 //!    timestamp wins, losers are freed durably; the index, the free lists, the buckets and
@@ -28,6 +30,18 @@ type FoundChunk = (u64, u8);
 /// Recovers every partition of `sh` (whose partitions are empty).
 pub fn recover(sh: &Shared) -> Result<()> {
     let chunks = classify_chunks(sh)?;
+    // Pending write batches are voided before any slab is scanned (FORMAT.md §3 "Write
+    // batches").
+    let slot_sizes: HashMap<u64, u32> = chunks
+        .iter()
+        .flatten()
+        .map(|&(off, class)| {
+            let size = sh.opts.classes.get(usize::from(class)).copied();
+            (off, size.unwrap_or(0))
+        })
+        .collect();
+    let rolled = crate::batch::roll_back(sh, &slot_sizes)?;
+    sh.counters.batches_rolled_back.set(rolled);
     let results: Vec<Result<(u64, u64)>> = std::thread::scope(|s| {
         let handles: Vec<_> = sh
             .parts

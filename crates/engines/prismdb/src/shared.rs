@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 use tierkv_core::media::flash::FlashDevice;
 use tierkv_core::media::pmem::{PmemAllocator, PmemPool};
 use tierkv_core::{Counter, Limits, OpCounters};
@@ -50,6 +50,12 @@ pub struct EngineCounters {
     pub recovered_objects: Counter,
     /// Slots freed by the last recovery (losers, torn and dead objects).
     pub recovery_freed: Counter,
+    /// Write batches committed.
+    pub batches: Counter,
+    /// Operations of the committed write batches.
+    pub batch_ops: Counter,
+    /// Pending write batches voided by the last recovery.
+    pub batches_rolled_back: Counter,
 }
 
 /// The engine's shared state.
@@ -94,6 +100,12 @@ pub struct Shared {
     pub flash_reserve: Mutex<()>,
     /// The largest table file and manifest file written or found (the reserve's size).
     pub largest_files: (AtomicU64, AtomicU64),
+    /// Held (shared) by a compaction from its manifest commit until its old files are
+    /// removed; [`crate::PrismDbStore::hold_flash_commits`] takes it exclusively, so the
+    /// flash directory and the pool change together only while it is free.
+    pub flash_commit: RwLock<()>,
+    /// Counts write batches committed or abandoned (writes waiting for one wait on it).
+    pub batches_done: (Mutex<u64>, Condvar),
 }
 
 impl Shared {
@@ -113,6 +125,28 @@ impl Shared {
         }
         self.wake.1.wait_for(&mut g, d);
         *g != seen
+    }
+
+    /// The count of write batches committed or abandoned so far.
+    pub fn batches_seen(&self) -> u64 {
+        *self.batches_done.0.lock()
+    }
+
+    /// Tells writers waiting for a batch that one committed or was abandoned.
+    pub fn batch_done(&self) {
+        let mut g = self.batches_done.0.lock();
+        *g += 1;
+        self.batches_done.1.notify_all();
+    }
+
+    /// Waits until a batch commits or is abandoned after `seen` was read (or 10 ms).
+    pub fn wait_for_batches(&self, seen: u64) {
+        let mut g = self.batches_done.0.lock();
+        if *g == seen {
+            self.batches_done
+                .1
+                .wait_for(&mut g, Duration::from_millis(10));
+        }
     }
 
     /// Tells writers waiting for space that a compaction finished.

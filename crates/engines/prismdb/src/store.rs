@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock, RwLockWriteGuard};
 use tierkv_core::media::flash::FlashDevice;
 use tierkv_core::media::pmem::{PmemAllocator, PmemPool};
-use tierkv_core::{EngineContext, Error, KvPair, KvStore, Limits, Result, Stats};
+use tierkv_core::{EngineContext, Error, KvPair, KvStore, Limits, Result, Stats, WriteBatch};
 
 use crate::background::Background;
 use crate::format::{SUPER_LEN, Superblock};
@@ -177,6 +177,8 @@ impl PrismDbStore {
             flash_claims: Mutex::new(0),
             flash_reserve: Mutex::new(()),
             largest_files: (AtomicU64::new(0), AtomicU64::new(0)),
+            flash_commit: RwLock::new(()),
+            batches_done: (Mutex::new(0), Condvar::new()),
         });
         if !created {
             crate::recovery::recover(&sh)?;
@@ -194,6 +196,15 @@ impl PrismDbStore {
     /// The shared state (tests drive compactions through it).
     pub fn shared(&self) -> &Arc<Shared> {
         &self.sh
+    }
+
+    /// Holds every compaction before its manifest commit (one in progress finishes first,
+    /// old files removed) until the guard is dropped: meanwhile the flash directory and
+    /// the pool change only by fast-tier writes, so a copy of the directory taken under
+    /// the guard goes with any pool image taken under it (a backup, or a test's crash
+    /// image under racing compactions).
+    pub fn hold_flash_commits(&self) -> RwLockWriteGuard<'_, ()> {
+        self.sh.flash_commit.write()
     }
 
     /// Stops the compaction threads (tests then call [`crate::compaction::compact`]).
@@ -264,6 +275,20 @@ impl KvStore for PrismDbStore {
         p.write(&self.sh, key, None)
     }
 
+    fn write_batch(&self, batch: &WriteBatch) -> Result<()> {
+        self.live()?;
+        crate::batch::write_batch(&self.sh, batch)
+    }
+
+    fn atomic_batches(&self) -> bool {
+        true
+    }
+
+    fn multi_get(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.live()?;
+        crate::batch::multi_get(&self.sh, keys)
+    }
+
     fn scan(&self, start: &[u8], limit: usize) -> Result<Vec<KvPair>> {
         self.live()?;
         let mut out = Vec::new();
@@ -316,6 +341,9 @@ impl KvStore for PrismDbStore {
             ("prismdb_space_waits", c.space_waits.get()),
             ("prismdb_recovered_objects", c.recovered_objects.get()),
             ("prismdb_recovery_freed", c.recovery_freed.get()),
+            ("prismdb_batches", c.batches.get()),
+            ("prismdb_batch_ops", c.batch_ops.get()),
+            ("prismdb_batches_rolled_back", c.batches_rolled_back.get()),
         ] {
             s.counters.insert(k.to_owned(), v);
         }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Rig, TINY, assert_check, counter};
+use common::{Rig, TINY, counter, reopen_unchanged};
 use tierkv_core::KvStore;
 use tierkv_testkit::{ModelConfig, run_model};
 
@@ -38,17 +38,7 @@ fn model(threads: usize, ops: usize, seed: u64) {
         counter(&*store, "prismdb_throttled_writes") > 0,
         "writes above the high watermark were not slowed"
     );
-    assert_check(&*store);
-    let before = store.scan(b"", usize::MAX).unwrap();
-    store.close().unwrap();
-    drop(store);
-    let store = rig.reopen().unwrap();
-    assert_check(&*store);
-    assert_eq!(
-        store.scan(b"", usize::MAX).unwrap(),
-        before,
-        "reopened store differs"
-    );
+    let (store, before) = reopen_unchanged(&rig, store);
     for (k, v) in before.iter().step_by(7) {
         assert_eq!(store.get(k).unwrap().as_ref(), Some(v));
     }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tierkv_core::media::pmem::{CrashPoint, DurabilityMode};
-use tierkv_core::{Error, KvStore};
+use tierkv_core::{Error, KvStore, WriteBatch};
 use tierkv_prismdb::compaction::{Trigger, compact};
 
 use common::{BACKGROUND, Rig, assert_check, counter, value_for};
@@ -105,6 +105,33 @@ fn deletes_on_a_full_store_succeed_and_make_room_for_new_keys() {
     // Refusing early is a defect too: the tiers hold at least a quarter of their room.
     assert!(live * 4 >= capacity, "refused at {live} live bytes");
     verify(store.as_ref(), &model, &[]);
+
+    // A batch of puts (new keys and updates, in every partition) does not fit: refused
+    // whole. A batch of deletes does, as single deletes do.
+    let mut b = WriteBatch::new();
+    for (i, k) in model.keys().take(30).enumerate() {
+        b.put(key(2_000_000 + i as u32), value(i as u32))
+            .put(k.clone(), b"updated".to_vec());
+    }
+    let e = store.write_batch(&b).unwrap_err();
+    assert!(
+        matches!(e, Error::NoSpace { .. }),
+        "a batch on a full store: {e}"
+    );
+    assert!(
+        (0..30).all(|i| store.get(&key(2_000_000 + i)).unwrap().is_none()),
+        "part of a refused batch is visible"
+    );
+    verify(store.as_ref(), &model, &[]);
+    let gone: Vec<Vec<u8>> = model.keys().skip(1).step_by(97).take(12).cloned().collect();
+    let b: WriteBatch = gone.iter().map(|k| (k.clone(), None)).collect();
+    store
+        .write_batch(&b)
+        .unwrap_or_else(|e| panic!("a batch of deletes on a full store: {e}"));
+    for k in &gone {
+        model.remove(k);
+    }
+    verify(store.as_ref(), &model, &gone);
 
     // Delete every other key: each delete must succeed on the full store.
     let victims: Vec<Vec<u8>> = model.keys().step_by(2).cloned().collect();

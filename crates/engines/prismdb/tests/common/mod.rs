@@ -88,6 +88,20 @@ impl Rig {
         }
     }
 
+    /// A rig in `dir` (which the caller keeps), with a Volatile pool: what a process
+    /// that is killed writes to (SIGKILL tests).
+    pub fn at(dir: &Path, spec: &str, pool_mib: u64) -> Rig {
+        Rig {
+            root: dir.to_owned(),
+            _tmp: None,
+            spec: spec.to_owned(),
+            pool_size: pool_mib << 20,
+            mode: DurabilityMode::Volatile,
+            injector: None,
+            flash_size: 256 << 20,
+        }
+    }
+
     /// The same rig with a flash device of `mib` MiB (256 by default).
     #[allow(dead_code, reason = "not every test binary uses it")]
     pub fn with_flash(mut self, mib: u64) -> Rig {
@@ -187,15 +201,31 @@ impl Rig {
         seed: u64,
         spec: &str,
     ) -> Result<(TempDir, Arc<PrismDbStore>), String> {
-        let dir = scratch_dir();
+        let dir = self.snapshot(pool, seed)?;
+        let store = self.open_snapshot(dir.path(), spec)?;
+        Ok((dir, store))
+    }
+
+    /// Writes a crash image of `pool` (whole lines for an even `seed`, torn words for an
+    /// odd one) and a copy of the flash directory as it stands into a new scratch
+    /// directory.
+    pub fn snapshot(&self, pool: &PmemPool, seed: u64) -> Result<TempDir, String> {
         let opts = if seed.is_multiple_of(2) {
             CrashImageOptions::lines()
         } else {
             CrashImageOptions::torn_words()
         };
-        let image = dir.path().join("pmem.pool");
-        pool.write_crash_image(seed, opts, &image)
+        let image = pool
+            .crash_image(seed, opts)
             .map_err(|e| format!("crash image: {e}"))?;
+        self.image_dir(&image)
+    }
+
+    /// Writes `image` as the pool and a copy of the flash directory as it stands into a
+    /// new scratch directory.
+    pub fn image_dir(&self, image: &[u8]) -> Result<TempDir, String> {
+        let dir = scratch_dir();
+        std::fs::write(dir.path().join("pmem.pool"), image).map_err(|e| e.to_string())?;
         let flash = dir.path().join("flash");
         std::fs::create_dir_all(&flash).map_err(|e| e.to_string())?;
         for e in std::fs::read_dir(self.flash_dir()).map_err(|e| e.to_string())? {
@@ -204,14 +234,21 @@ impl Rig {
                 std::fs::copy(e.path(), flash.join(e.file_name())).map_err(|e| e.to_string())?;
             }
         }
-        let mut cfg = self.pool_config(&image);
+        Ok(dir)
+    }
+
+    /// Opens (recovers) the store a [`Rig::snapshot`] wrote into `dir`, and runs its
+    /// `check`.
+    pub fn open_snapshot(&self, dir: &Path, spec: &str) -> Result<Arc<PrismDbStore>, String> {
+        let mut cfg = self.pool_config(&dir.join("pmem.pool"));
         cfg.mode = DurabilityMode::Volatile;
         let p = PmemPool::open(&cfg).map_err(|e| format!("open image: {e}"))?;
-        let dev = FlashDevice::open(&flash, &self.flash_options()).map_err(|e| e.to_string())?;
+        let dev = FlashDevice::open(&dir.join("flash"), &self.flash_options())
+            .map_err(|e| e.to_string())?;
         let store = PrismDbStore::open_media(p, dev, self.options(spec), Limits::default(), false)
             .map_err(|e| format!("recovery failed: {e}"))?;
         store.check().map_err(|e| format!("check failed: {e}"))?;
-        Ok((dir, store))
+        Ok(store)
     }
 
     /// Reopens the store (recovery).
@@ -240,4 +277,24 @@ pub fn assert_check(store: &dyn KvStore) {
 /// A counter of the store's stats.
 pub fn counter(store: &dyn KvStore, name: &str) -> u64 {
     store.stats().counters.get(name).copied().unwrap_or(0)
+}
+
+/// Checks `store`, closes it, reopens it from `rig` (recovery), checks it again and
+/// asserts that a full scan is unchanged; returns the reopened store and the scan.
+pub fn reopen_unchanged(
+    rig: &Rig,
+    store: Arc<PrismDbStore>,
+) -> (Arc<PrismDbStore>, Vec<tierkv_core::KvPair>) {
+    assert_check(&*store);
+    let before = store.scan(b"", usize::MAX).unwrap();
+    store.close().unwrap();
+    drop(store);
+    let store = rig.reopen().unwrap();
+    assert_check(&*store);
+    assert_eq!(
+        store.scan(b"", usize::MAX).unwrap(),
+        before,
+        "reopened store differs"
+    );
+    (store, before)
 }
