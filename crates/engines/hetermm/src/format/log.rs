@@ -18,8 +18,9 @@
 //! 0   8  ts         timestamp; 0 = not committed
 //! 8   8  address    the logical address the entry covers (log reclamation, §5.3.1)
 //! 16  8  record     put: its record's logical address; delete: the removed record's
-//! 24  2  key_len    >= 1
-//! 26  1  kind       1 = put, 2 = delete
+//! 24  2  key_len    >= 1 (a batch: 0)
+//! 26  1  kind       1 = put, 2 = delete, 3 = batch (`format::batch`: its operations
+//!                   are the value; `record` is 0)
 //! 27  1  reserved   0
 //! 28  4  value_len  0 for a delete
 //! 32  4  crc        masked CRC-32C of: seq (u64 LE), bytes 8..32, key, value
@@ -65,13 +66,16 @@ pub enum EntryKind {
     Put,
     /// A delete of `key`.
     Delete,
+    /// A write batch (ours): no key, its operations in the value (`format::batch`).
+    Batch,
 }
 
 impl EntryKind {
-    fn code(self) -> u8 {
+    pub(super) fn code(self) -> u8 {
         match self {
             EntryKind::Put => 1,
             EntryKind::Delete => 2,
+            EntryKind::Batch => 3,
         }
     }
 }
@@ -196,13 +200,16 @@ pub fn decode_entry(bytes: &[u8], seq: u64) -> Option<Entry<'_>> {
     let kind = match bytes.get(E_KIND_OFF)? {
         1 => EntryKind::Put,
         2 => EntryKind::Delete,
+        3 => EntryKind::Batch,
         _ => return None,
     };
+    let batch = kind == EntryKind::Batch;
     let value_len = u32_at(bytes, E_VALUE_LEN_OFF)?;
     let len = entry_len(u64::from(key_len), u64::from(value_len));
     if ts == 0
         || ts > MAX_TS
-        || key_len == 0
+        || (key_len == 0) != batch
+        || (batch && value_len == 0)
         || len > bytes.len() as u64
         || bytes.get(E_KIND_OFF + 1) != Some(&0)
     {
@@ -215,6 +222,7 @@ pub fn decode_entry(bytes: &[u8], seq: u64) -> Option<Entry<'_>> {
     if u32_at(bytes, E_CRC_OFF)? != entry_crc(seq, bytes, key, value)
         || (kind == EntryKind::Delete && !value.is_empty())
         || record > address
+        || (batch && record != 0)
     {
         return None;
     }
