@@ -15,23 +15,16 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use common::{counter, create_pool, scratch_dir, seed, try_open};
+use common::{batch_options, counter, create_pool, scratch_dir, seed, try_open};
+use tierkv_core::KvStore;
 use tierkv_core::media::pmem::{CrashImageOptions, CrashPoint, DurabilityMode, PmemPool};
-use tierkv_core::{EngineSpec, KvStore};
-use tierkv_hetermm::HeterOptions;
 use tierkv_testkit::rig::config;
 use tierkv_testkit::{BatchKit, BatchKitConfig, BatchReport, NonAtomicBatches};
 
 const POOL: u64 = 8 << 20;
 
-/// 32 KiB pages (a batch of 100 keys fits one log page), 64 KiB blocks, 16 pages of DRAM
-/// (eight blocks: the flusher runs all the time) and a log budget of 3 blocks.
-fn options() -> HeterOptions {
-    let spec: EngineSpec = "hetermm@page_bits=15,block_bits=16,log_blocks=3"
-        .parse()
-        .unwrap();
-    HeterOptions::from_params(spec.params(), 16 << 15).unwrap()
-}
+/// A crash image and the named point it was taken at.
+type NamedImage = (String, Vec<u8>);
 
 /// Values of up to 80 bytes beyond their tag: 100 operations take at most ~14 KiB.
 fn kit(seed: u64, max_batch: usize) -> BatchKit {
@@ -46,7 +39,7 @@ fn kit(seed: u64, max_batch: usize) -> BatchKit {
 fn recover(path: &Path, image: &[u8], variant: &str) -> Arc<dyn KvStore> {
     std::fs::write(path, image).unwrap();
     let pool = PmemPool::open(&config(path, 0, DurabilityMode::Volatile)).unwrap();
-    let store = try_open(pool, options(), variant, false)
+    let store = try_open(pool, batch_options(), variant, false)
         .unwrap_or_else(|e| panic!("recovery of {}: {e}", path.display()));
     store
         .check()
@@ -63,7 +56,7 @@ fn batches_survive_crash_images_at_random_moments() {
         let round = round as u64;
         let tmp = scratch_dir();
         let pool = create_pool(&tmp.path().join("pool"), POOL, DurabilityMode::Tracked);
-        let live = try_open(pool.clone(), options(), variant, true).unwrap();
+        let live = try_open(pool.clone(), batch_options(), variant, true).unwrap();
         let store: Arc<dyn KvStore> = live.clone();
         assert!(store.atomic_batches());
         let kit = BatchKit::new(BatchKitConfig {
@@ -136,7 +129,7 @@ fn batches_survive_a_crash_after_every_persist_of_their_commit() {
     let seed = seed("hetermm_batches_survive_a_crash_after_every_persist_of_their_commit");
     let tmp = scratch_dir();
     let pool = create_pool(&tmp.path().join("pool"), POOL, DurabilityMode::Tracked);
-    let live = try_open(pool.clone(), options(), "btree", true).unwrap();
+    let live = try_open(pool.clone(), batch_options(), "btree", true).unwrap();
     let kit = kit(seed, 12);
     let (r, persists) = persist_points(tmp.path(), live, &pool, &kit, &[1, 5, 9, 40], 1);
     println!(
@@ -164,7 +157,7 @@ fn batches_survive_a_crash_at_persists_of_background_work_inside_them() {
     let seed = seed("hetermm_batches_survive_a_crash_at_persists_of_background_work");
     let tmp = scratch_dir();
     let pool = create_pool(&tmp.path().join("pool"), POOL, DurabilityMode::Tracked);
-    let live = try_open(pool.clone(), options(), "btree", true).unwrap();
+    let live = try_open(pool.clone(), batch_options(), "btree", true).unwrap();
     let store: Arc<dyn KvStore> = live.clone();
     let kit = kit(seed, 40);
     let stop = AtomicBool::new(false);
@@ -212,7 +205,7 @@ fn the_kit_catches_batches_applied_as_a_loop_of_puts() {
     let seed = seed("hetermm_the_kit_catches_batches_applied_as_a_loop_of_puts");
     let tmp = scratch_dir();
     let pool = create_pool(&tmp.path().join("pool"), POOL, DurabilityMode::Tracked);
-    let live = try_open(pool.clone(), options(), "btree", true).unwrap();
+    let live = try_open(pool.clone(), batch_options(), "btree", true).unwrap();
     let broken: Arc<dyn KvStore> = Arc::new(NonAtomicBatches(live));
     let kit = kit(seed, 12);
     let (r, _) = persist_points(tmp.path(), broken, &pool, &kit, &[1, 2, 3, 4, 5, 6], 4);
@@ -237,14 +230,14 @@ fn named_crash_points_of_the_commit_leave_the_batch_whole_or_absent() {
     let seed = seed("hetermm_named_crash_points_of_the_commit");
     let tmp = scratch_dir();
     let pool = create_pool(&tmp.path().join("pool"), POOL, DurabilityMode::Tracked);
-    let live = try_open(pool.clone(), options(), "hash", true).unwrap();
+    let live = try_open(pool.clone(), batch_options(), "hash", true).unwrap();
     let store: Arc<dyn KvStore> = live;
     let kit = kit(seed, 30);
     // Batches 1..=3 are acknowledged before the points are armed.
     for s in 1..=3 {
         store.write_batch(&kit.batch(0, s)).unwrap();
     }
-    let images: Arc<parking_lot::Mutex<Vec<(String, Vec<u8>)>>> = Arc::default();
+    let images: Arc<parking_lot::Mutex<Vec<NamedImage>>> = Arc::default();
     let (weak, taken) = (Arc::downgrade(&pool), images.clone());
     pool.arm_crash_points(Arc::new(move |p: CrashPoint<'_>| {
         let CrashPoint::Named(name) = p else {

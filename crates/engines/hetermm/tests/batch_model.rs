@@ -1,0 +1,163 @@
+//! Write batches against the oracle (issue 24): the testkit's batch model — random
+//! batches, puts, deletes, gets and `multi_get`s from several threads, each thread's keys
+//! checked against its `BTreeMap`, while group writers rewrite groups of shared keys whole
+//! and a reader's `multi_get` must see every group from one batch — on every index, with
+//! DRAM small enough that blocks are flushed and reorganised meanwhile; then the store is
+//! closed, reopened (recovery) and compared again. Also: bad input (a batch over the log
+//! page refused whole, an empty batch, an operation over the page limit) and `oplog=off`
+//! refusing batches.
+
+#![allow(clippy::unwrap_used, reason = "test code: an unwrap is an assertion")]
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{batch_options, counter, create_pool, scratch_dir, small_options, try_open};
+use tierkv_core::media::pmem::DurabilityMode;
+use tierkv_core::{Error, KvStore, WriteBatch};
+use tierkv_testkit::{BatchModelConfig, assert_batches_unsupported, run_batch_model};
+
+#[test]
+fn batch_model_on_every_index_then_reopen() {
+    for variant in ["btree", "hash", "lockfree"] {
+        let tmp = scratch_dir();
+        let path = tmp.path().join("pool");
+        let pool = create_pool(&path, 16 << 20, DurabilityMode::Volatile);
+        let store = try_open(pool, batch_options(), variant, true).unwrap();
+        let cfg = BatchModelConfig {
+            ops_per_thread: 300,
+            group_batches: 80,
+            seed: tierkv_testkit::rig::seed(&format!("hetermm_batch_model_{variant}")),
+            ..BatchModelConfig::default()
+        };
+        let r = run_batch_model(store.clone(), &cfg);
+        let st = store.stats();
+        println!(
+            "{variant}: {r:?}; {} batches committed, {} flushes",
+            counter(&st, "batches"),
+            counter(&st, "flushes")
+        );
+        assert!(r.batches > 50 && r.group_batches == 160, "{variant}: {r:?}");
+        assert!(counter(&st, "flushes") > 0, "{variant}: no flush ran");
+        let mut before = Vec::new();
+        let keys = every_key(&cfg);
+        for k in &keys {
+            before.push(store.get(k).unwrap());
+        }
+        store.close().unwrap();
+        drop(store);
+        let pool = tierkv_core::media::pmem::PmemPool::open(&tierkv_testkit::rig::config(
+            &path,
+            0,
+            DurabilityMode::Volatile,
+        ))
+        .unwrap();
+        let again = try_open(pool, batch_options(), variant, false).unwrap();
+        again.check().unwrap();
+        for (k, v) in keys.iter().zip(&before) {
+            assert_eq!(&again.get(k).unwrap(), v, "{variant}: {k:?} after reopen");
+        }
+        again.close().unwrap();
+    }
+}
+
+/// The model's keys (partitions `bm<t>/<n>`, groups `bg<g>/<n>`).
+fn every_key(cfg: &BatchModelConfig) -> Vec<Vec<u8>> {
+    let mut keys = Vec::new();
+    for t in 0..cfg.threads {
+        for n in 0..cfg.keys_per_thread {
+            keys.push(format!("bm{t}/{n:03}").into_bytes());
+        }
+    }
+    for g in 0..cfg.groups {
+        for n in 0..cfg.group_keys {
+            keys.push(format!("bg{g}/{n:02}").into_bytes());
+        }
+    }
+    keys
+}
+
+#[test]
+fn a_batch_over_one_log_page_is_refused_whole_and_an_empty_one_is_a_no_op() {
+    let tmp = scratch_dir();
+    let pool = create_pool(&tmp.path().join("pool"), 16 << 20, DurabilityMode::Volatile);
+    let store = try_open(pool, batch_options(), "btree", true).unwrap();
+    store.put(b"k000", b"before").unwrap();
+    // 40 operations of ~1 KiB: more than one 32 KiB log page.
+    let mut big = WriteBatch::new();
+    for i in 0..40 {
+        big.put(format!("k{i:03}"), vec![b'x'; 1000]);
+    }
+    match store.write_batch(&big) {
+        Err(Error::InvalidArgument(why)) => {
+            assert!(
+                why.contains("log page") && why.contains("40 operations"),
+                "{why}"
+            );
+        }
+        other => panic!("an oversized batch returned {other:?}"),
+    }
+    assert_eq!(store.get(b"k000").unwrap().as_deref(), Some(&b"before"[..]));
+    assert_eq!(store.get(b"k001").unwrap(), None);
+    // The same keys in a batch that fits: applied.
+    let mut fits = WriteBatch::new();
+    for i in 0..20 {
+        fits.put(format!("k{i:03}"), vec![b'y'; 1000]);
+    }
+    store.write_batch(&fits).unwrap();
+    assert_eq!(store.get(b"k019").unwrap(), Some(vec![b'y'; 1000]));
+    // An empty batch, and a batch of deletes of absent keys, change nothing.
+    let before = store.stats();
+    store.write_batch(&WriteBatch::new()).unwrap();
+    let mut absent = WriteBatch::new();
+    absent.delete("nothing/1").delete("nothing/2");
+    store.write_batch(&absent).unwrap();
+    assert_eq!(
+        counter(&store.stats(), "batches"),
+        counter(&before, "batches"),
+        "no entry for a batch that changed nothing"
+    );
+    // A key over the store's limit: refused by the core's check, nothing applied.
+    let mut bad_key = WriteBatch::new();
+    bad_key.put("ok", "1").put(vec![b'k'; 70_000], "2");
+    assert!(matches!(
+        store.write_batch(&bad_key),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!(store.get(b"ok").unwrap(), None);
+    store.check().unwrap();
+    store.close().unwrap();
+}
+
+#[test]
+fn a_value_over_the_page_limit_is_refused_whole() {
+    let tmp = scratch_dir();
+    let pool = create_pool(&tmp.path().join("pool"), 8 << 20, DurabilityMode::Volatile);
+    // 4 KiB pages: a value of 4000 bytes does not fit a record.
+    let store = try_open(pool, small_options(64, ""), "hash", true).unwrap();
+    let mut b = WriteBatch::new();
+    b.put("a", "1").put("b", vec![0u8; 4000]);
+    assert!(matches!(
+        store.write_batch(&b),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!(store.get(b"a").unwrap(), None);
+    store.close().unwrap();
+}
+
+#[test]
+fn with_the_log_off_batches_are_refused_naming_the_option() {
+    let tmp = scratch_dir();
+    let pool = create_pool(&tmp.path().join("pool"), 8 << 20, DurabilityMode::Volatile);
+    let store = try_open(pool, small_options(64, "oplog=off"), "btree", true).unwrap();
+    assert_batches_unsupported(&*store);
+    let mut b = WriteBatch::new();
+    b.put("a", "1");
+    match store.write_batch(&b) {
+        Err(Error::Unsupported(why)) => assert!(why.contains("oplog=off"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    let arc: Arc<dyn KvStore> = store;
+    arc.close().unwrap();
+}
