@@ -2,6 +2,14 @@
 //! store's side — one guard, the index's per-key compute for every key, the commit — over
 //! the memory's side in `mem/batch.rs`, which argues the protocol.
 //!
+//! **Overlapping batches.** Each key's synchronization orders a batch against single
+//! writes of that key, but two batches on common keys could interleave key by key (A's
+//! first key after B's, B's second after A's): no order of the two wholes. So a batch takes
+//! the *stripes* of its keys — one of [`STRIPES`] mutexes per key hash — in ascending order
+//! (no deadlock), after its reservation (pinned: the holder never waits for the flusher)
+//! and before it applies anything; it releases them after its commit. Batches on disjoint
+//! stripes run in parallel.
+//!
 //! **Readers.** A batch's operations enter the index one key at a time, before its entry
 //! is committed, so a plain `get` may see some of a batch in progress (and a value that a
 //! crash then takes away, as for a single put whose entry is not yet durable). `multi_get`
@@ -12,7 +20,9 @@
 //!
 //! Thread safety: any number of threads; each batch runs in its caller's thread.
 
-use parking_lot::RwLock;
+use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+
+use parking_lot::{Mutex, MutexGuard, RwLock};
 use tierkv_core::{BatchOp, Error, Result, WriteBatch};
 
 use crate::LogicalAddress;
@@ -21,12 +31,44 @@ use crate::mem::HeterMem;
 use crate::mem::batch::BatchWriter;
 use crate::plugin::PluggedIndex;
 
+/// Key-hash stripes that order overlapping batches.
+pub const STRIPES: usize = 256;
+
+/// The store's batch synchronization: the gate `multi_get` closes and the stripes.
+pub(crate) struct BatchLocks {
+    gate: RwLock<()>,
+    stripes: Box<[Mutex<()>]>,
+}
+
+impl BatchLocks {
+    pub(crate) fn new() -> BatchLocks {
+        BatchLocks {
+            gate: RwLock::new(()),
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+        }
+    }
+
+    /// The stripes of `b`'s keys, locked in ascending order.
+    fn lock_stripes(&self, b: &WriteBatch) -> Vec<MutexGuard<'_, ()>> {
+        let hasher = BuildHasherDefault::<DefaultHasher>::default();
+        let mut ids: Vec<usize> = b
+            .iter()
+            .map(|(k, _)| hasher.hash_one(k) as usize % STRIPES)
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.into_iter()
+            .filter_map(|i| self.stripes.get(i).map(Mutex::lock))
+            .collect()
+    }
+}
+
 /// Applies and commits `b` (already checked against the store's limits); durable when it
 /// returns.
 pub(crate) fn write_batch(
     mem: &HeterMem,
     index: &dyn PluggedIndex<HeterMem>,
-    gate: &RwLock<()>,
+    locks: &BatchLocks,
     b: &WriteBatch,
 ) -> Result<()> {
     mem.check_batch(b)?;
@@ -35,7 +77,8 @@ pub(crate) fn write_batch(
     }
     let g = mem.pin()?;
     let mut w = mem.begin_batch(&g, b)?;
-    let gate = gate.read();
+    let stripes = locks.lock_stripes(b);
+    let gate = locks.gate.read();
     for (at, (key, op)) in b.iter().enumerate() {
         let applied = match op {
             BatchOp::Put(value) => apply_put(index, mem, &g, &mut w, at, key, value),
@@ -46,7 +89,7 @@ pub(crate) fn write_batch(
         }
     }
     let committed = w.commit(&g, b);
-    drop(gate);
+    drop((gate, stripes));
     committed
 }
 
@@ -98,9 +141,9 @@ fn apply_delete(
 pub(crate) fn multi_get(
     mem: &HeterMem,
     index: &dyn PluggedIndex<HeterMem>,
-    gate: &RwLock<()>,
+    locks: &BatchLocks,
     keys: &[&[u8]],
 ) -> Result<Vec<Option<Vec<u8>>>> {
-    let _gate = gate.write();
+    let _gate = locks.gate.write();
     keys.iter().map(|k| index.get(mem, k)).collect()
 }

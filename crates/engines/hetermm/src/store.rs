@@ -34,8 +34,9 @@ pub struct HeterStore {
     bg: Background,
     limits: Limits,
     closed: AtomicBool,
-    /// Held shared by write batches, exclusively by `multi_get` (`batch.rs`).
-    batch_gate: parking_lot::RwLock<()>,
+    /// The gate (shared by write batches, exclusive for `multi_get`) and the key stripes
+    /// that order overlapping batches (`batch.rs`).
+    batch_locks: crate::batch::BatchLocks,
 }
 
 impl HeterStore {
@@ -62,7 +63,7 @@ impl HeterStore {
             index,
             limits,
             closed: AtomicBool::new(false),
-            batch_gate: parking_lot::RwLock::new(()),
+            batch_locks: crate::batch::BatchLocks::new(),
         };
         recovery::replay_and_build(&store.mem, &*store.index, found)?;
         // The replayed records are durable in the old log blocks until a forced flush has
@@ -139,7 +140,7 @@ impl KvStore for HeterStore {
     fn write_batch(&self, batch: &WriteBatch) -> Result<()> {
         self.check_open()?;
         batch.check(&self.limits)?;
-        crate::batch::write_batch(&self.mem, &*self.index, &self.batch_gate, batch)
+        crate::batch::write_batch(&self.mem, &*self.index, &self.batch_locks, batch)
     }
 
     fn atomic_batches(&self) -> bool {
@@ -152,7 +153,7 @@ impl KvStore for HeterStore {
         for k in keys {
             self.limits.check_key(k)?;
         }
-        crate::batch::multi_get(&self.mem, &*self.index, &self.batch_gate, keys)
+        crate::batch::multi_get(&self.mem, &*self.index, &self.batch_locks, keys)
     }
 
     fn scan(&self, start: &[u8], limit: usize) -> Result<Vec<KvPair>> {
