@@ -188,4 +188,31 @@ mod tests {
         del[second + 20] = 1;
         assert!(decode(&del, 4096).is_none(), "a delete with a value");
     }
+
+    #[test]
+    fn random_and_damaged_payloads_never_panic_and_never_read_out_of_range() {
+        use rand::{Rng, RngCore, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(24);
+        for _ in 0..2000 {
+            let mut b = vec![0u8; rng.random_range(0..300)];
+            rng.fill_bytes(&mut b);
+            if let Some(ops) = decode(&b, u64::MAX) {
+                assert!(ops.iter().all(|o| o.ts != 0 && !o.key.is_empty()));
+            }
+        }
+        let p = encode(&sample());
+        for i in 0..p.len() {
+            for bit in 0..8 {
+                let mut d = p.clone();
+                d[i] ^= 1 << bit;
+                if let Some(ops) = decode(&d, 4096) {
+                    let len: usize = ops
+                        .iter()
+                        .map(|o| op_len(o.key.len() as u64, o.value.len() as u64) as usize)
+                        .sum();
+                    assert_eq!(len + PAYLOAD_HEADER_LEN as usize, d.len());
+                }
+            }
+        }
+    }
 }

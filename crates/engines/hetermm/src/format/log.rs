@@ -48,7 +48,11 @@ use tierkv_core::format::checksum::{crc32c_append, mask};
 /// Magic bytes of a log block.
 pub const MAGIC: [u8; 8] = *b"HMMOPLOG";
 /// The version this build writes and the newest it reads.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
+/// The oldest version this build reads: version 2 has the same entry layout without batch
+/// entries (kind 3). Version 3 exists so that a build without batches refuses a log that
+/// holds them (it would take a batch entry for the end of its page and lose the rest).
+pub const MIN_READ_VERSION: u32 = 2;
 /// Bytes of an entry header.
 pub const ENTRY_HEADER_LEN: u64 = 40;
 
@@ -120,10 +124,11 @@ impl LogHeader {
         )?;
         // Version 1 entries have another layout (FORMAT.md § Version changes): reading
         // them as version 2 would find no entry and silently lose the log.
-        if super::u32_at(bytes, 8) != Some(VERSION) {
+        let found = super::u32_at(bytes, 8).unwrap_or_default();
+        if !(MIN_READ_VERSION..=VERSION).contains(&found) {
             return Err(tierkv_core::Error::UnsupportedFormat {
-                what: "hetermm log block (version 1 logs have another entry layout; only version 2 is read)",
-                found: super::u32_at(bytes, 8).unwrap_or_default(),
+                what: "hetermm log block (version 1 logs have another entry layout; versions 2 and 3 are read)",
+                found,
                 supported: VERSION,
             });
         }
@@ -335,6 +340,16 @@ mod tests {
         walk(&b, &h, |e| seen.push(e.ts));
         assert_eq!(seen, vec![1, 3], "page 0 stops at the uncommitted delete");
         assert!(LogHeader::decode(&b, 0, 7, 14).is_ok());
+        let v2 = NumberedHead {
+            page_bits: 12,
+            block_bits: 14,
+            number: 7,
+        }
+        .encode(&MAGIC, 2);
+        assert!(
+            LogHeader::decode(&v2, 0, 7, 14).is_ok(),
+            "version 2 logs (no batch entries) are still read"
+        );
         assert!(LogHeader::decode(&b, 0, 8, 14).is_err());
         let v1 = NumberedHead {
             page_bits: 12,
@@ -346,5 +361,45 @@ mod tests {
             LogHeader::decode(&v1, 0, 7, 14),
             Err(tierkv_core::Error::UnsupportedFormat { found: 1, .. })
         ));
+    }
+
+    #[test]
+    fn a_batch_entry_has_no_key_and_a_payload_and_nothing_else_does() {
+        let at = Place {
+            address: 8192,
+            record: 0,
+        };
+        let mut e = encode_entry(3, at, EntryKind::Batch, b"", b"payload!");
+        e[..8].copy_from_slice(&9u64.to_le_bytes());
+        let d = decode_entry(&e, 3).unwrap();
+        assert_eq!(
+            (d.kind, d.key, d.value),
+            (EntryKind::Batch, &b""[..], &b"payload!"[..])
+        );
+        let mut keyed = encode_entry(3, at, EntryKind::Batch, b"k", b"payload!");
+        keyed[..8].copy_from_slice(&9u64.to_le_bytes());
+        assert!(
+            decode_entry(&keyed, 3).is_none(),
+            "a batch entry with a key"
+        );
+        let mut empty = encode_entry(3, at, EntryKind::Batch, b"", b"");
+        empty[..8].copy_from_slice(&9u64.to_le_bytes());
+        assert!(
+            decode_entry(&empty, 3).is_none(),
+            "a batch entry without payload"
+        );
+        let mut put = encode_entry(3, at, EntryKind::Put, b"", b"v");
+        put[..8].copy_from_slice(&9u64.to_le_bytes());
+        assert!(decode_entry(&put, 3).is_none(), "a put without a key");
+        let named = Place {
+            address: 8192,
+            record: 4096,
+        };
+        let mut rec = encode_entry(3, named, EntryKind::Batch, b"", b"payload!");
+        rec[..8].copy_from_slice(&9u64.to_le_bytes());
+        assert!(
+            decode_entry(&rec, 3).is_none(),
+            "a batch entry naming a record"
+        );
     }
 }
