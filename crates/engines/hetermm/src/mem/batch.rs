@@ -282,6 +282,11 @@ impl BatchWriter<'_> {
         }
         let c = &mem.counters;
         c.batches.incr();
+        // The read cache's policy weighs reads against writes per thread (`policy.rs`).
+        mem.threads
+            .slot(g.slot())
+            .writes
+            .fetch_add(ops.len() as u64, Ordering::Relaxed);
         for (a, op) in self.applied.iter().zip(&ops) {
             match a.kind {
                 EntryKind::Put => {
