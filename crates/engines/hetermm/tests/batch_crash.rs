@@ -288,3 +288,98 @@ fn named_crash_points_of_the_commit_leave_the_batch_whole_or_absent() {
         r.close().unwrap();
     }
 }
+
+/// A batch against racing single puts on its own keys, cut by crash images at random
+/// moments: one thread rewrites a group of 20 keys with batches (every value names the
+/// batch), two threads put single values into random keys of its first half. After recovery,
+/// every key that holds a batch's value holds the same batch's (a batch is one write: a
+/// key keeps an older batch's value only if the newer batch was lost or torn), that batch
+/// is at least the last one acknowledged before the image (none lost), and every other key
+/// holds a single put's value.
+#[test]
+fn batches_racing_single_puts_on_their_keys_stay_whole_across_crashes() {
+    let seed = seed("hetermm_batches_racing_single_puts");
+    let key = |n: u64| format!("grp/{n:02}").into_bytes();
+    for (round, variant) in ["btree", "lockfree"].into_iter().enumerate() {
+        let tmp = scratch_dir();
+        let pool = create_pool(&tmp.path().join("pool"), POOL, DurabilityMode::Tracked);
+        let store = try_open(pool.clone(), batch_options(), variant, true).unwrap();
+        let acked = std::sync::atomic::AtomicU64::new(0);
+        let stop = AtomicBool::new(false);
+        let images = std::thread::scope(|s| {
+            s.spawn(|| {
+                for b in 1u64.. {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let mut batch = tierkv_core::WriteBatch::new();
+                    for n in 0..20 {
+                        batch.put(key(n), format!("b{b:06}"));
+                    }
+                    store.write_batch(&batch).unwrap();
+                    acked.store(b, Ordering::SeqCst);
+                }
+            });
+            for t in 0..2u64 {
+                let (store, stop) = (&store, &stop);
+                s.spawn(move || {
+                    let mut x = seed ^ t;
+                    for n in 0u64.. {
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        x = x
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        let k = key((x >> 33) % 10);
+                        store.put(&k, format!("p{t}.{n}").as_bytes()).unwrap();
+                    }
+                });
+            }
+            let mut images = Vec::new();
+            for i in 0..8u64 {
+                std::thread::sleep(std::time::Duration::from_millis(3 + i));
+                let before = acked.load(Ordering::SeqCst);
+                let opts = if i % 2 == 0 {
+                    CrashImageOptions::lines()
+                } else {
+                    CrashImageOptions::torn_words()
+                };
+                images.push((before, pool.crash_image(seed ^ i, opts).unwrap()));
+            }
+            stop.store(true, Ordering::Relaxed);
+            images
+        });
+        let mut seen = 0;
+        for (i, (before, image)) in images.iter().enumerate() {
+            let r = recover(&tmp.path().join("img"), image, variant);
+            let vals: Vec<String> = (0..20)
+                .map(|n| String::from_utf8(r.get(&key(n)).unwrap().unwrap_or_default()).unwrap())
+                .collect();
+            let tags: std::collections::BTreeSet<&String> =
+                vals.iter().filter(|v| v.starts_with('b')).collect();
+            let ctx = format!(
+                "seed {seed}, {variant} round {round} image {i} ({before} acknowledged): {vals:?}"
+            );
+            assert!(tags.len() <= 1, "{ctx}: values of several batches");
+            assert!(
+                vals.iter()
+                    .all(|v| v.starts_with('b') || v.starts_with('p') || *before == 0),
+                "{ctx}: a key lost every write"
+            );
+            if let Some(t) = tags.first() {
+                let b: u64 = t[1..].parse().unwrap();
+                assert!(b >= *before, "{ctx}: batch {before} was acknowledged");
+                seen += 1;
+            }
+            r.close().unwrap();
+        }
+        assert!(seen > 0, "{variant}: no image showed a batch");
+        println!(
+            "{variant}: {} batches, {seen} of {} images showed one",
+            acked.load(Ordering::SeqCst),
+            images.len()
+        );
+        store.close().unwrap();
+    }
+}
