@@ -204,3 +204,77 @@ fn overlapping_batches_are_ordered_as_wholes() {
         store.close().unwrap();
     }
 }
+
+/// A full pool refuses a batch whole: batches of 20 new keys fill a 4 MiB pool until one
+/// is refused with `NoSpace`; none of its keys is there, every acknowledged batch is; a
+/// batch of deletes (no record) still commits on the full pool, and once reorganisation has
+/// freed the deleted records' space a batch of puts commits again.
+#[test]
+fn a_batch_that_does_not_fit_the_pool_is_refused_whole() {
+    let tmp = scratch_dir();
+    let pool = create_pool(&tmp.path().join("pool"), 4 << 20, DurabilityMode::Volatile);
+    let store = try_open(pool, batch_options(), "btree", true).unwrap();
+    let key = |b: u64, n: u64| format!("full/{b:05}/{n:02}").into_bytes();
+    let batch = |b: u64| {
+        let mut w = WriteBatch::new();
+        for n in 0..20 {
+            w.put(key(b, n), vec![b as u8; 1000]);
+        }
+        w
+    };
+    let mut refused = None;
+    for b in 0..10_000u64 {
+        match store.write_batch(&batch(b)) {
+            Ok(()) => {}
+            Err(Error::NoSpace { .. }) => {
+                refused = Some(b);
+                break;
+            }
+            Err(e) => panic!("batch {b}: {e}"),
+        }
+    }
+    let refused = refused.expect("4 MiB of pmem held 200 MB of values");
+    println!("batch {refused} refused with NoSpace ({refused} acknowledged before it)");
+    assert!(refused > 20, "refused too early: batch {refused}");
+    for n in 0..20 {
+        assert_eq!(
+            store.get(&key(refused, n)).unwrap(),
+            None,
+            "refused batch, key {n}"
+        );
+    }
+    for b in 0..refused {
+        for n in [0, 19] {
+            assert_eq!(store.get(&key(b, n)).unwrap(), Some(vec![b as u8; 1000]));
+        }
+    }
+    // Deletes need no record: a batch of them commits on the full pool.
+    let mut dels = WriteBatch::new();
+    for b in 0..refused / 2 {
+        for n in 0..20 {
+            dels.delete(key(b, n));
+        }
+        if dels.len() >= 800 {
+            store.write_batch(&dels).unwrap();
+            dels.clear();
+        }
+    }
+    store.write_batch(&dels).unwrap();
+    assert_eq!(store.get(&key(0, 0)).unwrap(), None);
+    let started = std::time::Instant::now();
+    loop {
+        match store.write_batch(&batch(refused)) {
+            Ok(()) => break,
+            Err(Error::NoSpace { .. }) if started.elapsed().as_secs() < 20 => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => panic!("after deletes: {e}"),
+        }
+    }
+    assert_eq!(
+        store.get(&key(refused, 7)).unwrap(),
+        Some(vec![refused as u8; 1000])
+    );
+    store.check().unwrap();
+    store.close().unwrap();
+}
