@@ -383,3 +383,68 @@ fn batches_racing_single_puts_on_their_keys_stay_whole_across_crashes() {
         store.close().unwrap();
     }
 }
+
+/// Batch entries survive log compression: a few batches, then in-place updates of hot keys
+/// that grow the log while off_DRAM stays put (plenty of DRAM), so the oldest log blocks —
+/// those holding the batch entries — are compressed: each batch entry is copied whole. A
+/// crash image taken afterwards recovers every batch and the newest hot values.
+#[test]
+fn batch_entries_are_copied_whole_by_log_compression() {
+    let seed = seed("hetermm_batch_entries_are_copied_whole_by_log_compression");
+    let tmp = scratch_dir();
+    let pool = create_pool(&tmp.path().join("pool"), 32 << 20, DurabilityMode::Tracked);
+    let spec: tierkv_core::EngineSpec = "hetermm@page_bits=15,block_bits=16,log_blocks=2"
+        .parse()
+        .unwrap();
+    let opts = || tierkv_hetermm::HeterOptions::from_params(spec.params(), 128 << 15).unwrap();
+    let store = try_open(pool.clone(), opts(), "hash", true).unwrap();
+    let kit = kit(seed, 30);
+    for s in 1..=6 {
+        store.write_batch(&kit.batch(0, s)).unwrap();
+    }
+    let hot: Vec<Vec<u8>> = (0..40).map(|k| format!("hot{k:02}").into_bytes()).collect();
+    for round in 0..300u64 {
+        for k in &hot {
+            store.put(k, format!("{round:08}").as_bytes()).unwrap();
+        }
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut st = store.stats();
+    while counter(&st, "log_compressions") < 3 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        st = store.stats();
+    }
+    println!(
+        "{} compressions, {} entries copied, {} flushes",
+        counter(&st, "log_compressions"),
+        counter(&st, "log_entries_copied"),
+        counter(&st, "flushes")
+    );
+    assert!(counter(&st, "log_compressions") >= 3, "{st:?}");
+    assert_eq!(
+        counter(&st, "flushes"),
+        0,
+        "the batches' records must still be in DRAM"
+    );
+    let image = pool
+        .crash_image(seed, CrashImageOptions::torn_words())
+        .unwrap();
+    let path = tmp.path().join("img");
+    std::fs::write(&path, &image).unwrap();
+    let r = try_open(
+        PmemPool::open(&config(&path, 0, DurabilityMode::Volatile)).unwrap(),
+        opts(),
+        "hash",
+        false,
+    )
+    .unwrap();
+    let ledger = tierkv_testkit::Ledger {
+        threads: vec![(6, false), (0, false), (0, false)],
+    };
+    let report = kit.check(&*r, &ledger, "after compression");
+    report.assert_clean();
+    for k in &hot {
+        assert_eq!(r.get(k).unwrap(), Some(b"00000299".to_vec()));
+    }
+    r.check().unwrap();
+}
