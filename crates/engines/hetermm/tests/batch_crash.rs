@@ -174,7 +174,7 @@ fn batches_survive_a_crash_at_persists_of_background_work_inside_them() {
                 }
             }
         });
-        let cut: Vec<u64> = (2..=22).map(|i| i * 5).collect();
+        let cut: Vec<u64> = (2..=14).map(|i| i * 5).collect();
         let out = persist_points(tmp.path(), store.clone(), &pool, &kit, &cut, 1);
         stop.store(true, Ordering::Relaxed);
         out
