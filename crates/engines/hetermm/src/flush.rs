@@ -535,7 +535,7 @@ impl HeterMem {
         if e.address < self.off_dram() {
             return false;
         }
-        if e.kind == EntryKind::Delete || e.address != e.record {
+        if e.kind != EntryKind::Put || e.address != e.record {
             return true;
         }
         let newer = self.ring.lookup(self.geo.page_of(e.record)).and_then(|p| {

@@ -422,6 +422,9 @@ impl LogTicket<'_> {
         // IMPORTANT: step 1 — everything but the timestamp (which stays 0), persisted.
         nvm.pool.write(off, &bytes)?;
         nvm.pool.persist(off, bytes.len())?;
+        if e.kind == EntryKind::Batch {
+            nvm.pool.crash_point("hetermm.batch.entry_written");
+        }
         // IMPORTANT: step 2 — the timestamp commits the entry.
         nvm.pool.store_u64(off, e.ts)?;
         nvm.pool.persist(off, 8)?;

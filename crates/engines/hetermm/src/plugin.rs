@@ -269,6 +269,23 @@ pub trait PluggedIndex<M: HeterMemory>: Send + Sync {
         }
         Ok(())
     }
+    /// Sets `key` to what `make(current address)` returns (`None`: removes it, or leaves
+    /// it absent) inside the index's atomic per-key synchronization, as `put` runs
+    /// `set_value`; on an error the entry is left as it was. `make` must not wait (it runs
+    /// under the key's lock); a lock-free index may run it more than once, and the last run
+    /// counts. Write batches (`batch.rs`) are built on it; an index without it returns
+    /// `Unsupported`, which is what this default does.
+    fn compute(
+        &self,
+        hm: &M,
+        key: &[u8],
+        make: &mut dyn FnMut(Option<LogicalAddress>) -> Result<Option<LogicalAddress>>,
+    ) -> Result<()> {
+        let _ = (hm, key, make);
+        Err(tierkv_core::Error::Unsupported(
+            "this plugged-in index has no per-key compute, so no write batches".into(),
+        ))
+    }
     /// The address the index holds for `key` (no value read).
     fn address(&self, key: &[u8]) -> Option<LogicalAddress>;
     /// Every (key, address) pair (for `check`).
@@ -442,6 +459,34 @@ impl<M: HeterMemory> PluggedIndex<M> for CoreIndex {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+
+    fn compute(
+        &self,
+        _hm: &M,
+        key: &[u8],
+        make: &mut dyn FnMut(Option<LogicalAddress>) -> Result<Option<LogicalAddress>>,
+    ) -> Result<()> {
+        let mut failed = None;
+        let mut change = 0;
+        self.inner.compute(key, &mut |cur| {
+            failed = None;
+            match make(cur.copied()) {
+                Ok(next) => {
+                    change = i64::from(next.is_some()) - i64::from(cur.is_some());
+                    next
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    change = 0;
+                    cur.copied()
+                }
+            }
+        });
+        if change != 0 {
+            self.charge(key, change);
+        }
+        failed.map_or(Ok(()), Err)
     }
 
     fn address(&self, key: &[u8]) -> Option<LogicalAddress> {

@@ -49,6 +49,7 @@ use tierkv_core::media::pmem::PmemPool;
 use tierkv_core::{Error, Result, Tier};
 
 use crate::format::HEADER_LEN;
+use crate::format::batch;
 use crate::format::block::BlockHeader;
 use crate::format::compact::CompactHeader;
 use crate::format::dir::{DirEntry, is_next_generation};
@@ -467,18 +468,38 @@ fn read_log_block<'a>(
     let bytes = mem.pool().read(off, mem.geo.block_size() as usize)?;
     let header = LogHeader::decode(bytes, off, seq, mem.geo.block_bits)?;
     let mut newest = 0;
+    let mut bad_batch = false;
+    let mut push = |ts: u64, kind: EntryKind, record: u64, key: &'a [u8], value: &'a [u8]| {
+        let put = kind == EntryKind::Put;
+        let flushed = put && record < frontier;
+        let value = (put && !flushed).then_some(value);
+        let w = LogWinner { ts, value, flushed };
+        run.push((key_prefix(key), key, w));
+    };
     log::walk(bytes, &header, |e| {
         newest = newest.max(e.ts);
-        let put = e.kind == EntryKind::Put;
-        let flushed = put && e.record < frontier;
-        let value = (put && !flushed).then_some(e.value);
-        let w = LogWinner {
-            ts: e.ts,
-            value,
-            flushed,
-        };
-        run.push((key_prefix(e.key), e.key, w));
+        if e.kind != EntryKind::Batch {
+            push(e.ts, e.kind, e.record, e.key, e.value);
+            return;
+        }
+        // A committed batch entry stands for each of its operations, with the operation's
+        // own timestamp (FORMAT.md § Write batches).
+        match batch::decode(e.value, e.address) {
+            Some(ops) => {
+                for op in ops {
+                    push(op.ts, op.kind, op.record, op.key, op.value);
+                }
+            }
+            None => bad_batch = true,
+        }
     });
+    if bad_batch {
+        return Err(Error::corruption(
+            Tier::Pmem,
+            off,
+            "a committed hetermm batch entry whose operations do not decode",
+        ));
+    }
     mem.observe_ts(newest);
     Ok(())
 }

@@ -21,6 +21,8 @@ pub struct HeterCounters {
     pub out_of_place: Counter,
     /// Deletes.
     pub deletes: Counter,
+    /// Write batches committed (their puts and deletes count in the two above).
+    pub batches: Counter,
     /// Blocks persisted by the flusher.
     pub flushes: Counter,
     /// Bytes of records persisted by the flusher.
@@ -86,6 +88,7 @@ impl HeterMem {
         counter("in_place_updates", c.in_place.get());
         counter("out_of_place_writes", c.out_of_place.get());
         counter("deletes", c.deletes.get());
+        counter("batches", c.batches.get());
         counter("flushes", c.flushes.get());
         counter("flushed_bytes", c.flushed_bytes.get());
         counter("forced_flushes", c.forced_flushes.get());

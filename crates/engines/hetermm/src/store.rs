@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use tierkv_core::media::pmem::PmemPool;
-use tierkv_core::{Error, KvPair, KvStore, Limits, Result, Stats};
+use tierkv_core::{Error, KvPair, KvStore, Limits, Result, Stats, WriteBatch};
 
 use crate::background::Background;
 use crate::mem::HeterMem;
@@ -34,6 +34,9 @@ pub struct HeterStore {
     bg: Background,
     limits: Limits,
     closed: AtomicBool,
+    /// The gate (shared by write batches, exclusive for `multi_get`) and the key stripes
+    /// that order overlapping batches (`batch.rs`).
+    batch_locks: crate::batch::BatchLocks,
 }
 
 impl HeterStore {
@@ -60,6 +63,7 @@ impl HeterStore {
             index,
             limits,
             closed: AtomicBool::new(false),
+            batch_locks: crate::batch::BatchLocks::new(),
         };
         recovery::replay_and_build(&store.mem, &*store.index, found)?;
         // The replayed records are durable in the old log blocks until a forced flush has
@@ -129,6 +133,27 @@ impl KvStore for HeterStore {
         self.check_open()?;
         self.limits.check_key(key)?;
         self.index.delete(&self.mem, key)
+    }
+
+    /// Crash-atomic with the operation log on (`batch.rs`, FORMAT.md § Write batches);
+    /// `Unsupported` with `oplog=off`.
+    fn write_batch(&self, batch: &WriteBatch) -> Result<()> {
+        self.check_open()?;
+        batch.check(&self.limits)?;
+        crate::batch::write_batch(&self.mem, &*self.index, &self.batch_locks, batch)
+    }
+
+    fn atomic_batches(&self) -> bool {
+        self.mem.oplog.is_some()
+    }
+
+    /// Sees none or all of every write batch (it holds the batch gate exclusively).
+    fn multi_get(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.check_open()?;
+        for k in keys {
+            self.limits.check_key(k)?;
+        }
+        crate::batch::multi_get(&self.mem, &*self.index, &self.batch_locks, keys)
     }
 
     fn scan(&self, start: &[u8], limit: usize) -> Result<Vec<KvPair>> {

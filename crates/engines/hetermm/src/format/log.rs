@@ -18,8 +18,9 @@
 //! 0   8  ts         timestamp; 0 = not committed
 //! 8   8  address    the logical address the entry covers (log reclamation, §5.3.1)
 //! 16  8  record     put: its record's logical address; delete: the removed record's
-//! 24  2  key_len    >= 1
-//! 26  1  kind       1 = put, 2 = delete
+//! 24  2  key_len    >= 1 (a batch: 0)
+//! 26  1  kind       1 = put, 2 = delete, 3 = batch (`format::batch`: its operations
+//!                   are the value; `record` is 0)
 //! 27  1  reserved   0
 //! 28  4  value_len  0 for a delete
 //! 32  4  crc        masked CRC-32C of: seq (u64 LE), bytes 8..32, key, value
@@ -47,7 +48,11 @@ use tierkv_core::format::checksum::{crc32c_append, mask};
 /// Magic bytes of a log block.
 pub const MAGIC: [u8; 8] = *b"HMMOPLOG";
 /// The version this build writes and the newest it reads.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
+/// The oldest version this build reads: version 2 has the same entry layout without batch
+/// entries (kind 3). Version 3 exists so that a build without batches refuses a log that
+/// holds them (it would take a batch entry for the end of its page and lose the rest).
+pub const MIN_READ_VERSION: u32 = 2;
 /// Bytes of an entry header.
 pub const ENTRY_HEADER_LEN: u64 = 40;
 
@@ -65,13 +70,16 @@ pub enum EntryKind {
     Put,
     /// A delete of `key`.
     Delete,
+    /// A write batch (ours): no key, its operations in the value (`format::batch`).
+    Batch,
 }
 
 impl EntryKind {
-    fn code(self) -> u8 {
+    pub(super) fn code(self) -> u8 {
         match self {
             EntryKind::Put => 1,
             EntryKind::Delete => 2,
+            EntryKind::Batch => 3,
         }
     }
 }
@@ -116,10 +124,11 @@ impl LogHeader {
         )?;
         // Version 1 entries have another layout (FORMAT.md § Version changes): reading
         // them as version 2 would find no entry and silently lose the log.
-        if super::u32_at(bytes, 8) != Some(VERSION) {
+        let found = super::u32_at(bytes, 8).unwrap_or_default();
+        if !(MIN_READ_VERSION..=VERSION).contains(&found) {
             return Err(tierkv_core::Error::UnsupportedFormat {
-                what: "hetermm log block (version 1 logs have another entry layout; only version 2 is read)",
-                found: super::u32_at(bytes, 8).unwrap_or_default(),
+                what: "hetermm log block (version 1 logs have another entry layout; versions 2 and 3 are read)",
+                found,
                 supported: VERSION,
             });
         }
@@ -196,13 +205,16 @@ pub fn decode_entry(bytes: &[u8], seq: u64) -> Option<Entry<'_>> {
     let kind = match bytes.get(E_KIND_OFF)? {
         1 => EntryKind::Put,
         2 => EntryKind::Delete,
+        3 => EntryKind::Batch,
         _ => return None,
     };
+    let batch = kind == EntryKind::Batch;
     let value_len = u32_at(bytes, E_VALUE_LEN_OFF)?;
     let len = entry_len(u64::from(key_len), u64::from(value_len));
     if ts == 0
         || ts > MAX_TS
-        || key_len == 0
+        || (key_len == 0) != batch
+        || (batch && value_len == 0)
         || len > bytes.len() as u64
         || bytes.get(E_KIND_OFF + 1) != Some(&0)
     {
@@ -215,6 +227,7 @@ pub fn decode_entry(bytes: &[u8], seq: u64) -> Option<Entry<'_>> {
     if u32_at(bytes, E_CRC_OFF)? != entry_crc(seq, bytes, key, value)
         || (kind == EntryKind::Delete && !value.is_empty())
         || record > address
+        || (batch && record != 0)
     {
         return None;
     }
@@ -327,6 +340,16 @@ mod tests {
         walk(&b, &h, |e| seen.push(e.ts));
         assert_eq!(seen, vec![1, 3], "page 0 stops at the uncommitted delete");
         assert!(LogHeader::decode(&b, 0, 7, 14).is_ok());
+        let v2 = NumberedHead {
+            page_bits: 12,
+            block_bits: 14,
+            number: 7,
+        }
+        .encode(&MAGIC, 2);
+        assert!(
+            LogHeader::decode(&v2, 0, 7, 14).is_ok(),
+            "version 2 logs (no batch entries) are still read"
+        );
         assert!(LogHeader::decode(&b, 0, 8, 14).is_err());
         let v1 = NumberedHead {
             page_bits: 12,
@@ -338,5 +361,45 @@ mod tests {
             LogHeader::decode(&v1, 0, 7, 14),
             Err(tierkv_core::Error::UnsupportedFormat { found: 1, .. })
         ));
+    }
+
+    #[test]
+    fn a_batch_entry_has_no_key_and_a_payload_and_nothing_else_does() {
+        let at = Place {
+            address: 8192,
+            record: 0,
+        };
+        let mut e = encode_entry(3, at, EntryKind::Batch, b"", b"payload!");
+        e[..8].copy_from_slice(&9u64.to_le_bytes());
+        let d = decode_entry(&e, 3).unwrap();
+        assert_eq!(
+            (d.kind, d.key, d.value),
+            (EntryKind::Batch, &b""[..], &b"payload!"[..])
+        );
+        let mut keyed = encode_entry(3, at, EntryKind::Batch, b"k", b"payload!");
+        keyed[..8].copy_from_slice(&9u64.to_le_bytes());
+        assert!(
+            decode_entry(&keyed, 3).is_none(),
+            "a batch entry with a key"
+        );
+        let mut empty = encode_entry(3, at, EntryKind::Batch, b"", b"");
+        empty[..8].copy_from_slice(&9u64.to_le_bytes());
+        assert!(
+            decode_entry(&empty, 3).is_none(),
+            "a batch entry without payload"
+        );
+        let mut put = encode_entry(3, at, EntryKind::Put, b"", b"v");
+        put[..8].copy_from_slice(&9u64.to_le_bytes());
+        assert!(decode_entry(&put, 3).is_none(), "a put without a key");
+        let named = Place {
+            address: 8192,
+            record: 4096,
+        };
+        let mut rec = encode_entry(3, named, EntryKind::Batch, b"", b"payload!");
+        rec[..8].copy_from_slice(&9u64.to_le_bytes());
+        assert!(
+            decode_entry(&rec, 3).is_none(),
+            "a batch entry naming a record"
+        );
     }
 }

@@ -9,6 +9,7 @@
 //! | full block header + invalid bitmap | `block` | flusher |
 //! | compact (reorganised) block | `compact` | reclaimer |
 //! | operation-log block header and entries | `log` | workers (entries), log (headers) |
+//! | payload of a write batch's log entry | `batch` | `write_batch` callers |
 //!
 //! Every decoder here is total: it takes bytes read back from a tier, checks lengths,
 //! magic, checksums and ranges, and returns [`Error::Corruption`] (never panics, never
@@ -18,6 +19,7 @@
 //!
 //! [`Error::Corruption`]: tierkv_core::Error::Corruption
 
+pub mod batch;
 pub mod block;
 pub mod compact;
 pub mod dir;

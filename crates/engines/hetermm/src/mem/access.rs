@@ -267,7 +267,7 @@ impl HeterMem {
     }
 
     /// Seals the record at `a` if it is still in DRAM (no in-place update after this).
-    fn seal(&self, a: u64) -> Result<()> {
+    pub(crate) fn seal(&self, a: u64) -> Result<()> {
         if a < self.off_dram() {
             return Ok(());
         }

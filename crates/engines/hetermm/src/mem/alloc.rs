@@ -55,7 +55,12 @@ impl HeterMem {
 
     /// Makes room in the thread's log page for the entry of a write (a new page, and a new
     /// log block, may be needed), waiting unpinned while the reclaimer defragments pmem.
-    fn reserve_log(&self, g: &Guard<'_>, key_len: usize, value_len: usize) -> Result<()> {
+    pub(crate) fn reserve_log(
+        &self,
+        g: &Guard<'_>,
+        key_len: usize,
+        value_len: usize,
+    ) -> Result<()> {
         let Some(log) = &self.oplog else {
             return Ok(());
         };

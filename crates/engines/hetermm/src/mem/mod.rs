@@ -30,6 +30,7 @@
 
 pub mod access;
 pub mod alloc;
+pub mod batch;
 pub mod guard;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

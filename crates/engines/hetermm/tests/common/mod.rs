@@ -32,6 +32,16 @@ pub fn small_options(pages: u64, extra: &str) -> HeterOptions {
     HeterOptions::from_params(spec.params(), pages * 4096).expect("options")
 }
 
+/// Options for write-batch tests: 32 KiB pages (a batch of 100 small keys fits one log
+/// page), 64 KiB blocks, 16 pages of DRAM (eight blocks: the flusher runs all the time)
+/// and a log budget of 3 blocks.
+pub fn batch_options() -> HeterOptions {
+    let spec: EngineSpec = "hetermm@page_bits=15,block_bits=16,log_blocks=3"
+        .parse()
+        .expect("spec");
+    HeterOptions::from_params(spec.params(), 16 << 15).expect("options")
+}
+
 /// Opens (or creates) a store with the index `variant`.
 pub fn open(
     pool: Arc<PmemPool>,
