@@ -144,6 +144,17 @@ pub struct FaultInjector {
     idle: Condvar,
 }
 
+/// A file creation or removal in flight ([`FaultInjector::begin_dir_op`]); it ends when
+/// dropped.
+#[derive(Debug)]
+pub(crate) struct DirOp<'a>(&'a FaultInjector);
+
+impl Drop for DirOp<'_> {
+    fn drop(&mut self) {
+        self.0.write_done();
+    }
+}
+
 fn frozen() -> io::Error {
     io::Error::other("simulated crash: the flash device is frozen (fault injection)")
 }
@@ -246,12 +257,19 @@ impl FaultInjector {
 
     // ---- hooks called by the device (before the kernel sees an operation) ----
 
-    /// Fails once the devices are frozen by a crash (file creation and removal).
-    pub(crate) fn check_not_crashed(&self) -> io::Result<()> {
-        if self.state.lock().crashed {
+    /// A file creation or removal is about to be issued: fails once the devices are frozen
+    /// by a crash; otherwise the operation counts as in flight until the guard is dropped.
+    ///
+    /// IMPORTANT: [`FaultInjector::crash`] waits for it. A removal admitted just before the
+    /// cut and carried out just after it would otherwise change the directory while the
+    /// crash state is read or copied (a file listed and then gone).
+    pub(crate) fn begin_dir_op(&self) -> io::Result<DirOp<'_>> {
+        let mut s = self.state.lock();
+        if s.crashed {
             return Err(frozen());
         }
-        Ok(())
+        s.writes_in_flight += 1;
+        Ok(DirOp(self))
     }
 
     /// A read is about to be issued.
@@ -476,6 +494,27 @@ mod tests {
         let r = crasher.join().unwrap();
         assert_eq!(r.writes_undone, 0);
         assert_eq!(fs::read(&p).unwrap(), vec![7u8; 4096]);
+    }
+
+    /// Seen in a prismdb stress run: a removal admitted just before a power cut deleted its
+    /// file while the crashed store's directory was being copied. The cut now waits for
+    /// file creations and removals in flight, and refuses later ones.
+    #[test]
+    fn a_crash_waits_for_a_file_removal_in_flight_and_refuses_later_ones() {
+        let f = std::sync::Arc::new(FaultInjector::new());
+        let op = f.begin_dir_op().unwrap();
+        let crasher = {
+            let f = f.clone();
+            std::thread::spawn(move || f.crash(CrashMode::DropUnsynced).unwrap())
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            !crasher.is_finished(),
+            "the crash did not wait for the removal in flight"
+        );
+        drop(op);
+        crasher.join().unwrap();
+        assert!(f.begin_dir_op().is_err(), "a removal after the cut");
     }
 
     #[test]

@@ -84,10 +84,13 @@ impl FlashFile {
         }
         core.check_writable()?;
         let path = core.dir.join(name);
-        if let Some(f) = &core.faults {
-            f.check_not_crashed()
-                .map_err(|e| Error::io("create", &path, e))?;
-        }
+        let _in_flight = match &core.faults {
+            Some(f) => Some(
+                f.begin_dir_op()
+                    .map_err(|e| Error::io("create", &path, e))?,
+            ),
+            None => None,
+        };
         core.reserve(name, len)?;
         match create_on_disk(core, &path, len) {
             Ok((file, direct)) => {

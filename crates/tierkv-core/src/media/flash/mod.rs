@@ -275,10 +275,13 @@ impl FlashDevice {
         file::check_name(name)?;
         self.core.check_writable()?;
         let path = self.core.dir.join(name);
-        if let Some(f) = &self.core.faults {
-            f.check_not_crashed()
-                .map_err(|e| Error::io("remove", &path, e))?;
-        }
+        let _in_flight = match &self.core.faults {
+            Some(f) => Some(
+                f.begin_dir_op()
+                    .map_err(|e| Error::io("remove", &path, e))?,
+            ),
+            None => None,
+        };
         fs::remove_file(&path).map_err(|e| Error::io("remove", &path, e))?;
         self.core.release(name);
         if let Some(f) = &self.core.faults {
