@@ -30,6 +30,7 @@ const FILL_MIX: OpMix = OpMix {
     delete: 0,
     get: 15,
     scan: 5,
+    batch: None,
 };
 
 /// The longest pause between retries of a refused new key.
