@@ -416,7 +416,7 @@ fn describe(cfg: &RunConfig, mode: Mode) -> String {
     let mix = if mode == Mode::Space {
         let s = &cfg.space_mode;
         format!(
-            "fills put,get,scan = 80,15,5 until refused, then {:.0}% deleted and {:.0}% of the \
+            "fills put,get,scan = 80,15,5 (+ batches as --mix says) until refused, then {:.0}% deleted and {:.0}% of the \
              freed bytes written again (--gc-wait {:.0} s, --write-bound {:.0} ms), {:.0}% of \
              the rounds end in a SIGKILL of a child running the mix put,delete,get,scan = {}",
             s.delete_share * 100.0,

@@ -386,7 +386,8 @@ impl<'a> Workload<'a> {
     pub fn run(&self) -> WorkloadEnd {
         if self.batch_weight > 0 && !self.db.atomic_batches() {
             self.fail_write(format!(
-                "the mix asks for write batches (weight {}), but engine {} has no                  crash-atomic write batches (Db::atomic_batches is false); drop the fifth                  weight of --mix",
+                "the mix asks for write batches (weight {}), but engine {} has no crash-atomic \
+                 write batches (Db::atomic_batches is false); drop the fifth weight of --mix",
                 self.batch_weight,
                 self.db.descriptor().name
             ));
