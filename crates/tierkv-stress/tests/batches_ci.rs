@@ -119,7 +119,7 @@ fn batches_asked_of_an_engine_without_them_are_refused_with_the_reason() {
     // The flash reference engine has no batches: the workload says so and stops.
     let run = common::ci_run(
         "reflog-flash",
-        "kill",
+        "flash-faults",
         2406,
         2,
         &["--mix", "40,10,30,10,10"],
@@ -177,7 +177,9 @@ fn every_registered_engine_with_atomic_batches_passes_a_batch_heavy_run() {
 /// live store, and only the next open finishes it: the space fill's verification finds
 /// torn batches (`found v#3, from before the batch's v#4, while k00003473 holds the
 /// batch's v#1`, seed 3). The caller was told "refused", yet the batch comes back whole at
-/// the next open, over writes made since.
+/// the next open, over writes made since. The same happens when `apply` fails on an
+/// injected I/O error (flash-faults, `--keys 3000 --seed 4 --rounds 6`: "the live store
+/// after EIO injected into flash sync #1"; timing-dependent, so not a test of its own).
 #[test]
 #[ignore = "prism defect: a batch refused after its commit point is half applied live"]
 fn prism_a_batch_refused_after_its_commit_point_is_half_applied() {
@@ -189,20 +191,4 @@ fn prism_a_batch_refused_after_its_commit_point_is_half_applied() {
         &["--flash-size", "16MiB", "--keys", "28535"],
     );
     common::assert_space_passed(&run, 2);
-}
-
-/// PRISM, the same defect under an injected I/O error: a batch whose apply step fails (the
-/// store is poisoned by an `EIO` from a flash sync) leaves a torn batch in the live store
-/// (flash-faults, seed 4, round 6: "the live store after EIO injected into flash sync #1").
-#[test]
-#[ignore = "prism defect: a batch failing after its commit point is half applied live"]
-fn prism_a_batch_failing_after_its_commit_point_is_half_applied() {
-    let run = common::ci_run(
-        "prism",
-        "flash-faults",
-        4,
-        6,
-        &["--keys", "3000", "--threads", "3"],
-    );
-    common::assert_passed(&run, 6);
 }
