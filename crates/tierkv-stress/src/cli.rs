@@ -18,6 +18,7 @@ use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use tierkv::{ByteSize, DurabilityMode, IoBackend, Tier};
 
+use crate::batch::MAX_STRESS_BATCH;
 use crate::expected_state::KeySpace;
 use crate::modes::{self, Budget, PersistPointsConfig, RunConfig, SpaceConfig};
 use crate::report::RunReport;
@@ -120,9 +121,15 @@ pub struct StressArgs {
     /// Longest value (lengths are skewed: half are at most 64 bytes).
     #[arg(long, default_value = "16KiB", value_name = "SIZE")]
     pub max_value: ByteSize,
-    /// Operation weights PUT,DELETE,GET,SCAN.
+    /// Operation weights PUT,DELETE,GET,SCAN[,BATCH]. Without BATCH, engines with
+    /// crash-atomic write batches get write batches of weight 10, the others none; a BATCH
+    /// weight above 0 on an engine without them is refused.
     #[arg(long, default_value = "45,15,30,10", value_name = "WEIGHTS")]
     pub mix: OpMix,
+    /// Most keys of one write batch (each batch writes 1..=N distinct keys, puts and
+    /// deletes in the mix's proportion; at most 100).
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    pub batch_size: usize,
     /// Longest scan (rows).
     #[arg(long, default_value_t = 32, value_name = "N")]
     pub max_scan: usize,
@@ -222,6 +229,12 @@ impl StressArgs {
         if self.rounds == Some(0) {
             bail!("--rounds 0 runs nothing");
         }
+        if self.batch_size == 0 || self.batch_size > MAX_STRESS_BATCH {
+            bail!(
+                "--batch-size {}: between 1 and {MAX_STRESS_BATCH}",
+                self.batch_size
+            );
+        }
         for (name, f) in [
             ("--tear-fraction", self.tear_fraction),
             ("--fault-fraction", self.fault_fraction),
@@ -297,6 +310,7 @@ pub(crate) fn config(args: &StressArgs, seed: u64, work_dir: PathBuf) -> anyhow:
             sizes,
             seed,
             writers_per_key: args.writers_per_key,
+            max_batch: args.batch_size,
         },
         space: KeySpace::new(keys),
         work_dir,
@@ -348,6 +362,14 @@ fn prepare_work_dir(args: &StressArgs, seed: u64) -> anyhow::Result<PathBuf> {
 /// Refuses engine/mode combinations that cannot work, with the reason.
 fn check_engine(cfg: &RunConfig, mode: Mode) -> anyhow::Result<()> {
     let d = cfg.target.desc;
+    if cfg.workload.mix.batch.unwrap_or(0) > 0 && tierkv::descriptor(d.name).is_ok() {
+        tierkv::check_atomic_batches(d.name).with_context(|| {
+            format!(
+                "--mix {}: write batches asked for (the fifth weight); drop it or set it to 0",
+                cfg.workload.mix
+            )
+        })?;
+    }
     if d.volatile {
         bail!(
             "engine {} is volatile (nothing survives a restart): there is nothing to \
@@ -394,7 +416,7 @@ fn describe(cfg: &RunConfig, mode: Mode) -> String {
     let mix = if mode == Mode::Space {
         let s = &cfg.space_mode;
         format!(
-            "fills put,get,scan = 80,15,5 until refused, then {:.0}% deleted and {:.0}% of the \
+            "fills put,get,scan = 80,15,5 (+ batches as --mix says) until refused, then {:.0}% deleted and {:.0}% of the \
              freed bytes written again (--gc-wait {:.0} s, --write-bound {:.0} ms), {:.0}% of \
              the rounds end in a SIGKILL of a child running the mix put,delete,get,scan = {}",
             s.delete_share * 100.0,
@@ -405,7 +427,22 @@ fn describe(cfg: &RunConfig, mode: Mode) -> String {
             cfg.workload.mix
         )
     } else {
-        format!("mix put,delete,get,scan = {}", cfg.workload.mix)
+        let m = &cfg.workload.mix;
+        let batches = match m.batch {
+            Some(0) => String::new(),
+            Some(_) => format!(", write batches of 1..={} keys", cfg.workload.max_batch),
+            None => format!(
+                " (+ batch {} on engines with atomic write batches: 1..={} keys)",
+                crate::workload::DEFAULT_BATCH_WEIGHT,
+                cfg.workload.max_batch
+            ),
+        };
+        let names = if m.batch.is_some() {
+            "put,delete,get,scan,batch"
+        } else {
+            "put,delete,get,scan"
+        };
+        format!("mix {names} = {m}{batches}")
     };
     format!(
         "engine {}, mode {mode}, {} threads{racing}, {} keys, values {MIN_VALUE_LEN} B..{} B, \

@@ -27,6 +27,7 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use crate::batch::{BatchLog, BatchWrite, Relation, relation_by_version};
 use crate::race::RaceLog;
 
 /// The largest version a key can reach (28 bits).
@@ -165,6 +166,8 @@ pub struct ExpectedState {
     /// With racing writers: the round's write histories (the words then hold the state
     /// carried over from the last recovery, and `max_issued`).
     race: Option<RaceLog>,
+    /// The round's write batches (see [`crate::batch`]).
+    batches: BatchLog,
 }
 
 impl ExpectedState {
@@ -176,6 +179,21 @@ impl ExpectedState {
             words: (0..n).map(|_| AtomicU64::new(0)).collect(),
             last_delete: (0..n).map(|_| AtomicU32::new(0)).collect(),
             race: None,
+            batches: BatchLog::default(),
+        }
+    }
+
+    /// The round's write batches.
+    pub fn batches(&self) -> &BatchLog {
+        &self.batches
+    }
+
+    /// How what key `w.id` holds (`found`, already checked by the per-key rule) relates
+    /// to the batch write `w` (see [`crate::batch`]).
+    pub fn relation(&self, found: Observed, w: &BatchWrite) -> Relation {
+        match &self.race {
+            Some(race) => race.relation(found, w),
+            None => relation_by_version(found, w, self.last_delete(w.id)),
         }
     }
 

@@ -10,7 +10,10 @@
 //!   verifier tells "acknowledged and lost" from "in flight";
 //! - [`value_codec`]: values that carry their key's hash, their version and a checksum;
 //! - [`race`]: racing writers' histories and the linearizability rule that judges them;
-//! - [`workload`]: N threads of put / delete / get / scan, every read checked live;
+//! - [`workload`]: N threads of put / delete / get / scan / write batch, every read
+//!   checked live;
+//! - [`batch`]: write batches in the workload and the rule that judges them after a crash
+//!   (all or nothing: a torn batch is a violation; issue 24);
 //! - [`verify`]: the per-key windows, the full verification after recovery, [`Violation`];
 //! - [`modes`]: `kill`, `pmem-image`, `flash-faults`, `persist-points`, `space` (full
 //!   tiers: fill until `NoSpace`, delete, write again, reopen; issue 23);
@@ -26,6 +29,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod batch;
 mod cli;
 pub mod expected_state;
 pub mod modes;

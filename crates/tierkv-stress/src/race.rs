@@ -39,6 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 use tierkv_testkit::{RacingWrite, ReadBounds};
 
+use crate::batch::{BatchWrite, Relation};
 use crate::expected_state::{KeySpace, KeyState, MAX_VERSION, Observed, VersionsExhausted};
 use crate::value_codec::{self, ValueSizes};
 
@@ -268,6 +269,34 @@ impl RaceLog {
             ));
         }
         Ok(Observed::Version(v))
+    }
+
+    /// How `found` (what key `w.id` holds) relates to the batch write `w`: a write
+    /// acknowledged before `w` began (or the carried-over state) is *before* it; a
+    /// write that overlapped it or came after says nothing (see [`crate::batch`]).
+    pub fn relation(&self, found: Observed, w: &BatchWrite) -> Relation {
+        let h = self.hist(w.id).lock();
+        let Some(x) = h.writes.get(&w.version) else {
+            return Relation::Unknown;
+        };
+        let done_before = |r: &Rec| r.ack.is_some_and(|a| a < x.begin);
+        match found {
+            Observed::Version(v) if v == w.version && !w.delete => Relation::Applied,
+            Observed::Version(v) => match h.writes.get(&v) {
+                Some(r) if done_before(r) => Relation::Before,
+                Some(_) => Relation::Unknown,
+                // The carried-over state: acknowledged at time 0.
+                None => Relation::Before,
+            },
+            Observed::Absent if w.delete => Relation::Unknown,
+            Observed::Absent => {
+                if h.writes.values().all(|r| !r.delete || done_before(r)) {
+                    Relation::Before
+                } else {
+                    Relation::Unknown
+                }
+            }
+        }
     }
 
     /// What key `id` may hold in `w`, in words.

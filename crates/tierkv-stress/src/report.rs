@@ -85,6 +85,12 @@ pub struct RunReport {
     pub gets: u64,
     /// Checked scans.
     pub scans: u64,
+    /// Acknowledged write batches.
+    pub batches: u64,
+    /// Keys written by acknowledged write batches.
+    pub batch_keys: u64,
+    /// Write batches checked for all-or-nothing after crashes.
+    pub batches_checked: u64,
     /// Keys verified after recoveries.
     pub keys_verified: u64,
     /// Keys with a write in flight at a crash.
@@ -142,7 +148,7 @@ impl RunReport {
 
     /// All operations.
     pub fn operations(&self) -> u64 {
-        self.puts + self.deletes + self.gets + self.scans
+        self.puts + self.deletes + self.gets + self.scans + self.batches
     }
 
     /// Adds a workload's counters.
@@ -151,6 +157,8 @@ impl RunReport {
         self.deletes += c.deletes.get();
         self.gets += c.gets.get();
         self.scans += c.scans.get();
+        self.batches += c.batches.get();
+        self.batch_keys += c.batch_keys.get();
     }
 
     /// Adds one recovery: the reopen took `took`, of which the engine reports
@@ -167,6 +175,7 @@ impl RunReport {
         self.keys_verified += v.keys_verified;
         self.in_flight += v.in_flight;
         self.in_flight_applied += v.in_flight_applied;
+        self.batches_checked += v.batches_checked;
         self.add_violations(v.violations);
     }
 
@@ -243,6 +252,13 @@ impl RunReport {
             ms(self.recovery_max),
             ms(self.mean(self.engine_recovery_total)),
         );
+        if self.batches > 0 || self.batches_checked > 0 {
+            let _ = write!(
+                s,
+                ", {} write batches acknowledged ({} keys), {} batches checked all-or-nothing",
+                self.batches, self.batch_keys, self.batches_checked
+            );
+        }
         if self.crash_points > 0 || self.persists_counted > 0 {
             let _ = write!(
                 s,

@@ -21,12 +21,16 @@
 //! the key space or never written (a phantom), and no key missing from the part of the key
 //! space the scan covered when the key was present and acknowledged throughout the scan.
 //!
+//! After the per-key checks, [`verify_store`] checks every write batch of the round for
+//! all-or-nothing ([`crate::batch`]: a torn batch is a violation).
+//!
 //! Thread safety: pure functions over a shared [`ExpectedState`]; any number of threads.
 
 use std::ops::Bound;
 
 use tierkv::{Db, Error};
 
+use crate::batch::check_batches;
 use crate::expected_state::{ExpectedState, KeySpace, KeyState, Observed};
 use crate::race::{RaceLog, RaceWindow, ReadStart};
 use crate::value_codec::{self, ValueSizes};
@@ -329,6 +333,8 @@ pub struct VerifyOutcome {
     pub in_flight_applied: u64,
     /// Whether the full scan ran (false for engines without scans).
     pub scanned: bool,
+    /// Write batches of the round checked for all-or-nothing ([`crate::batch`]).
+    pub batches_checked: u64,
     /// What was wrong.
     pub violations: Vec<Violation>,
 }
@@ -397,7 +403,12 @@ pub fn verify_store(
         }
     }
     scan_all(db, space, &seen, context, &mut out);
+    let observed: Vec<Option<Observed>> = seen.iter().map(|s| s.as_ref().map(|s| s.0)).collect();
+    let (batches, torn) = check_batches(state, &observed, context);
+    out.batches_checked = batches;
+    out.violations.extend(torn);
     if resolve && out.ok() {
+        state.batches().reset();
         for (id, s) in seen.iter().enumerate() {
             if let (Some((obs, _)), Ok(id)) = (s, u32::try_from(id)) {
                 state.resolve(id, *obs);

@@ -31,9 +31,10 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tierkv::{Db, Error};
+use tierkv::{Db, Error, WriteBatch};
 use tierkv_core::Counter;
 
+use crate::batch::{BatchWrite, MAX_STRESS_BATCH};
 use crate::expected_state::{ExpectedState, KeySpace};
 use crate::value_codec::ValueSizes;
 use crate::verify::{Check, Violation, open_read, violation};
@@ -49,7 +50,13 @@ pub struct OpMix {
     pub get: u32,
     /// Scans (turned into gets on engines without scans).
     pub scan: u32,
+    /// Write batches ([`crate::batch`]); `None`: [`DEFAULT_BATCH_WEIGHT`] on engines with
+    /// crash-atomic batches (`Db::atomic_batches`), none on the others.
+    pub batch: Option<u32>,
 }
+
+/// The batch weight when `--mix` gives none and the engine has atomic batches.
+pub const DEFAULT_BATCH_WEIGHT: u32 = 10;
 
 impl Default for OpMix {
     fn default() -> Self {
@@ -58,25 +65,30 @@ impl Default for OpMix {
             delete: 15,
             get: 30,
             scan: 10,
+            batch: None,
         }
     }
 }
 
 impl std::str::FromStr for OpMix {
     type Err = String;
-    /// `PUT,DELETE,GET,SCAN` weights, e.g. `45,15,30,10`.
+    /// `PUT,DELETE,GET,SCAN[,BATCH]` weights, e.g. `45,15,30,10` or `40,10,30,10,10`.
     fn from_str(s: &str) -> Result<Self, String> {
         let parts: Vec<u32> = s
             .split(',')
             .map(|p| p.trim().parse::<u32>())
             .collect::<Result<_, _>>()
             .map_err(|e| format!("op mix {s:?}: {e}"))?;
-        let [put, delete, get, scan] = parts[..] else {
-            return Err(format!(
-                "op mix {s:?}: expected four weights PUT,DELETE,GET,SCAN"
-            ));
+        let (put, delete, get, scan, batch) = match parts[..] {
+            [put, delete, get, scan] => (put, delete, get, scan, None),
+            [put, delete, get, scan, batch] => (put, delete, get, scan, Some(batch)),
+            _ => {
+                return Err(format!(
+                    "op mix {s:?}: expected four or five weights PUT,DELETE,GET,SCAN[,BATCH]"
+                ));
+            }
         };
-        if put + delete == 0 {
+        if put + delete + batch.unwrap_or(0) == 0 {
             return Err(format!("op mix {s:?}: a stress run needs puts or deletes"));
         }
         Ok(OpMix {
@@ -84,13 +96,18 @@ impl std::str::FromStr for OpMix {
             delete,
             get,
             scan,
+            batch,
         })
     }
 }
 
 impl std::fmt::Display for OpMix {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{},{},{},{}", self.put, self.delete, self.get, self.scan)
+        write!(f, "{},{},{},{}", self.put, self.delete, self.get, self.scan)?;
+        match self.batch {
+            Some(b) => write!(f, ",{b}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -100,17 +117,28 @@ enum Op {
     Delete,
     Get,
     Scan,
+    Batch,
 }
 
 impl OpMix {
-    fn pick(&self, rng: &mut impl Rng, scans: bool) -> Op {
+    /// The batch weight on a store whose engine has (`atomic`) or lacks atomic batches.
+    pub fn batch_weight(&self, atomic: bool) -> u32 {
+        match self.batch {
+            Some(b) => b,
+            None if atomic => DEFAULT_BATCH_WEIGHT,
+            None => 0,
+        }
+    }
+
+    fn pick(&self, rng: &mut impl Rng, scans: bool, batch: u32) -> Op {
         let scan = if scans { self.scan } else { 0 };
-        let total = self.put + self.delete + self.get + scan;
+        let total = self.put + self.delete + self.get + batch + scan;
         let mut x = rng.random_range(0..total.max(1));
         for (w, op) in [
             (self.put, Op::Put),
             (self.delete, Op::Delete),
             (self.get, Op::Get),
+            (batch, Op::Batch),
         ] {
             if x < w {
                 return op;
@@ -139,6 +167,9 @@ pub struct WorkloadConfig {
     /// on to a random one now and then, so N writes (puts and deletes) to a key race;
     /// the expected state must then be [`ExpectedState::racing`].
     pub writers_per_key: usize,
+    /// Most keys of one write batch (each batch writes 1..=max_batch distinct keys; at
+    /// most [`MAX_STRESS_BATCH`]).
+    pub max_batch: usize,
 }
 
 /// Told about every write before the engine is called and after it acknowledged: kill
@@ -148,6 +179,18 @@ pub trait WriteObserver: Send + Sync {
     fn announce(&self, id: u32, version: u32, delete: bool);
     /// `version` of key `id` was acknowledged.
     fn acked(&self, id: u32, version: u32, delete: bool);
+    /// The writes of one batch are about to be applied (one engine call).
+    fn announce_batch(&self, writes: &[BatchWrite]) {
+        for w in writes {
+            self.announce(w.id, w.version, w.delete);
+        }
+    }
+    /// The batch was acknowledged.
+    fn acked_batch(&self, writes: &[BatchWrite]) {
+        for w in writes {
+            self.acked(w.id, w.version, w.delete);
+        }
+    }
 }
 
 /// An observer that ignores everything (in-process modes).
@@ -171,6 +214,10 @@ pub struct OpCounts {
     pub scans: Counter,
     /// Rows returned by checked scans.
     pub scan_rows: Counter,
+    /// Acknowledged write batches.
+    pub batches: Counter,
+    /// Keys written by acknowledged write batches.
+    pub batch_keys: Counter,
     /// Writes refused with `NoSpace` (only counted when refusals are allowed, see
     /// [`Workload::allow_refusals`]; otherwise a refusal is a failed write).
     pub refused: Counter,
@@ -181,7 +228,11 @@ pub struct OpCounts {
 impl OpCounts {
     /// All operations.
     pub fn total(&self) -> u64 {
-        self.puts.get() + self.deletes.get() + self.gets.get() + self.scans.get()
+        self.puts.get()
+            + self.deletes.get()
+            + self.gets.get()
+            + self.scans.get()
+            + self.batches.get()
     }
 }
 
@@ -211,6 +262,8 @@ pub struct Workload<'a> {
     stop: AtomicBool,
     crashed: AtomicBool,
     scans: AtomicBool,
+    /// The batch weight of the mix on this store (see [`OpMix::batch_weight`]).
+    batch_weight: u32,
     /// A write refused with `NoSpace` stays in flight and the workers go on (space mode).
     refusals_allowed: bool,
     /// Counters of checked operations.
@@ -236,6 +289,7 @@ impl<'a> Workload<'a> {
         context: String,
     ) -> Self {
         let n = state.space().count() as usize;
+        let batch_weight = cfg.mix.batch_weight(db.atomic_batches());
         let group_keys = (0..cfg.threads.max(1))
             .map(|g| AtomicU32::new((g as u32).wrapping_mul(7919) % n.max(1) as u32))
             .collect();
@@ -252,6 +306,7 @@ impl<'a> Workload<'a> {
             stop: AtomicBool::new(false),
             crashed: AtomicBool::new(false),
             scans: AtomicBool::new(true),
+            batch_weight,
             refusals_allowed: false,
             counts: OpCounts::default(),
             violations: Mutex::new(Vec::new()),
@@ -329,6 +384,14 @@ impl<'a> Workload<'a> {
 
     /// Runs the worker threads until [`Workload::stop`]; returns what went wrong.
     pub fn run(&self) -> WorkloadEnd {
+        if self.batch_weight > 0 && !self.db.atomic_batches() {
+            self.fail_write(format!(
+                "the mix asks for write batches (weight {}), but engine {} has no crash-atomic \
+                 write batches (Db::atomic_batches is false); drop the fifth weight of --mix",
+                self.batch_weight,
+                self.db.descriptor().name
+            ));
+        }
         std::thread::scope(|s| {
             for t in 0..self.cfg.threads.max(1) {
                 let seed = self.cfg.seed ^ (t as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -376,14 +439,15 @@ impl<'a> Workload<'a> {
                 p();
             }
             let id = self.next_key(&mut rng, thread);
-            match self
-                .cfg
-                .mix
-                .pick(&mut rng, self.scans.load(Ordering::Relaxed))
-            {
+            match self.cfg.mix.pick(
+                &mut rng,
+                self.scans.load(Ordering::Relaxed),
+                self.batch_weight,
+            ) {
                 Op::Put => self.write(id, false),
                 Op::Delete => self.write(id, true),
                 Op::Get => self.get(id),
+                Op::Batch => self.batch(id, &mut rng),
                 Op::Scan => {
                     let limit = rng.random_range(1..=self.cfg.max_scan.max(1));
                     self.scan(id, limit);
@@ -443,6 +507,85 @@ impl<'a> Workload<'a> {
             Err(e) => {
                 let op = if delete { "delete" } else { "put" };
                 self.fail_write(format!("{op} of {} v#{version}: {e}", KeySpace::show(&key)));
+            }
+        }
+    }
+
+    /// A write batch of 1..=max_batch distinct keys starting with `first` (the group's
+    /// current key with racing writers, so batches race with the group's single writes),
+    /// puts and deletes in the mix's proportion. With one writer per key the batch holds
+    /// the locks of all its keys (taken in key order, so never a deadlock).
+    fn batch(&self, first: u32, rng: &mut ChaCha8Rng) {
+        let space = self.state.space();
+        let count = space.count();
+        let n = rng
+            .random_range(1..=self.cfg.max_batch.clamp(1, MAX_STRESS_BATCH))
+            .min(count as usize);
+        let mut ids = std::collections::BTreeSet::from([first]);
+        while ids.len() < n {
+            ids.insert(rng.random_range(0..count));
+        }
+        let deletes = self.cfg.mix.delete;
+        let writes_total = (self.cfg.mix.put + deletes).max(1);
+        let _guards: Vec<_> = if self.racing() {
+            Vec::new()
+        } else {
+            ids.iter()
+                .filter_map(|id| self.locks.get(*id as usize).map(Mutex::lock))
+                .collect()
+        };
+        let mut writes = Vec::with_capacity(ids.len());
+        for &id in &ids {
+            let delete = rng.random_range(0..writes_total) < deletes;
+            match self.state.begin_write(id, delete) {
+                Ok(version) => writes.push(BatchWrite {
+                    id,
+                    version,
+                    delete,
+                }),
+                Err(e) => {
+                    // NOTE: the writes announced so far stay in flight, as for a failed
+                    // write.
+                    self.fail_write(e.to_string());
+                    return;
+                }
+            }
+        }
+        let mut batch = WriteBatch::new();
+        for w in &writes {
+            let key = space.key(w.id);
+            if w.delete {
+                batch.delete(key);
+            } else {
+                let value = self.cfg.sizes.value(&key, w.version);
+                batch.put(key, value);
+            }
+        }
+        self.state.batches().record(writes.clone());
+        self.observer.announce_batch(&writes);
+        let started = Instant::now();
+        let result = self.db.write(&batch);
+        let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.counts
+            .max_write_micros
+            .fetch_max(took, Ordering::Relaxed);
+        match result {
+            Ok(()) => {
+                for w in &writes {
+                    self.state.commit(w.id, w.version);
+                }
+                self.observer.acked_batch(&writes);
+                self.counts.batches.incr();
+                self.counts.batch_keys.add(writes.len() as u64);
+            }
+            Err(Error::NoSpace { .. }) if self.refusals_allowed => self.counts.refused.incr(),
+            Err(e) => {
+                let first = writes.first().map_or(0, |w| w.id);
+                self.fail_write(format!(
+                    "write batch of {} keys from {}: {e}",
+                    writes.len(),
+                    KeySpace::show(&space.key(first))
+                ));
             }
         }
     }
@@ -611,6 +754,16 @@ mod tests {
         assert!("1,2,3".parse::<OpMix>().is_err());
         assert!("0,0,50,50".parse::<OpMix>().is_err());
         assert!("a,b,c,d".parse::<OpMix>().is_err());
+        let b: OpMix = "40,10,30,10,10".parse().unwrap();
+        assert_eq!(
+            (b.batch, b.to_string()),
+            (Some(10), "40,10,30,10,10".to_owned())
+        );
+        assert_eq!(b.batch_weight(false), 10);
+        assert_eq!(OpMix::default().batch_weight(true), DEFAULT_BATCH_WEIGHT);
+        assert_eq!(OpMix::default().batch_weight(false), 0);
+        assert!("0,0,50,50,5".parse::<OpMix>().is_ok());
+        assert!("1,2,3,4,5,6".parse::<OpMix>().is_err());
     }
 
     #[test]
@@ -620,10 +773,13 @@ mod tests {
             delete: 1,
             get: 0,
             scan: 99,
+            batch: None,
         };
         let mut rng = ChaCha8Rng::seed_from_u64(1);
-        assert!((0..1000).all(|_| m.pick(&mut rng, false) != Op::Scan));
-        assert!((0..1000).any(|_| m.pick(&mut rng, true) == Op::Scan));
+        assert!((0..1000).all(|_| m.pick(&mut rng, false, 0) != Op::Scan));
+        assert!((0..1000).any(|_| m.pick(&mut rng, true, 0) == Op::Scan));
+        assert!((0..1000).all(|_| m.pick(&mut rng, true, 0) != Op::Batch));
+        assert!((0..1000).any(|_| m.pick(&mut rng, true, 50) == Op::Batch));
     }
 
     fn scan_setup() -> (ExpectedState, ValueSizes, KeySpace) {

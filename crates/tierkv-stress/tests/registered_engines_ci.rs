@@ -47,10 +47,21 @@ fn every_registered_engine_passes_each_applicable_mode_or_is_refused() {
                 ("flash-faults", _) => &["--keys", "3000"],
                 _ => &[],
             };
-            let run = common::ci_run(d.name, mode, 601, 4, extra);
+            let extra = [
+                extra,
+                common::batch_flags(d.name, mode),
+                common::crash_batch_flags(d.name, mode),
+            ]
+            .concat();
+            let run = common::ci_run(d.name, mode, 601, 4, &extra);
             common::assert_passed(&run, 4);
         }
-        let run = common::ci_run(d.name, "kill", 602, 3, &["--pmem-mode", "tracked"]);
+        let extra = [
+            &["--pmem-mode", "tracked"],
+            common::crash_batch_flags(d.name, "kill-tracked"),
+        ]
+        .concat();
+        let run = common::ci_run(d.name, "kill", 602, 3, &extra);
         common::assert_passed(&run, 3);
     }
 }

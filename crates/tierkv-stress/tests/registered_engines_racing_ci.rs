@@ -11,8 +11,15 @@ use tierkv::Tier;
 #[test]
 fn every_registered_engine_passes_racing_writers() {
     for d in tierkv::ENGINES.iter().filter(|d| !d.volatile) {
-        let mut runs: Vec<(String, &str, Vec<&str>)> =
-            vec![(d.name.to_owned(), "kill", vec!["--pmem-mode", "tracked"])];
+        let mut runs: Vec<(String, &str, Vec<&str>)> = vec![(
+            d.name.to_owned(),
+            "kill",
+            [
+                &["--pmem-mode", "tracked"],
+                common::crash_batch_flags(d.name, "kill-tracked"),
+            ]
+            .concat(),
+        )];
         if d.uses(Tier::Pmem) {
             let variants: Vec<String> = if d.variants.len() > 1 {
                 d.variants
@@ -28,6 +35,7 @@ fn every_registered_engine_passes_racing_writers() {
         }
         for (engine, mode, mut extra) in runs {
             println!("== {engine} in {mode} mode, racing writers");
+            extra.extend(common::crash_batch_flags(&engine, mode));
             extra.extend(["--writers-per-key", "3"]);
             let run = common::ci_run(&engine, mode, 1710, 2, &extra);
             common::assert_passed(&run, 2);

@@ -16,7 +16,8 @@ const KNOWN_FAILING: &[(&str, &str)] = &[];
 
 /// Runs two CI-sized space rounds of `spec` and asserts that they passed.
 fn passes_two_rounds(spec: &str, seed: u64) {
-    let run = common::space_run(spec, seed, 2, "4MiB", CI_FLAGS);
+    let flags = [CI_FLAGS, common::batch_flags(spec, "space")].concat();
+    let run = common::space_run(spec, seed, 2, "4MiB", &flags);
     common::assert_space_passed(&run, 2);
 }
 

@@ -96,6 +96,7 @@ fn run_workload(db: &Db, state: &ExpectedState, seed: u64, time: Duration) -> (W
         sizes: ValueSizes::up_to(2048),
         seed,
         writers_per_key: 1,
+        max_batch: 8,
     };
     println!("workload seed {seed}");
     let wl = Workload::new(db, state, cfg, &NoObserver, "test".into());

@@ -62,8 +62,11 @@ pub struct BenchArgs {
     /// against the first. [default: every engine of this build]
     #[arg(long, value_name = "SPEC,...")]
     pub engines: Option<String>,
-    /// Workloads, in order: `load` and YCSB's `a`..`f` (`s`: 95% scan, 5% update). The load
-    /// always runs first; it is reported when listed.
+    /// Workloads, in order: `load` and YCSB's `a`..`f` (`s`: 95% scan, 5% update;
+    /// `batch10` / `batch100`: every operation one crash-atomic WriteBatch of 10 / 100 puts
+    /// of --value-size over uniform existing keys, reported as batches/s, keys/s and latency
+    /// per batch; "unsupported" on engines without atomic batches). The load always runs
+    /// first; it is reported when listed.
     #[arg(long, value_name = "NAME,...", default_value = DEFAULT_WORKLOADS)]
     pub workloads: String,
     /// Records loaded before the workloads.

@@ -51,16 +51,20 @@ pub enum OpKind {
     Scan,
     /// A get then a put of the same key, timed as one operation.
     ReadModifyWrite,
+    /// One crash-atomic write batch of puts over existing keys (`Db::write`), timed as one
+    /// operation.
+    Batch,
 }
 
 impl OpKind {
     /// Every kind, in report order.
-    pub const ALL: [OpKind; 5] = [
+    pub const ALL: [OpKind; 6] = [
         OpKind::Read,
         OpKind::Update,
         OpKind::Insert,
         OpKind::Scan,
         OpKind::ReadModifyWrite,
+        OpKind::Batch,
     ];
 
     /// The name in reports and JSON.
@@ -71,6 +75,7 @@ impl OpKind {
             OpKind::Insert => "insert",
             OpKind::Scan => "scan",
             OpKind::ReadModifyWrite => "rmw",
+            OpKind::Batch => "batch",
         }
     }
 
@@ -128,6 +133,8 @@ pub struct Mix {
     pub scan: f64,
     /// Read-modify-writes.
     pub rmw: f64,
+    /// Write batches (of [`Workload::batch_size`] puts).
+    pub batch: f64,
 }
 
 impl Mix {
@@ -137,15 +144,17 @@ impl Mix {
         insert: 0.0,
         scan: 0.0,
         rmw: 0.0,
+        batch: 0.0,
     };
 
-    fn weights(&self) -> [(OpKind, f64); 5] {
+    fn weights(&self) -> [(OpKind, f64); 6] {
         [
             (OpKind::Read, self.read),
             (OpKind::Update, self.update),
             (OpKind::Insert, self.insert),
             (OpKind::Scan, self.scan),
             (OpKind::ReadModifyWrite, self.rmw),
+            (OpKind::Batch, self.batch),
         ]
     }
 
@@ -193,6 +202,8 @@ pub struct Workload {
     pub distribution: Distribution,
     /// Scan lengths, drawn uniformly from this inclusive range.
     pub scan_length: (u64, u64),
+    /// Puts per write batch (0: the workload issues no batches).
+    pub batch_size: usize,
 }
 
 /// YCSB's scan lengths in workload E (`maxscanlength=100`, uniform).
@@ -210,6 +221,7 @@ pub static WORKLOADS: &[Workload] = &[
         },
         distribution: Distribution::Zipfian,
         scan_length: SCAN_LENGTH,
+        batch_size: 0,
     },
     Workload {
         name: "b",
@@ -221,6 +233,7 @@ pub static WORKLOADS: &[Workload] = &[
         },
         distribution: Distribution::Zipfian,
         scan_length: SCAN_LENGTH,
+        batch_size: 0,
     },
     Workload {
         name: "c",
@@ -231,6 +244,7 @@ pub static WORKLOADS: &[Workload] = &[
         },
         distribution: Distribution::Zipfian,
         scan_length: SCAN_LENGTH,
+        batch_size: 0,
     },
     Workload {
         name: "d",
@@ -242,6 +256,7 @@ pub static WORKLOADS: &[Workload] = &[
         },
         distribution: Distribution::Latest,
         scan_length: SCAN_LENGTH,
+        batch_size: 0,
     },
     Workload {
         name: "e",
@@ -253,6 +268,7 @@ pub static WORKLOADS: &[Workload] = &[
         },
         distribution: Distribution::Zipfian,
         scan_length: SCAN_LENGTH,
+        batch_size: 0,
     },
     Workload {
         name: "f",
@@ -264,6 +280,7 @@ pub static WORKLOADS: &[Workload] = &[
         },
         distribution: Distribution::Zipfian,
         scan_length: SCAN_LENGTH,
+        batch_size: 0,
     },
     Workload {
         name: "s",
@@ -275,6 +292,29 @@ pub static WORKLOADS: &[Workload] = &[
         },
         distribution: Distribution::Zipfian,
         scan_length: SCAN_LENGTH,
+        batch_size: 0,
+    },
+    Workload {
+        name: "batch10",
+        summary: "write batches: 100% WriteBatch of 10 puts (uniform keys)",
+        mix: Mix {
+            batch: 1.0,
+            ..Mix::NONE
+        },
+        distribution: Distribution::Uniform,
+        scan_length: SCAN_LENGTH,
+        batch_size: 10,
+    },
+    Workload {
+        name: "batch100",
+        summary: "write batches: 100% WriteBatch of 100 puts (uniform keys)",
+        mix: Mix {
+            batch: 1.0,
+            ..Mix::NONE
+        },
+        distribution: Distribution::Uniform,
+        scan_length: SCAN_LENGTH,
+        batch_size: 100,
     },
 ];
 
@@ -432,6 +472,9 @@ pub enum Op {
     Scan(u64, usize),
     /// Get, then put, the key.
     ReadModifyWrite(u64),
+    /// A write batch of this many puts over existing keys (drawn by
+    /// [`OpStream::batch_keys`]).
+    Batch(usize),
 }
 
 impl Op {
@@ -443,6 +486,7 @@ impl Op {
             Op::Insert(_) => OpKind::Insert,
             Op::Scan(..) => OpKind::Scan,
             Op::ReadModifyWrite(_) => OpKind::ReadModifyWrite,
+            Op::Batch(_) => OpKind::Batch,
         }
     }
 }
@@ -494,6 +538,7 @@ impl<'k> OpStream<'k> {
             OpKind::Read => Op::Read(self.next_keynum()),
             OpKind::Update => Op::Update(self.next_keynum()),
             OpKind::ReadModifyWrite => Op::ReadModifyWrite(self.next_keynum()),
+            OpKind::Batch => Op::Batch(self.workload.batch_size.max(1)),
             OpKind::Scan => {
                 let k = self.next_keynum();
                 let len = self.scan_length.next_value(&mut self.rng);
@@ -505,6 +550,16 @@ impl<'k> OpStream<'k> {
     /// Writes the value of the next update or insert into `out`, from this stream's RNG.
     pub fn fill_value(&mut self, values: &ValueSource, out: &mut Vec<u8>) {
         values.fill(&mut self.rng, out);
+    }
+
+    /// Draws the `n` keys of a write batch into `out` (repeats are possible; a batch keeps
+    /// the last put of a key, so it may then hold fewer than `n` keys).
+    pub fn batch_keys(&mut self, n: usize, out: &mut Vec<u64>) {
+        out.clear();
+        for _ in 0..n {
+            let k = self.next_keynum();
+            out.push(k);
+        }
     }
 
     /// The key space the stream draws from.
@@ -538,7 +593,8 @@ mod tests {
 
     #[test]
     fn the_same_seed_gives_the_same_operation_stream() {
-        for w in WORKLOADS {
+        // NOTE: batch workloads issue only `Batch(n)`; their keys are checked below.
+        for w in WORKLOADS.iter().filter(|w| w.batch_size == 0) {
             let seed = 0x5eed_0040;
             assert_eq!(
                 stream_ops(w, seed, 5_000),
@@ -553,6 +609,40 @@ mod tests {
                 w.name
             );
         }
+    }
+
+    fn batch_stream(w: &Workload, seed: u64) -> Vec<u64> {
+        let keys = KeySpace::new(1_000);
+        let mut s = OpStream::new(
+            *w,
+            &keys,
+            KeyChooser::new(w.distribution, 1_000, 0),
+            seed,
+            0,
+        );
+        let mut all = Vec::new();
+        let mut batch = Vec::new();
+        for _ in 0..50 {
+            let Op::Batch(n) = s.next_op() else {
+                panic!("{} issued another operation", w.name);
+            };
+            assert_eq!(n, w.batch_size);
+            s.batch_keys(n, &mut batch);
+            assert_eq!(batch.len(), n);
+            assert!(batch.iter().all(|k| *k < 1_000));
+            all.extend_from_slice(&batch);
+        }
+        all
+    }
+
+    #[test]
+    fn batch_workloads_issue_batches_of_their_size_over_loaded_keys_by_seed() {
+        for name in ["batch10", "batch100"] {
+            let w = workload(name).unwrap();
+            assert_eq!(batch_stream(w, 1), batch_stream(w, 1), "{name}");
+            assert_ne!(batch_stream(w, 1), batch_stream(w, 2), "{name}");
+        }
+        assert!(parse_phases("load,batch10,batch100").is_ok());
     }
 
     #[test]

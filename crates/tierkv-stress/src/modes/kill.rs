@@ -17,6 +17,8 @@
 //! @tks ready                      the store is open, the workload starts
 //! @tks P <key> <version> <0|1>    about to write (1: a delete)       — before the call
 //! @tks A <key> <version> <0|1>    acknowledged                       — after it returned
+//! @tks BP <key>:<version>:<0|1> ...   a write batch about to be applied — before the call
+//! @tks BA <key>:<version>:<0|1> ...   the batch acknowledged               — after it returned
 //! @tks N <puts> <deletes> <gets> <scans>   operation counters (every 100 ms)
 //! @tks M                          power-loss kill: the crash image is being taken now
 //! @tks C                          power-loss kill: the crash image is written
@@ -347,6 +349,8 @@ fn parent_round(
     child.kill_and_drain(&mut log, state)?;
     report.puts += log.acks.0;
     report.deletes += log.acks.1;
+    report.batches += log.batch_acks.0;
+    report.batch_keys += log.batch_acks.1;
     report.gets += log.counts[2];
     report.scans += log.counts[3];
     if !log.violations.is_empty() || !log.failures.is_empty() || !killed_in_time {

@@ -159,6 +159,7 @@ impl Cutter {
         let Some(at) = ExpectedState::decode(&self.state.encode()) else {
             return;
         };
+        at.batches().replace(self.state.batches().all());
         for (id, b) in before.iter().enumerate() {
             if let Ok(id) = u32::try_from(id) {
                 at.rewind(id, *b);

@@ -333,7 +333,8 @@ impl FlashLog {
             | Fault::FreeWhileRead
             | Fault::LoseOnRefusal
             | Fault::RefuseDeletesWhenFull
-            | Fault::HangWhenFull => w.file.sync(),
+            | Fault::HangWhenFull
+            | Fault::LoopBatches => w.file.sync(),
         }
     }
 

@@ -12,7 +12,8 @@
 //! Variants (after `:`): `correct` (the default), `ack-before-persist` (acknowledges a
 //! write before it is durable), `skip-persist` (skips one persist of its protocol), and
 //! for `reflog` also `lose-race-winner`, `ack-before-move-persist`, `free-while-read`,
-//! `lose-on-refusal`, `refuse-deletes-when-full` and `hang-when-full` (see [`Fault`]). Each
+//! `lose-on-refusal`, `refuse-deletes-when-full`, `hang-when-full` and `loop-batches`
+//! (see [`Fault`]). Only `reflog` has write batches (committed by one commit word). Each
 //! engine module's doc states its protocol and exactly what its broken variants skip.
 //!
 //! Records share one codec ([`record`]), which has a fuzz target.
@@ -61,6 +62,9 @@ pub enum Fault {
     /// `reflog` only: the first put that does not fit never returns (it sleeps forever
     /// holding the writer lock), so every later write hangs too.
     HangWhenFull,
+    /// `reflog` only: write batches applied as a loop of puts and deletes, one commit
+    /// each, while `atomic_batches()` says they are atomic (a crash tears a batch).
+    LoopBatches,
 }
 
 /// The variants, default first.
@@ -74,6 +78,7 @@ pub const VARIANTS: &[&str] = &[
     "lose-on-refusal",
     "refuse-deletes-when-full",
     "hang-when-full",
+    "loop-batches",
 ];
 
 fn fault_of(desc: &EngineDescriptor, ctx: &EngineContext) -> Result<Fault> {
@@ -86,6 +91,7 @@ fn fault_of(desc: &EngineDescriptor, ctx: &EngineContext) -> Result<Fault> {
         "lose-on-refusal" => Fault::LoseOnRefusal,
         "refuse-deletes-when-full" => Fault::RefuseDeletesWhenFull,
         "hang-when-full" => Fault::HangWhenFull,
+        "loop-batches" => Fault::LoopBatches,
         _ => Fault::None,
     })
 }

@@ -56,6 +56,15 @@
 //! - `hang-when-full`: the first put that does not fit sleeps forever, holding the writer
 //!   lock (a write that never returns).
 //!
+//! # Batches
+//! A write batch appends the records of all its operations (deletes of absent keys
+//! skipped) as one run after the tail, under the writer lock, with consecutive sequence
+//! numbers; steps (2)-(4) then persist the run and store and persist one commit word that
+//! covers all of it. Crash cases as for one record: before the commit word is persisted,
+//! none of the run is part of the store; after, all of it. A batch must leave the delete
+//! reserve free, like a put. The broken variant `loop-batches` applies a batch as a loop
+//! of puts and deletes, one commit each (what a crash inside the loop tears).
+//!
 //! Named crash points (`PmemPool::crash_point`): `reflog.compact.after_copy` (moved
 //! records written, not yet persisted) and `reflog.compact.after_switch` (the commit word
 //! naming the new half stored and persisted).
@@ -71,7 +80,9 @@ use std::collections::HashMap;
 
 use parking_lot::Mutex;
 use tierkv_core::media::pmem::PmemPool;
-use tierkv_core::{EngineContext, Error, KvPair, KvStore, Result, Stats, Tier};
+use tierkv_core::{
+    BatchOp, EngineContext, Error, KvPair, KvStore, Result, Stats, Tier, WriteBatch,
+};
 
 use super::Fault;
 use super::log_core::{Index, LogCore, apply};
@@ -360,7 +371,8 @@ impl PmemLog {
             | Fault::FreeWhileRead
             | Fault::LoseOnRefusal
             | Fault::RefuseDeletesWhenFull
-            | Fault::HangWhenFull => {
+            | Fault::HangWhenFull
+            | Fault::LoopBatches => {
                 self.pool.persist(off, rec.len())?;
                 self.publish(w.half, new_tail, true)?;
             }
@@ -428,6 +440,75 @@ impl PmemLog {
         // pause widens the window, so that a CI-sized run hits it).
         std::thread::sleep(std::time::Duration::from_micros(200));
         Ok(Some(self.pool.read(off, len)?.to_vec()))
+    }
+
+    /// A write batch: every record appended after the tail as one run, persisted, then one
+    /// commit-word store makes them all part of the store (see "Batches" in the module
+    /// doc). `loop-batches` appends them one by one instead.
+    fn append_batch(&self, batch: &WriteBatch) -> Result<()> {
+        self.core.check_writable()?;
+        if self.fault == Fault::LoopBatches {
+            // BUG (deliberate): one commit per operation; a crash inside the loop leaves
+            // part of the batch.
+            for (k, op) in batch.iter() {
+                match op {
+                    BatchOp::Put(v) => self.append(Kind::Put, k, v)?,
+                    BatchOp::Delete => self.append(Kind::Delete, k, &[])?,
+                }
+            }
+            return Ok(());
+        }
+        for (k, op) in batch.iter() {
+            self.core.check_write(k, op.value().unwrap_or_default())?;
+        }
+        let mut w = self.writer.lock();
+        let ops: Vec<(Kind, &[u8], &[u8])> = {
+            let index = self.core.index();
+            batch
+                .iter()
+                .filter_map(|(k, op)| match op {
+                    BatchOp::Put(v) => Some((Kind::Put, k, v.as_slice())),
+                    // A delete of an absent key changes nothing.
+                    BatchOp::Delete => index.contains_key(k).then_some((Kind::Delete, k, &[][..])),
+                })
+                .collect()
+        };
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let len: u64 = ops
+            .iter()
+            .map(|(_, k, v)| record::encoded_len(k.len(), v.len()) as u64)
+            .sum();
+        if w.tail + len + self.delete_reserve > self.layout.half_len {
+            self.compact(&mut w)?;
+            if w.tail + len + self.delete_reserve > self.layout.half_len {
+                self.refused.store(true, Ordering::Relaxed);
+                return Err(Error::no_space(
+                    Tier::Pmem,
+                    "the write batch does not fit the reflog pool's half",
+                ));
+            }
+        }
+        let mut run = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+        let mut starts = Vec::with_capacity(ops.len());
+        for (i, (kind, k, v)) in ops.iter().enumerate() {
+            starts.push(run.len() as u64);
+            let rec = record::encode(w.next_seq + i as u64, *kind, k, v)
+                .ok_or_else(|| Error::invalid("key or value too long for a reflog record"))?;
+            run.extend_from_slice(&rec);
+        }
+        let at = self.layout.half_start(w.half) + w.tail;
+        let r = self.write_record(&mut w, &run);
+        self.core.poison_on_error(r)?;
+        for ((kind, k, v), start) in ops.iter().zip(starts) {
+            self.core.applied(*kind, k, v);
+            if self.fault == Fault::FreeWhileRead {
+                self.track(*kind, k, at + start, v.len());
+            }
+        }
+        w.next_seq += ops.len() as u64;
+        Ok(())
     }
 
     /// Copies the live pairs into the other half and switches to it.
@@ -502,6 +583,15 @@ impl KvStore for PmemLog {
 
     fn scan(&self, start: &[u8], limit: usize) -> Result<Vec<KvPair>> {
         self.core.scan(start, limit)
+    }
+
+    fn write_batch(&self, batch: &WriteBatch) -> Result<()> {
+        self.append_batch(batch)
+    }
+
+    fn atomic_batches(&self) -> bool {
+        // NOTE: `loop-batches` claims it too: that is its bug.
+        true
     }
 
     fn flush(&self) -> Result<()> {

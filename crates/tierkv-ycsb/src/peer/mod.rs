@@ -17,7 +17,7 @@ pub mod rocksdb;
 
 use std::path::PathBuf;
 
-use tierkv::{ByteSize, Db, DurabilityMode, EngineSpec, Options, Stats, Tier};
+use tierkv::{ByteSize, Db, DurabilityMode, EngineSpec, Options, Stats, Tier, WriteBatch};
 
 /// The name of the RocksDB peer in `--engines`.
 pub const ROCKSDB: &str = "rocksdb";
@@ -32,6 +32,14 @@ pub trait BenchTarget: Send + Sync {
     /// Reads up to `limit` pairs from `start` in key order; returns how many it read.
     /// [`tierkv::Error::Unsupported`] when the target cannot scan.
     fn scan(&self, start: &[u8], limit: usize) -> tierkv::Result<usize>;
+    /// Applies `batch` as one crash-atomic write, with the durability of [`BenchTarget::put`];
+    /// [`tierkv::Error::Unsupported`] when the target has no atomic batches (the default).
+    fn write_batch(&self, batch: &WriteBatch) -> tierkv::Result<()> {
+        let _ = batch;
+        Err(tierkv::Error::Unsupported(
+            "this target has no crash-atomic write batches".to_owned(),
+        ))
+    }
     /// The target's counters now.
     fn stats(&self) -> Stats;
     /// Closes the target (joins its threads, makes everything durable).
@@ -47,6 +55,9 @@ impl BenchTarget for Db {
     }
     fn scan(&self, start: &[u8], limit: usize) -> tierkv::Result<usize> {
         Db::scan(self, start.., limit).map(|rows| rows.len())
+    }
+    fn write_batch(&self, batch: &WriteBatch) -> tierkv::Result<()> {
+        Db::write(self, batch)
     }
     fn stats(&self) -> Stats {
         Db::stats(self)

@@ -5,7 +5,7 @@
 //!  "results": [{"engine": "dram:btree", "workload": "a",
 //!               "status": "ok" | "unsupported" | "failed", "message": null | "...",
 //!               "distribution": "zipfian" | "latest" | "uniform" | null,
-//!               "ops_per_sec": 123.4, "duration_s": 1.0,
+//!               "ops_per_sec": 123.4, "keys_per_sec": 0.0, "duration_s": 1.0,
 //!               "ops": {"read": {"count": 1, "mean_us": 1.0, "p50_us": 1.0, "p99_us": 1.0,
 //!                                "p999_us": 1.0, "errors": 0, "not_found": 0},
 //!                       "update": {...}},
@@ -15,10 +15,13 @@
 //!                            "reads_from_flash": 0, "dram_bytes": 0, ...}}]}
 //! ```
 //! - `engine` is the label as given on the command line; `workload` is `load`, `a` ... `f`.
-//! - `ops` holds the kinds the workload issued (`read`, `update`, `insert`, `scan`, `rmw`);
+//! - `ops` holds the kinds the workload issued (`read`, `update`, `insert`, `scan`, `rmw`,
+//!   `batch`);
 //!   `count` counts completed operations (a read that found nothing is completed and also
 //!   counted in `not_found`), `errors` failed ones; latencies are in microseconds.
-//! - `ops_per_sec` is completed operations over `duration_s`, the measured wall-clock time.
+//! - `ops_per_sec` is completed operations over `duration_s`, the measured wall-clock time;
+//!   `keys_per_sec` the keys written by write batches (`batch10`, `batch100`: batches per
+//!   second times the batch size), 0 for the other workloads.
 //! - `counters` are the target's counters as deltas over the measured part, flat: every
 //!   field of [`tierkv::Stats`] (integers; `dram_bytes` and `recovery_micros` are gauges taken
 //!   at the end), then the engine's own counters (integers) and gauges (numbers). An engine
@@ -82,6 +85,7 @@ fn result_json(r: &PhaseResult) -> Value {
         "message": r.status.message(),
         "distribution": r.distribution.map(|d| d.to_string()),
         "ops_per_sec": r.ops_per_sec(),
+        "keys_per_sec": r.keys_per_sec(),
         "duration_s": r.duration.as_secs_f64(),
         "ops": ops,
         "counters": counters_json(&r.counters),

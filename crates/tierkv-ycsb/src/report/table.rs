@@ -141,6 +141,18 @@ pub fn render_phase(phase: &Phase, results: &[&PhaseResult]) -> String {
     out.push_str(&latency_table(results).render());
     out.push_str(&counter_table(results).render());
     for r in results {
+        if let Phase::Run(w) = r.phase
+            && w.batch_size > 0
+            && !matches!(r.status, PhaseStatus::Unsupported(_))
+        {
+            let _ = writeln!(
+                out,
+                "-- {}: {} keys/s ({} puts per batch)",
+                r.engine,
+                thousands(r.keys_per_sec().round() as u64),
+                w.batch_size
+            );
+        }
         match &r.status {
             PhaseStatus::Ok => {}
             PhaseStatus::Unsupported(why) => {

@@ -130,6 +130,20 @@ impl PhaseResult {
         }
     }
 
+    /// Keys written per second by write batches (batches per second times the batch
+    /// size of the workload; 0 for workloads without batches).
+    pub fn keys_per_sec(&self) -> f64 {
+        let size = match self.phase {
+            Phase::Run(w) => w.batch_size,
+            Phase::Load => 0,
+        };
+        let secs = self.duration.as_secs_f64();
+        match self.ops.latency(OpKind::Batch) {
+            Some(h) if secs > 0.0 => h.count() as f64 * size as f64 / secs,
+            _ => 0.0,
+        }
+    }
+
     /// Failed operations, all kinds.
     pub fn errors(&self) -> u64 {
         OpKind::ALL.iter().map(|k| self.ops.errors(*k)).sum()

@@ -4,6 +4,8 @@
 //! Only the target's calls are timed: key and value bytes are built before the clock
 //! starts. A read-modify-write is one get and one put, timed together; its put is skipped
 //! when the get finds nothing (YCSB skips the update when the read fails).
+//! A write batch (`batch10`, `batch100`) is built (keys and values) before the clock starts
+//! and timed as one operation: one `write_batch` call.
 //!
 //! Outcomes: a completed operation is recorded in its histogram (a get that finds nothing
 //! also counts as not-found); a failed one is counted as an error and its first message
@@ -19,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use tierkv::Error;
+use tierkv::{Error, WriteBatch};
 
 use crate::histogram::OpHistograms;
 use crate::keys::KeyFormat;
@@ -71,6 +73,9 @@ impl Shared {
 }
 
 /// Where a worker's operations come from.
+// NOTE: one per worker thread, built once and never moved in the hot loop, so the size
+// of the mix variant (its workload, chooser and RNG) costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum OpSource<'k> {
     /// The load: inserts of the ordinals the key space hands out, until all are loaded.
@@ -132,6 +137,8 @@ pub struct Worker<'a, 'k> {
     hist: OpHistograms,
     key: Vec<u8>,
     value: Vec<u8>,
+    /// The ordinals of the current write batch.
+    batch_keys: Vec<u64>,
     unpublished: u64,
 }
 
@@ -153,6 +160,7 @@ impl<'a, 'k> Worker<'a, 'k> {
             hist: OpHistograms::new()?,
             key: Vec::with_capacity(32),
             value: Vec::new(),
+            batch_keys: Vec::new(),
             unpublished: 0,
         })
     }
@@ -214,6 +222,21 @@ impl<'a, 'k> Worker<'a, 'k> {
                 self.keys.build(k, &mut self.key);
                 let start = Instant::now();
                 let r = t.scan(&self.key, len);
+                (done(r), start, Instant::now())
+            }
+            Op::Batch(n) => {
+                let mut ordinals = std::mem::take(&mut self.batch_keys);
+                if let OpSource::Mix(s) = &mut self.source {
+                    s.batch_keys(n, &mut ordinals);
+                }
+                let mut batch = WriteBatch::new();
+                for &k in &ordinals {
+                    self.prepare_write(k);
+                    batch.put(self.key.as_slice(), self.value.as_slice());
+                }
+                self.batch_keys = ordinals;
+                let start = Instant::now();
+                let r = t.write_batch(&batch);
                 (done(r), start, Instant::now())
             }
             Op::ReadModifyWrite(k) => {

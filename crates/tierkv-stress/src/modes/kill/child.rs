@@ -18,6 +18,7 @@ use tierkv::core::media::pmem::CrashImageOptions;
 
 use super::protocol::{MAX_LINE, Msg, RoundParams};
 use super::{KillPaths, power_loss};
+use crate::batch::BatchWrite;
 use crate::cli::{Mode, StressArgs};
 use crate::expected_state::ExpectedState;
 use crate::modes::RunConfig;
@@ -75,6 +76,12 @@ impl WriteObserver for Pipe {
             version,
             delete,
         });
+    }
+    fn announce_batch(&self, writes: &[BatchWrite]) {
+        self.send(&Msg::BatchAnnounce(writes.to_vec()));
+    }
+    fn acked_batch(&self, writes: &[BatchWrite]) {
+        self.send(&Msg::BatchAck(writes.to_vec()));
     }
 }
 

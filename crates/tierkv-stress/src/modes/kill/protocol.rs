@@ -6,6 +6,7 @@
 
 use tierkv::core::media::flash::CrashMode;
 
+use crate::batch::BatchWrite;
 use crate::expected_state::ExpectedState;
 use crate::verify::Violation;
 
@@ -76,6 +77,8 @@ pub(super) enum Msg {
     Ready,
     Announce { id: u32, version: u32, delete: bool },
     Ack { id: u32, version: u32, delete: bool },
+    BatchAnnounce(Vec<BatchWrite>),
+    BatchAck(Vec<BatchWrite>),
     Counts([u64; 4]),
     CutStarted,
     CutDone,
@@ -107,6 +110,8 @@ impl Msg {
                 version,
                 delete,
             } => write("A", id, version, delete),
+            Msg::BatchAnnounce(ws) => format!("{PREFIX}BP {}", encode_batch(ws)),
+            Msg::BatchAck(ws) => format!("{PREFIX}BA {}", encode_batch(ws)),
             Msg::Counts([a, b, c, d]) => format!("{PREFIX}N {a} {b} {c} {d}"),
             Msg::CutStarted => format!("{PREFIX}M"),
             Msg::CutDone => format!("{PREFIX}C"),
@@ -121,6 +126,34 @@ impl Msg {
             Msg::Other(line) => line.clone(),
         }
     }
+}
+
+fn encode_batch(ws: &[BatchWrite]) -> String {
+    let items: Vec<String> = ws
+        .iter()
+        .map(|w| format!("{}:{}:{}", w.id, w.version, u8::from(w.delete)))
+        .collect();
+    items.join(" ")
+}
+
+fn parse_batch(rest: &str) -> Option<Vec<BatchWrite>> {
+    rest.split(' ')
+        .map(|item| {
+            let mut it = item.split(':');
+            let id = it.next()?.parse().ok()?;
+            let version = it.next()?.parse().ok()?;
+            let delete = match it.next()? {
+                "0" => false,
+                "1" => true,
+                _ => return None,
+            };
+            it.next().is_none().then_some(BatchWrite {
+                id,
+                version,
+                delete,
+            })
+        })
+        .collect()
 }
 
 fn parse_write(rest: &str) -> Option<(u32, u32, bool)> {
@@ -158,6 +191,11 @@ pub(super) fn parse_msg(line: &str) -> Msg {
             },
             None => other(),
         },
+        "BP" | "BA" => match parse_batch(rest) {
+            Some(ws) if tag == "BP" => Msg::BatchAnnounce(ws),
+            Some(ws) => Msg::BatchAck(ws),
+            None => other(),
+        },
         "N" => {
             let n: Vec<u64> = rest.split(' ').filter_map(|x| x.parse().ok()).collect();
             match n[..] {
@@ -189,6 +227,8 @@ pub(super) struct RoundLog {
     pub(super) cut_started: bool,
     pub(super) cut_done: bool,
     pub(super) acks: (u64, u64),
+    /// Acknowledged batches and their keys.
+    pub(super) batch_acks: (u64, u64),
     pub(super) counts: [u64; 4],
     pub(super) violations: Vec<Violation>,
     pub(super) failures: Vec<String>,
@@ -222,6 +262,25 @@ impl RoundLog {
                 }
             }
             Msg::Ack { .. } => {}
+            Msg::BatchAnnounce(ws) if ws.iter().all(|w| in_range(w.id)) => {
+                for w in &ws {
+                    state.announce_known(w.id, w.version, w.delete);
+                }
+                state.batches().record(ws);
+            }
+            // IMPORTANT: as for single writes, a batch acknowledged after the cut started
+            // stays in flight.
+            Msg::BatchAck(ws) if ws.iter().all(|w| in_range(w.id)) && !self.cut_started => {
+                for w in &ws {
+                    state.commit_known(w.id, w.version, w.delete);
+                }
+                self.batch_acks.0 += 1;
+                self.batch_acks.1 += ws.len() as u64;
+            }
+            Msg::BatchAck(_) if self.cut_started => {}
+            Msg::BatchAnnounce(_) | Msg::BatchAck(_) => self
+                .failures
+                .push("the child announced a batch with a key outside the key space".to_owned()),
             Msg::Counts(c) => self.counts = c,
             Msg::CutStarted => self.cut_started = true,
             Msg::CutDone => self.cut_done = true,
@@ -338,6 +397,62 @@ mod tests {
         "[a-zA-Z0-9 ,.:#()=-]{0,40}"
     }
 
+    fn arb_batch() -> impl Strategy<Value = Vec<BatchWrite>> {
+        proptest::collection::vec(
+            (any::<u32>(), any::<u32>(), any::<bool>()).prop_map(|(id, version, delete)| {
+                BatchWrite {
+                    id,
+                    version,
+                    delete,
+                }
+            }),
+            1..=crate::batch::MAX_STRESS_BATCH,
+        )
+    }
+
+    #[test]
+    fn the_longest_batch_line_fits_one_pipe_write() {
+        let ws = vec![
+            BatchWrite {
+                id: u32::MAX,
+                version: u32::MAX,
+                delete: true,
+            };
+            crate::batch::MAX_STRESS_BATCH
+        ];
+        assert!(Msg::BatchAnnounce(ws).encode().len() <= MAX_LINE);
+    }
+
+    #[test]
+    fn a_batch_is_announced_and_acknowledged_key_by_key_and_logged() {
+        let st = ExpectedState::new(KeySpace::new(8));
+        let mut log = RoundLog::default();
+        let ws = vec![
+            BatchWrite {
+                id: 1,
+                version: 1,
+                delete: false,
+            },
+            BatchWrite {
+                id: 5,
+                version: 1,
+                delete: true,
+            },
+        ];
+        log.apply(&st, parse_msg(&Msg::BatchAnnounce(ws.clone()).encode()));
+        assert_eq!(st.batches().all(), vec![ws.clone()]);
+        assert!(st.load(1).pending.is_some() && st.load(5).pending.is_some());
+        log.apply(&st, parse_msg(&Msg::BatchAck(ws).encode()));
+        assert_eq!(
+            (st.load(1).committed, st.load(5).committed_delete),
+            (1, true)
+        );
+        assert_eq!(log.batch_acks, (1, 2));
+        log.apply(&st, parse_msg("@tks BP 99:1:0"));
+        assert_eq!(log.failures.len(), 1, "{:?}", log.failures);
+        assert!(matches!(parse_msg("@tks BP 1:2"), Msg::Other(_)));
+    }
+
     fn arb_msg() -> impl Strategy<Value = Msg> {
         prop_oneof![
             Just(Msg::Ready),
@@ -358,6 +473,11 @@ mod tests {
                 }
             }),
             any::<[u64; 4]>().prop_map(Msg::Counts),
+            (arb_batch(), any::<bool>()).prop_map(|(ws, ack)| if ack {
+                Msg::BatchAck(ws)
+            } else {
+                Msg::BatchAnnounce(ws)
+            }),
             (text(), text(), text(), text()).prop_map(|(context, key, expected, found)| {
                 Msg::Violation(Violation {
                     context,

@@ -24,12 +24,14 @@ use crate::value_codec::ValueSizes;
 use crate::verify::{VerifyOutcome, unrecoverable, verify_store};
 use crate::workload::{NoObserver, OpMix, Workload, WorkloadConfig};
 
-/// The fill's operations: puts, with gets and scans checking reads while the store fills.
+/// The fill's operations: puts, with gets and scans checking reads while the store fills
+/// (and write batches, with the batch weight of `--mix`).
 const FILL_MIX: OpMix = OpMix {
     put: 80,
     delete: 0,
     get: 15,
     scan: 5,
+    batch: None,
 };
 
 /// The longest pause between retries of a refused new key.
@@ -195,7 +197,11 @@ impl Round<'_> {
     fn fill(&self, db: &Db, seed: u64, report: &mut RunReport) -> FillEnd {
         let cfg = self.cfg;
         let wl_cfg = WorkloadConfig {
-            mix: FILL_MIX,
+            // NOTE: write batches as `--mix` says (by default on engines that have them).
+            mix: OpMix {
+                batch: cfg.workload.mix.batch,
+                ..FILL_MIX
+            },
             seed,
             ..cfg.workload.clone()
         };
