@@ -132,6 +132,22 @@ impl BatchReport {
         }
     }
 
+    /// Prints the verdict on a deliberately broken engine (`what`) and panics unless the
+    /// kit caught it tearing a batch.
+    pub fn assert_caught(&self, what: &str) {
+        println!(
+            "{what}: {} images, {} torn, {} lost; first: {:?}",
+            self.images,
+            self.torn,
+            self.lost,
+            self.failures.first()
+        );
+        assert!(
+            self.torn > 0,
+            "the kit did not catch a non-atomic batch ({what}): {self:?}"
+        );
+    }
+
     /// Panics, naming the first failures, unless every batch was whole and none lost.
     pub fn assert_clean(&self) {
         assert!(
@@ -309,6 +325,18 @@ impl BatchKit {
             stop.store(true, Ordering::Relaxed);
             out
         })
+    }
+
+    /// Runs `cmd`, a child process whose writers are [`BatchKit::run_logged`]'s, until
+    /// `kill_after` has passed and it acknowledged at least 21 batches, SIGKILLs it, and
+    /// returns the ledger its log gives.
+    pub fn run_child_until_killed(
+        &self,
+        cmd: std::process::Command,
+        kill_after: Duration,
+    ) -> Ledger {
+        let lines = crate::rig::run_until_killed(cmd, kill_after, 21, |l| l.starts_with("A "));
+        Ledger::from_log(self.cfg.threads, lines.iter().map(String::as_str))
     }
 
     /// The writers of a process that is killed (SIGKILL tests): each thread writes its
