@@ -434,6 +434,93 @@ impl BatchKit {
     }
 }
 
+/// Which side of a batch's commit a named crash point lies on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommitSide {
+    /// Before the commit is durable: recovery must show none of the batch.
+    Before,
+    /// After: recovery must show all of it.
+    After,
+}
+
+impl BatchKit {
+    /// One writer (thread 0) writes batches `1..=batches`; at each named crash point of
+    /// `points` reached on the writer's thread inside a batch, an image is taken
+    /// (alternately whole lines and torn words), recovered with `reopen` once the batch
+    /// returned, and judged exactly: the batch absent (`Before`) or present (`After`).
+    /// Returns the verdicts and how often each point was reached.
+    pub fn run_named_points(
+        &self,
+        store: &dyn KvStore,
+        pool: &Arc<PmemPool>,
+        batches: u64,
+        points: &[(&'static str, CommitSide)],
+        mut reopen: impl FnMut(Vec<u8>) -> Arc<dyn KvStore>,
+    ) -> (BatchReport, BTreeMap<&'static str, u64>) {
+        type Taken = Vec<(&'static str, Ledger, Vec<u8>)>;
+        let current = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let taken: Arc<parking_lot::Mutex<Taken>> = Arc::default();
+        let (cur, tk, weak) = (current.clone(), taken.clone(), Arc::downgrade(pool));
+        let points = points.to_vec();
+        pool.arm_crash_points(Arc::new(move |cp: CrashPoint<'_>| {
+            let CrashPoint::Named(name) = cp else { return };
+            let Some(&(name, side)) = points.iter().find(|(n, _)| *n == name) else {
+                return;
+            };
+            let Some(pool) = weak.upgrade() else { return };
+            let s = cur.load(Ordering::Acquire);
+            let done = if side == CommitSide::Before { s - 1 } else { s };
+            let opts = if s % 2 == 0 {
+                CrashImageOptions::lines()
+            } else {
+                CrashImageOptions::torn_words()
+            };
+            let image = pool.crash_image(s, opts).unwrap();
+            let ledger = Ledger {
+                threads: vec![(done, false)],
+            };
+            tk.lock().push((name, ledger, image));
+        }))
+        .unwrap();
+        let mut report = BatchReport::default();
+        let mut seen = BTreeMap::<&'static str, u64>::new();
+        for s in 1..=batches {
+            current.store(s, Ordering::Release);
+            store
+                .write_batch(&self.batch(0, s))
+                .unwrap_or_else(|e| panic!("batch {s}: {e}"));
+            for (name, ledger, image) in std::mem::take(&mut *taken.lock()) {
+                *seen.entry(name).or_default() += 1;
+                let recovered = reopen(image);
+                report.merge(self.check(&*recovered, &ledger, &format!("{name} of batch {s}")));
+            }
+        }
+        pool.disarm_crash_points();
+        (report, seen)
+    }
+}
+
+/// The environment of a SIGKILL child (see [`batch_child`]): its store directory and seed,
+/// or `None` in the parent.
+pub fn batch_child_env() -> Option<(std::path::PathBuf, u64)> {
+    let dir = std::env::var_os("TIERKV_BATCH_CHILD")?;
+    let seed = std::env::var("TIERKV_BATCH_CHILD_SEED")
+        .ok()?
+        .parse()
+        .ok()?;
+    Some((dir.into(), seed))
+}
+
+/// A command that re-runs this test binary as the SIGKILL child: only the test `entry`,
+/// with [`batch_child_env`] giving it `dir` and `seed`.
+pub fn batch_child(entry: &str, dir: &std::path::Path, seed: u64) -> std::process::Command {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", entry, "--nocapture", "--test-threads=1"])
+        .env("TIERKV_BATCH_CHILD", dir)
+        .env("TIERKV_BATCH_CHILD_SEED", seed.to_string());
+    cmd
+}
+
 /// The images of one batch: the first in full, the others as the 4 KiB pages in which
 /// they differ from it (a batch changes few pages of a pool).
 #[derive(Default)]

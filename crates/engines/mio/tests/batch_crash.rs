@@ -13,12 +13,11 @@ mod common;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::*;
-use tierkv_core::media::pmem::{CrashImageOptions, CrashPoint, DurabilityMode, PmemPool};
+use tierkv_core::media::pmem::{CrashImageOptions, DurabilityMode, PmemPool};
 use tierkv_core::{KvStore, WriteBatch};
-use tierkv_testkit::{BatchKit, BatchKitConfig, BatchReport, Ledger, NonAtomicBatches};
+use tierkv_testkit::{BatchKit, BatchKitConfig, BatchReport, CommitSide, NonAtomicBatches};
 
 const PARAMS: &str = "memtable=16KiB,levels=3,stall_timeout_ms=60000,progress_wait_ms=60000";
 const POOL: u64 = 4 << 20;
@@ -152,43 +151,13 @@ fn the_named_crash_points_of_a_batch_commit_recover_none_or_all() {
     let dir = scratch_dir();
     let (pool, store) = tracked(dir.path());
     let kit = kit(seed, 40);
-    let current = Arc::new(AtomicU64::new(0));
-    type Taken = Vec<(&'static str, Ledger, Vec<u8>)>;
-    let taken: Arc<parking_lot::Mutex<Taken>> = Arc::default();
-    let (cur, tk, weak) = (current.clone(), taken.clone(), Arc::downgrade(&pool));
-    pool.arm_crash_points(Arc::new(move |cp| {
-        let CrashPoint::Named(name) = cp else { return };
-        let s = cur.load(Ordering::Acquire);
-        let Some(pool) = weak.upgrade() else { return };
-        let (name, done) = match name {
-            "mio.batch.before_log" => ("mio.batch.before_log", s - 1),
-            "mio.batch.after_log" => ("mio.batch.after_log", s),
-            _ => return,
-        };
-        let opts = if s % 2 == 0 {
-            CrashImageOptions::lines()
-        } else {
-            CrashImageOptions::torn_words()
-        };
-        let image = pool.crash_image(s, opts).unwrap();
-        let ledger = Ledger {
-            threads: vec![(done, false)],
-        };
-        tk.lock().push((name, ledger, image));
-    }))
-    .unwrap();
-    let mut report = BatchReport::default();
-    let mut seen = std::collections::BTreeMap::<&str, u64>::new();
-    for s in 1..=16u64 {
-        current.store(s, Ordering::Release);
-        store.write_batch(&kit.batch(0, s)).unwrap();
-        for (name, ledger, image) in std::mem::take(&mut *taken.lock()) {
-            *seen.entry(name).or_default() += 1;
-            let recovered = recover(&dir.path().join("img"), &image);
-            report.merge(kit.check(&*recovered, &ledger, &format!("{name} of batch {s}")));
-        }
-    }
-    pool.disarm_crash_points();
+    let points = [
+        ("mio.batch.before_log", CommitSide::Before),
+        ("mio.batch.after_log", CommitSide::After),
+    ];
+    let (report, seen) = kit.run_named_points(&*store, &pool, 16, &points, |image| {
+        recover(&dir.path().join("img"), &image)
+    });
     println!("named points: {seen:?}, {} images", report.images);
     report.assert_clean();
     assert_eq!(seen.get("mio.batch.before_log"), Some(&16));

@@ -1,5 +1,5 @@
 //! Process crash inside write batches (issue 24): a child process (this test binary re-run
-//! with `TIERKV_MIO_BATCH_CHILD` set) writes batches of 1..=100 keys from three threads
+//! with `TIERKV_BATCH_CHILD` set) writes batches of 1..=100 keys from three threads
 //! (`BatchKit::run_logged`) into a store with 16 KiB MemTables whose pool is in Volatile
 //! mode, logging each batch's begin and acknowledgement; the parent SIGKILLs it at a
 //! random moment, reopens the store and judges it with the kit: every batch whole or
@@ -9,8 +9,6 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -18,10 +16,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tierkv_core::KvStore;
 use tierkv_core::media::pmem::{DurabilityMode, PmemPool};
-use tierkv_testkit::{BatchKit, BatchKitConfig, BatchReport};
+use tierkv_testkit::{BatchKit, BatchKitConfig, BatchReport, batch_child, batch_child_env};
 
 const PARAMS: &str = "memtable=16KiB,levels=3";
-const CHILD_ENV: &str = "TIERKV_MIO_BATCH_CHILD";
+const ENTRY: &str = "batch_sigkill_child_entry";
 
 fn kit(seed: u64) -> BatchKit {
     BatchKit::new(BatchKitConfig {
@@ -34,40 +32,18 @@ fn kit(seed: u64) -> BatchKit {
 /// The child: creates the store and writes batches until killed.
 #[test]
 fn batch_sigkill_child_entry() {
-    let Ok(dir) = std::env::var(CHILD_ENV) else {
+    let Some((dir, seed)) = batch_child_env() else {
         return;
     };
-    let seed: u64 = std::env::var("TIERKV_MIO_BATCH_CHILD_SEED")
-        .unwrap()
-        .parse()
-        .unwrap();
-    let pool = create_pool(
-        &Path::new(&dir).join("pool"),
-        16 << 20,
-        DurabilityMode::Volatile,
-    );
+    let pool = create_pool(&dir.join("pool"), 16 << 20, DurabilityMode::Volatile);
     let store = open(pool, PARAMS, true);
     let out = parking_lot::Mutex::new(std::io::stdout());
     kit(seed).run_logged(&*store, &out);
 }
 
-/// The child process of `dir` (this test binary, running only the child entry).
-fn child(dir: &Path, seed: u64) -> Command {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "--exact",
-        "batch_sigkill_child_entry",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env(CHILD_ENV, dir)
-    .env("TIERKV_MIO_BATCH_CHILD_SEED", seed.to_string());
-    cmd
-}
-
 #[test]
 fn sigkill_inside_batches_loses_no_batch_and_tears_none() {
-    if std::env::var(CHILD_ENV).is_ok() {
+    if batch_child_env().is_some() {
         return;
     }
     let seed = seed("mio_sigkill_inside_batches_loses_no_batch_and_tears_none");
@@ -78,7 +54,8 @@ fn sigkill_inside_batches_loses_no_batch_and_tears_none() {
         let tmp = scratch_dir();
         let kit = kit(seed.wrapping_add(round));
         let after = Duration::from_millis(rng.random_range(100..900));
-        let ledger = kit.run_child_until_killed(child(tmp.path(), kit.config().seed), after);
+        let ledger =
+            kit.run_child_until_killed(batch_child(ENTRY, tmp.path(), kit.config().seed), after);
         let pool = PmemPool::open(&config(
             tmp.path().join("pool"),
             0,
