@@ -39,6 +39,7 @@ pub use batch::{
 };
 pub use batch_model::{
     BatchModelConfig, BatchModelReport, assert_batches_unsupported, run_batch_model,
+    run_racing_puts_and_batches,
 };
 pub use points::PointTally;
 pub use racing::{
