@@ -1,20 +1,21 @@
 //! Fuzz target: MioDB's write-ahead-log decoder (`wal::decode_record`, `wal::replay`)
-//! returns `None` or stops, never panics or reads out of bounds, on any bytes; a record
-//! encoded from the input decodes back to it, and never under another log's id.
+//! returns `None` or stops, never panics or reads out of bounds, on any bytes (single
+//! records and batch records alike); a record and a batch record encoded from the input
+//! decode back to it, and never under another log's id.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use tierkv_core::{BatchOp, WriteBatch};
 use tierkv_mio::node::Kind;
 use tierkv_mio::wal;
 
 fuzz_target!(|data: &[u8]| {
-    if let Some(r) = wal::decode_record(7, data) {
-        assert!(r.len <= data.len().next_multiple_of(8));
+    if let Some((ops, len)) = wal::decode_record(7, data) {
+        assert!(len <= data.len().next_multiple_of(8));
+        assert!(!ops.is_empty());
+        assert!(ops.windows(2).all(|w| w[0].seq < w[1].seq && w[0].key < w[1].key));
     }
-    let mut at = 0;
-    for r in wal::replay(data, 7) {
-        at += r.len;
-    }
+    let (_, at) = wal::replay(data, 7);
     assert!(at <= data.len().next_multiple_of(8));
     if data.len() < 2 {
         return;
@@ -23,7 +24,37 @@ fuzz_target!(|data: &[u8]| {
     let kind = if data[1] % 2 == 0 { Kind::Put } else { Kind::Delete };
     let value = if kind == Kind::Delete { &[][..] } else { value };
     let e = wal::encode_record(7, 42, kind, key, value);
-    let d = wal::decode_record(7, &e).expect("an encoded record decodes");
+    let (d, _) = wal::decode_record(7, &e).expect("an encoded record decodes");
+    let d = &d[0];
     assert_eq!((d.seq, d.kind, d.key.as_slice(), d.value.as_slice()), (42, kind, key, value));
     assert!(wal::decode_record(8, &e).is_none(), "another log's record");
+    // A batch of the input's bytes: 3-byte keys, values of the next byte's length.
+    let mut batch = WriteBatch::new();
+    let mut rest = data;
+    while rest.len() >= 4 {
+        let (k, r) = rest.split_at(3);
+        let n = usize::from(r[0] % 8).min(r.len() - 1);
+        if r[0] % 5 == 0 {
+            batch.delete(k);
+        } else {
+            batch.put(k, &r[1..1 + n]);
+        }
+        rest = &r[1 + n..];
+    }
+    if batch.is_empty() {
+        return;
+    }
+    let e = wal::encode_batch(7, 100, &batch);
+    assert_eq!(e.len(), wal::batch_record_len(&batch));
+    let (ops, len) = wal::decode_record(7, &e).expect("an encoded batch decodes");
+    assert_eq!(len, e.len());
+    assert_eq!(ops.len(), batch.len());
+    for ((r, (k, op)), seq) in ops.iter().zip(batch.iter()).zip(100..) {
+        let v = match op {
+            BatchOp::Put(v) => v.as_slice(),
+            BatchOp::Delete => &[][..],
+        };
+        assert_eq!((r.seq, r.key.as_slice(), r.value.as_slice()), (seq, k, v));
+    }
+    assert!(wal::decode_record(8, &e).is_none(), "another log's batch");
 });

@@ -85,7 +85,7 @@ def test_engines_lists_the_registry():
     assert [e["name"] for e in es][:2] == ["prism", "dram"]
     by_name = {e["name"]: e for e in es}
     assert by_name["dram"]["volatile"] and not by_name["prism"]["volatile"]
-    assert by_name["prism"]["atomic_batches"] and not by_name["mio"]["atomic_batches"]
+    assert by_name["prism"]["atomic_batches"] and by_name["mio"]["atomic_batches"]
     assert by_name["hetermm"]["unordered_variants"] == ["hash", "lockfree"]
     assert "pmem" in by_name["prism"]["tiers"]
 

@@ -132,6 +132,22 @@ impl BatchReport {
         }
     }
 
+    /// Prints the verdict on a deliberately broken engine (`what`) and panics unless the
+    /// kit caught it tearing a batch.
+    pub fn assert_caught(&self, what: &str) {
+        println!(
+            "{what}: {} images, {} torn, {} lost; first: {:?}",
+            self.images,
+            self.torn,
+            self.lost,
+            self.failures.first()
+        );
+        assert!(
+            self.torn > 0,
+            "the kit did not catch a non-atomic batch ({what}): {self:?}"
+        );
+    }
+
     /// Panics, naming the first failures, unless every batch was whole and none lost.
     pub fn assert_clean(&self) {
         assert!(
@@ -311,6 +327,18 @@ impl BatchKit {
         })
     }
 
+    /// Runs `cmd`, a child process whose writers are [`BatchKit::run_logged`]'s, until
+    /// `kill_after` has passed and it acknowledged at least 21 batches, SIGKILLs it, and
+    /// returns the ledger its log gives.
+    pub fn run_child_until_killed(
+        &self,
+        cmd: std::process::Command,
+        kill_after: Duration,
+    ) -> Ledger {
+        let lines = crate::rig::run_until_killed(cmd, kill_after, 21, |l| l.starts_with("A "));
+        Ledger::from_log(self.cfg.threads, lines.iter().map(String::as_str))
+    }
+
     /// The writers of a process that is killed (SIGKILL tests): each thread writes its
     /// batches in order, printing `B <t> <s>` before and `A <t> <s>` after batch `s`
     /// (flushed, under one lock), so that the parent can rebuild the [`Ledger`] with
@@ -404,6 +432,93 @@ impl BatchKit {
         pool.disarm_crash_points();
         (report, persists)
     }
+}
+
+/// Which side of a batch's commit a named crash point lies on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommitSide {
+    /// Before the commit is durable: recovery must show none of the batch.
+    Before,
+    /// After: recovery must show all of it.
+    After,
+}
+
+impl BatchKit {
+    /// One writer (thread 0) writes batches `1..=batches`; at each named crash point of
+    /// `points` reached on the writer's thread inside a batch, an image is taken
+    /// (alternately whole lines and torn words), recovered with `reopen` once the batch
+    /// returned, and judged exactly: the batch absent (`Before`) or present (`After`).
+    /// Returns the verdicts and how often each point was reached.
+    pub fn run_named_points(
+        &self,
+        store: &dyn KvStore,
+        pool: &Arc<PmemPool>,
+        batches: u64,
+        points: &[(&'static str, CommitSide)],
+        mut reopen: impl FnMut(Vec<u8>) -> Arc<dyn KvStore>,
+    ) -> (BatchReport, BTreeMap<&'static str, u64>) {
+        type Taken = Vec<(&'static str, Ledger, Vec<u8>)>;
+        let current = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let taken: Arc<parking_lot::Mutex<Taken>> = Arc::default();
+        let (cur, tk, weak) = (current.clone(), taken.clone(), Arc::downgrade(pool));
+        let points = points.to_vec();
+        pool.arm_crash_points(Arc::new(move |cp: CrashPoint<'_>| {
+            let CrashPoint::Named(name) = cp else { return };
+            let Some(&(name, side)) = points.iter().find(|(n, _)| *n == name) else {
+                return;
+            };
+            let Some(pool) = weak.upgrade() else { return };
+            let s = cur.load(Ordering::Acquire);
+            let done = if side == CommitSide::Before { s - 1 } else { s };
+            let opts = if s % 2 == 0 {
+                CrashImageOptions::lines()
+            } else {
+                CrashImageOptions::torn_words()
+            };
+            let image = pool.crash_image(s, opts).unwrap();
+            let ledger = Ledger {
+                threads: vec![(done, false)],
+            };
+            tk.lock().push((name, ledger, image));
+        }))
+        .unwrap();
+        let mut report = BatchReport::default();
+        let mut seen = BTreeMap::<&'static str, u64>::new();
+        for s in 1..=batches {
+            current.store(s, Ordering::Release);
+            store
+                .write_batch(&self.batch(0, s))
+                .unwrap_or_else(|e| panic!("batch {s}: {e}"));
+            for (name, ledger, image) in std::mem::take(&mut *taken.lock()) {
+                *seen.entry(name).or_default() += 1;
+                let recovered = reopen(image);
+                report.merge(self.check(&*recovered, &ledger, &format!("{name} of batch {s}")));
+            }
+        }
+        pool.disarm_crash_points();
+        (report, seen)
+    }
+}
+
+/// The environment of a SIGKILL child (see [`batch_child`]): its store directory and seed,
+/// or `None` in the parent.
+pub fn batch_child_env() -> Option<(std::path::PathBuf, u64)> {
+    let dir = std::env::var_os("TIERKV_BATCH_CHILD")?;
+    let seed = std::env::var("TIERKV_BATCH_CHILD_SEED")
+        .ok()?
+        .parse()
+        .ok()?;
+    Some((dir.into(), seed))
+}
+
+/// A command that re-runs this test binary as the SIGKILL child: only the test `entry`,
+/// with [`batch_child_env`] giving it `dir` and `seed`.
+pub fn batch_child(entry: &str, dir: &std::path::Path, seed: u64) -> std::process::Command {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", entry, "--nocapture", "--test-threads=1"])
+        .env("TIERKV_BATCH_CHILD", dir)
+        .env("TIERKV_BATCH_CHILD_SEED", seed.to_string());
+    cmd
 }
 
 /// The images of one batch: the first in full, the others as the 4 KiB pages in which

@@ -33,9 +33,13 @@ pub mod racing;
 pub mod rig;
 pub mod schema;
 
-pub use batch::{BatchKit, BatchKitConfig, BatchReport, Ledger, NonAtomicBatches};
+pub use batch::{
+    BatchKit, BatchKitConfig, BatchReport, CommitSide, Ledger, NonAtomicBatches, batch_child,
+    batch_child_env,
+};
 pub use batch_model::{
     BatchModelConfig, BatchModelReport, assert_batches_unsupported, run_batch_model,
+    run_racing_puts_and_batches,
 };
 pub use points::PointTally;
 pub use racing::{

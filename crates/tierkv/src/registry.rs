@@ -15,7 +15,7 @@ pub static ENGINES: &[EngineDescriptor] = &[
 /// The engines whose stores apply [`tierkv_core::WriteBatch`]es natively and
 /// crash-atomically (`KvStore::atomic_batches`); the others refuse batches with
 /// `Unsupported`. Kept equal to the engines' own answer by a test.
-pub static ATOMIC_BATCH_ENGINES: &[&str] = &["prism", "dram", "prismdb", "hetermm"];
+pub static ATOMIC_BATCH_ENGINES: &[&str] = &["prism", "dram", "prismdb", "hetermm", "mio", "focus"];
 
 /// The error for a batch given to engine `name`, which has no atomic batches.
 pub fn batches_unsupported(name: &str) -> Error {

@@ -10,7 +10,9 @@
 //!   records; for each key found there, under the key's stripe lock, if the key's live
 //!   chain has an entry in the victim, rewrite the row as one complete record (a restore
 //!   point) in GC's own open CLog chunk; if a tombstone of the victim still shadows an
-//!   absent key, append it again. Then no chain and no index entry refers to the victim:
+//!   absent key, append it again; if a write batch's commit record is there while members
+//!   of the batch remain in other chunks, append it again (`batch.rs`). Then no chain, no
+//!   index entry and no batch member elsewhere needs the victim:
 //!   wait for readers that may still walk it (the reclaim lock), clear its header's
 //!   magic, persist, free it.
 //! - **Thread** `focus:gc` (started at open, joined at close): wakes every 20 ms or when a
@@ -79,7 +81,18 @@ impl FocusStore {
         // The keys with a record in the victim (tombstones apart).
         let mut keys: BTreeSet<(u32, Vec<u8>)> = BTreeSet::new();
         let mut tombs: BTreeSet<(u32, Vec<u8>)> = BTreeSet::new();
+        // Commit records of write batches: (batch id, members).
+        let mut commits: Vec<(u64, u32)> = Vec::new();
         crate::recovery::scan_chunk(&pool, victim, size, header, |_, rh, rec, _| {
+            if rh.kind == RecordKind::Commit {
+                let body = rec.get(rh.body_off() as usize..).unwrap_or_default();
+                let members = body
+                    .get(..4)
+                    .and_then(|b| b.try_into().ok())
+                    .map_or(0, u32::from_le_bytes);
+                commits.push((rh.seq, members));
+                return Ok(());
+            }
             let key = rec
                 .get(HEADER_LEN..HEADER_LEN + usize::from(rh.key_len))
                 .unwrap_or_default();
@@ -103,11 +116,26 @@ impl FocusStore {
                 self.counters.gc_tombstones.incr();
             }
         }
+        // IMPORTANT: a commit record stays (appended again, persisted) while members of
+        // its batch remain in other chunks: recovery reads them only with it.
+        let mut dropped = Vec::new();
+        for (id, members) in commits {
+            if self.batches.members_beyond(id, victim) {
+                self.append_commit(id, members, true)?;
+                self.counters.gc_commits.incr();
+            } else {
+                dropped.push(id);
+            }
+        }
         pool.crash_point("focus.gc.rewrites_done");
         {
             // IMPORTANT: no reader may still walk the victim when it is freed.
             let _w = self.reclaim.write();
             self.plog.release(victim)?;
+        }
+        self.batches.chunk_freed(victim);
+        for id in dropped {
+            self.batches.forget(id);
         }
         pool.crash_point("focus.gc.chunk_freed");
         self.counters.gc_chunks.incr();

@@ -28,6 +28,7 @@
 //! | §I (one sentence) | garbage collection of CLog/DLog chunks, thread `focus:gc` | `gc.rs` |
 //! | (ours) | record key, schema id, sequence number, checksums, epochs; recovery | `format/`, `recovery.rs`, FORMAT.md |
 //! | (ours) | `tierkv check` | `check.rs` |
+//! | (ours, issue 24) | crash-atomic write batches: flagged member records and a commit record in the CLog, kept by GC while members remain | `batch.rs`, `recovery.rs`, `gc.rs` |
 //!
 //! ## Deviations (each argued where it is implemented)
 //! - Writers of one row serialize on a striped lock; the index word still moves by CAS.
@@ -52,6 +53,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod batch;
 mod cache_ops;
 mod check;
 pub mod format;

@@ -9,7 +9,8 @@
 //!    record's, the chunk's epoch, lengths, or either checksum): that is the end of the
 //!    chunk's records, since a chunk's records are persisted one after another;
 //! 3. the catalog from the schema records;
-//! 4. per key the record with the highest sequence number; a tombstone leaves the key
+//! 4. records of write batches whose commit record is not valid are dropped (FORMAT.md
+//!    § Write batches); then per key the record with the highest sequence number; a tombstone leaves the key
 //!    out; a delta's chain is followed through `prev` (each entry must be a recovered
 //!    record of the same key with a lower sequence number, down to a complete record), which
 //!    also restores its restore-point counter (the deltas on the chain);
@@ -64,6 +65,10 @@ struct Found {
     seq: u64,
     prev: u64,
     ikey: Vec<u8>,
+    /// The write batch it belongs to (0: none).
+    batch: u64,
+    /// Its chunk.
+    chunk: u64,
 }
 
 /// How a record of a chunk checked.
@@ -144,6 +149,8 @@ pub fn open(pool: Arc<PmemPool>, mut opts: FocusOptions, limits: Limits) -> Resu
     // Complete records whose body did not check: kept only if a delta points at them.
     let mut unchecked: Vec<u64> = Vec::new();
     let mut max_seq = 0;
+    // The batch ids whose commit record is valid (FORMAT.md § Write batches).
+    let mut commits: std::collections::HashSet<u64> = std::collections::HashSet::new();
     for kind in ChunkKind::ALL {
         for a in alloc.iter_chunks(kind.tag()).collect::<Vec<_>>() {
             let Some(h) = ChunkHeader::decode(pool.read(a.offset, CHUNK_HEADER_LEN)?, a.offset)?
@@ -176,6 +183,10 @@ pub fn open(pool: Arc<PmemPool>, mut opts: FocusOptions, limits: Limits) -> Resu
                     return Ok(());
                 }
                 max_seq = max_seq.max(rh.seq);
+                if rh.kind == RecordKind::Commit {
+                    commits.insert(rh.seq);
+                    return Ok(());
+                }
                 records.insert(
                     off,
                     Found {
@@ -183,6 +194,8 @@ pub fn open(pool: Arc<PmemPool>, mut opts: FocusOptions, limits: Limits) -> Resu
                         seq: rh.seq,
                         prev: rh.prev,
                         ikey: index_key(rh.schema, key),
+                        batch: rh.batch,
+                        chunk: a.offset,
                     },
                 );
                 Ok(())
@@ -205,6 +218,11 @@ pub fn open(pool: Arc<PmemPool>, mut opts: FocusOptions, limits: Limits) -> Resu
         plog.register(a.off, *kind, a.epoch);
     }
     drop_torn_rows(&mut records, &unchecked);
+    // IMPORTANT: the members of a batch without a valid commit record were never
+    // acknowledged; they leave before the newest version of each key is chosen.
+    let before = records.len();
+    records.retain(|_, f| f.batch == 0 || commits.contains(&f.batch));
+    let uncommitted = (before - records.len()) as u64;
     // Chunks with room for a small record are appended to again.
     open_chunks.sort_by_key(|(_, a)| std::cmp::Reverse(a.used));
     for (kind, a) in open_chunks {
@@ -216,7 +234,11 @@ pub fn open(pool: Arc<PmemPool>, mut opts: FocusOptions, limits: Limits) -> Resu
     let n_records = records.len() as u64;
     let store = FocusStore::assemble(plog, schemas, opts, limits, max_seq + 1)?;
     build_index(&store, &records)?;
+    for f in records.values().filter(|f| f.batch != 0) {
+        store.batches.add(f.batch, f.chunk);
+    }
     store.counters.recovered_records.set(n_records);
+    store.counters.uncommitted_dropped.set(uncommitted);
     store
         .counters
         .recovery_micros

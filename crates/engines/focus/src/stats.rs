@@ -22,6 +22,14 @@ pub struct FocusCounters {
     pub full_updates: Counter,
     /// Tombstones appended.
     pub tombstones: Counter,
+    /// Write batches committed (one commit record each).
+    pub batches: Counter,
+    /// Member records of the committed write batches.
+    pub batch_records: Counter,
+    /// Members of uncommitted write batches the last open dropped.
+    pub uncommitted_dropped: Counter,
+    /// Commit records GC appended again (their batch still had members in other chunks).
+    pub gc_commits: Counter,
     /// Reads of fields (get_fields, get, one per scanned row).
     pub reads: Counter,
     /// Chain entries those reads visited.
@@ -68,6 +76,10 @@ impl FocusStore {
         counter("restore_points", c.restore_points.get());
         counter("full_updates", c.full_updates.get());
         counter("tombstones", c.tombstones.get());
+        counter("batches", c.batches.get());
+        counter("batch_records", c.batch_records.get());
+        counter("gc_commits", c.gc_commits.get());
+        counter("uncommitted_dropped", c.uncommitted_dropped.get());
         counter("reads", c.reads.get());
         counter("chain_steps", c.chain_steps.get());
         counter("schemas_created", c.schemas_created.get());

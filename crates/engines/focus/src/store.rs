@@ -135,7 +135,7 @@ const ADMIT_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(4);
 
 /// What kind of write [`FocusStore::admit_write`] admits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Admit {
+pub(crate) enum Admit {
     /// A put or an update: adds data.
     Data,
     /// A delete: a tombstone.
@@ -170,6 +170,12 @@ pub struct FocusStore {
     /// SeaCache, when on.
     pub(crate) cache: Option<Arc<crate::seacache::SeaCache>>,
     cacher: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The chunks holding members of each committed write batch (`batch.rs`).
+    pub(crate) batches: crate::batch::BatchChunks,
+    /// Held exclusively while a write batch moves the index, shared by `multi_get`, which
+    /// therefore sees none or all of each batch. Taken after the stripe locks; nothing is
+    /// waited for while it is held.
+    pub(crate) batch_gate: RwLock<()>,
 }
 
 impl FocusStore {
@@ -220,6 +226,8 @@ impl FocusStore {
             merger: Mutex::new(None),
             cache,
             cacher: Mutex::new(None),
+            batches: crate::batch::BatchChunks::default(),
+            batch_gate: RwLock::new(()),
         })
     }
 
@@ -278,13 +286,19 @@ impl FocusStore {
     /// may use the reserve at once.
     fn admit_write(&self, key: &[u8], admit: Admit) -> Result<()> {
         self.check_key(key)?;
+        self.admit(admit, 0)
+    }
+
+    /// [`FocusStore::admit_write`] without the key check, for a write that needs `extra`
+    /// chunks beyond one record (a write batch).
+    pub(crate) fn admit(&self, admit: Admit, extra: u64) -> Result<()> {
         if let Some(why) = self.poisoned.get() {
             return Err(Error::Poisoned(why.clone()));
         }
         if admit == Admit::Delete {
             return Ok(());
         }
-        let floor = crate::gc::hard_floor(self.opts.log_shards);
+        let floor = crate::gc::hard_floor(self.opts.log_shards) + extra;
         let mut waiting = None;
         while self.plog.free_chunks() < floor && self.bg.lock().is_some() {
             let now = std::time::Instant::now();
@@ -314,7 +328,7 @@ impl FocusStore {
     }
 
     /// Counts a write that superseded or removed a record (new work for GC).
-    fn superseded(&self) {
+    pub(crate) fn superseded(&self) {
         self.passes.garbage.fetch_add(1, Ordering::SeqCst);
     }
 
@@ -372,6 +386,7 @@ impl FocusStore {
             schema,
             epoch: 0,
             prev,
+            batch: 0,
         }
     }
 
@@ -402,7 +417,7 @@ impl FocusStore {
     }
 
     /// Installs a complete record at `off` as the row's chain (stripe lock held).
-    fn install(&self, ikey: &[u8], old: Option<&Entry>, off: u64) -> Result<()> {
+    pub(crate) fn install(&self, ikey: &[u8], old: Option<&Entry>, off: u64) -> Result<()> {
         match old {
             Some(e) => {
                 let cur = e.tail.load(Ordering::Acquire);
@@ -508,7 +523,7 @@ impl FocusStore {
     }
 
     /// The value of a plain key (schema 0).
-    fn get_plain(&self, e: &Entry) -> Result<Vec<u8>> {
+    pub(crate) fn get_plain(&self, e: &Entry) -> Result<Vec<u8>> {
         let _r = self.reclaim.read();
         let pool = self.plog.pool();
         let off = e.tail.load(Ordering::Acquire);
@@ -533,11 +548,16 @@ impl FocusStore {
         };
         // IMPORTANT: the tombstone is durable before the row leaves the index.
         self.append(ChunkKind::CLog, RecordKind::Tombstone, schema, key, 0, b"")?;
-        self.cache_forget(ikey, &e);
+        self.unindex(ikey, &e);
+        Ok(())
+    }
+
+    /// Takes a row out of the index after its tombstone is durable (stripe lock held).
+    pub(crate) fn unindex(&self, ikey: &[u8], e: &Entry) {
+        self.cache_forget(ikey, e);
         self.index.remove(ikey);
         self.superseded();
         self.counters.tombstones.incr();
-        Ok(())
     }
 
     fn ids_of(&self, info: &SchemaInfo, sel: &FieldSelection) -> Result<Vec<FieldId>> {
@@ -564,6 +584,7 @@ impl SchemaStore for FocusStore {
                 schema: s.id,
                 epoch: 0,
                 prev: 0,
+                batch: 0,
             };
             // IMPORTANT: the schema record is durable before the schema is visible.
             self.plog.append_catalog(h, &body).map(|_| ())
@@ -758,6 +779,23 @@ impl KvStore for FocusStore {
         let ikey = index_key(PLAIN_SCHEMA, key);
         let _g = self.stripes.lock(&ikey);
         self.remove(PLAIN_SCHEMA, key, &ikey)
+    }
+
+    fn write_batch(&self, batch: &tierkv_core::WriteBatch) -> Result<()> {
+        self.check_open()?;
+        batch.check(&self.limits)?;
+        self.commit_batch(batch)
+    }
+
+    fn atomic_batches(&self) -> bool {
+        true
+    }
+
+    fn multi_get(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        for k in keys {
+            self.check_key(k)?;
+        }
+        self.multi_get_plain(keys)
     }
 
     fn scan(&self, start: &[u8], limit: usize) -> Result<Vec<KvPair>> {

@@ -69,10 +69,33 @@ fn decoders_survive_random_and_mutated_bytes() {
         schema: 1,
         epoch: 2,
         prev: 0,
+        batch: 0,
     }
     .encode(b"key", &row);
+    let member = RecordHeader {
+        kind: RecordKind::Tombstone,
+        key_len: 3,
+        body_len: 0,
+        seq: 9,
+        schema: 0,
+        epoch: 2,
+        prev: 0,
+        batch: 8,
+    }
+    .encode(b"key", b"");
+    let commit = RecordHeader {
+        kind: RecordKind::Commit,
+        key_len: 0,
+        body_len: 4,
+        seq: 8,
+        schema: 0,
+        epoch: 2,
+        prev: 0,
+        batch: 0,
+    }
+    .encode(b"", &1u32.to_le_bytes());
     let catalog = codec::encode_catalog(&[std::sync::Arc::new(schema.clone())]);
-    let valid: [&[u8]; 4] = [&row, &dl, &rec, &catalog];
+    let valid: [&[u8]; 6] = [&row, &dl, &rec, &catalog, &member, &commit];
     for _ in 0..20_000 {
         let mut data = if rng.random_bool(0.5) {
             let mut v = vec![0u8; rng.random_range(0..200)];

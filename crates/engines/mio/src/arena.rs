@@ -73,7 +73,12 @@ impl Arena {
 
     /// True when a node for this key and value fits (at the tallest height).
     pub fn fits(&self, key_len: usize, value_len: usize) -> bool {
-        self.used() + node::node_len(key_len, value_len, MAX_HEIGHT) <= self.capacity()
+        self.fits_bytes(node::node_len(key_len, value_len, MAX_HEIGHT) as u64)
+    }
+
+    /// True when nodes of `bytes` in all (at their tallest heights) fit.
+    pub fn fits_bytes(&self, bytes: u64) -> bool {
+        self.used() as u64 + bytes <= self.capacity() as u64
     }
 
     /// Inserts a node anywhere in order (the MemTable's put); returns the node's height.

@@ -86,7 +86,10 @@ impl Inner {
         // deletes give space back.
         let pressure = a.free_bytes < a.chunks * a.chunk_size / 2
             || i128::from(self.last_room.load(Ordering::Acquire))
-                < 2 * i128::from(self.sizes.shape_bytes(self.sizes.normal_shape(0, 0)));
+                < 2 * i128::from(
+                    self.sizes
+                        .shape_bytes(self.sizes.normal_shape(crate::space::Footprint::default())),
+                );
         let choice = match choose(&v.tables_per_level(), level, self.opts.trigger, pressure) {
             // A copying merge needs a new table as large as its inputs: under pressure the
             // oldest table moves down instead (no pmem besides the directory).

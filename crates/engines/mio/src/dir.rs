@@ -21,8 +21,11 @@ use tierkv_core::{Error, Result, Tier};
 
 /// Magic of a directory object.
 pub const MAGIC: &[u8; 8] = b"MIODIR01";
-/// Format version.
-pub const VERSION: u32 = 1;
+/// Format version written (2: the logs may hold batch records, `FORMAT.md` § Version
+/// changes).
+pub const VERSION: u32 = 2;
+/// The oldest version read (1 has the same layout, and logs without batch records).
+pub const MIN_VERSION: u32 = 1;
 /// Bytes before the logs.
 pub const FIXED_LEN: usize = 56;
 /// Most levels a directory may hold.
@@ -233,7 +236,7 @@ pub fn decode(bytes: &[u8], base: u64) -> Result<Directory> {
         base,
     };
     let version = r.u32()?;
-    if version != VERSION {
+    if !(MIN_VERSION..=VERSION).contains(&version) {
         return Err(Error::UnsupportedFormat {
             what: "mio directory",
             found: version,
@@ -352,6 +355,25 @@ mod tests {
             ],
         });
         d
+    }
+
+    /// Version 1 directories (stores written before batch records) still open; a newer
+    /// version than this code knows is refused, never read.
+    #[test]
+    fn version_1_is_read_and_a_newer_version_refused() {
+        let d = sample();
+        let with_version = |v: u32| {
+            let mut b = encode(&d);
+            b[8..12].copy_from_slice(&v.to_le_bytes());
+            let c = masked_crc32c(&b[16..]);
+            b[12..16].copy_from_slice(&c.to_le_bytes());
+            b
+        };
+        assert_eq!(decode(&with_version(1), 0).unwrap(), d);
+        assert!(matches!(
+            decode(&with_version(VERSION + 1), 0),
+            Err(Error::UnsupportedFormat { found, .. }) if found == VERSION + 1
+        ));
     }
 
     #[test]

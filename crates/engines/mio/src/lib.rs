@@ -19,6 +19,7 @@
 //! | §4.5 | one compaction thread per level | `background.rs`, `compact.rs` (`choose`) |
 //! | §4.6 | reads newest first; mergeable Bloom filters | `store.rs` (`get`, `scan`), `merge.rs`, `bloom.rs` |
 //! | §4.7 | WAL, recovery | `wal.rs`, `recovery.rs`, `dir.rs` |
+//! | §4.7's WAL, for many keys (issue 24) | crash-atomic write batches: one checksummed batch record in the log, one MemTable, `multi_get` behind the batch gate | `batch.rs`, `wal.rs` (`encode_batch`) |
 //! | (ours) | node layout shared by DRAM and pmem | `node.rs`, `skiplist.rs` |
 //! | (ours) | counters, check | `stats.rs`, `report.rs`, `check.rs` |
 //! | §4.5 "writes never stall", meets a full pool (issue 23) | room: MemTables own their flush target, puts admitted against the lazy copies' debt, a spare pair for deletes, refusal when the background makes no progress | `space.rs`, `store.rs` (`admit`) |
@@ -45,6 +46,7 @@
 
 pub mod arena;
 mod background;
+mod batch;
 pub mod bloom;
 mod check;
 pub mod compact;

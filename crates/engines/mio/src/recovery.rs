@@ -91,6 +91,7 @@ pub fn open(
         dir_len: AtomicU64::new(dir_len),
         last_room: AtomicI64::new(0),
         level_locks: (0..opts.levels).map(|_| RwLock::new(())).collect(),
+        batch_gate: RwLock::new(()),
         version: RwLock::new(Arc::new(Version {
             mem: placeholder.clone(),
             imm: None,
@@ -339,7 +340,7 @@ fn replay_logs(inner: &Inner, logs: &[dir::LogMeta]) -> Result<u64> {
             .shared
             .pool
             .read(log.run.off, (log.run.chunks * cs) as usize)?;
-        let records = wal::replay(bytes, log.id);
+        let (records, _) = wal::replay(bytes, log.id);
         let cap = node::HEAD_LEN
             + records
                 .iter()

@@ -42,6 +42,8 @@ pub(crate) fn stats(inner: &Inner) -> Stats {
     put("stall_micros", c.stall_micros.get());
     put("writes_refused", c.writes_refused.get());
     put("wal_bytes", c.wal_bytes.get());
+    put("batches", c.batches.get());
+    put("batch_ops", c.batch_ops.get());
     put("dir_publishes", c.dir_publishes.get());
     put("runs_freed", c.runs_freed.get());
     put("bloom_negatives", c.bloom_negatives.get());

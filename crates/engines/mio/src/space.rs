@@ -38,7 +38,7 @@ use tierkv_core::media::pmem::PmemAllocator;
 use tierkv_core::media::pmem::alloc::SizeClasses;
 
 use crate::dir::Run;
-use tierkv_core::Result;
+use tierkv_core::{Result, WriteBatch};
 
 use crate::node::{self, HEAD_LEN, Kind, MAX_HEIGHT};
 use crate::skiplist::{self, Source};
@@ -132,6 +132,19 @@ impl Pair {
 /// How big a pair to ask for, in chunks: `(log, table)`.
 pub type PairShape = (u64, u64);
 
+/// What one write — a put, a delete, or a whole write batch, which goes into one MemTable
+/// and one log record — takes: bytes of its log record, bytes of its MemTable nodes at the
+/// tallest height, and the worst-case debt of its puts (0 for deletes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Footprint {
+    /// Bytes of its log record (padded).
+    pub log: u64,
+    /// Bytes of its MemTable nodes, each at [`MAX_HEIGHT`].
+    pub nodes: u64,
+    /// What the lazy copies of its puts may allocate (each node at [`MAX_HEIGHT`]).
+    pub cost: u64,
+}
+
 impl Sizes {
     /// The sizes of a store whose allocator is `alloc`.
     pub fn new(alloc: &PmemAllocator, memtable: u64, log: u64, max_key: usize) -> Sizes {
@@ -212,6 +225,35 @@ impl Sizes {
         self.put_cost(key_len, value_len, MAX_HEIGHT).1
     }
 
+    /// The footprint of one put (`put`) or delete of this key and value.
+    pub fn one(&self, key_len: usize, value_len: usize, put: bool) -> Footprint {
+        Footprint {
+            log: wal::record_len(key_len, value_len) as u64,
+            nodes: node::node_len(key_len, value_len, MAX_HEIGHT) as u64,
+            cost: if put {
+                self.put_cost_max(key_len, value_len)
+            } else {
+                0
+            },
+        }
+    }
+
+    /// The footprint of a write batch: one batch record, a node per operation.
+    pub fn batch(&self, batch: &WriteBatch) -> Footprint {
+        let mut fp = Footprint {
+            log: wal::batch_record_len(batch) as u64,
+            ..Footprint::default()
+        };
+        for (k, op) in batch.iter() {
+            let v = op.value().map_or(0, <[u8]>::len);
+            fp.nodes += node::node_len(k.len(), v, MAX_HEIGHT) as u64;
+            if op.value().is_some() {
+                fp.cost += self.put_cost_max(k.len(), v);
+            }
+        }
+        fp
+    }
+
     /// The debt of the skiplist at `head`: what a lazy copy of it would allocate, the
     /// newest version of each key that is a put (older versions are never copied).
     pub fn cost_of<S: Source + ?Sized>(&self, src: &S, head: u64) -> Result<Debt> {
@@ -243,22 +285,21 @@ impl Sizes {
     /// the room (its log comes back at its flush, its table when the tombstones reach the
     /// repository).
     pub fn delete_margin(&self) -> u64 {
-        2 * self.shape_bytes(self.min_shape(self.max_key, 0))
+        2 * self.shape_bytes(self.min_shape(self.one(self.max_key, 0, false)))
     }
 
-    /// The smallest pair that takes a write of this key and value: `(log, table)` chunks.
-    pub fn min_shape(&self, key_len: usize, value_len: usize) -> PairShape {
-        let rec = wal::record_len(key_len, value_len) as u64;
-        let nd = (HEAD_LEN + node::node_len(key_len, value_len, MAX_HEIGHT)) as u64;
+    /// The smallest pair that takes the write `fp`: `(log, table)` chunks.
+    pub fn min_shape(&self, fp: Footprint) -> PairShape {
+        let nd = HEAD_LEN as u64 + fp.nodes;
         (
-            rec.div_ceil(self.chunk).max(1),
+            fp.log.div_ceil(self.chunk).max(1),
             nd.div_ceil(self.chunk).max(1),
         )
     }
 
     /// The pair of a normal MemTable, made large enough for the write.
-    pub fn normal_shape(&self, key_len: usize, value_len: usize) -> PairShape {
-        let (l, t) = self.min_shape(key_len, value_len);
+    pub fn normal_shape(&self, fp: Footprint) -> PairShape {
+        let (l, t) = self.min_shape(fp);
         (
             self.log.div_ceil(self.chunk).max(l),
             self.memtable.div_ceil(self.chunk).max(t),
@@ -267,15 +308,15 @@ impl Sizes {
 
     /// A quarter MemTable (when a normal pair does not fit the room), or the spare's shape
     /// (room for any delete).
-    pub fn quarter_shape(&self, key_len: usize, value_len: usize) -> PairShape {
-        let (l, t) = self.min_shape(key_len, value_len);
-        let (nl, nt) = self.normal_shape(0, 0);
+    pub fn quarter_shape(&self, fp: Footprint) -> PairShape {
+        let (l, t) = self.min_shape(fp);
+        let (nl, nt) = self.normal_shape(Footprint::default());
         ((nl / 4).max(l), (nt / 4).max(t))
     }
 
     /// The spare pair's shape: a quarter MemTable that takes a delete of the longest key.
     pub fn spare_shape(&self) -> PairShape {
-        self.quarter_shape(self.max_key, 0)
+        self.quarter_shape(self.one(self.max_key, 0, false))
     }
 
     /// Bytes of a pair of this shape.
@@ -316,13 +357,13 @@ mod tests {
             assert_eq!(s.footprint(len), used, "len {len}");
             alloc.free(off).unwrap();
         }
-        assert_eq!(s.normal_shape(10, 10), (16, 16));
+        assert_eq!(s.normal_shape(s.one(10, 10, true)), (16, 16));
         assert_eq!(
-            s.normal_shape(10, 1 << 20),
+            s.normal_shape(s.one(10, 1 << 20, true)),
             (65, 65),
             "a huge value gets its room"
         );
-        assert_eq!(s.min_shape(10, 10), (1, 1));
+        assert_eq!(s.min_shape(s.one(10, 10, true)), (1, 1));
         let (sl, st) = s.spare_shape();
         assert!(sl * s.chunk >= wal::record_len(1024, 0) as u64);
         assert!(st * s.chunk >= (HEAD_LEN + node::node_len(1024, 0, MAX_HEIGHT)) as u64);

@@ -37,6 +37,10 @@ pub struct Counters {
     pub writes_refused: Counter,
     /// Log bytes appended.
     pub wal_bytes: Counter,
+    /// Write batches committed (one batch record each).
+    pub batches: Counter,
+    /// Operations of the write batches committed.
+    pub batch_ops: Counter,
     /// Directory publishes.
     pub dir_publishes: Counter,
     /// Runs freed after their tables became obsolete.

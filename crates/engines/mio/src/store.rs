@@ -20,7 +20,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
-use tierkv_core::{Error, KvPair, KvStore, Limits, Result, Stats, Tier};
+use tierkv_core::{Error, KvPair, KvStore, Limits, Result, Stats, Tier, WriteBatch};
 
 use crate::arena::Arena;
 use crate::dir::{self, Directory, LogMeta, Run};
@@ -28,10 +28,10 @@ use crate::merge::Merge;
 use crate::node::{self, Kind};
 use crate::options::MioOptions;
 use crate::skiplist::Source;
-use crate::space::{Debt, Pair, PairShape, Sizes};
+use crate::space::{Debt, Footprint, Pair, PairShape, Sizes};
 use crate::table::{Shared, TAG_TABLE, TAG_WAL, TableShape};
 use crate::version::{MemTable, Version};
-use crate::wal::{self, LogWriter};
+use crate::wal::LogWriter;
 
 /// Root word holding [`ROOT_MAGIC`] once the store is formatted.
 pub const ROOT_FORMATTED: usize = 0;
@@ -87,6 +87,10 @@ pub(crate) struct Inner {
     /// One per buffer level: a zero-copy node move holds its level's exclusively, readers
     /// hold all of them shared (`zerocopy.rs`).
     pub level_locks: Vec<RwLock<()>>,
+    /// Held exclusively while a write batch's operations go into the MemTable, shared by
+    /// `multi_get`, which therefore sees none or all of each batch (`FORMAT.md` § Write
+    /// batches). Taken after `writer`; never held while waiting for anything else.
+    pub batch_gate: RwLock<()>,
     pub writer: Mutex<WriterState>,
     pub dir: Mutex<DirState>,
     /// Bumped and notified on every change background threads or stalled writers wait on.
@@ -255,10 +259,10 @@ impl Inner {
         Ok(())
     }
 
-    /// A pair for the MemTable that takes the write of `need` (`key_len`, `value_len`):
+    /// A pair for the MemTable that takes the write of `need` whose footprint is `fp`:
     /// a normal one if the room allows it, else a quarter, else the smallest that takes
     /// the write; for a delete, else the spare. `None`: no room now.
-    fn take_pair(&self, need: Need, key_len: usize, value_len: usize) -> Result<Option<Pair>> {
+    fn take_pair(&self, need: Need, fp: Footprint) -> Result<Option<Pair>> {
         self.restore_spare()?;
         let sz = &self.sizes;
         let room = match need {
@@ -271,15 +275,11 @@ impl Inner {
                     Some(_) => 0,
                     None => sz.shape_bytes(sz.spare_shape()),
                 };
-                (keep, sz.put_cost_max(key_len, value_len))
+                (keep, fp.cost)
             }
             Need::Delete => (0, 0),
         };
-        let shapes = [
-            sz.normal_shape(key_len, value_len),
-            sz.quarter_shape(key_len, value_len),
-            sz.min_shape(key_len, value_len),
-        ];
+        let shapes = [sz.normal_shape(fp), sz.quarter_shape(fp), sz.min_shape(fp)];
         for shape in shapes {
             let want = i128::from(sz.shape_bytes(shape) + keep + cost);
             if room < want {
@@ -292,7 +292,7 @@ impl Inner {
             }
         }
         if need == Need::Delete {
-            let (l, t) = sz.min_shape(key_len, value_len);
+            let (l, t) = sz.min_shape(fp);
             let mut spare = self.spare.lock();
             if spare.is_some_and(|p| p.log.chunks >= l && p.table.chunks >= t) {
                 return Ok(spare.take());
@@ -340,9 +340,10 @@ impl Inner {
     /// even the spare's room is left, the smallest pair at all (the open must not fail:
     /// recovery has just freed the pairs of the MemTables it replayed).
     pub fn first_memtable(&self) -> Result<(Arc<MemTable>, LogWriter)> {
-        let pair = match self.take_pair(Need::Delete, 0, 0)? {
+        let sz = &self.sizes;
+        let pair = match self.take_pair(Need::Delete, sz.one(0, 0, false))? {
             Some(p) => p,
-            None => self.alloc_pair(self.sizes.min_shape(self.sizes.max_key, 0))?,
+            None => self.alloc_pair(sz.min_shape(sz.one(sz.max_key, 0, false)))?,
         };
         self.new_memtable(pair)
     }
@@ -350,14 +351,8 @@ impl Inner {
     /// Makes the MemTable immutable and starts a new one over a pair taken for `need`;
     /// returns false (nothing changed) when there is no room for a pair now. The caller
     /// checked that no flush is pending.
-    fn switch_memtable(
-        &self,
-        w: &mut WriterState,
-        need: Need,
-        key_len: usize,
-        value_len: usize,
-    ) -> Result<bool> {
-        let Some(pair) = self.take_pair(need, key_len, value_len)? else {
+    fn switch_memtable(&self, w: &mut WriterState, need: Need, fp: Footprint) -> Result<bool> {
+        let Some(pair) = self.take_pair(need, fp)? else {
             return Ok(false);
         };
         let (mem, log) = match self.new_memtable(pair) {
@@ -385,19 +380,20 @@ impl Inner {
         v.imm.is_some() || v.buffer().iter().any(|l| !l.is_empty())
     }
 
-    /// Makes the MemTable take a write of `need` (or, with `switch`, a new MemTable): waits
+    /// Makes the MemTable take a write of `need` whose footprint is `fp` (one put or
+    /// delete, or a whole batch: it goes into ONE MemTable and ONE log record), or, with
+    /// `switch`, a new MemTable: waits
     /// (without the writer lock) for a pending flush and for room, only while the
     /// background makes progress (`space.rs`); then refuses with `NoSpace`.
     pub(crate) fn admit<'a>(
         &'a self,
         mut w: MutexGuard<'a, WriterState>,
         need: Need,
-        key_len: usize,
-        value_len: usize,
+        fp: Footprint,
         mut switch: bool,
     ) -> Result<MutexGuard<'a, WriterState>> {
         let cost = match need {
-            Need::Put => self.sizes.put_cost_max(key_len, value_len),
+            Need::Put => fp.cost,
             Need::Delete => 0,
         };
         let started = Instant::now();
@@ -414,11 +410,11 @@ impl Inner {
             // the next node could overflow the flush target, or the record the log.
             let full = switch
                 || w.mem.arena.used() as u64 >= self.sizes.memtable
-                || !w.mem.arena.fits(key_len, value_len)
-                || !w.log.fits(key_len, value_len);
+                || !w.mem.arena.fits_bytes(fp.nodes)
+                || !w.log.fits(fp.log);
             let admitted = if full {
                 let pending = self.version.read().imm.is_some();
-                if !pending && self.switch_memtable(&mut w, need, key_len, value_len)? {
+                if !pending && self.switch_memtable(&mut w, need, fp)? {
                     switch = false;
                     // The new MemTable may still lack budget for the put: check again.
                     cost <= w.budget
@@ -439,7 +435,7 @@ impl Inner {
             // take the spare pair), then wait for them like for any drain.
             if !self.draining()
                 && w.mem.deletes.load(Ordering::Acquire) > 0
-                && self.switch_memtable(&mut w, Need::Delete, 0, 0)?
+                && self.switch_memtable(&mut w, Need::Delete, self.sizes.one(0, 0, false))?
             {
                 continue;
             }
@@ -484,20 +480,32 @@ impl Inner {
             Kind::Put => Need::Put,
             Kind::Delete => Need::Delete,
         };
-        let mut w = self.admit(self.writer.lock(), need, key.len(), value.len(), false)?;
+        let fp = self.sizes.one(key.len(), value.len(), need == Need::Put);
+        let mut w = self.admit(self.writer.lock(), need, fp, false)?;
         let seq = w.next_seq;
         if seq > node::MAX_SEQ {
             return Err(Error::invalid("mio: sequence numbers exhausted"));
         }
         w.log.append(&self.shared, seq, kind, key, value)?;
         w.next_seq += 1;
+        self.shared.counters.wal_bytes.add(fp.log);
+        self.insert(&mut w, seq, kind, key, value)
+    }
+
+    /// Inserts a logged write into the MemTable and counts it (P1 step 2).
+    pub(crate) fn insert(
+        &self,
+        w: &mut WriterState,
+        seq: u64,
+        kind: Kind,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<()> {
         let height = w.mem.arena.insert(seq, kind, key, value)?;
         if kind == Kind::Delete {
             w.mem.deletes.fetch_add(1, Ordering::AcqRel);
         }
         let c = &self.shared.counters;
-        c.wal_bytes
-            .add(wal::record_len(key.len(), value.len()) as u64);
         if kind == Kind::Put {
             let cost = self.sizes.put_cost(key.len(), value.len(), height);
             w.mem.cost.lock().add(cost);
@@ -663,6 +671,27 @@ impl KvStore for MioStore {
         self.inner.scan(start, limit)
     }
 
+    fn write_batch(&self, batch: &WriteBatch) -> Result<()> {
+        self.check_open()?;
+        batch.check(&self.inner.limits)?;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.inner.write_batch(batch)
+    }
+
+    fn atomic_batches(&self) -> bool {
+        true
+    }
+
+    fn multi_get(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.check_open()?;
+        for k in keys {
+            self.inner.limits.check_key(k)?;
+        }
+        self.inner.multi_get(keys)
+    }
+
     /// Flushes the MemTable to a PMTable now (its writes were durable already, in the log)
     /// and waits for the flush.
     fn flush(&self) -> Result<()> {
@@ -671,7 +700,8 @@ impl KvStore for MioStore {
         {
             let w = self.inner.writer.lock();
             if w.mem.arena.entries() > 0 {
-                drop(self.inner.admit(w, Need::Delete, 0, 0, true)?);
+                let fp = self.inner.sizes.one(0, 0, false);
+                drop(self.inner.admit(w, Need::Delete, fp, true)?);
             }
         }
         let until = Instant::now() + Duration::from_millis(self.inner.opts.stall_timeout_ms);

@@ -13,7 +13,9 @@ pub mod row;
 pub mod superblock;
 
 /// Version of every FOCUS structure on pmem (FORMAT.md § Version changes).
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format version read (1: no batch records; FORMAT.md § Version changes).
+pub const MIN_FORMAT_VERSION: u32 = 1;
 
 /// Records and chunk contents are 8-byte aligned.
 pub const ALIGN: u64 = 8;

@@ -13,7 +13,7 @@
 use tierkv_core::format::checksum::masked_crc32c;
 use tierkv_core::{Error, Result, Tier};
 
-use super::{FORMAT_VERSION, le_u32, le_u64};
+use super::{FORMAT_VERSION, MIN_FORMAT_VERSION, le_u32, le_u64};
 
 /// The root word holding the superblock's offset.
 pub const ROOT_SUPERBLOCK: usize = 0;
@@ -64,7 +64,7 @@ impl Superblock {
             return Err(Error::corruption(Tier::Pmem, at, "no FOCUS superblock"));
         }
         let version = le_u32(b, VERSION_OFF);
-        if version != FORMAT_VERSION {
+        if !(MIN_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(Error::UnsupportedFormat {
                 what: "focus superblock",
                 found: version,
@@ -96,5 +96,27 @@ mod tests {
             bad[i] ^= 1;
             assert!(Superblock::decode(&bad, 0).is_err(), "flip at {i}");
         }
+    }
+
+    /// A version-1 superblock (a store made before batch records) still opens; a newer
+    /// version than this code knows is refused.
+    #[test]
+    fn version_1_is_read_and_a_newer_version_refused() {
+        let sb = Superblock {
+            chunk_size: 1 << 16,
+            alloc_off: 8192,
+        };
+        let with_version = |v: u32| {
+            let mut b = sb.encode();
+            b[VERSION_OFF..CRC_OFF].copy_from_slice(&v.to_le_bytes());
+            let c = crc(&b);
+            b[CRC_OFF..CRC_OFF + 4].copy_from_slice(&c.to_le_bytes());
+            b
+        };
+        assert_eq!(Superblock::decode(&with_version(1), 0).ok(), Some(sb));
+        assert!(matches!(
+            Superblock::decode(&with_version(FORMAT_VERSION + 1), 0),
+            Err(tierkv_core::Error::UnsupportedFormat { .. })
+        ));
     }
 }
