@@ -67,7 +67,7 @@ fn a_bad_line_writes_nothing_and_creates_no_store() {
 fn an_engine_without_batches_refuses_clearly() {
     let d = tempfile::tempdir().unwrap();
     let s = d.path().join("s");
-    let mut args = vec!["batch", "--engine", "mio"];
+    let mut args = vec!["batch", "--engine", "hetermm@oplog=off"];
     args.extend(SMALL);
     let o = run(&args, &s, b"put a 1\nput b 2\n");
     assert_eq!(o.status.code(), Some(1));

@@ -79,9 +79,9 @@ def test_type_errors_for_str_and_unknown_keywords(tmp_path):
 
 
 def test_unsupported_batch_on_an_engine_without_atomic_batches(tmp_path):
-    with open_small(tmp_path, "mio") as db:
+    with open_small(tmp_path, "hetermm@oplog=off") as db:
         assert not db.atomic_batches
-        with pytest.raises(tierkv.Unsupported, match="mio"):
+        with pytest.raises(tierkv.Unsupported, match="oplog=off"):
             db.write(tierkv.WriteBatch().put(b"a", b"1"))
         assert db.get(b"a") is None  # nothing of it applied
 

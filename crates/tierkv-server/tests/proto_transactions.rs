@@ -328,7 +328,7 @@ fn a_transaction_over_the_batch_limit_is_refused_whole() {
 fn info_says_whether_multi_key_writes_are_crash_atomic() {
     let dir = tempfile::tempdir().unwrap();
     let options = tierkv::Options::default()
-        .engine("mio")
+        .engine("hetermm@oplog=off")
         .pmem_dir(dir.path().join("pmem"))
         .pmem_size(tierkv::ByteSize::mib(64))
         .flash_dir(dir.path().join("flash"))

@@ -52,7 +52,10 @@ mod salvage;
 
 pub use db::Db;
 pub use range::{Range, RangeOptions};
-pub use registry::{ATOMIC_BATCH_ENGINES, ENGINES, check_atomic_batches, descriptor};
+pub use registry::{
+    ATOMIC_BATCH_ENGINES, BATCHES_OFF_WITH, ENGINES, check_atomic_batches,
+    check_spec_atomic_batches, descriptor,
+};
 pub use registry::{UNORDERED_VARIANTS, is_ordered};
 pub use salvage::{SALVAGE_ENGINES, SalvageEngine, salvage, salvage_engine};
 pub use tierkv_core::{BatchOp, MAX_BATCH_BYTES, MAX_BATCH_OPS, WriteBatch};

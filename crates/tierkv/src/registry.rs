@@ -1,6 +1,6 @@
 //! The engines this build knows, by name.
 
-use tierkv_core::{EngineDescriptor, Error, Result};
+use tierkv_core::{EngineDescriptor, EngineSpec, Error, Result};
 
 /// Every engine in this build, default first.
 pub static ENGINES: &[EngineDescriptor] = &[
@@ -33,6 +33,25 @@ pub fn check_atomic_batches(name: &str) -> Result<()> {
     } else {
         Err(batches_unsupported(name))
     }
+}
+
+/// Engine options that turn an engine's batches off: (engine, option, value). A `hetermm`
+/// store without its operation log has no log entry to commit a batch with.
+pub static BATCHES_OFF_WITH: &[(&str, &str, &str)] = &[("hetermm", "oplog", "off")];
+
+/// Like [`check_atomic_batches`], for a whole engine spec (its options may turn batches off:
+/// [`BATCHES_OFF_WITH`]).
+pub fn check_spec_atomic_batches(spec: &EngineSpec) -> Result<()> {
+    check_atomic_batches(&spec.name)?;
+    for (engine, option, value) in BATCHES_OFF_WITH {
+        if spec.name == *engine && spec.params.get(*option).map(String::as_str) == Some(*value) {
+            return Err(Error::Unsupported(format!(
+                "engine {engine} with {option}={value} has no crash-atomic write batches \
+                 (drop {option}={value} to have them)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The engine called `name`, or an error listing the known ones.

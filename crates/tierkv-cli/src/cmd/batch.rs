@@ -59,7 +59,7 @@ pub fn batch(a: &BatchArgs) -> Result<u8> {
     // Bad input is refused before a store is created for it.
     let (o, _) = resolve(&a.store)?;
     batch.check(&Db::limits_for(&o)?)?;
-    tierkv::check_atomic_batches(&o.engine_spec()?.name)?;
+    tierkv::check_spec_atomic_batches(&o.engine_spec()?)?;
     let db = open_or_create(&a.store)?;
     db.write(&batch)?;
     db.close()?;
