@@ -226,6 +226,8 @@ impl Db {
     pub fn write(&self, batch: &WriteBatch) -> Result<()> {
         batch.check(&self.limits)?;
         if !self.store.atomic_batches() {
+            // The spec's options may be what turned batches off: say which.
+            crate::registry::check_spec_atomic_batches(&self.spec)?;
             return Err(crate::registry::batches_unsupported(&self.spec.name));
         }
         self.store.write_batch(batch)
