@@ -259,7 +259,7 @@ impl RaceLog {
         if let Err(found) = verdict {
             return Err((w.describe(&h), found));
         }
-        if bytes != sizes.value(&key, v).as_slice() {
+        if !sizes.matches(&key, v, bytes) {
             return Err((
                 w.describe(&h),
                 format!(

@@ -264,7 +264,7 @@ impl Window {
                 format!("v#{v} (a version never written: a phantom)"),
             ));
         }
-        if bytes != sizes.value(&key, v).as_slice() {
+        if !sizes.matches(&key, v, bytes) {
             return Err((
                 self.expected(),
                 format!(
