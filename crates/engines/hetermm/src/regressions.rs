@@ -650,3 +650,105 @@ fn a_mark_never_lands_in_the_run_of_a_block_the_reclaimer_dropped_meanwhile() {
     );
     let _ = (&rig.pool, &rig.dir);
 }
+
+/// Stress seeds 5542 (hash, SIGKILL) and 6533 (btree, power loss): a write batch deleted a
+/// key — removed it from the index — and before the batch's entry was committed another
+/// thread's single delete of the key found it absent, changed nothing, logged nothing and
+/// returned. A crash before the batch's commit then brought back the value both had
+/// deleted: the acknowledged delete was lost. The single delete must not return before the
+/// removal it saw is durable.
+#[test]
+fn a_delete_that_finds_a_key_an_uncommitted_batch_removed_waits_for_its_commit() {
+    use std::sync::mpsc;
+    for variant in ["btree", "hash", "lockfree"] {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = PmemPool::create(&pool_config(dir.path().join("pool"))).unwrap();
+        let index = CoreIndex::new(variant).unwrap();
+        let store =
+            HeterStore::open(pool.clone(), options(""), Limits::default(), index, true).unwrap();
+        store.put(b"k", b"old").unwrap();
+        // The batch pauses between applying its operations and writing its entry.
+        let (applied_tx, applied_rx) = mpsc::channel::<()>();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let release_rx = std::sync::Mutex::new(release_rx);
+        let applied_tx = std::sync::Mutex::new(applied_tx);
+        let hook: TestHook = Arc::new(move |point, _| {
+            if point == HookPoint::BatchApplied {
+                applied_tx.lock().unwrap().send(()).unwrap();
+                release_rx.lock().unwrap().recv().unwrap();
+            }
+            Ok(())
+        });
+        *store.memory().hook.lock() = Some(hook);
+        let batcher = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let mut b = tierkv_core::WriteBatch::new();
+                b.delete(b"k");
+                b.put(b"other", b"x");
+                store.write_batch(&b)
+            })
+        };
+        applied_rx.recv().unwrap();
+        let deleted = Arc::new(AtomicBool::new(false));
+        let deleter = {
+            let (store, deleted) = (store.clone(), deleted.clone());
+            std::thread::spawn(move || {
+                let r = store.delete(b"k");
+                deleted.store(true, Ordering::SeqCst);
+                r
+            })
+        };
+        // Give the single delete time to return if it does not wait; then cut the image
+        // while the batch is still uncommitted.
+        let until = Instant::now() + Duration::from_millis(300);
+        while !deleted.load(Ordering::SeqCst) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let acknowledged = deleted.load(Ordering::SeqCst);
+        let image = pool
+            .crash_image(7, CrashImageOptions::torn_words())
+            .unwrap();
+        release_tx.send(()).unwrap();
+        batcher.join().unwrap().unwrap();
+        deleter.join().unwrap().unwrap();
+        *store.memory().hook.lock() = None;
+        store.close().unwrap();
+        // The image: the batch is uncommitted, so it is absent. An acknowledged delete must
+        // still hold; an unacknowledged one may be absent too.
+        let path = dir.path().join("image");
+        std::fs::write(&path, image).unwrap();
+        let recovered = HeterStore::open(
+            PmemPool::open(&pool_config(path)).unwrap(),
+            options(""),
+            Limits::default(),
+            CoreIndex::new(variant).unwrap(),
+            false,
+        )
+        .unwrap();
+        let expected: Option<&[u8]> = if acknowledged { None } else { Some(b"old") };
+        assert_eq!(
+            recovered.get(b"k").unwrap().as_deref(),
+            expected,
+            "{variant}: delete acknowledged before the crash: {acknowledged}"
+        );
+        assert_eq!(recovered.get(b"other").unwrap(), None);
+        recovered.close().unwrap();
+        assert!(
+            !acknowledged,
+            "{variant}: the single delete returned while the batch that removed the key was \
+             uncommitted"
+        );
+        drop((store, pool));
+        let reopened = HeterStore::open(
+            PmemPool::open(&pool_config(dir.path().join("pool"))).unwrap(),
+            options(""),
+            Limits::default(),
+            CoreIndex::new(variant).unwrap(),
+            false,
+        )
+        .unwrap();
+        assert_eq!(reopened.get(b"k").unwrap(), None);
+        assert_eq!(reopened.get(b"other").unwrap().as_deref(), Some(&b"x"[..]));
+    }
+}

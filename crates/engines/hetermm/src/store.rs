@@ -132,7 +132,12 @@ impl KvStore for HeterStore {
     fn delete(&self, key: &[u8]) -> Result<()> {
         self.check_open()?;
         self.limits.check_key(key)?;
-        self.index.delete(&self.mem, key)
+        self.index.delete(&self.mem, key)?;
+        // A key an uncommitted batch removed reads as absent: wait for that batch's commit.
+        // If that batch failed instead, the store is poisoned and the delete is not
+        // acknowledged either.
+        self.batch_locks.settle(key);
+        self.mem.health.check_writable()
     }
 
     /// Crash-atomic with the operation log on (`batch.rs`, FORMAT.md § Write batches);

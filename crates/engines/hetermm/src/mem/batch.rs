@@ -32,7 +32,7 @@ use std::sync::atomic::Ordering;
 use tierkv_core::{BatchOp as CoreOp, Error, Result, WriteBatch};
 
 use super::guard::Outcome;
-use super::{Guard, HeterMem};
+use super::{Guard, HeterMem, HookPoint};
 use crate::dram::record as dram_record;
 use crate::format::batch::{self, BatchOp};
 use crate::format::log::{EntryKind, Place};
@@ -273,7 +273,10 @@ impl BatchWriter<'_> {
             },
         };
         mem.pool().crash_point("hetermm.batch.applied");
-        if let Err(err) = ticket.commit(&mem.nvm, &e) {
+        if let Err(err) = mem
+            .run_hook(HookPoint::BatchApplied, &[])
+            .and_then(|()| ticket.commit(&mem.nvm, &e))
+        {
             return Err(self.fail(g, err));
         }
         mem.pool().crash_point("hetermm.batch.committed");

@@ -225,6 +225,9 @@ pub enum HookPoint {
     /// In `apply_marks`, once a block's cell is taken and before it is locked (the value is
     /// the block number, little-endian).
     Marking,
+    /// In a write batch's commit, every operation applied in DRAM, before its log entry is
+    /// written (the value is empty).
+    BatchApplied,
 }
 
 /// A test hook: sees the point and the value written (empty for a delete); an error it
