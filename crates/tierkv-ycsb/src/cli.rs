@@ -58,8 +58,9 @@ pub enum Warmup {
 #[derive(clap::Args, Clone, Debug, PartialEq)]
 pub struct BenchArgs {
     /// Engines and peers, comma-separated: engine specs (`dram:btree`,
-    /// `prism@queue_depth=1`) or `rocksdb` (built with `--features rocksdb`). Ratios are
-    /// against the first. [default: every engine of this build]
+    /// `prism@queue_depth=1`) or `rocksdb` (built with `--features rocksdb`; WAL and L0 on the
+    /// pmem path, the other levels on flash; `rocksdb@placement=pmem`: every level on the
+    /// pmem path). Ratios are against the first. [default: every engine of this build]
     #[arg(long, value_name = "SPEC,...")]
     pub engines: Option<String>,
     /// Workloads, in order: `load` and YCSB's `a`..`f` (`s`: 95% scan, 5% update;

@@ -3,7 +3,8 @@
 //! through (RocksDB, behind the `rocksdb` feature: [`rocksdb`]).
 //!
 //! A target is named on the command line by a [`TargetSpec`]: an engine spec string as
-//! `Options` takes it (`dram:btree`, `prism@queue_depth=1`), or a peer's name (`rocksdb`).
+//! `Options` takes it (`dram:btree`, `prism@queue_depth=1`), or a peer's name (`rocksdb`,
+//! `rocksdb@placement=pmem`: [`RocksPlacement`]).
 //! The same string labels it in every report.
 //!
 //! Each target is opened in its own fresh directories ([`TargetPlacement`]) with the same
@@ -72,8 +73,50 @@ impl BenchTarget for Db {
 pub enum TargetKind {
     /// An engine of this build's registry ([`tierkv::ENGINES`]).
     Engine(EngineSpec),
-    /// The RocksDB peer.
-    RocksDb,
+    /// The RocksDB peer, with its files placed as said.
+    RocksDb(RocksPlacement),
+}
+
+/// Where the RocksDB peer keeps its files (`rocksdb@placement=...`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RocksPlacement {
+    /// `tiered` (the default): the WAL and L0 on the pmem path, L1 and below on the flash
+    /// path — the placement our three-tier engines are measured against.
+    #[default]
+    Tiered,
+    /// `pmem`: the WAL and every level on the pmem path, nothing on flash — the baseline of
+    /// the pmem-only papers (MioDB, FOCUS), whose RocksDB keeps all its data on NVM.
+    Pmem,
+}
+
+impl RocksPlacement {
+    /// Parses `rocksdb` or `rocksdb@placement=tiered|pmem`; `None` when `label` does not name
+    /// the RocksDB peer at all.
+    fn parse(label: &str) -> Option<Result<Self, String>> {
+        let rest = label.strip_prefix(ROCKSDB)?;
+        if rest.is_empty() {
+            return Some(Ok(RocksPlacement::Tiered));
+        }
+        let params = rest.strip_prefix('@')?;
+        let mut placement = RocksPlacement::Tiered;
+        for p in params.split(',') {
+            match p.split_once('=') {
+                Some(("placement", "tiered")) => placement = RocksPlacement::Tiered,
+                Some(("placement", "pmem")) => placement = RocksPlacement::Pmem,
+                Some(("placement", other)) => {
+                    return Some(Err(format!(
+                        "rocksdb: unknown placement `{other}` (expected `tiered` or `pmem`)"
+                    )));
+                }
+                _ => {
+                    return Some(Err(format!(
+                        "rocksdb: unknown option `{p}` (the peer takes `placement=tiered|pmem`)"
+                    )));
+                }
+            }
+        }
+        Some(Ok(placement))
+    }
 }
 
 /// A target as named on the command line.
@@ -90,7 +133,8 @@ impl TargetSpec {
     /// variant (engine options are checked when it opens).
     pub fn parse(label: &str) -> Result<Self, String> {
         let label = label.trim();
-        if label == ROCKSDB {
+        if let Some(placement) = RocksPlacement::parse(label) {
+            let placement = placement?;
             if !cfg!(feature = "rocksdb") {
                 return Err(
                     "the rocksdb peer is not in this build: build tierkv with `--features rocksdb` \
@@ -100,7 +144,7 @@ impl TargetSpec {
             }
             return Ok(TargetSpec {
                 label: label.to_owned(),
-                kind: TargetKind::RocksDb,
+                kind: TargetKind::RocksDb(placement),
             });
         }
         let spec: EngineSpec = label.parse().map_err(|e: tierkv::Error| e.to_string())?;
@@ -116,16 +160,24 @@ impl TargetSpec {
     pub fn uses(&self, tier: Tier) -> bool {
         match &self.kind {
             TargetKind::Engine(spec) => tierkv::descriptor(&spec.name).is_ok_and(|d| d.uses(tier)),
-            TargetKind::RocksDb => matches!(tier, Tier::Pmem | Tier::Flash),
+            TargetKind::RocksDb(RocksPlacement::Tiered) => matches!(tier, Tier::Pmem | Tier::Flash),
+            TargetKind::RocksDb(RocksPlacement::Pmem) => tier == Tier::Pmem,
         }
     }
 
     /// One line for the report header: what it is and where it keeps data.
     pub fn describe(&self) -> String {
         match &self.kind {
-            TargetKind::RocksDb => "RocksDB peer: WAL and L0 on the pmem path, L1 and below on \
-                                    the flash path, direct I/O, every write synced"
-                .to_owned(),
+            TargetKind::RocksDb(RocksPlacement::Tiered) => {
+                "RocksDB peer: WAL and L0 on the pmem path, L1 and below on the flash path, \
+                 direct I/O, every write synced"
+                    .to_owned()
+            }
+            TargetKind::RocksDb(RocksPlacement::Pmem) => {
+                "RocksDB peer: WAL and every level on the pmem path, nothing on flash, direct \
+                 I/O, every write synced"
+                    .to_owned()
+            }
             TargetKind::Engine(spec) => match tierkv::descriptor(&spec.name) {
                 Err(e) => e.to_string(),
                 Ok(d) => {
@@ -233,7 +285,7 @@ pub fn open_target(
                 })?;
             Ok(Box::new(db))
         }
-        TargetKind::RocksDb => open_rocksdb(place, media),
+        TargetKind::RocksDb(placement) => open_rocksdb(place, media, *placement),
     }
 }
 
@@ -241,14 +293,18 @@ pub fn open_target(
 fn open_rocksdb(
     place: &TargetPlacement,
     media: &MediaSettings,
+    placement: RocksPlacement,
 ) -> anyhow::Result<Box<dyn BenchTarget>> {
-    Ok(Box::new(rocksdb::RocksDbPeer::open(place, media)?))
+    Ok(Box::new(rocksdb::RocksDbPeer::open(
+        place, media, placement,
+    )?))
 }
 
 #[cfg(not(feature = "rocksdb"))]
 fn open_rocksdb(
     _place: &TargetPlacement,
     _media: &MediaSettings,
+    _placement: RocksPlacement,
 ) -> anyhow::Result<Box<dyn BenchTarget>> {
     anyhow::bail!("the rocksdb peer is not in this build (build with --features rocksdb)")
 }
@@ -281,12 +337,29 @@ mod tests {
 
     #[test]
     fn rocksdb_is_refused_with_a_rebuild_hint_when_not_built() {
-        let r = TargetSpec::parse(ROCKSDB);
-        if cfg!(feature = "rocksdb") {
-            assert_eq!(r.unwrap().kind, TargetKind::RocksDb);
-        } else {
-            assert!(r.unwrap_err().contains("--features rocksdb"));
+        for (label, placement) in [
+            (ROCKSDB, RocksPlacement::Tiered),
+            ("rocksdb@placement=tiered", RocksPlacement::Tiered),
+            ("rocksdb@placement=pmem", RocksPlacement::Pmem),
+        ] {
+            let r = TargetSpec::parse(label);
+            if cfg!(feature = "rocksdb") {
+                assert_eq!(r.unwrap().kind, TargetKind::RocksDb(placement));
+            } else {
+                assert!(r.unwrap_err().contains("--features rocksdb"), "{label}");
+            }
         }
+    }
+
+    #[test]
+    fn rocksdb_options_other_than_a_known_placement_are_refused() {
+        let e = TargetSpec::parse("rocksdb@placement=flash").unwrap_err();
+        assert!(e.contains("unknown placement `flash`"), "{e}");
+        let e = TargetSpec::parse("rocksdb@cache=1").unwrap_err();
+        assert!(e.contains("unknown option `cache=1`"), "{e}");
+        // Not the peer: an engine name that merely starts with its name is an engine spec.
+        let e = TargetSpec::parse("rocksdbx").unwrap_err();
+        assert!(e.contains("unknown engine"), "{e}");
     }
 
     #[test]
