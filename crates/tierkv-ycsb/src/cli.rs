@@ -24,8 +24,9 @@ use crate::report::{BenchReport, RunConfig, TargetLine, chart, header, json, tab
 use crate::runner::phase::Quota;
 use crate::runner::progress::Progress;
 use crate::runner::{PhaseStatus, RunSettings};
+use crate::schema::SchemaLayout;
 use crate::values::ValueShape;
-use crate::workload::{Distribution, parse_phases};
+use crate::workload::{Distribution, FieldScope, Phase, parse_phases};
 
 /// The workloads run by default.
 pub const DEFAULT_WORKLOADS: &str = "load,a,b,c,d,e,f";
@@ -66,8 +67,10 @@ pub struct BenchArgs {
     /// Workloads, in order: `load` and YCSB's `a`..`f` (`s`: 95% scan, 5% update;
     /// `batch10` / `batch100`: every operation one crash-atomic WriteBatch of 10 / 100 puts
     /// of --value-size over uniform existing keys, reported as batches/s, keys/s and latency
-    /// per batch; "unsupported" on engines without atomic batches). The load always runs
-    /// first; it is reported when listed.
+    /// per batch; "unsupported" on engines without atomic batches; with --schema,
+    /// `field-read` / `field-update` / `field-scan`: one field read, one field updated, one
+    /// field of 100 rows scanned, FOCUS's micro-benchmarks). The load always runs first; it
+    /// is reported when listed.
     #[arg(long, value_name = "NAME,...", default_value = DEFAULT_WORKLOADS)]
     pub workloads: String,
     /// Records loaded before the workloads.
@@ -102,6 +105,13 @@ pub struct BenchArgs {
     /// Bytes per field with --fields. [default: 100]
     #[arg(long, value_name = "SIZE", requires = "fields")]
     pub field_size: Option<ByteSize>,
+    /// Store the --fields records through the field-level (schema) API, held as LAYOUT says:
+    /// `native` (the engine's own schema store, FOCUS; the consolidated adapter elsewhere),
+    /// `consolidated` (a row as one value) or `scattered` (one key per field). Reads read
+    /// whole rows, updates set one field; `field-read`, `field-update` and `field-scan`
+    /// need it.
+    #[arg(long, value_name = "LAYOUT", requires = "fields", value_parser = parse_layout)]
+    pub schema: Option<SchemaLayout>,
     /// DRAM budget of every engine (caches and buffers; RocksDB: block cache + memtables).
     /// [default: 256MiB]
     #[arg(long, value_name = "SIZE")]
@@ -161,6 +171,10 @@ fn parse_distribution(s: &str) -> Result<Distribution, String> {
     s.parse()
 }
 
+fn parse_layout(s: &str) -> Result<SchemaLayout, String> {
+    s.parse()
+}
+
 impl BenchArgs {
     /// The arguments of a bare `tierkv bench`.
     pub fn defaults() -> Self {
@@ -177,6 +191,7 @@ impl BenchArgs {
             value_size: None,
             fields: None,
             field_size: None,
+            schema: None,
             dram: None,
             pmem_path: None,
             pmem_size: None,
@@ -292,12 +307,24 @@ impl BenchArgs {
             distribution: self.distribution,
             keys: KeyFormat::from_key_size(self.key_size)?,
             values: self.value_shape()?,
+            schema: self.schema,
             seed: self.seed,
             crash_after_load: self.crash_after_load,
         };
+        let phases = parse_phases(&self.workloads)?;
+        if self.schema.is_none()
+            && let Some(p) = phases
+                .iter()
+                .find(|p| matches!(p, Phase::Run(w) if w.fields == FieldScope::OneField))
+        {
+            return Err(format!(
+                "workload {} reads or writes single fields: it needs --schema (and --fields)",
+                p.name()
+            ));
+        }
         Ok(BenchPlan {
             targets,
-            phases: parse_phases(&self.workloads)?,
+            phases,
             settings,
             media,
             layout: Layout::new(
@@ -334,6 +361,7 @@ impl BenchArgs {
             field_size: self
                 .fields
                 .map(|_| self.field_size.unwrap_or(DEFAULT_FIELD_SIZE).bytes()),
+            schema: self.schema.map(|l| l.to_string()),
             value_bytes: s.values.encoded_len(),
             dram: plan.media.dram.bytes(),
             pmem_path: match &plan.layout.pmem_root {

@@ -42,6 +42,7 @@ pub mod peer;
 pub mod plan;
 pub mod report;
 pub mod runner;
+pub mod schema;
 pub mod values;
 pub mod workload;
 

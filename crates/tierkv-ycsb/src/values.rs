@@ -150,6 +150,13 @@ impl ValueSource {
         }
     }
 
+    /// Writes `len` fresh bytes into `out` (cleared first): one field of a schema row.
+    /// `len` is at most the shape's largest piece (the field size).
+    pub fn fill_piece<R: Rng + ?Sized>(&self, rng: &mut R, len: usize, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(self.piece(rng, len.min(self.pool.len())));
+    }
+
     fn piece<R: Rng + ?Sized>(&self, rng: &mut R, len: usize) -> &[u8] {
         let start = rng.random_range(0..=self.pool.len() - len);
         &self.pool[start..start + len]

@@ -189,6 +189,17 @@ impl Mix {
     }
 }
 
+/// Which fields the reads and scans of a schema workload select (`--schema`;
+/// `crate::schema`). Updates always set one field in schema mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldScope {
+    /// Whole records (YCSB `readallfields=true`); without `--schema`, values are whole
+    /// anyway.
+    Record,
+    /// One field drawn uniformly (FOCUS's micro-benchmarks); needs `--schema`.
+    OneField,
+}
+
 /// A named operation mix.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Workload {
@@ -204,6 +215,8 @@ pub struct Workload {
     pub scan_length: (u64, u64),
     /// Puts per write batch (0: the workload issues no batches).
     pub batch_size: usize,
+    /// What reads and scans select in schema mode.
+    pub fields: FieldScope,
 }
 
 /// YCSB's scan lengths in workload E (`maxscanlength=100`, uniform).
@@ -222,6 +235,7 @@ pub static WORKLOADS: &[Workload] = &[
         distribution: Distribution::Zipfian,
         scan_length: SCAN_LENGTH,
         batch_size: 0,
+        fields: FieldScope::Record,
     },
     Workload {
         name: "b",
@@ -234,6 +248,7 @@ pub static WORKLOADS: &[Workload] = &[
         distribution: Distribution::Zipfian,
         scan_length: SCAN_LENGTH,
         batch_size: 0,
+        fields: FieldScope::Record,
     },
     Workload {
         name: "c",
@@ -245,6 +260,7 @@ pub static WORKLOADS: &[Workload] = &[
         distribution: Distribution::Zipfian,
         scan_length: SCAN_LENGTH,
         batch_size: 0,
+        fields: FieldScope::Record,
     },
     Workload {
         name: "d",
@@ -257,6 +273,7 @@ pub static WORKLOADS: &[Workload] = &[
         distribution: Distribution::Latest,
         scan_length: SCAN_LENGTH,
         batch_size: 0,
+        fields: FieldScope::Record,
     },
     Workload {
         name: "e",
@@ -269,6 +286,7 @@ pub static WORKLOADS: &[Workload] = &[
         distribution: Distribution::Zipfian,
         scan_length: SCAN_LENGTH,
         batch_size: 0,
+        fields: FieldScope::Record,
     },
     Workload {
         name: "f",
@@ -281,6 +299,7 @@ pub static WORKLOADS: &[Workload] = &[
         distribution: Distribution::Zipfian,
         scan_length: SCAN_LENGTH,
         batch_size: 0,
+        fields: FieldScope::Record,
     },
     Workload {
         name: "s",
@@ -293,6 +312,7 @@ pub static WORKLOADS: &[Workload] = &[
         distribution: Distribution::Zipfian,
         scan_length: SCAN_LENGTH,
         batch_size: 0,
+        fields: FieldScope::Record,
     },
     Workload {
         name: "batch10",
@@ -304,6 +324,7 @@ pub static WORKLOADS: &[Workload] = &[
         distribution: Distribution::Uniform,
         scan_length: SCAN_LENGTH,
         batch_size: 10,
+        fields: FieldScope::Record,
     },
     Workload {
         name: "batch100",
@@ -315,6 +336,43 @@ pub static WORKLOADS: &[Workload] = &[
         distribution: Distribution::Uniform,
         scan_length: SCAN_LENGTH,
         batch_size: 100,
+        fields: FieldScope::Record,
+    },
+    Workload {
+        name: "field-read",
+        summary: "schema micro-benchmark: 100% read of one field",
+        mix: Mix {
+            read: 1.0,
+            ..Mix::NONE
+        },
+        distribution: Distribution::Zipfian,
+        scan_length: SCAN_LENGTH,
+        batch_size: 0,
+        fields: FieldScope::OneField,
+    },
+    Workload {
+        name: "field-update",
+        summary: "schema micro-benchmark: 100% update of one field",
+        mix: Mix {
+            update: 1.0,
+            ..Mix::NONE
+        },
+        distribution: Distribution::Zipfian,
+        scan_length: SCAN_LENGTH,
+        batch_size: 0,
+        fields: FieldScope::OneField,
+    },
+    Workload {
+        name: "field-scan",
+        summary: "schema micro-benchmark: 100% scan of one field of 100 rows",
+        mix: Mix {
+            scan: 1.0,
+            ..Mix::NONE
+        },
+        distribution: Distribution::Zipfian,
+        scan_length: (100, 100),
+        batch_size: 0,
+        fields: FieldScope::OneField,
     },
 ];
 
@@ -565,6 +623,22 @@ impl<'k> OpStream<'k> {
     /// The key space the stream draws from.
     pub fn keys(&self) -> &'k KeySpace {
         self.keys
+    }
+
+    /// The workload.
+    pub fn workload(&self) -> &Workload {
+        &self.workload
+    }
+
+    /// Draws a field index below `count` (the field a schema update sets, or a one-field
+    /// read selects), from this stream's RNG.
+    pub fn field(&mut self, count: usize) -> usize {
+        self.rng.random_range(0..count.max(1))
+    }
+
+    /// Writes `len` fresh value bytes (one field) into `out`, from this stream's RNG.
+    pub fn fill_piece(&mut self, values: &ValueSource, len: usize, out: &mut Vec<u8>) {
+        values.fill_piece(&mut self.rng, len, out);
     }
 
     fn next_keynum(&mut self) -> u64 {

@@ -24,6 +24,7 @@ const CONFIG_KEYS: &[&str] = &[
     "value_size",
     "fields",
     "field_size",
+    "schema",
     "dram",
     "pmem_path",
     "pmem_size",

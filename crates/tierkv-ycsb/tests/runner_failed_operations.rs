@@ -56,6 +56,7 @@ fn settings() -> RunSettings {
         distribution: None,
         keys: KeyFormat::default(),
         values: ValueShape::Bytes(16),
+        schema: None,
         seed: 1,
         crash_after_load: false,
     }

@@ -17,8 +17,14 @@
 pub mod rocksdb;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use tierkv::{ByteSize, Db, DurabilityMode, EngineSpec, Options, Stats, Tier, WriteBatch};
+use tierkv::core::schema::{Consolidated, Scattered};
+use tierkv::{
+    ByteSize, Db, DurabilityMode, EngineSpec, Options, SchemaStore, Stats, Tier, WriteBatch,
+};
+
+use crate::schema::SchemaLayout;
 
 /// The name of the RocksDB peer in `--engines`.
 pub const ROCKSDB: &str = "rocksdb";
@@ -41,6 +47,13 @@ pub trait BenchTarget: Send + Sync {
             "this target has no crash-atomic write batches".to_owned(),
         ))
     }
+    /// The field-level API over this target, holding rows as `layout` says (called once
+    /// per run, before the load); [`tierkv::Error::Unsupported`] by default.
+    fn schema_store(&self, layout: SchemaLayout) -> tierkv::Result<Arc<dyn SchemaStore>> {
+        Err(tierkv::Error::Unsupported(format!(
+            "this target has no schema API ({layout} layout)"
+        )))
+    }
     /// The target's counters now.
     fn stats(&self) -> Stats;
     /// Closes the target (joins its threads, makes everything durable).
@@ -59,6 +72,13 @@ impl BenchTarget for Db {
     }
     fn write_batch(&self, batch: &WriteBatch) -> tierkv::Result<()> {
         Db::write(self, batch)
+    }
+    fn schema_store(&self, layout: SchemaLayout) -> tierkv::Result<Arc<dyn SchemaStore>> {
+        Ok(match layout {
+            SchemaLayout::Native => Db::schema_store(self)?,
+            SchemaLayout::Consolidated => Arc::new(Consolidated::open(self.store())?),
+            SchemaLayout::Scattered => Arc::new(Scattered::open(self.store())?),
+        })
     }
     fn stats(&self) -> Stats {
         Db::stats(self)

@@ -52,9 +52,16 @@
 //!   hits are `reads_from_pmem`, and the flash counters are 0.
 //! - The raw tickers are in the engine counters, under their RocksDB names.
 //!
+//! # Schema workloads
+//! `--schema` runs the field-level API over the peer through tierkv's adapters: the peer's
+//! store side ([`RocksKv`]) is a [`KvStore`], and `consolidated` (also for `native`: RocksDB
+//! has no schema store of its own) or `scattered` wraps it, as over our engines without a
+//! native schema store.
+//!
 //! Thread safety: `DB` is `Send + Sync` (RocksDB's own locking); the counters are atomics.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use anyhow::Context as _;
@@ -63,9 +70,11 @@ use rocksdb::{
     BlockBasedIndexType, BlockBasedOptions, Cache, DB, DBCompressionType, DBPath, Direction,
     IteratorMode, Options, WriteBufferManager, WriteOptions,
 };
-use tierkv::{BatchOp, Error, Stats, WriteBatch};
+use tierkv::core::schema::{Consolidated, Scattered};
+use tierkv::{BatchOp, Error, KvPair, KvStore, SchemaStore, Stats, WriteBatch};
 
 use super::{BenchTarget, MediaSettings, RocksPlacement, TargetPlacement};
+use crate::schema::SchemaLayout;
 
 /// The tickers copied into the engine counters.
 const RAW_TICKERS: &[Ticker] = &[
@@ -94,6 +103,11 @@ const LEVEL_BASE_IN_BUFFERS: u64 = 4;
 
 /// RocksDB, opened for a benchmark.
 pub struct RocksDbPeer {
+    kv: Arc<RocksKv>,
+}
+
+/// The peer's store: RocksDB behind the [`KvStore`] API (what the schema adapters wrap).
+pub struct RocksKv {
     db: DB,
     options: Options,
     cache: Cache,
@@ -162,6 +176,16 @@ fn sst_pmem_dir(place: &TargetPlacement) -> PathBuf {
 }
 
 impl RocksDbPeer {
+    /// The store side, as a [`KvStore`].
+    pub fn store(&self) -> &Arc<RocksKv> {
+        &self.kv
+    }
+
+    /// The directory RocksDB keeps its manifest in.
+    pub fn dir(&self) -> &Path {
+        &self.kv.dir
+    }
+
     /// Opens a fresh RocksDB in `place`, its files placed as `placement` says.
     pub fn open(
         place: &TargetPlacement,
@@ -181,18 +205,22 @@ impl RocksDbPeer {
         let mut sync = WriteOptions::default();
         sync.set_sync(true);
         Ok(RocksDbPeer {
-            db,
-            options,
-            cache,
-            sync,
-            dir: place.data_dir.clone(),
-            placement,
-            closed: AtomicBool::new(false),
-            user_bytes_written: AtomicU64::new(0),
-            user_bytes_read: AtomicU64::new(0),
+            kv: Arc::new(RocksKv {
+                db,
+                options,
+                cache,
+                sync,
+                dir: place.data_dir.clone(),
+                placement,
+                closed: AtomicBool::new(false),
+                user_bytes_written: AtomicU64::new(0),
+                user_bytes_read: AtomicU64::new(0),
+            }),
         })
     }
+}
 
+impl RocksKv {
     fn check_open(&self) -> tierkv::Result<()> {
         if self.closed.load(Ordering::Acquire) {
             Err(Error::Closed)
@@ -213,13 +241,62 @@ impl RocksDbPeer {
         self.db.property_int_value(name).ok().flatten().unwrap_or(0)
     }
 
-    /// The directory RocksDB keeps its manifest in.
-    pub fn dir(&self) -> &Path {
-        &self.dir
+    /// Counts up to `limit` pairs from `start` (the benchmark's scan: no pairs collected).
+    fn scan_count(&self, start: &[u8], limit: usize) -> tierkv::Result<usize> {
+        self.check_open()?;
+        let mut rows = 0;
+        let mut bytes = 0u64;
+        for item in self
+            .db
+            .iterator(IteratorMode::From(start, Direction::Forward))
+            .take(limit)
+        {
+            let (_, v) = item.map_err(|e| self.error("rocksdb scan", e))?;
+            rows += 1;
+            bytes += v.len() as u64;
+        }
+        self.user_bytes_read.fetch_add(bytes, Ordering::Relaxed);
+        Ok(rows)
     }
 }
 
 impl BenchTarget for RocksDbPeer {
+    fn get(&self, key: &[u8]) -> tierkv::Result<Option<Vec<u8>>> {
+        self.kv.get(key)
+    }
+
+    fn put(&self, key: &[u8], value: &[u8]) -> tierkv::Result<()> {
+        self.kv.put(key, value)
+    }
+
+    fn write_batch(&self, batch: &WriteBatch) -> tierkv::Result<()> {
+        self.kv.write_batch(batch)
+    }
+
+    fn scan(&self, start: &[u8], limit: usize) -> tierkv::Result<usize> {
+        self.kv.scan_count(start, limit)
+    }
+
+    /// The adapters over the peer's store; `native` is `consolidated` (no schema store of
+    /// its own).
+    fn schema_store(&self, layout: SchemaLayout) -> tierkv::Result<Arc<dyn SchemaStore>> {
+        let kv: Arc<dyn KvStore> = self.kv.clone();
+        Ok(match layout {
+            SchemaLayout::Native | SchemaLayout::Consolidated => Arc::new(Consolidated::open(kv)?),
+            SchemaLayout::Scattered => Arc::new(Scattered::open(kv)?),
+        })
+    }
+
+    fn stats(&self) -> Stats {
+        KvStore::stats(&*self.kv)
+    }
+
+    fn close(&self) -> tierkv::Result<()> {
+        KvStore::close(&*self.kv)
+    }
+}
+
+impl KvStore for RocksKv {
     fn get(&self, key: &[u8]) -> tierkv::Result<Option<Vec<u8>>> {
         self.check_open()?;
         let v = self.db.get(key).map_err(|e| self.error("rocksdb get", e))?;
@@ -262,21 +339,38 @@ impl BenchTarget for RocksDbPeer {
         Ok(())
     }
 
-    fn scan(&self, start: &[u8], limit: usize) -> tierkv::Result<usize> {
+    fn delete(&self, key: &[u8]) -> tierkv::Result<()> {
         self.check_open()?;
-        let mut rows = 0;
+        self.db
+            .delete_opt(key, &self.sync)
+            .map_err(|e| self.error("rocksdb delete", e))
+    }
+
+    fn scan(&self, start: &[u8], limit: usize) -> tierkv::Result<Vec<KvPair>> {
+        self.check_open()?;
+        let mut rows = Vec::new();
         let mut bytes = 0u64;
         for item in self
             .db
             .iterator(IteratorMode::From(start, Direction::Forward))
             .take(limit)
         {
-            let (_, v) = item.map_err(|e| self.error("rocksdb scan", e))?;
-            rows += 1;
+            let (k, v) = item.map_err(|e| self.error("rocksdb scan", e))?;
             bytes += v.len() as u64;
+            rows.push((k.into_vec(), v.into_vec()));
         }
         self.user_bytes_read.fetch_add(bytes, Ordering::Relaxed);
         Ok(rows)
+    }
+
+    /// Flushes the memtables (acknowledged writes are already durable in the WAL).
+    fn flush(&self) -> tierkv::Result<()> {
+        self.check_open()?;
+        self.db.flush().map_err(|e| self.error("rocksdb flush", e))
+    }
+
+    fn atomic_batches(&self) -> bool {
+        true
     }
 
     fn stats(&self) -> Stats {
@@ -384,7 +478,7 @@ mod tests {
             )
             .unwrap();
         }
-        p.db.flush().unwrap();
+        p.kv.db.flush().unwrap();
     }
 
     #[test]

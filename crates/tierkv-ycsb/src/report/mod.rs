@@ -50,6 +50,9 @@ pub struct RunConfig {
     pub fields: Option<usize>,
     /// `--field-size` in bytes.
     pub field_size: Option<u64>,
+    /// `--schema`: how records are held through the field-level API (`null`: records are
+    /// opaque values).
+    pub schema: Option<String>,
     /// Bytes of every value as stored.
     pub value_bytes: usize,
     /// `--dram` in bytes.
@@ -155,6 +158,13 @@ pub fn header(config: &RunConfig, targets: &[TargetLine]) -> String {
         "  {} records, {quota}, {} threads, {warmup}, seed {}",
         config.records, config.threads, config.seed
     ));
+    if let (Some(layout), Some(n), Some(size)) = (&config.schema, config.fields, config.field_size)
+    {
+        line(format!(
+            "  schema API ({layout}): rows of {n} fixed fields x {size} bytes; reads whole \
+             rows (one field in field-*), updates set one field"
+        ));
+    }
     line(format!(
         "  requests: {}; keys: {}; values: {} bytes",
         config

@@ -27,6 +27,7 @@ pub(crate) fn sample_config() -> RunConfig {
         value_size: Some(1024),
         fields: None,
         field_size: None,
+        schema: None,
         value_bytes: 1024,
         dram: 1 << 28,
         pmem_path: "/dev/shm/tierkv-bench".into(),

@@ -20,6 +20,7 @@ use tierkv::Stats;
 use crate::histogram::OpHistograms;
 use crate::keys::KeyFormat;
 use crate::peer::BenchTarget;
+use crate::schema::{RowSchema, SchemaLayout};
 use crate::values::{ValueShape, ValueSource};
 use crate::workload::{Distribution, KeyChooser, KeySpace, OpKind, Phase};
 use phase::{PhaseSetup, PhaseWork, Quota, run_phase};
@@ -42,6 +43,9 @@ pub struct RunSettings {
     pub keys: KeyFormat,
     /// What values look like.
     pub values: ValueShape,
+    /// Records through the field-level API, held as this says (`--schema`; needs
+    /// [`ValueShape::Fields`]).
+    pub schema: Option<SchemaLayout>,
     /// The seed of every stream.
     pub seed: u64,
     /// SIGKILL the process once the load has ended (`--crash-after-load`).
@@ -161,6 +165,16 @@ pub fn run_target(
 ) -> Result<Vec<PhaseResult>, String> {
     let keys = KeySpace::new(settings.records);
     let values = ValueSource::new(settings.values, settings.seed);
+    let schema = match (settings.schema, settings.values) {
+        (None, _) => None,
+        (Some(layout), ValueShape::Fields { count, size }) => Some(
+            RowSchema::open(target, layout, count, size)
+                .map_err(|e| format!("{label}: the schema API ({layout}): {e}"))?,
+        ),
+        (Some(_), ValueShape::Bytes(_)) => {
+            return Err("--schema needs records of fields (--fields)".to_owned());
+        }
+    };
     let setup = PhaseSetup {
         target,
         keys: &keys,
@@ -168,6 +182,7 @@ pub fn run_target(
         values: &values,
         threads: settings.threads,
         seed: settings.seed,
+        schema: schema.as_ref(),
     };
     let mut results = Vec::with_capacity(phases.len());
     let load = run_one(&setup, label, &Phase::Load, settings, progress)?;

@@ -32,6 +32,7 @@ use super::worker::{OpSource, Shared, Worker};
 use crate::histogram::OpHistograms;
 use crate::keys::KeyFormat;
 use crate::peer::BenchTarget;
+use crate::schema::RowSchema;
 use crate::values::ValueSource;
 use crate::workload::{KeyChooser, KeySpace, OpStream, Workload};
 
@@ -88,6 +89,8 @@ pub struct PhaseSetup<'a> {
     pub threads: usize,
     /// The run's seed.
     pub seed: u64,
+    /// The schema of a schema run (`--schema`).
+    pub schema: Option<&'a RowSchema>,
 }
 
 /// What a phase measured.
@@ -157,6 +160,7 @@ pub fn run_phase(
                 setup.key_format,
                 setup.values,
                 &shared,
+                setup.schema,
             )
         })
         .collect::<Result<Vec<_>, String>>()?;

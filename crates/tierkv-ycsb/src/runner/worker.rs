@@ -7,6 +7,13 @@
 //! A write batch (`batch10`, `batch100`) is built (keys and values) before the clock starts
 //! and timed as one operation: one `write_batch` call.
 //!
+//! In schema mode (`--schema`, `crate::schema`) the same operations go through the
+//! field-level API: an insert is `put_row`, a read `get_fields` (the whole record, or one
+//! field in a [`FieldScope::OneField`] workload), an update `update_fields` of one field
+//! drawn uniformly (not found when the row is missing), a scan `scan_fields`, a
+//! read-modify-write a whole-record read and a one-field update; field values and the
+//! selection are built before the clock starts.
+//!
 //! Outcomes: a completed operation is recorded in its histogram (a get that finds nothing
 //! also counts as not-found); a failed one is counted as an error and its first message
 //! kept; [`Error::Unsupported`] stops the whole phase, which is then reported as
@@ -19,15 +26,16 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tierkv::{Error, WriteBatch};
+use tierkv::{Error, FieldSelection, WriteBatch};
 
 use crate::histogram::OpHistograms;
 use crate::keys::KeyFormat;
 use crate::peer::BenchTarget;
+use crate::schema::RowSchema;
 use crate::values::ValueSource;
-use crate::workload::{KeySpace, LOAD, Op, OpKind, OpStream, stream_seed};
+use crate::workload::{FieldScope, KeySpace, LOAD, Op, OpKind, OpStream, stream_seed};
 
 /// How often a worker publishes its progress (operations).
 pub const PROGRESS_BATCH: u64 = 256;
@@ -112,6 +120,30 @@ impl<'k> OpSource<'k> {
         }
     }
 
+    /// What reads and scans select in schema mode.
+    fn scope(&self) -> FieldScope {
+        match self {
+            OpSource::Load { .. } => FieldScope::Record,
+            OpSource::Mix(s) => s.workload().fields,
+        }
+    }
+
+    /// A field index below `count`.
+    fn field(&mut self, count: usize) -> usize {
+        match self {
+            OpSource::Load { rng, .. } => rng.random_range(0..count.max(1)),
+            OpSource::Mix(s) => s.field(count),
+        }
+    }
+
+    /// `len` fresh value bytes (one field).
+    fn fill_piece(&mut self, values: &ValueSource, len: usize, out: &mut Vec<u8>) {
+        match self {
+            OpSource::Load { rng, .. } => values.fill_piece(rng, len, out),
+            OpSource::Mix(s) => s.fill_piece(values, len, out),
+        }
+    }
+
     fn keys(&self) -> Option<&'k KeySpace> {
         match self {
             OpSource::Load { .. } => None,
@@ -134,22 +166,28 @@ pub struct Worker<'a, 'k> {
     keys: KeyFormat,
     values: &'a ValueSource,
     shared: &'a Shared,
+    /// The schema of a schema run (`--schema`).
+    schema: Option<&'a RowSchema>,
     hist: OpHistograms,
     key: Vec<u8>,
     value: Vec<u8>,
+    /// The fields of a schema row being inserted.
+    row: Vec<Vec<u8>>,
     /// The ordinals of the current write batch.
     batch_keys: Vec<u64>,
     unpublished: u64,
 }
 
 impl<'a, 'k> Worker<'a, 'k> {
-    /// A worker issuing `source`'s operations against `target`.
+    /// A worker issuing `source`'s operations against `target` (through `schema`'s field
+    /// API when it is given).
     pub fn new(
         target: &'a dyn BenchTarget,
         source: OpSource<'k>,
         keys: KeyFormat,
         values: &'a ValueSource,
         shared: &'a Shared,
+        schema: Option<&'a RowSchema>,
     ) -> Result<Self, String> {
         Ok(Worker {
             target,
@@ -157,9 +195,11 @@ impl<'a, 'k> Worker<'a, 'k> {
             keys,
             values,
             shared,
+            schema,
             hist: OpHistograms::new()?,
             key: Vec::with_capacity(32),
             value: Vec::new(),
+            row: Vec::new(),
             batch_keys: Vec::new(),
             unpublished: 0,
         })
@@ -197,6 +237,9 @@ impl<'a, 'k> Worker<'a, 'k> {
     }
 
     fn issue(&mut self, op: Op) -> (Outcome, Instant, Instant) {
+        if let Some(rs) = self.schema {
+            return self.issue_row(rs, op);
+        }
         let t = self.target;
         match op {
             Op::Read(k) => {
@@ -249,6 +292,80 @@ impl<'a, 'k> Worker<'a, 'k> {
                 (outcome, start, Instant::now())
             }
         }
+    }
+
+    /// `op` through the field-level API.
+    fn issue_row(&mut self, rs: &RowSchema, op: Op) -> (Outcome, Instant, Instant) {
+        let (id, store) = (rs.schema.id, &*rs.store);
+        match op {
+            Op::Read(k) => {
+                self.keys.build(k, &mut self.key);
+                let selection = self.selection(rs);
+                let start = Instant::now();
+                let r = store.get_fields(id, &self.key, &selection);
+                (found(r), start, Instant::now())
+            }
+            Op::Update(k) => {
+                let field = self.prepare_field(rs, k);
+                let start = Instant::now();
+                let r = store.update_fields(id, &self.key, &[(field, &self.value)]);
+                (updated(r), start, Instant::now())
+            }
+            Op::Insert(k) => {
+                self.keys.build(k, &mut self.key);
+                self.row.resize_with(rs.fields(), Vec::new);
+                for f in &mut self.row {
+                    self.source.fill_piece(self.values, rs.field_size, f);
+                }
+                let values: Vec<&[u8]> = self.row.iter().map(Vec::as_slice).collect();
+                let start = Instant::now();
+                let r = store.put_row(id, &self.key, &values);
+                let end = Instant::now();
+                (self.acknowledge(k, done(r)), start, end)
+            }
+            Op::Scan(k, len) => {
+                self.keys.build(k, &mut self.key);
+                let selection = self.selection(rs);
+                let start = Instant::now();
+                let r = store.scan_fields(id, &self.key, &selection, len);
+                (done(r), start, Instant::now())
+            }
+            Op::ReadModifyWrite(k) => {
+                let field = self.prepare_field(rs, k);
+                let start = Instant::now();
+                let outcome = match found(store.get_fields(id, &self.key, &FieldSelection::All)) {
+                    Outcome::Done => {
+                        updated(store.update_fields(id, &self.key, &[(field, &self.value)]))
+                    }
+                    other => other,
+                };
+                (outcome, start, Instant::now())
+            }
+            Op::Batch(_) => {
+                let now = Instant::now();
+                let why = "write batches are not part of the schema workloads".to_owned();
+                (Outcome::Failed(Error::Unsupported(why)), now, now)
+            }
+        }
+    }
+
+    /// Whole records, or one field drawn uniformly, as the workload says.
+    fn selection(&mut self, rs: &RowSchema) -> FieldSelection {
+        match self.source.scope() {
+            FieldScope::Record => FieldSelection::All,
+            FieldScope::OneField => {
+                FieldSelection::Only(vec![rs.field_id(self.source.field(rs.fields()))])
+            }
+        }
+    }
+
+    /// Builds the key of `keynum` and a fresh value for one field drawn uniformly; the field.
+    fn prepare_field(&mut self, rs: &RowSchema, keynum: u64) -> tierkv::FieldId {
+        self.keys.build(keynum, &mut self.key);
+        let field = rs.field_id(self.source.field(rs.fields()));
+        self.source
+            .fill_piece(self.values, rs.field_size, &mut self.value);
+        field
     }
 
     fn prepare_write(&mut self, keynum: u64) {
@@ -309,7 +426,16 @@ fn done<T>(r: tierkv::Result<T>) -> Outcome {
     }
 }
 
-fn found(r: tierkv::Result<Option<Vec<u8>>>) -> Outcome {
+/// An `update_fields`: not found when there was no row.
+fn updated(r: tierkv::Result<bool>) -> Outcome {
+    match r {
+        Ok(true) => Outcome::Done,
+        Ok(false) => Outcome::NotFound,
+        Err(e) => Outcome::Failed(e),
+    }
+}
+
+fn found<T>(r: tierkv::Result<Option<T>>) -> Outcome {
     match r {
         Ok(Some(_)) => Outcome::Done,
         Ok(None) => Outcome::NotFound,
