@@ -241,21 +241,33 @@ impl RocksKv {
         self.db.property_int_value(name).ok().flatten().unwrap_or(0)
     }
 
-    /// Counts up to `limit` pairs from `start` (the benchmark's scan: no pairs collected).
-    fn scan_count(&self, start: &[u8], limit: usize) -> tierkv::Result<usize> {
+    /// Calls `f` on up to `limit` pairs from `start`, in key order, counting the value
+    /// bytes read.
+    fn visit(
+        &self,
+        start: &[u8],
+        limit: usize,
+        mut f: impl FnMut(Box<[u8]>, Box<[u8]>),
+    ) -> tierkv::Result<()> {
         self.check_open()?;
-        let mut rows = 0;
         let mut bytes = 0u64;
         for item in self
             .db
             .iterator(IteratorMode::From(start, Direction::Forward))
             .take(limit)
         {
-            let (_, v) = item.map_err(|e| self.error("rocksdb scan", e))?;
-            rows += 1;
+            let (k, v) = item.map_err(|e| self.error("rocksdb scan", e))?;
             bytes += v.len() as u64;
+            f(k, v);
         }
         self.user_bytes_read.fetch_add(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Counts up to `limit` pairs from `start` (the benchmark's scan: no pairs collected).
+    fn scan_count(&self, start: &[u8], limit: usize) -> tierkv::Result<usize> {
+        let mut rows = 0;
+        self.visit(start, limit, |_, _| rows += 1)?;
         Ok(rows)
     }
 }
@@ -347,19 +359,8 @@ impl KvStore for RocksKv {
     }
 
     fn scan(&self, start: &[u8], limit: usize) -> tierkv::Result<Vec<KvPair>> {
-        self.check_open()?;
         let mut rows = Vec::new();
-        let mut bytes = 0u64;
-        for item in self
-            .db
-            .iterator(IteratorMode::From(start, Direction::Forward))
-            .take(limit)
-        {
-            let (k, v) = item.map_err(|e| self.error("rocksdb scan", e))?;
-            bytes += v.len() as u64;
-            rows.push((k.into_vec(), v.into_vec()));
-        }
-        self.user_bytes_read.fetch_add(bytes, Ordering::Relaxed);
+        self.visit(start, limit, |k, v| rows.push((k.into_vec(), v.into_vec())))?;
         Ok(rows)
     }
 
@@ -542,5 +543,45 @@ mod tests {
                 .is_some()
         );
         p.close().unwrap();
+    }
+
+    #[test]
+    fn the_schema_adapters_run_over_the_peer() {
+        use tierkv::{FieldDef, FieldSelection};
+        for layout in [
+            SchemaLayout::Native,
+            SchemaLayout::Consolidated,
+            SchemaLayout::Scattered,
+        ] {
+            let tmp = tempfile::tempdir().unwrap();
+            let p = open(tmp.path());
+            let store = p.schema_store(layout).unwrap();
+            let s = store
+                .create_schema("t", &[FieldDef::fixed("a", 2), FieldDef::fixed("b", 3)])
+                .unwrap();
+            for i in 0..10u8 {
+                store.put_row(s.id, &[b'k', i], &[&[i, i], b"xyz"]).unwrap();
+            }
+            assert!(store.update_fields(s.id, b"k\x03", &[(1, b"new")]).unwrap());
+            assert!(!store.update_fields(s.id, b"none", &[(1, b"new")]).unwrap());
+            let row = store
+                .get_fields(s.id, b"k\x03", &FieldSelection::Only(vec![1]))
+                .unwrap();
+            assert_eq!(row, Some(vec![b"new".to_vec()]), "{layout}");
+            let rows = store
+                .scan_fields(s.id, b"k\x05", &FieldSelection::All, 3)
+                .unwrap();
+            let keys: Vec<&[u8]> = rows.iter().map(|(k, _)| k.as_slice()).collect();
+            assert_eq!(keys, [&b"k\x05"[..], b"k\x06", b"k\x07"], "{layout}");
+            assert_eq!(rows[0].1, vec![vec![5, 5], b"xyz".to_vec()]);
+            store.delete_row(s.id, b"k\x05").unwrap();
+            assert_eq!(
+                store
+                    .get_fields(s.id, b"k\x05", &FieldSelection::All)
+                    .unwrap(),
+                None
+            );
+            p.close().unwrap();
+        }
     }
 }
