@@ -207,15 +207,18 @@ fn prism_a_batch_refused_after_its_commit_point_is_half_applied() {
     common::assert_space_passed(&run, 2);
 }
 
-/// PRISM under power-loss kills with batch-heavy rounds: now and then a recovered store
-/// shows a torn batch (`kill --pmem-mode tracked --seed 2401 --rounds 10 --threads 3 --keys
-/// 300 --pmem-size 4MiB --mix 30,10,20,10,30 --batch-size 24`, round 8: `k00000031 ...
-/// from before the batch's v#14, while k00000006 holds the batch's v#16`; CI's seed 2407
-/// in one run of three). Not yet told apart from the harness's two-step cut (the flash
-/// devices are frozen first, the pmem image is taken a moment later while the workers
-/// still run), so the kill timing decides; five seeds of ten rounds each.
+/// PRISM under power-loss kills with batch-heavy rounds. Found by the first batch runs
+/// (`kill --pmem-mode tracked --seed 2401 --rounds 10 --threads 3 --keys 300 --pmem-size
+/// 4MiB --mix 30,10,20,10,30 --batch-size 24`, round 8: `k00000031 ... from before the
+/// batch's v#14, while k00000006 holds the batch's v#16`). Cause (fixed 2026-11-26): the
+/// cut freezes flash first, PWB reclamation fails and poisons the engine while a batch is
+/// applying; that batch returns `Poisoned` with its commit root set, and a batch of another
+/// thread that had passed its writability check before the poison then committed over that
+/// root, so recovery never finished the first one. A commit now checks, under the batch
+/// gate, that the engine is writable and the root is free (prism's
+/// `tests/batch_power_cut.rs` reaches the race in seconds). Five seeds of ten rounds.
 #[test]
-#[ignore = "prism: a torn batch after some power-loss kills (under investigation)"]
+#[ignore = "long: run by hand (release build)"]
 fn prism_power_loss_kill_shows_a_torn_batch() {
     for seed in 2401..2406 {
         let run = common::ci_run(
@@ -230,12 +233,12 @@ fn prism_power_loss_kill_shows_a_torn_batch() {
 }
 
 /// PRISM in pmem-image with batch-heavy rounds: the same torn batch as after a power-loss
-/// kill (`--mode pmem-image --seed 2411 --rounds 25 --threads 3 --keys 300 --pmem-size
-/// 4MiB --mix 30,10,20,10,30 --batch-size 24`, round 15: `k00000239: ... found absent,
-/// from before the batch's v#.., while k00000009 holds the batch's v#31`). The cut is the
-/// same two-step one (flash frozen, then the pmem image), so the same question is open.
+/// kill, and the same cause (`--mode pmem-image --seed 2411 --rounds 25 --threads 3 --keys
+/// 300 --pmem-size 4MiB --mix 30,10,20,10,30 --batch-size 24`, round 15: `k00000239: ...
+/// found absent, from before the batch's v#.., while k00000009 holds the batch's v#31`;
+/// the kept image held the logs of both batches and the root word of the second).
 #[test]
-#[ignore = "prism: a torn batch in some pmem crash images (under investigation)"]
+#[ignore = "long: run by hand (release build)"]
 fn prism_pmem_image_shows_a_torn_batch() {
     for seed in 2411..2414 {
         let run = common::ci_run("prism", "pmem-image", seed, 25, BATCH_HEAVY);

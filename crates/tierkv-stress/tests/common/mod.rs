@@ -245,12 +245,11 @@ pub fn batches_acked(run: &Run) -> u64 {
 }
 
 /// Engines whose crash images (pmem-image, and power-loss kills: `kill --pmem-mode tracked`)
-/// show a torn write batch now and then (prism: about one run in three of ten batch-heavy
-/// rounds; not yet told apart from the harness's two-step cut, flash frozen first and the
-/// pmem image taken a moment later while the workers still run). Their pmem-image and
-/// power-loss kill runs in CI leave batches out; `batches_ci` reproduces it in
-/// `#[ignore]`d tests.
-pub const CRASH_TORN_BATCH: &[&str] = &["prism"];
+/// show a torn write batch now and then; their pmem-image and power-loss kill runs in CI
+/// leave batches out. None today: prism's (a batch that failed after its commit point when
+/// the cut froze flash had its commit root overwritten by the next batch, so recovery never
+/// finished it) is fixed; `batches_ci`'s long prism runs check it by hand.
+pub const CRASH_TORN_BATCH: &[&str] = &[];
 
 /// The extra flags of a CI crash-image run (`pmem-image`, or `kill-tracked` for a
 /// power-loss kill) of `engine` that keep batches out where [`CRASH_TORN_BATCH`] says so.

@@ -26,8 +26,11 @@
 //!
 //! # Failures
 //! A failure before B2 leaves nothing visible (the log chunk is freed, or collected at the
-//! next open). A failure after B2 poisons the engine: the committed batch is finished by
-//! the next open.
+//! next open). A failure after B2 — whatever its kind — poisons the engine: the committed
+//! batch is finished by the next open. A commit checks, under the gate, that the engine is
+//! writable and that root word [`ROOT_BATCH`] is 0: a batch that waited on the gate while
+//! the one before it failed after B2 must not commit over that batch's root word (recovery
+//! would then finish the later batch and leave the earlier one half applied).
 //!
 //! Thread safety: `BatchLog` is `Send + Sync`; any thread may commit.
 
@@ -78,6 +81,11 @@ impl BatchLog {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let bytes = log_format::encode(batch, id)?;
         let _exclusive = self.gate.write();
+        // IMPORTANT: checked again under the gate. The batch that held it before may have
+        // failed after its commit point (poisoning the engine) while this one waited; a
+        // second B2 would overwrite the root word that names its log, so that nobody
+        // finishes it — it would stay half applied for ever.
+        self.check_no_batch_pending(core)?;
         let chunks = (bytes.len() as u64).div_ceil(core.alloc.chunk_size());
         let off = core.alloc.alloc_chunks(BATCH_CHUNK_TAG, chunks)?;
         // B1. A failure here leaves an uncommitted log: free it (or the next open does).
@@ -95,9 +103,32 @@ impl BatchLog {
             core.pool.crash_point("prism.batch.applied");
             finish(core, off)
         })();
-        core.poison_on_failure(done)?;
+        if let Err(e) = done {
+            // IMPORTANT: every failure after B2 poisons the engine, `NoSpace` and `Closed`
+            // included: the batch is committed and maybe half applied, so no other write
+            // may land on its keys before the next open finishes it (a replay would
+            // overwrite them), and no other batch may commit over its root word.
+            core.fail(&e);
+            return Err(e);
+        }
         self.committed.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// `Err` unless the engine is writable and no committed batch is waiting to be finished
+    /// (root word [`ROOT_BATCH`] is 0). The caller holds the gate exclusively.
+    fn check_no_batch_pending(&self, core: &Core) -> Result<()> {
+        core.life.check_writable()?;
+        let pending = core.pool.root(ROOT_BATCH)?;
+        if pending == 0 {
+            return Ok(());
+        }
+        let e = Error::Poisoned(format!(
+            "the batch logged at pool offset {pending:#x} is committed but unfinished; \
+             reopen the store to finish it"
+        ));
+        core.fail(&e);
+        Err(e)
     }
 
     /// Finishes the batch a crash left committed, and frees the logs of batches that never
