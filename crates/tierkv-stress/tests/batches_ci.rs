@@ -185,17 +185,16 @@ fn every_registered_engine_with_atomic_batches_passes_a_batch_heavy_run() {
     }
 }
 
-/// PRISM, found by the first batch runs (2026-11-26): a batch that fails after its commit
-/// point (B2 in `prism/src/batch/mod.rs`: the commit root is set, then `apply` is refused
-/// with `NoSpace` by a full PWB) returns the error with part of the batch applied to the
-/// live store, and only the next open finishes it: the space fill's verification finds
+/// PRISM, found by the first batch runs (2026-11-26): a batch that failed after its commit
+/// point (B2 in `prism/src/batch/mod.rs`: the commit root is set, then `apply` was refused
+/// with `NoSpace` by a full PWB) returned the error with part of the batch applied to the
+/// live store, and only the next open finished it: the space fill's verification found
 /// torn batches (`found v#3, from before the batch's v#4, while k00003473 holds the
-/// batch's v#1`, seed 3). The caller was told "refused", yet the batch comes back whole at
-/// the next open, over writes made since. The same happens when `apply` fails on an
-/// injected I/O error (flash-faults, `--keys 3000 --seed 4 --rounds 6`: "the live store
-/// after EIO injected into flash sync #1"; timing-dependent, so not a test of its own).
+/// batch's v#1`, seed 3). Fixed: a batch reserves its PWB room, HSIT slots and key-index
+/// room before B2 (refused with `NoSpace` there, nothing applied), and B3 does not stop
+/// for a background failure that poisoned the engine after B2 (the same half-applied batch
+/// after an injected I/O error, flash-faults `--keys 3000 --seed 4 --rounds 6`).
 #[test]
-#[ignore = "prism defect: a batch refused after its commit point is half applied live"]
 fn prism_a_batch_refused_after_its_commit_point_is_half_applied() {
     let run = common::space_run(
         "prism",
