@@ -40,7 +40,7 @@ use tierkv_core::{Error, Result, Tier};
 
 use super::core::Core;
 use crate::hsit::entry::{Location, key_tag};
-use crate::pwb::Append;
+use crate::pwb::{Append, ReservedRun};
 
 /// Where a put is heading.
 #[derive(Clone, Copy, Debug)]
@@ -64,6 +64,32 @@ impl Core {
         // IMPORTANT: room is reserved before pinning: the reclaimer that makes room waits
         // for pinned threads (PWB invariant 3).
         let reserved = pwb.reserve(value.len(), &wake, &check)?;
+        self.put_with(key, value, |backptr| reserved.write(backptr, value))
+    }
+
+    /// A put of a committed write batch (`batch/mod.rs`), into the room its batch
+    /// reserved: `run` (the next record of the run must have `value`'s length). A new
+    /// key's HSIT slot and key-index room were reserved with the run, so this needs no
+    /// space. NOTE: no writability check: a background failure that poisoned the engine
+    /// after the batch committed does not stop it (it needs nothing of the background
+    /// work); finishing it live is what the next open would do.
+    pub(crate) fn put_in_run(
+        &self,
+        run: &mut ReservedRun<'_>,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<()> {
+        self.put_with(key, value, |backptr| run.write(backptr, value))
+    }
+
+    /// Steps 1-4 of a put whose PWB room is reserved: `append` writes the record with the
+    /// backward pointer it is given.
+    fn put_with<'a>(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        append: impl FnOnce(u64) -> Result<Append<'a>>,
+    ) -> Result<()> {
         let mut guard = crossbeam_epoch::pin();
         let target = match self.index.get(key)? {
             Some(slot) => Target::Slot(slot),
@@ -75,7 +101,7 @@ impl Core {
         // IMPORTANT: from the append on, a failure poisons the engine (unless undone), so
         // that no later writer waits for a step that will never finish.
         let done = (|| {
-            let append = reserved.write(backptr, value)?;
+            let append = append(backptr)?;
             self.publish_put(key, value, &append, target, &mut guard)
         })();
         self.poison_on_failure(done)?;
@@ -199,6 +225,12 @@ impl Core {
     /// Deletes `key`; durable on return. Deleting an absent key is not an error.
     pub fn delete(&self, key: &[u8]) -> Result<()> {
         self.life.check_writable()?;
+        self.delete_committed(key)
+    }
+
+    /// A delete of a committed write batch: [`Self::delete`] without the writability
+    /// check (see [`Self::put_in_run`]).
+    pub(crate) fn delete_committed(&self, key: &[u8]) -> Result<()> {
         self.limits.check_key(key)?;
         let done = self.delete_pinned(key);
         self.poison_on_failure(done)

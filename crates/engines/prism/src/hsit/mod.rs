@@ -217,6 +217,21 @@ impl<V: Clone + Send + Sync + 'static> Hsit<V> {
         }
     }
 
+    /// Makes sure `n` slots can be handed out without growing the table (a write batch
+    /// reserves the slots of its new keys before its commit point; nothing else takes
+    /// slots meanwhile, as the batch excludes other writes). Grows the table as needed;
+    /// `NoSpace` when it cannot.
+    pub fn reserve_slots(&self, n: u64) -> Result<()> {
+        loop {
+            let cap = self.capacity();
+            let (high_water, stacked) = self.usage();
+            if stacked as u64 + cap.saturating_sub(high_water) >= n {
+                return Ok(());
+            }
+            self.grow(cap)?;
+        }
+    }
+
     /// Returns a slot that was never reachable from the key index (no epoch needed).
     pub fn free_slot_now(&self, slot: u64) {
         self.free.push(slot);

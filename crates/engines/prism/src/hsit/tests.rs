@@ -149,3 +149,23 @@ fn load_entry_reads_both_words() {
     assert_eq!(fp.location(), Some(Location::Flash(99)));
     assert_eq!(tag, key_tag(b"key"));
 }
+
+#[test]
+fn reserved_slots_are_handed_out_without_growing() {
+    let f = pmem_fixture(8 << 20, 1, 64 << 10);
+    let h = Table::create(f.pool.clone(), f.alloc.clone(), &f.sb).unwrap();
+    let n = h.seg_entries() * 2 + 5;
+    h.reserve_slots(n).unwrap();
+    let cap = h.capacity();
+    assert!(cap >= n);
+    // Nothing left to grow into: the reserved slots must not need it.
+    while f.alloc.alloc_chunk(u32::from_le_bytes(*b"FILL")).is_ok() {}
+    for _ in 0..n {
+        h.alloc_slot().unwrap();
+    }
+    assert_eq!(h.capacity(), cap);
+    assert!(matches!(
+        h.reserve_slots(cap + 1),
+        Err(Error::NoSpace { .. })
+    ));
+}

@@ -206,19 +206,59 @@ impl SlotHeap {
             .push(off);
     }
 
+    /// Makes sure at least `nodes` node slots and, per blob class `c`, `blobs[c]` blob
+    /// slots are free, formatting chunks as needed (a write batch reserves room for its
+    /// inserts before its commit point). Chunks formatted here and never used are freed at
+    /// the next open, like any chunk with nothing live in it.
+    pub(crate) fn reserve(&self, nodes: usize, blobs: &[usize; BLOB_CLASSES.len()]) -> Result<()> {
+        let wanted = std::iter::once((ChunkKind::Nodes, nodes)).chain(
+            blobs
+                .iter()
+                .enumerate()
+                .map(|(c, &n)| (ChunkKind::Blobs(c), n)),
+        );
+        for (kind, n) in wanted {
+            let mut slots = self.kinds[kind_index(kind)].lock();
+            while slots.free.len() < n {
+                self.add_chunk(&mut slots, kind)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Blob classes that hold or held keys (a chunk of theirs exists).
+    pub(crate) fn blob_classes_in_use(&self) -> [bool; BLOB_CLASSES.len()] {
+        let mut used = [false; BLOB_CLASSES.len()];
+        for (c, u) in used.iter_mut().enumerate() {
+            *u = !self.kinds[kind_index(ChunkKind::Blobs(c))]
+                .lock()
+                .chunks
+                .is_empty();
+        }
+        used
+    }
+
     fn alloc_slot(&self, kind: ChunkKind) -> Result<u64> {
         let mut slots = self.kinds[kind_index(kind)].lock();
-        if let Some(off) = slots.free.pop() {
-            return Ok(off);
+        if slots.free.is_empty() {
+            self.add_chunk(&mut slots, kind)?;
         }
+        slots
+            .free
+            .pop()
+            .ok_or_else(|| Error::invalid("a key-index chunk with no slot"))
+    }
+
+    /// Formats a chunk of `kind` and adds its slots to `slots` (popped lowest first).
+    fn add_chunk(&self, slots: &mut FreeSlots, kind: ChunkKind) -> Result<()> {
         let (chunk, header) = self.format_chunk(kind)?;
         slots.chunks.push(chunk);
         slots.free.extend(
-            (1..header.slot_count)
+            (0..header.slot_count)
                 .rev()
                 .map(|i| header.slot_offset(chunk, i)),
         );
-        Ok(header.slot_offset(chunk, 0))
+        Ok(())
     }
 
     fn format_chunk(&self, kind: ChunkKind) -> Result<(u64, ChunkHeader)> {

@@ -227,6 +227,38 @@ impl PersistentKeyIndex {
         }
     }
 
+    /// Reserves the room that inserting `keys` (absent from the index) may take, so that
+    /// those inserts cannot fail for want of space while nothing else inserts: a leaf slot
+    /// per key (each insert splits at most one leaf), a blob slot per key too long to
+    /// inline, and per blob class in use a slot per key for the anchor a split copies.
+    /// `NoSpace` when the pool cannot hold that; nothing is inserted either way.
+    pub fn reserve_inserts<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) -> Result<()> {
+        self.writable()?;
+        let mut inserts = 0usize;
+        let mut blobs = [0usize; format::BLOB_CLASSES.len()];
+        let mut long = [false; format::BLOB_CLASSES.len()];
+        for key in keys {
+            check_key(key)?;
+            inserts += 1;
+            if key.len() > format::INLINE_KEY_CAP {
+                let c = format::blob_class(key.len())
+                    .ok_or_else(|| Error::invalid(format!("key of {} bytes", key.len())))?;
+                blobs[c] += 1;
+                long[c] = true;
+            }
+        }
+        if inserts == 0 {
+            return Ok(());
+        }
+        let in_use = self.heap.blob_classes_in_use();
+        for (c, n) in blobs.iter_mut().enumerate() {
+            if in_use[c] || long[c] {
+                *n += inserts;
+            }
+        }
+        self.heap.reserve(inserts, &blobs)
+    }
+
     /// Inserts `key -> slot` unless `key` is present: `Ok(Ok(()))` once the new entry is
     /// durable, `Ok(Err(existing))` with the slot already stored. On an error other than
     /// [`Error::InvalidArgument`] or [`Error::NoSpace`] the insert may or may not have

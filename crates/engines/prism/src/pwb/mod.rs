@@ -77,11 +77,59 @@ impl std::fmt::Debug for Pwb {
     }
 }
 
-/// An append in progress: holds the PWB's append lock until dropped.
+/// An append in progress: holds the PWB's append lock until dropped (or, for a record of
+/// a [`ReservedRun`], borrows the run, which holds it).
 pub struct Append<'a> {
     pwb: &'a Pwb,
-    _lock: MutexGuard<'a, Ring>,
+    _lock: Option<MutexGuard<'a, Ring>>,
     record: u64,
+}
+
+/// Room reserved in a PWB for a run of records (a write batch, `batch/mod.rs`): holds the
+/// append lock until dropped; [`ReservedRun::write`] appends the next record, which always
+/// fits (the run's room was found before it was handed out, and the head cannot move
+/// while the lock is held).
+pub struct ReservedRun<'a> {
+    pwb: &'a Pwb,
+    ring: MutexGuard<'a, Ring>,
+    /// Footprints of the records not yet written, in order.
+    left: std::collections::VecDeque<u64>,
+}
+
+impl ReservedRun<'_> {
+    /// Writes the next record of the run (its length must be the next one reserved) and
+    /// persists it; the returned [`Append`] borrows the run (which keeps the lock).
+    pub fn write(&mut self, backptr: u64, value: &[u8]) -> Result<Append<'_>> {
+        let fp = footprint(value.len());
+        if self.left.front() != Some(&fp) {
+            return Err(Error::invalid(format!(
+                "PWB run: a record of {} bytes is not the next one reserved",
+                value.len()
+            )));
+        }
+        let res = self.ring.reserve(fp).ok_or_else(|| {
+            Error::invalid("PWB run: the reserved room is gone (the head moved back?)")
+        })?;
+        self.left.pop_front();
+        let off = self.pwb.write_record(&mut self.ring, res, backptr, value)?;
+        Ok(Append {
+            pwb: self.pwb,
+            _lock: None,
+            record: off,
+        })
+    }
+}
+
+/// True when records of `footprints`, appended in order from `ring`'s tail, all fit now.
+fn run_fits(ring: &Ring, footprints: &[u64]) -> bool {
+    let mut r = *ring;
+    for &fp in footprints {
+        match r.reserve(fp) {
+            Some(res) => r.tail = res.new_tail,
+            None => return false,
+        }
+    }
+    true
 }
 
 /// Room reserved in a PWB: holds the append lock; [`Reserved::write`] fills it.
@@ -109,20 +157,10 @@ impl<'a> Reserved<'a> {
                 value.len()
             )));
         }
-        if let Some((at, span)) = res.pad {
-            let off = pwb.ring_off + ring.offset(at);
-            pwb.pool.write(off, &encode_pad(span))?;
-            pwb.pool.persist(off, HEADER_LEN)?;
-        }
-        let off = pwb.ring_off + ring.offset(res.at);
-        pwb.pool.write(off, &encode_header(backptr, value))?;
-        pwb.pool.write(off + HEADER_LEN as u64, value)?;
-        // IMPORTANT: the record is durable before anything can point at it (invariant 1).
-        pwb.pool.persist(off, HEADER_LEN + value.len())?;
-        ring.tail = res.new_tail;
+        let off = pwb.write_record(&mut ring, res, backptr, value)?;
         Ok(Append {
             pwb,
-            _lock: ring,
+            _lock: Some(ring),
             record: off,
         })
     }
@@ -309,6 +347,78 @@ impl Pwb {
             ring,
             res,
             len,
+        })
+    }
+
+    /// Writes the record of reservation `res` (and the pad before it, if any) and persists
+    /// it; moves the tail. The caller holds the append lock (`ring` is its guard's ring).
+    fn write_record(
+        &self,
+        ring: &mut Ring,
+        res: ring::Reservation,
+        backptr: u64,
+        value: &[u8],
+    ) -> Result<u64> {
+        if let Some((at, span)) = res.pad {
+            let off = self.ring_off + ring.offset(at);
+            self.pool.write(off, &encode_pad(span))?;
+            self.pool.persist(off, HEADER_LEN)?;
+        }
+        let off = self.ring_off + ring.offset(res.at);
+        self.pool.write(off, &encode_header(backptr, value))?;
+        self.pool.write(off + HEADER_LEN as u64, value)?;
+        // IMPORTANT: the record is durable before anything can point at it (invariant 1).
+        self.pool.persist(off, HEADER_LEN + value.len())?;
+        ring.tail = res.new_tail;
+        Ok(off)
+    }
+
+    /// Takes the append lock and room for records of `lens` bytes, appended in order (a
+    /// write batch reserves all its records before its commit point). Waits while the
+    /// ring lacks the room, as [`Pwb::reserve`] does; `InvalidArgument` when the records
+    /// take more than half the ring (then they might never fit).
+    ///
+    /// IMPORTANT: the caller must not be pinned (`crossbeam_epoch`) while this waits.
+    pub fn reserve_run(
+        &self,
+        lens: &[usize],
+        wake: &dyn Fn(),
+        check: &dyn Fn() -> Result<()>,
+    ) -> Result<ReservedRun<'_>> {
+        let fps: Vec<u64> = lens.iter().map(|&l| footprint(l)).collect();
+        let total: u64 = fps.iter().sum();
+        // Half the ring: the run then fits an empty ring wherever its tail is (one pad of
+        // less than the largest record at most, and each record is at most the run).
+        if total > self.size / 2 {
+            return Err(Error::invalid(format!(
+                "the records of a write batch take {total} bytes, more than half a PWB of {} \
+                 bytes (raise pwb_size or split the batch)",
+                self.size
+            )));
+        }
+        let mut ring = self.ring.lock();
+        if !run_fits(&ring, &fps) {
+            self.waiters.fetch_add(1, Ordering::AcqRel);
+            let waited = loop {
+                wake();
+                if let Err(e) = check() {
+                    break Err(e);
+                }
+                self.space.wait_for(&mut ring, FULL_WAIT);
+                if run_fits(&ring, &fps) {
+                    break Ok(());
+                }
+            };
+            self.waiters.fetch_sub(1, Ordering::AcqRel);
+            waited?;
+        }
+        if ring.tail + total - ring.head >= self.watermark {
+            wake();
+        }
+        Ok(ReservedRun {
+            pwb: self,
+            ring,
+            left: fps.into(),
         })
     }
 

@@ -18,6 +18,17 @@ fn ok() -> Result<()> {
     Ok(())
 }
 
+/// A fresh single PWB of 64 KiB with `n` records of 4000 bytes appended.
+fn pwb_with_records(n: usize) -> (crate::test_support::PmemFixture, Pwb) {
+    let f = pmem_fixture(8 << 20, 1, 64 << 10);
+    let p = Pwb::create(f.pool.clone(), &f.sb, 0, LIMITS).unwrap();
+    let v = vec![1u8; 4000];
+    for _ in 0..n {
+        drop(p.append(0, &v, &no_wake, &ok).unwrap());
+    }
+    (f, p)
+}
+
 #[test]
 fn appended_records_read_back_and_check_their_slot() {
     let f = pmem_fixture(8 << 20, 2, 64 << 10);
@@ -57,12 +68,8 @@ fn crossing_the_watermark_wakes_the_reclaimer() {
 
 #[test]
 fn a_full_ring_waits_for_the_head_and_gives_up_on_check() {
-    let f = pmem_fixture(8 << 20, 1, 64 << 10);
-    let p = Pwb::create(f.pool.clone(), &f.sb, 0, LIMITS).unwrap();
+    let (_f, p) = pwb_with_records(16);
     let v = vec![1u8; 4000];
-    for _ in 0..16 {
-        drop(p.append(0, &v, &no_wake, &ok).unwrap());
-    }
     let stop = || Err(Error::Closed);
     assert!(matches!(
         p.append(0, &v, &no_wake, &stop),
@@ -209,4 +216,45 @@ fn threads_map_onto_pwbs_and_offsets_onto_their_ring() {
     assert_eq!(set.holding(f.sb.pwb_ring(2) + 100).unwrap().id(), 2);
     assert!(set.holding(f.sb.pwb_ring(0) - 1).is_none());
     assert!(set.holding(f.sb.pwb_ring(2) + f.sb.pwb_size).is_none());
+}
+
+#[test]
+fn a_reserved_run_is_written_in_order_across_the_ring_end() {
+    // Move the tail near the ring's end (and the head behind it), so the run wraps.
+    let (_f, p) = pwb_with_records(15);
+    let tail = p.ring().tail;
+    p.advance_head(tail).unwrap();
+    let values: Vec<Vec<u8>> = (0..6u8).map(|i| vec![i; 1500 + 700 * i as usize]).collect();
+    let lens: Vec<usize> = values.iter().map(Vec::len).collect();
+    let mut run = p.reserve_run(&lens, &no_wake, &ok).unwrap();
+    let mut offs = Vec::new();
+    for (i, v) in values.iter().enumerate() {
+        offs.push(run.write(10 + i as u64, v).unwrap().record_off());
+    }
+    // A record out of turn is refused (nothing is left to write).
+    assert!(run.write(99, b"x").is_err());
+    drop(run);
+    assert!(offs.windows(2).any(|w| w[1] < w[0]), "the run did not wrap");
+    for (i, (off, v)) in offs.iter().zip(&values).enumerate() {
+        assert_eq!(&p.read(*off, 10 + i as u64).unwrap(), v);
+    }
+}
+
+#[test]
+fn a_run_waits_for_room_gives_up_on_check_and_refuses_more_than_half_the_ring() {
+    let (_f, p) = pwb_with_records(13);
+    // 4 x 4000 bytes do not fit beside 13 x 4016 in 64 KiB: the run waits, then gives up.
+    let stop = || Err(Error::no_space(tierkv_core::Tier::Flash, "test"));
+    assert!(matches!(
+        p.reserve_run(&[4000; 4], &no_wake, &stop),
+        Err(Error::NoSpace { .. })
+    ));
+    assert!(!p.has_waiters());
+    assert!(matches!(
+        p.reserve_run(&[11 << 10; 3], &no_wake, &ok),
+        Err(Error::InvalidArgument(_))
+    ));
+    let tail = p.ring().tail;
+    p.advance_head(tail).unwrap();
+    drop(p.reserve_run(&[4000; 4], &no_wake, &ok).unwrap());
 }
