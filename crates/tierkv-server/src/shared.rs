@@ -111,6 +111,8 @@ pub struct Shared {
     pub expiry: ExpiryQueue,
     /// The connected clients (CLIENT LIST).
     pub clients: ClientRegistry,
+    /// Source of collection generations ([`Shared::new_generation`]).
+    generations: AtomicU64,
 }
 
 impl Shared {
@@ -131,7 +133,21 @@ impl Shared {
             flush_epoch: AtomicU64::new(0),
             expiry: ExpiryQueue::default(),
             clients: ClientRegistry::default(),
+            generations: AtomicU64::new(seed ^ u64::from(std::process::id()).rotate_left(40)),
         }
+    }
+
+    /// A collection generation no other collection of this store has: the splitmix64 of a
+    /// counter seeded from the clock and the pid (a bijection, so unique within a run; a
+    /// repeat across runs would need a 64-bit collision on the same key before the
+    /// sweep reclaimed the old one).
+    pub fn new_generation(&self) -> u64 {
+        let mut z = self
+            .generations
+            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
     }
 
     /// The longest argument a request may carry: a key or a value.
@@ -160,6 +176,8 @@ pub struct Session {
     pub tx: Option<Transaction>,
     /// The keys under WATCH.
     pub watched: Vec<Watched>,
+    /// The selected database (SELECT), 0 to 15.
+    pub db: u8,
 }
 
 /// A transaction being queued.

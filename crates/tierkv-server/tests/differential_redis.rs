@@ -108,7 +108,7 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
     let f = pick(rng, FIELDS).to_string();
     let v = pick(rng, VALUES).to_string();
     let n = rng.random_range(-5i64..20).to_string();
-    let words: Vec<String> = match rng.random_range(0..44) {
+    let words: Vec<String> = match rng.random_range(0..51) {
         0 => vec!["GET".into(), k],
         1 => vec!["SET".into(), k, v],
         2 => {
@@ -168,6 +168,8 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
         26 => vec!["HEXISTS".into(), k, f],
         27 => vec!["HLEN".into(), k],
         28 => vec!["HINCRBY".into(), k, f, pick(rng, &["2", "-9", "x"]).into()],
+        // Replies compared as sets: at the top level only.
+        29..=31 if in_tx => vec!["HLEN".into(), k],
         29 => vec!["HKEYS".into(), k],
         30 => vec!["HVALS".into(), k],
         31 => vec!["HGETALL".into(), k],
@@ -234,6 +236,7 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
                 }
                 w
             }
+            _ if in_tx => vec!["HSTRLEN".into(), k, f],
             _ => {
                 let mut w = vec!["HSCAN".into(), k, "0".into()];
                 if rng.random_bool(0.5) {
@@ -243,6 +246,47 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
             }
         },
         42 => vec!["NOSUCHCMD".into(), k],
+        43 => vec!["HSETNX".into(), k, f, v],
+        44 => vec!["HSTRLEN".into(), k, f],
+        // Its own key, binary fractions only (see INCRBYFLOAT).
+        45 => match rng.random_range(0..3) {
+            0 => vec!["HGETALL".into(), "hf".into()],
+            _ => vec![
+                "HINCRBYFLOAT".into(),
+                "hf".into(),
+                pick(rng, &["a", "b"]).into(),
+                pick(rng, FLOATS).into(),
+            ],
+        },
+        46 => vec![
+            "SELECT".into(),
+            pick(rng, &["0", "0", "1", "2", "16", "-1", "x"]).into(),
+        ],
+        47 => {
+            let mut w = vec![
+                "COPY".into(),
+                k,
+                k2,
+                "DB".into(),
+                pick(rng, &["0", "1", "2", "16"]).into(),
+            ];
+            if rng.random_bool(0.5) {
+                w.push("REPLACE".into());
+            }
+            w
+        }
+        48 if in_tx => vec!["DBSIZE".into()],
+        48 => {
+            let mut w = vec!["SCAN".into(), "0".into(), "COUNT".into(), "1000".into()];
+            if rng.random_bool(0.5) {
+                w.extend([
+                    "TYPE".into(),
+                    pick(rng, &["string", "hash", "list", "set", "zset"]).into(),
+                ]);
+            }
+            w
+        }
+        49 => vec!["FLUSHDB".into()],
         _ => vec!["DBSIZE".into()],
     };
     words
@@ -258,20 +302,74 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
         .collect()
 }
 
+/// How a command's reply is compared.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Order {
+    /// As it is.
+    Exact,
+    /// As a set of items (Redis answers in hash-table or insertion order).
+    Items,
+    /// As a set of (field, value) pairs.
+    Pairs,
+}
+
+fn order_of(command: &str) -> Order {
+    let is = |names: &[&str]| names.iter().any(|n| command.eq_ignore_ascii_case(n));
+    if is(&[
+        "KEYS", "HKEYS", "HVALS", "SMEMBERS", "SINTER", "SUNION", "SDIFF",
+    ]) {
+        Order::Items
+    } else if is(&["HGETALL"]) {
+        Order::Pairs
+    } else {
+        Order::Exact
+    }
+}
+
+fn sorted(items: Vec<String>, order: Order) -> Vec<String> {
+    match order {
+        Order::Exact => items,
+        Order::Items => {
+            let mut items = items;
+            items.sort();
+            items
+        }
+        Order::Pairs => {
+            let mut pairs: Vec<String> = items.chunks(2).map(|c| c.join(" => ")).collect();
+            pairs.sort();
+            pairs
+        }
+    }
+}
+
 /// The reply, normalised where the servers may differ legitimately.
-fn normalise(command: &str, v: Value) -> String {
+fn normalise(words: &[String], v: Value) -> String {
+    let command = words.first().map_or("", String::as_str);
     let clocked = ["TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME"]
+        .iter()
+        .any(|c| command.eq_ignore_ascii_case(c));
+    let scan = ["SCAN", "HSCAN", "SSCAN", "ZSCAN"]
         .iter()
         .any(|c| command.eq_ignore_ascii_case(c));
     match v {
         Value::Int(n) if clocked && n > 0 => "positive".into(),
+        Value::Array(items) if scan && items.len() == 2 => {
+            // [cursor, page]: the page's order is the servers' own.
+            let mut it = items.into_iter();
+            let cursor = it.next().map(|c| normalise(&[], c)).unwrap_or_default();
+            let page = match it.next() {
+                Some(Value::Array(page)) => page,
+                _ => Vec::new(),
+            };
+            let values = command.eq_ignore_ascii_case("HSCAN")
+                && !words.iter().any(|w| w.eq_ignore_ascii_case("NOVALUES"));
+            let order = if values { Order::Pairs } else { Order::Items };
+            let page: Vec<String> = page.into_iter().map(|i| normalise(&[], i)).collect();
+            format!("[{cursor}, [{}]]", sorted(page, order).join(", "))
+        }
         Value::Array(items) => {
-            let mut inner: Vec<String> = items.into_iter().map(|i| normalise("", i)).collect();
-            if command.eq_ignore_ascii_case("KEYS") {
-                // Redis answers in hash-table order, tierkv in key order.
-                inner.sort();
-            }
-            format!("[{}]", inner.join(", "))
+            let inner: Vec<String> = items.into_iter().map(|i| normalise(&[], i)).collect();
+            format!("[{}]", sorted(inner, order_of(command)).join(", "))
         }
         Value::BulkString(b) => format!("{:?}", String::from_utf8_lossy(&b)),
         Value::ServerError(e) => format!("error {} {}", e.code(), e.details().unwrap_or("")),
@@ -285,7 +383,7 @@ fn send(con: &mut redis::Connection, words: &[String]) -> String {
         c.arg(w.as_str());
     }
     match c.query::<Value>(con) {
-        Ok(v) => normalise(&words[0], v),
+        Ok(v) => normalise(words, v),
         Err(e) => format!(
             "error {} {}",
             e.code().unwrap_or("?"),
@@ -323,8 +421,12 @@ fn random_sequences_answer_as_redis_does() {
     let started = Instant::now();
     let mut commands = 0usize;
     for seq in 0..sequences {
-        let flush = vec!["FLUSHALL".to_string()];
-        assert_eq!(send(&mut ours, &flush), send(&mut theirs, &flush));
+        for reset in [
+            vec!["SELECT".to_string(), "0".into()],
+            vec!["FLUSHALL".to_string()],
+        ] {
+            assert_eq!(send(&mut ours, &reset), send(&mut theirs, &reset));
+        }
         let mut history: Vec<String> = Vec::new();
         let len = rng.random_range(5..25);
         let mut i = 0;

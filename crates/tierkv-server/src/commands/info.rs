@@ -121,6 +121,11 @@ fn stats_section(s: &Shared, t: &mut String) {
         line(t, name, ServerStats::get(counter));
     }
     line(t, "expired_keys", ServerStats::get(&s.expiry.expired_keys));
+    line(
+        t,
+        "tierkv_reclaimed_elements",
+        ServerStats::get(&s.expiry.reclaimed_elements),
+    );
 }
 
 fn persistence_section(s: &Shared, t: &mut String) {
@@ -166,10 +171,16 @@ fn cpu_section(_s: &Shared, t: &mut String) {
 fn keyspace_section(s: &Shared, t: &mut String) {
     t.push_str("# Keyspace\r\n");
     // Like Redis, an empty database is not listed; neither is one that cannot be counted.
-    if let Ok(Some(n)) = key_count(&s.db)
-        && n > 0
-    {
-        line(t, "db0", format!("keys={n},expires=0,avg_ttl=0"));
+    for db in 0..crate::keyspace::DATABASES {
+        if let Ok(Some(n)) = key_count(&s.db, db)
+            && n > 0
+        {
+            line(
+                t,
+                &format!("db{db}"),
+                format!("keys={n},expires=0,avg_ttl=0"),
+            );
+        }
     }
 }
 
@@ -307,7 +318,7 @@ fn config_params(s: &Shared) -> Vec<(&'static str, String)> {
         ("bind", s.config.bind.ip().to_string()),
         ("port", s.port.to_string()),
         ("maxclients", s.config.max_clients.to_string()),
-        ("databases", "1".to_owned()),
+        ("databases", crate::keyspace::DATABASES.to_string()),
         ("save", String::new()),
         ("appendonly", "no".to_owned()),
         (

@@ -392,7 +392,7 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         (0, 0, 0),
         "connection",
         "1.0.0",
-        "Changes the selected database (only database 0 exists).",
+        "Changes the selected database (0 to 15).",
         connection::select
     ),
     cmd!(
@@ -743,7 +743,7 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         "server",
         "1.0.0",
         "Removes all keys from all databases.",
-        keys::flushdb
+        keys::flushall
     ),
     cmd!(
         "keys",
@@ -773,7 +773,37 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         "hash",
         "2.8.0",
         "Iterates over fields and values of a hash.",
-        scan::hscan
+        hashes::hscan
+    ),
+    cmd!(
+        "hsetnx",
+        4,
+        WRITE_FAST,
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Sets the value of a field in a hash only when the field doesn't exist.",
+        hashes::hsetnx
+    ),
+    cmd!(
+        "hstrlen",
+        3,
+        READ_FAST,
+        (1, 1, 1),
+        "hash",
+        "3.2.0",
+        "Returns the length of the value of a field.",
+        hashes::hstrlen
+    ),
+    cmd!(
+        "hincrbyfloat",
+        4,
+        WRITE_FAST,
+        (1, 1, 1),
+        "hash",
+        "2.6.0",
+        "Increments the floating point value of a field by a number.",
+        hashes::hincrbyfloat
     ),
     cmd!(
         "copy",
