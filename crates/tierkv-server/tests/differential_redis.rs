@@ -108,7 +108,7 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
     let f = pick(rng, FIELDS).to_string();
     let v = pick(rng, VALUES).to_string();
     let n = rng.random_range(-5i64..20).to_string();
-    let words: Vec<String> = match rng.random_range(0..51) {
+    let words: Vec<String> = match rng.random_range(0..70) {
         0 => vec!["GET".into(), k],
         1 => vec!["SET".into(), k, v],
         2 => {
@@ -287,6 +287,7 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
             w
         }
         49 => vec!["FLUSHDB".into()],
+        50..=69 => list_command(rng, k, k2, v, in_tx),
         _ => vec!["DBSIZE".into()],
     };
     words
@@ -300,6 +301,90 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
             }
         })
         .collect()
+}
+
+/// A list command (blocking ones with a short timeout on keys that may be empty).
+fn list_command(
+    rng: &mut ChaCha8Rng,
+    k: String,
+    k2: String,
+    v: String,
+    in_tx: bool,
+) -> Vec<String> {
+    let e = pick(rng, &["a", "b", "c", "a"]).to_string();
+    let idx = rng.random_range(-4i64..5).to_string();
+    let idx2 = rng.random_range(-4i64..5).to_string();
+    let end = |rng: &mut ChaCha8Rng| pick(rng, &["LEFT", "RIGHT", "left", "UP"]).to_string();
+    match rng.random_range(0..22) {
+        0..=2 => vec![pick(rng, &["LPUSH", "RPUSH"]).into(), k, e, v],
+        3 => vec![pick(rng, &["LPUSHX", "RPUSHX"]).into(), k, e],
+        4 => vec![pick(rng, &["LPOP", "RPOP"]).into(), k],
+        5 => vec![
+            pick(rng, &["LPOP", "RPOP"]).into(),
+            k,
+            pick(rng, &["0", "1", "2", "10", "-1", "x"]).into(),
+        ],
+        6 => vec!["LLEN".into(), k],
+        7 | 8 => vec!["LRANGE".into(), k, idx, idx2],
+        9 => vec!["LINDEX".into(), k, idx],
+        10 => vec!["LSET".into(), k, idx, e],
+        11 => vec![
+            "LREM".into(),
+            k,
+            pick(rng, &["0", "1", "-1", "2", "x"]).into(),
+            e,
+        ],
+        12 => vec!["LTRIM".into(), k, idx, idx2],
+        13 => vec![
+            "LINSERT".into(),
+            k,
+            pick(rng, &["BEFORE", "AFTER", "after", "NEAR"]).into(),
+            e,
+            v,
+        ],
+        14 => {
+            let mut w = vec!["LPOS".into(), k, e];
+            for (opt, vals) in [
+                ("RANK", &["1", "-1", "2", "0", "-2"][..]),
+                ("COUNT", &["0", "1", "2", "-1"][..]),
+                ("MAXLEN", &["0", "2", "-1"][..]),
+            ] {
+                if rng.random_bool(0.3) {
+                    w.push(opt.into());
+                    w.push(pick(rng, vals).into());
+                }
+            }
+            w
+        }
+        15 => vec!["LMOVE".into(), k, k2, end(rng), end(rng)],
+        16 => vec!["RPOPLPUSH".into(), k, k2],
+        // Blocking on an empty key costs its timeout on both servers: kept rare.
+        17..=19 if !in_tx && rng.random_bool(0.85) => vec!["LLEN".into(), k],
+        // Short timeouts: an empty key blocks for 10 ms on both servers, then answers nil.
+        17 => {
+            let t = if in_tx {
+                "0"
+            } else {
+                pick(rng, &["0.01", "-1", "x"])
+            };
+            vec![pick(rng, &["BLPOP", "BRPOP"]).into(), k, k2, t.into()]
+        }
+        18 => {
+            let t = if in_tx {
+                "0"
+            } else {
+                pick(rng, &["0.01", "-1"])
+            };
+            vec!["BLMOVE".into(), k, k2, end(rng), end(rng), t.into()]
+        }
+        19 => vec![
+            "BRPOPLPUSH".into(),
+            k,
+            k2,
+            if in_tx { "0" } else { "0.01" }.into(),
+        ],
+        _ => vec!["RPUSH".into(), k, e, v, pick(rng, VALUES).into()],
+    }
 }
 
 /// How a command's reply is compared.

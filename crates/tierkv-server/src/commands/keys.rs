@@ -28,7 +28,8 @@ pub(crate) fn del(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let mut delete_all = |ctx: &mut Ctx<'_>| {
         for key in args.iter_from(1) {
             // NOTE: `delete` does not say whether the key existed; DEL must.
-            if ctx.load(key)?.is_some() {
+            if let Some(v) = ctx.load(key)? {
+                super::lists::drop_unreclaimable(ctx, key, &v)?;
                 ctx.remove(key)?;
                 removed += 1;
             }

@@ -25,12 +25,14 @@
 //! Thread-safety: handlers run on worker threads, many at once; all shared state is in
 //! [`Shared`], the per-connection state in [`Session`].
 
+pub(crate) mod blocking;
 pub(crate) mod collection;
 pub(crate) mod connection;
 pub(crate) mod expire;
 pub(crate) mod hashes;
 pub(crate) mod info;
 pub(crate) mod keys;
+pub(crate) mod lists;
 pub(crate) mod multi;
 pub(crate) mod packed_hashes;
 pub(crate) mod scan;
@@ -130,6 +132,8 @@ pub(crate) struct Ctx<'a> {
     pub tally: &'a mut Tally,
     /// The write batch being collected by [`Ctx::batched`], if any.
     pub pending: RefCell<Option<WriteBatch>>,
+    /// True while EXEC runs its commands: blocking commands do not block.
+    pub in_exec: bool,
 }
 
 impl<'a> Ctx<'a> {
@@ -146,6 +150,7 @@ impl<'a> Ctx<'a> {
             out,
             tally,
             pending: RefCell::new(None),
+            in_exec: false,
         }
     }
 
@@ -153,16 +158,19 @@ impl<'a> Ctx<'a> {
     /// when `f` succeeds and dropped when it fails. Without atomic batches on the engine,
     /// or inside a batch already open, `f` simply runs. A batch over the batch limits is
     /// refused with an error naming the limit, and nothing of it is applied.
-    pub(crate) fn batched(&mut self, f: impl FnOnce(&mut Self) -> CmdResult) -> CmdResult {
+    pub(crate) fn batched<T>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<T, CmdError>,
+    ) -> Result<T, CmdError> {
         if !self.shared.db.atomic_batches() || self.pending.borrow().is_some() {
             return f(self);
         }
         *self.pending.borrow_mut() = Some(WriteBatch::new());
         let result = f(self);
         let batch = self.pending.borrow_mut().take().unwrap_or_default();
-        result?;
+        let value = result?;
         if batch.is_empty() {
-            return Ok(());
+            return Ok(value);
         }
         self.shared.db.write(&batch).map_err(|e| match e {
             tierkv::Error::InvalidArgument(m) => CmdError::new(format!(
@@ -171,7 +179,7 @@ impl<'a> Ctx<'a> {
             other => CmdError::from(other),
         })?;
         self.tally.batches += 1;
-        Ok(())
+        Ok(value)
     }
 
     /// The store key of the user key `key` in the selected database.

@@ -9,7 +9,9 @@
 //!
 //! Thread-safety: immutable static data.
 
-use super::{Handler, connection, expire, hashes, info, keys, multi, scan, strings};
+use super::{
+    Handler, blocking, connection, expire, hashes, info, keys, lists, multi, scan, strings,
+};
 use crate::resp::Args;
 
 /// One command.
@@ -814,6 +816,206 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         "6.2.0",
         "Copies the value of a key to a new key.",
         keys::copy
+    ),
+    cmd!(
+        "lpush",
+        -3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Prepends one or more elements to a list. Creates the key if it doesn't exist.",
+        lists::lpush
+    ),
+    cmd!(
+        "rpush",
+        -3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Appends one or more elements to a list. Creates the key if it doesn't exist.",
+        lists::rpush
+    ),
+    cmd!(
+        "lpushx",
+        -3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "list",
+        "2.2.0",
+        "Prepends one or more elements to a list only when the list exists.",
+        lists::lpushx
+    ),
+    cmd!(
+        "rpushx",
+        -3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "list",
+        "2.2.0",
+        "Appends an element to a list only when the list exists.",
+        lists::rpushx
+    ),
+    cmd!(
+        "lpop",
+        -2,
+        WRITE_FAST,
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Returns the first elements in a list after removing it. Deletes the list if the last element was popped.",
+        lists::lpop
+    ),
+    cmd!(
+        "rpop",
+        -2,
+        WRITE_FAST,
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Returns and removes the last elements of a list. Deletes the list if the last element was popped.",
+        lists::rpop
+    ),
+    cmd!(
+        "llen",
+        2,
+        READ_FAST,
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Returns the length of a list.",
+        lists::llen
+    ),
+    cmd!(
+        "lrange",
+        4,
+        &["readonly"],
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Returns a range of elements from a list.",
+        lists::lrange
+    ),
+    cmd!(
+        "lindex",
+        3,
+        &["readonly"],
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Returns an element from a list by its index.",
+        lists::lindex
+    ),
+    cmd!(
+        "lset",
+        4,
+        WRITE,
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Sets the value of an element in a list by its index.",
+        lists::lset
+    ),
+    cmd!(
+        "lrem",
+        4,
+        &["write"],
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Removes elements from a list. Deletes the list if the last element was removed.",
+        lists::lrem
+    ),
+    cmd!(
+        "ltrim",
+        4,
+        &["write"],
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Removes elements from both ends a list. Deletes the list if all elements were trimmed.",
+        lists::ltrim
+    ),
+    cmd!(
+        "linsert",
+        5,
+        WRITE,
+        (1, 1, 1),
+        "list",
+        "2.2.0",
+        "Inserts an element before or after another element in a list.",
+        lists::linsert
+    ),
+    cmd!(
+        "lpos",
+        -3,
+        &["readonly"],
+        (1, 1, 1),
+        "list",
+        "6.0.6",
+        "Returns the index of matching elements in a list.",
+        lists::lpos
+    ),
+    cmd!(
+        "lmove",
+        5,
+        WRITE,
+        (1, 2, 1),
+        "list",
+        "6.2.0",
+        "Returns an element after popping it from one list and pushing it to another. Deletes the list if the last element was moved.",
+        lists::lmove
+    ),
+    cmd!(
+        "rpoplpush",
+        3,
+        WRITE,
+        (1, 2, 1),
+        "list",
+        "1.2.0",
+        "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped.",
+        lists::rpoplpush
+    ),
+    cmd!(
+        "blpop",
+        -3,
+        &["write", "blocking"],
+        (1, -2, 1),
+        "list",
+        "2.0.0",
+        "Removes and returns the first element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.",
+        blocking::blpop
+    ),
+    cmd!(
+        "brpop",
+        -3,
+        &["write", "blocking"],
+        (1, -2, 1),
+        "list",
+        "2.0.0",
+        "Removes and returns the last element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.",
+        blocking::brpop
+    ),
+    cmd!(
+        "blmove",
+        6,
+        &["write", "denyoom", "blocking"],
+        (1, 2, 1),
+        "list",
+        "6.2.0",
+        "Pops an element from a list, pushes it to another list and returns it. Blocks until an element is available otherwise. Deletes the list if the last element was moved.",
+        blocking::blmove
+    ),
+    cmd!(
+        "brpoplpush",
+        4,
+        &["write", "denyoom", "blocking"],
+        (1, 2, 1),
+        "list",
+        "2.2.0",
+        "Pops an element from a list, pushes it to another list and returns it. Block until an element is available otherwise. Deletes the list if the last element was popped.",
+        blocking::brpoplpush
     ),
 ];
 
