@@ -108,7 +108,7 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
     let f = pick(rng, FIELDS).to_string();
     let v = pick(rng, VALUES).to_string();
     let n = rng.random_range(-5i64..20).to_string();
-    let words: Vec<String> = match rng.random_range(0..70) {
+    let words: Vec<String> = match rng.random_range(0..86) {
         0 => vec!["GET".into(), k],
         1 => vec!["SET".into(), k, v],
         2 => {
@@ -288,6 +288,7 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
         }
         49 => vec!["FLUSHDB".into()],
         50..=69 => list_command(rng, k, k2, v, in_tx),
+        70..=85 => set_command(rng, k, k2, in_tx),
         _ => vec!["DBSIZE".into()],
     };
     words
@@ -387,6 +388,47 @@ fn list_command(
     }
 }
 
+/// A set command (random members only where the whole set is returned).
+fn set_command(rng: &mut ChaCha8Rng, k: String, k2: String, in_tx: bool) -> Vec<String> {
+    let m = pick(rng, &["a", "b", "c", "d", "1", "2"]).to_string();
+    let m2 = pick(rng, &["a", "b", "c", "d", "1", "2"]).to_string();
+    let k3 = pick(rng, KEYS).to_string();
+    match rng.random_range(0..18) {
+        0..=3 => vec!["SADD".into(), k, m, m2],
+        4 => vec!["SREM".into(), k, m, m2],
+        5 => vec!["SISMEMBER".into(), k, m],
+        6 => vec!["SMISMEMBER".into(), k, m, m2],
+        7 => vec!["SCARD".into(), k],
+        // Replies compared as sets: at the top level only.
+        8..=12 if in_tx => vec!["SCARD".into(), k],
+        8 => vec!["SMEMBERS".into(), k],
+        9 => vec![pick(rng, &["SINTER", "SUNION", "SDIFF"]).into(), k, k2, k3],
+        10 => vec![pick(rng, &["SRANDMEMBER", "SPOP"]).into(), k, "100".into()],
+        11 => vec!["SSCAN".into(), k, "0".into(), "COUNT".into(), "100".into()],
+        12 => vec!["SRANDMEMBER".into(), k, pick(rng, &["0", "x"]).into()],
+        13 => vec![
+            pick(rng, &["SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE"]).into(),
+            k,
+            k2,
+            k3,
+        ],
+        14 => vec!["SMOVE".into(), k, k2, m],
+        15 => {
+            let mut w = vec![
+                "SINTERCARD".into(),
+                pick(rng, &["2", "1", "0", "5"]).into(),
+                k,
+                k2,
+            ];
+            if rng.random_bool(0.4) {
+                w.extend(["LIMIT".into(), pick(rng, &["0", "1", "-1"]).into()]);
+            }
+            w
+        }
+        _ => vec!["SADD".into(), k, m],
+    }
+}
+
 /// How a command's reply is compared.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Order {
@@ -401,7 +443,15 @@ enum Order {
 fn order_of(command: &str) -> Order {
     let is = |names: &[&str]| names.iter().any(|n| command.eq_ignore_ascii_case(n));
     if is(&[
-        "KEYS", "HKEYS", "HVALS", "SMEMBERS", "SINTER", "SUNION", "SDIFF",
+        "KEYS",
+        "HKEYS",
+        "HVALS",
+        "SMEMBERS",
+        "SINTER",
+        "SUNION",
+        "SDIFF",
+        "SRANDMEMBER",
+        "SPOP",
     ]) {
         Order::Items
     } else if is(&["HGETALL"]) {

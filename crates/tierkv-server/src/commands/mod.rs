@@ -36,6 +36,7 @@ pub(crate) mod lists;
 pub(crate) mod multi;
 pub(crate) mod packed_hashes;
 pub(crate) mod scan;
+pub(crate) mod sets;
 pub(crate) mod strings;
 pub(crate) mod table;
 

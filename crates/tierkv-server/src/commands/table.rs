@@ -10,7 +10,7 @@
 //! Thread-safety: immutable static data.
 
 use super::{
-    Handler, blocking, connection, expire, hashes, info, keys, lists, multi, scan, strings,
+    Handler, blocking, connection, expire, hashes, info, keys, lists, multi, scan, sets, strings,
 };
 use crate::resp::Args;
 
@@ -48,10 +48,18 @@ impl CommandSpec {
     /// The keys of a call (the arity was checked).
     pub fn keys<'a>(&self, args: Args<'a>) -> impl Iterator<Item = &'a [u8]> + 'a {
         let argc = args.len() as i64;
-        let first = i64::from(self.first_key);
-        let last = match i64::from(self.last_key) {
-            l if l < 0 => argc + l,
-            l => l,
+        let (first, last) = if self.has_flag("numkeys") {
+            // `name numkeys key [key ...] ...`: the keys follow their count.
+            let n = super::parse_i64_strict(args.get(1))
+                .unwrap_or(0)
+                .clamp(0, argc);
+            (2, 1 + n)
+        } else {
+            let last = match i64::from(self.last_key) {
+                l if l < 0 => argc + l,
+                l => l,
+            };
+            (i64::from(self.first_key), last)
         };
         let step = usize::try_from(self.step).unwrap_or(1).max(1);
         let range = if first > 0 && last >= first {
@@ -1016,6 +1024,176 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         "2.2.0",
         "Pops an element from a list, pushes it to another list and returns it. Block until an element is available otherwise. Deletes the list if the last element was popped.",
         blocking::brpoplpush
+    ),
+    cmd!(
+        "sadd",
+        -3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "set",
+        "1.0.0",
+        "Adds one or more members to a set. Creates the key if it doesn't exist.",
+        sets::sadd
+    ),
+    cmd!(
+        "srem",
+        -3,
+        &["write", "fast"],
+        (1, 1, 1),
+        "set",
+        "1.0.0",
+        "Removes one or more members from a set. Deletes the set if the last member was removed.",
+        sets::srem
+    ),
+    cmd!(
+        "sismember",
+        3,
+        READ_FAST,
+        (1, 1, 1),
+        "set",
+        "1.0.0",
+        "Determines whether a member belongs to a set.",
+        sets::sismember
+    ),
+    cmd!(
+        "smismember",
+        -3,
+        READ_FAST,
+        (1, 1, 1),
+        "set",
+        "6.2.0",
+        "Determines whether multiple members belong to a set.",
+        sets::smismember
+    ),
+    cmd!(
+        "scard",
+        2,
+        READ_FAST,
+        (1, 1, 1),
+        "set",
+        "1.0.0",
+        "Returns the number of members in a set.",
+        sets::scard
+    ),
+    cmd!(
+        "smembers",
+        2,
+        &["readonly"],
+        (1, 1, 1),
+        "set",
+        "1.0.0",
+        "Returns all members of a set.",
+        sets::smembers
+    ),
+    cmd!(
+        "srandmember",
+        -2,
+        &["readonly"],
+        (1, 1, 1),
+        "set",
+        "1.0.0",
+        "Get one or multiple random members from a set",
+        sets::srandmember
+    ),
+    cmd!(
+        "spop",
+        -2,
+        &["write", "fast"],
+        (1, 1, 1),
+        "set",
+        "1.0.0",
+        "Returns one or more random members from a set after removing them. Deletes the set if the last member was popped.",
+        sets::spop
+    ),
+    cmd!(
+        "smove",
+        4,
+        &["write", "fast"],
+        (1, 2, 1),
+        "set",
+        "1.0.0",
+        "Moves a member from one set to another.",
+        sets::smove
+    ),
+    cmd!(
+        "sinter",
+        -2,
+        &["readonly"],
+        (1, -1, 1),
+        "set",
+        "1.0.0",
+        "Returns the intersect of multiple sets.",
+        sets::sinter
+    ),
+    cmd!(
+        "sunion",
+        -2,
+        &["readonly"],
+        (1, -1, 1),
+        "set",
+        "1.0.0",
+        "Returns the union of multiple sets.",
+        sets::sunion
+    ),
+    cmd!(
+        "sdiff",
+        -2,
+        &["readonly"],
+        (1, -1, 1),
+        "set",
+        "1.0.0",
+        "Returns the difference of multiple sets.",
+        sets::sdiff
+    ),
+    cmd!(
+        "sinterstore",
+        -3,
+        WRITE,
+        (1, -1, 1),
+        "set",
+        "1.0.0",
+        "Stores the intersect of multiple sets in a key.",
+        sets::sinterstore
+    ),
+    cmd!(
+        "sunionstore",
+        -3,
+        WRITE,
+        (1, -1, 1),
+        "set",
+        "1.0.0",
+        "Stores the union of multiple sets in a key.",
+        sets::sunionstore
+    ),
+    cmd!(
+        "sdiffstore",
+        -3,
+        WRITE,
+        (1, -1, 1),
+        "set",
+        "1.0.0",
+        "Stores the difference of multiple sets in a key.",
+        sets::sdiffstore
+    ),
+    cmd!(
+        "sintercard",
+        -3,
+        &["readonly", "numkeys"],
+        (0, 0, 0),
+        "set",
+        "7.0.0",
+        "Returns the number of members of the intersect of multiple sets.",
+        sets::sintercard
+    ),
+    cmd!(
+        "sscan",
+        -3,
+        &["readonly"],
+        (1, 1, 1),
+        "set",
+        "2.8.0",
+        "Iterates over members of a set.",
+        sets::sscan
     ),
 ];
 
