@@ -108,7 +108,7 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
     let f = pick(rng, FIELDS).to_string();
     let v = pick(rng, VALUES).to_string();
     let n = rng.random_range(-5i64..20).to_string();
-    let words: Vec<String> = match rng.random_range(0..86) {
+    let words: Vec<String> = match rng.random_range(0..110) {
         0 => vec!["GET".into(), k],
         1 => vec!["SET".into(), k, v],
         2 => {
@@ -289,6 +289,7 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
         49 => vec!["FLUSHDB".into()],
         50..=69 => list_command(rng, k, k2, v, in_tx),
         70..=85 => set_command(rng, k, k2, in_tx),
+        86..=109 => zset_command(rng, k, k2),
         _ => vec!["DBSIZE".into()],
     };
     words
@@ -426,6 +427,123 @@ fn set_command(rng: &mut ChaCha8Rng, k: String, k2: String, in_tx: bool) -> Vec<
             w
         }
         _ => vec!["SADD".into(), k, m],
+    }
+}
+
+/// A sorted-set command. BYLEX ranges go to `zl`, whose scores are all 0 (Redis defines
+/// them for equal scores only).
+fn zset_command(rng: &mut ChaCha8Rng, k: String, k2: String) -> Vec<String> {
+    let m = pick(rng, &["a", "b", "c", "d", "e"]).to_string();
+    let m2 = pick(rng, &["a", "b", "c", "d", "e"]).to_string();
+    let score = |rng: &mut ChaCha8Rng| {
+        pick(
+            rng,
+            &["1", "2", "2.5", "-1", "0", "0.1", "inf", "-inf", "1e3", "x"],
+        )
+        .to_string()
+    };
+    let bound = |rng: &mut ChaCha8Rng| {
+        pick(
+            rng,
+            &["-inf", "+inf", "0", "(0", "1", "(2", "2.5", "-1", "x"],
+        )
+        .to_string()
+    };
+    let lex =
+        |rng: &mut ChaCha8Rng| pick(rng, &["-", "+", "[a", "(b", "[c", "(e", "x"]).to_string();
+    let rank = |rng: &mut ChaCha8Rng| rng.random_range(-4i64..5).to_string();
+    let limit = |rng: &mut ChaCha8Rng, w: &mut Vec<String>| {
+        if rng.random_bool(0.3) {
+            w.extend([
+                "LIMIT".into(),
+                pick(rng, &["0", "1", "-1"]).into(),
+                pick(rng, &["1", "2", "-1", "0"]).into(),
+            ]);
+        }
+    };
+    match rng.random_range(0..24) {
+        0..=3 => {
+            let mut w = vec!["ZADD".into(), k];
+            for flag in ["NX", "XX", "GT", "LT", "CH", "INCR"] {
+                if rng.random_bool(0.12) {
+                    w.push(flag.into());
+                }
+            }
+            w.extend([score(rng), m]);
+            if rng.random_bool(0.5) {
+                w.extend([score(rng), m2]);
+            }
+            w
+        }
+        4 => vec!["ZINCRBY".into(), k, score(rng), m],
+        5 => vec!["ZSCORE".into(), k, m],
+        6 => vec!["ZMSCORE".into(), k, m, m2],
+        7 => vec![pick(rng, &["ZRANK", "ZREVRANK"]).into(), k, m],
+        8 => vec!["ZCARD".into(), k],
+        9 => vec!["ZCOUNT".into(), k, bound(rng), bound(rng)],
+        10 | 11 => {
+            let mut w = vec![
+                pick(rng, &["ZRANGE", "ZREVRANGE"]).into(),
+                k,
+                rank(rng),
+                rank(rng),
+            ];
+            if rng.random_bool(0.5) {
+                w.push("WITHSCORES".into());
+            }
+            w
+        }
+        12 | 13 => {
+            let mut w = vec![
+                pick(rng, &["ZRANGEBYSCORE", "ZREVRANGEBYSCORE"]).into(),
+                k,
+                bound(rng),
+                bound(rng),
+            ];
+            if rng.random_bool(0.5) {
+                w.push("WITHSCORES".into());
+            }
+            limit(rng, &mut w);
+            w
+        }
+        14 => {
+            let mut w = vec!["ZRANGE".into(), k, bound(rng), bound(rng), "BYSCORE".into()];
+            if rng.random_bool(0.5) {
+                w.push("REV".into());
+            }
+            limit(rng, &mut w);
+            if rng.random_bool(0.3) {
+                w.push("WITHSCORES".into());
+            }
+            w
+        }
+        15 => match rng.random_range(0..4) {
+            0 => vec!["ZADD".into(), "zl".into(), "0".into(), m, "0".into(), m2],
+            1 => {
+                let mut w = vec![
+                    pick(rng, &["ZRANGEBYLEX", "ZREVRANGEBYLEX"]).into(),
+                    "zl".into(),
+                    lex(rng),
+                    lex(rng),
+                ];
+                limit(rng, &mut w);
+                w
+            }
+            2 => vec!["ZLEXCOUNT".into(), "zl".into(), lex(rng), lex(rng)],
+            _ => vec!["ZREMRANGEBYLEX".into(), "zl".into(), lex(rng), lex(rng)],
+        },
+        16 => vec![
+            pick(rng, &["ZPOPMIN", "ZPOPMAX"]).into(),
+            k,
+            pick(rng, &["1", "2", "0", "-1"]).into(),
+        ],
+        17 => vec![pick(rng, &["ZPOPMIN", "ZPOPMAX"]).into(), k],
+        18 => vec!["ZREM".into(), k, m, m2],
+        19 => vec!["ZREMRANGEBYSCORE".into(), k, bound(rng), bound(rng)],
+        20 => vec!["ZREMRANGEBYRANK".into(), k, rank(rng), rank(rng)],
+        21 => vec!["ZSCAN".into(), k, "0".into(), "COUNT".into(), "100".into()],
+        22 => vec!["ZRANGE".into(), k, "0".into(), "-1".into(), "BYLEX".into()],
+        _ => vec!["ZADD".into(), k2, score(rng), m],
     }
 }
 

@@ -156,17 +156,7 @@ pub(crate) fn rpushx(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
 
 fn pop_generic(ctx: &mut Ctx<'_>, args: Args<'_>, end: End) -> CmdResult {
     let key = args.get(1);
-    let count = match args.len() {
-        2 => None,
-        3 => {
-            let n = parse_int(args.get(2))
-                .ok()
-                .filter(|n| *n >= 0)
-                .ok_or_else(|| CmdError::new("ERR value is out of range, must be positive"))?;
-            Some(n)
-        }
-        _ => return Err(CmdError::new(msg::SYNTAX)),
-    };
+    let count = super::pop_count(args)?;
     ctx.batched(|ctx| {
         let Some(mut c) = collection::load(ctx, key, Kind::List)? else {
             match count {

@@ -39,6 +39,7 @@ pub(crate) mod scan;
 pub(crate) mod sets;
 pub(crate) mod strings;
 pub(crate) mod table;
+pub(crate) mod zsets;
 
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -433,6 +434,20 @@ pub(crate) fn parse_i64_strict(s: &[u8]) -> Option<i64> {
         })?;
     }
     Some(v)
+}
+
+/// The optional `count` argument of the pop commands (argument 2 of `name key [count]`):
+/// `None` when absent, a non-negative integer, or Redis's errors.
+pub(crate) fn pop_count(args: Args<'_>) -> Result<Option<i64>, CmdError> {
+    match args.len() {
+        2 => Ok(None),
+        3 => parse_int(args.get(2))
+            .ok()
+            .filter(|n| *n >= 0)
+            .map(Some)
+            .ok_or_else(|| CmdError::new("ERR value is out of range, must be positive")),
+        _ => Err(CmdError::new(msg::SYNTAX)),
+    }
 }
 
 /// True when `arg` equals `word` ignoring ASCII case.

@@ -377,16 +377,7 @@ pub(crate) fn srandmember(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
 /// SPOP key [count]
 pub(crate) fn spop(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let key = args.get(1);
-    let count = match args.len() {
-        2 => None,
-        3 => Some(
-            parse_int(args.get(2))
-                .ok()
-                .filter(|n| *n >= 0)
-                .ok_or_else(|| CmdError::new("ERR value is out of range, must be positive"))?,
-        ),
-        _ => return Err(CmdError::new(msg::SYNTAX)),
-    };
+    let count = super::pop_count(args)?;
     let popped = ctx.batched(|ctx| {
         let Some(mut c) = collection::load(ctx, key, Kind::Set)? else {
             return Ok(None);

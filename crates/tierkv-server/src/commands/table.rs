@@ -11,6 +11,7 @@
 
 use super::{
     Handler, blocking, connection, expire, hashes, info, keys, lists, multi, scan, sets, strings,
+    zsets,
 };
 use crate::resp::Args;
 
@@ -1194,6 +1195,226 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         "2.8.0",
         "Iterates over members of a set.",
         sets::sscan
+    ),
+    cmd!(
+        "zadd",
+        -4,
+        WRITE_FAST,
+        (1, 1, 1),
+        "sorted-set",
+        "1.2.0",
+        "Adds one or more members to a sorted set, or updates their scores. Creates the key if it doesn't exist.",
+        zsets::zadd
+    ),
+    cmd!(
+        "zincrby",
+        4,
+        WRITE_FAST,
+        (1, 1, 1),
+        "sorted-set",
+        "1.2.0",
+        "Increments the score of a member in a sorted set.",
+        zsets::zincrby
+    ),
+    cmd!(
+        "zscore",
+        3,
+        READ_FAST,
+        (1, 1, 1),
+        "sorted-set",
+        "1.2.0",
+        "Returns the score of a member in a sorted set.",
+        zsets::zscore
+    ),
+    cmd!(
+        "zmscore",
+        -3,
+        READ_FAST,
+        (1, 1, 1),
+        "sorted-set",
+        "6.2.0",
+        "Returns the score of one or more members in a sorted set.",
+        zsets::zmscore
+    ),
+    cmd!(
+        "zcard",
+        2,
+        READ_FAST,
+        (1, 1, 1),
+        "sorted-set",
+        "1.2.0",
+        "Returns the number of members in a sorted set.",
+        zsets::zcard
+    ),
+    cmd!(
+        "zrank",
+        3,
+        READ_FAST,
+        (1, 1, 1),
+        "sorted-set",
+        "2.0.0",
+        "Returns the index of a member in a sorted set ordered by ascending scores.",
+        zsets::zrank
+    ),
+    cmd!(
+        "zrevrank",
+        3,
+        READ_FAST,
+        (1, 1, 1),
+        "sorted-set",
+        "2.0.0",
+        "Returns the index of a member in a sorted set ordered by descending scores.",
+        zsets::zrevrank
+    ),
+    cmd!(
+        "zcount",
+        4,
+        READ_FAST,
+        (1, 1, 1),
+        "sorted-set",
+        "2.0.0",
+        "Returns the count of members in a sorted set that have scores within a range.",
+        zsets::zcount
+    ),
+    cmd!(
+        "zlexcount",
+        4,
+        READ_FAST,
+        (1, 1, 1),
+        "sorted-set",
+        "2.8.9",
+        "Returns the number of members in a sorted set within a lexicographical range.",
+        zsets::zlexcount
+    ),
+    cmd!(
+        "zrange",
+        -4,
+        &["readonly"],
+        (1, 1, 1),
+        "sorted-set",
+        "1.2.0",
+        "Returns members in a sorted set within a range of indexes.",
+        zsets::zrange
+    ),
+    cmd!(
+        "zrevrange",
+        -4,
+        &["readonly"],
+        (1, 1, 1),
+        "sorted-set",
+        "1.2.0",
+        "Returns members in a sorted set within a range of indexes in reverse order.",
+        zsets::zrevrange
+    ),
+    cmd!(
+        "zrangebyscore",
+        -4,
+        &["readonly"],
+        (1, 1, 1),
+        "sorted-set",
+        "1.0.5",
+        "Returns members in a sorted set within a range of scores.",
+        zsets::zrangebyscore
+    ),
+    cmd!(
+        "zrevrangebyscore",
+        -4,
+        &["readonly"],
+        (1, 1, 1),
+        "sorted-set",
+        "2.2.0",
+        "Returns members in a sorted set within a range of scores in reverse order.",
+        zsets::zrevrangebyscore
+    ),
+    cmd!(
+        "zrangebylex",
+        -4,
+        &["readonly"],
+        (1, 1, 1),
+        "sorted-set",
+        "2.8.9",
+        "Returns members in a sorted set within a lexicographical range.",
+        zsets::zrangebylex
+    ),
+    cmd!(
+        "zrevrangebylex",
+        -4,
+        &["readonly"],
+        (1, 1, 1),
+        "sorted-set",
+        "2.8.9",
+        "Returns members in a sorted set within a lexicographical range in reverse order.",
+        zsets::zrevrangebylex
+    ),
+    cmd!(
+        "zpopmin",
+        -2,
+        &["write", "fast"],
+        (1, 1, 1),
+        "sorted-set",
+        "5.0.0",
+        "Returns the lowest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped.",
+        zsets::zpopmin
+    ),
+    cmd!(
+        "zpopmax",
+        -2,
+        &["write", "fast"],
+        (1, 1, 1),
+        "sorted-set",
+        "5.0.0",
+        "Returns the highest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped.",
+        zsets::zpopmax
+    ),
+    cmd!(
+        "zrem",
+        -3,
+        &["write", "fast"],
+        (1, 1, 1),
+        "sorted-set",
+        "1.2.0",
+        "Removes one or more members from a sorted set. Deletes the sorted set if all members were removed.",
+        zsets::zrem
+    ),
+    cmd!(
+        "zremrangebyrank",
+        4,
+        &["write"],
+        (1, 1, 1),
+        "sorted-set",
+        "2.0.0",
+        "Removes members in a sorted set within a range of indexes. Deletes the sorted set if all members were removed.",
+        zsets::zremrangebyrank
+    ),
+    cmd!(
+        "zremrangebyscore",
+        4,
+        &["write"],
+        (1, 1, 1),
+        "sorted-set",
+        "1.2.0",
+        "Removes members in a sorted set within a range of scores. Deletes the sorted set if all members were removed.",
+        zsets::zremrangebyscore
+    ),
+    cmd!(
+        "zremrangebylex",
+        4,
+        &["write"],
+        (1, 1, 1),
+        "sorted-set",
+        "2.8.9",
+        "Removes members in a sorted set within a lexicographical range. Deletes the sorted set if all members were removed.",
+        zsets::zremrangebylex
+    ),
+    cmd!(
+        "zscan",
+        -3,
+        &["readonly"],
+        (1, 1, 1),
+        "sorted-set",
+        "2.8.0",
+        "Iterates over members and scores of a sorted set.",
+        zsets::zscan
     ),
 ];
 
