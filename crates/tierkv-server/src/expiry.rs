@@ -71,6 +71,8 @@ pub struct ExpiryQueue {
     pub expired_keys: AtomicU64,
     /// Elements of deleted collections reclaimed ([`crate::reclaim`]), for INFO.
     pub reclaimed_elements: AtomicU64,
+    /// Keys removed (any way): wakes the reclaiming walk ([`crate::reclaim::Reclaimer`]).
+    pub removals: AtomicU64,
 }
 
 impl ExpiryQueue {
@@ -121,6 +123,7 @@ pub fn remove_if_expired(shared: &Shared, key: &[u8]) -> Result<bool, tierkv::Er
     }
     shared.db.delete(key)?;
     shared.locks.touch(keyspace::lock_key(key));
+    crate::reclaim::Reclaimer::removed(&shared.expiry.removals);
     shared.expiry.expired_keys.fetch_add(1, Ordering::Relaxed);
     Ok(true)
 }
@@ -166,7 +169,7 @@ impl Drop for Sweeper {
 
 fn sweep(shared: &Shared, stop: &Receiver<()>) {
     let mut walk: Option<Bound<Vec<u8>>> = Some(Bound::Unbounded);
-    let mut reclaim = Some(keyspace::elements_start());
+    let mut reclaim = crate::reclaim::Reclaimer::default();
     loop {
         match stop.recv_timeout(TICK) {
             Err(RecvTimeoutError::Timeout) => {}
@@ -178,7 +181,7 @@ fn sweep(shared: &Shared, stop: &Receiver<()>) {
             }
         }
         walk = walk.and_then(|from| walk_step(shared, from));
-        reclaim = reclaim.and_then(|from| crate::reclaim::step(shared, from));
+        reclaim.tick(shared);
     }
 }
 

@@ -16,13 +16,21 @@
 //! unique, [`crate::shared::Shared::new_generation`]), so deleting after the lock is
 //! released is safe.
 //!
+//! A pass over the whole element space costs a metadata read per live collection, so the
+//! walk does not run without end: after a pass that found nothing to delete it rests
+//! until a key was removed since the pass began ([`Reclaimer::hint`], bumped by every
+//! key removal: DEL, expiry, a collection emptied, FLUSHDB) or [`REST`] passed (an
+//! overwrite of a collection by another type bumps nothing; the rest bounds how long its
+//! elements wait). The first pass runs at start, for garbage left by a crash.
+//!
 //! On an engine that cannot scan (no per-element collections live there but lists'), the
 //! walk stops for good.
 //!
 //! Thread-safety: runs on the sweep thread; takes key locks like a command.
 
 use std::ops::Bound;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use tierkv::WriteBatch;
 
@@ -36,6 +44,74 @@ use crate::shared::Shared;
 pub const PAGE: usize = 1024;
 /// Pages per tick at most.
 pub const PAGES_PER_TICK: usize = 4;
+
+/// How long the walk rests after a pass that deleted nothing, unless keys are removed.
+pub const REST: Duration = Duration::from_secs(5);
+
+/// The walk's state, kept by the sweep thread.
+#[derive(Debug)]
+pub struct Reclaimer {
+    /// Where the walk goes on; `None` once the engine turned out not to scan.
+    pos: Option<Vec<u8>>,
+    /// [`Reclaimer::hint`] when the current pass began.
+    pass_hint: u64,
+    /// Whether the current pass deleted anything.
+    pass_deleted: bool,
+    /// Resting until then (or until the hint moves).
+    rest_until: Option<Instant>,
+}
+
+impl Default for Reclaimer {
+    fn default() -> Reclaimer {
+        Reclaimer {
+            pos: Some(keyspace::elements_start()),
+            pass_hint: 0,
+            pass_deleted: false,
+            rest_until: None,
+        }
+    }
+}
+
+impl Reclaimer {
+    /// The removal counter the walk watches (bumped by [`Reclaimer::removed`]).
+    fn hint(shared: &Shared) -> u64 {
+        shared.expiry.removals.load(Ordering::Relaxed)
+    }
+
+    /// Notes that a key was removed (its elements, if it had any, are now garbage).
+    pub fn removed(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One tick of the walk.
+    pub fn tick(&mut self, shared: &Shared) {
+        if let Some(until) = self.rest_until {
+            if Instant::now() < until && Self::hint(shared) == self.pass_hint {
+                return;
+            }
+            self.rest_until = None;
+            self.pass_hint = Self::hint(shared);
+            self.pass_deleted = false;
+        }
+        let Some(from) = self.pos.take() else {
+            return;
+        };
+        let before = shared.expiry.reclaimed_elements.load(Ordering::Relaxed);
+        let (next, wrapped) = match step(shared, from) {
+            Some(next) => next,
+            None => return,
+        };
+        self.pass_deleted |= shared.expiry.reclaimed_elements.load(Ordering::Relaxed) != before;
+        self.pos = Some(next);
+        if wrapped {
+            if !self.pass_deleted && Self::hint(shared) == self.pass_hint {
+                self.rest_until = Some(Instant::now() + REST);
+            }
+            self.pass_hint = Self::hint(shared);
+            self.pass_deleted = false;
+        }
+    }
+}
 
 /// True when the metadata under `db`/`key` names `generation` and has not expired.
 fn live(shared: &Shared, db: u8, key: &[u8], generation: u64) -> Result<bool, tierkv::Error> {
@@ -54,21 +130,21 @@ fn live(shared: &Shared, db: u8, key: &[u8], generation: u64) -> Result<bool, ti
     })
 }
 
-/// One tick of the walk from `from`: the next position (wrapping to the start at the
-/// end), or `None` when the engine cannot scan.
-pub fn step(shared: &Shared, mut from: Vec<u8>) -> Option<Vec<u8>> {
+/// Up to [`PAGES_PER_TICK`] pages of the walk from `from`: the next position and whether
+/// the walk reached the end (it then starts over), or `None` when the engine cannot scan.
+fn step(shared: &Shared, mut from: Vec<u8>) -> Option<(Vec<u8>, bool)> {
     for _ in 0..PAGES_PER_TICK {
         match page(shared, &from) {
             Ok(Some(next)) => from = next,
-            Ok(None) => return Some(keyspace::elements_start()),
+            Ok(None) => return Some((keyspace::elements_start(), true)),
             Err(tierkv::Error::Unsupported(_)) => return None,
             Err(e) => {
                 eprintln!("tierkv serve: reclaiming elements failed: {e}");
-                return Some(keyspace::elements_start());
+                return Some((keyspace::elements_start(), true));
             }
         }
     }
-    Some(from)
+    Some((from, false))
 }
 
 /// One page; `Ok(None)` at the end of the element space.

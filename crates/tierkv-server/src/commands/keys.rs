@@ -217,6 +217,7 @@ fn flushed(ctx: &mut Ctx<'_>) -> CmdResult {
     ctx.shared
         .flush_epoch
         .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    crate::reclaim::Reclaimer::removed(&ctx.shared.expiry.removals);
     ctx.out.ok();
     Ok(())
 }

@@ -362,6 +362,7 @@ impl<'a> Ctx<'a> {
     pub(crate) fn remove(&self, key: &[u8]) -> CmdResult {
         self.delete_raw(&self.skey(key))?;
         self.shared.locks.touch(key);
+        crate::reclaim::Reclaimer::removed(&self.shared.expiry.removals);
         Ok(())
     }
 
