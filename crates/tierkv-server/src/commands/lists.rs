@@ -94,7 +94,44 @@ pub(crate) fn pop(ctx: &Ctx<'_>, c: &mut Coll, end: End) -> Result<Vec<u8>, CmdE
 
 /// Every element, head to tail.
 fn read_all(ctx: &Ctx<'_>, c: &Coll) -> Result<Vec<Vec<u8>>, CmdError> {
-    (0..len_of(c)).map(|i| at(ctx, c, i)).collect()
+    let mut all = Vec::new();
+    read_range(ctx, c, 0, len_of(c) - 1, |v| {
+        all.push(v);
+        Ok(())
+    })?;
+    Ok(all)
+}
+
+/// Calls `f` with the elements at indexes `a..=b` in order: one range scan per page on an
+/// ordered engine, a point read per element on the others.
+fn read_range(
+    ctx: &Ctx<'_>,
+    c: &Coll,
+    a: i64,
+    b: i64,
+    mut f: impl FnMut(Vec<u8>) -> CmdResult,
+) -> CmdResult {
+    if !ctx.shared.db.ordered() {
+        for i in a..=b {
+            f(at(ctx, c, i)?)?;
+        }
+        return Ok(());
+    }
+    let mut next = a;
+    while next <= b {
+        let want = usize::try_from(b - next + 1).unwrap_or(usize::MAX).min(collection::PAGE);
+        let rows = c.page(ctx, &pos_suffix(c.meta.head + next), want)?;
+        if rows.len() != want {
+            return Err(CmdError::new(
+                "ERR list element missing: the store is inconsistent",
+            ));
+        }
+        for (_, v) in rows {
+            f(v)?;
+        }
+        next += want as i64;
+    }
+    Ok(())
 }
 
 /// Replaces the elements from index `from` on by `rest`.
@@ -230,14 +267,16 @@ pub(crate) fn lrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     };
     let (mark, bound) = (ctx.out.mark(), ctx.max_reply_bytes());
     ctx.out.array(usize::try_from(b - a + 1).unwrap_or(0));
-    for i in a..=b {
-        let v = at(ctx, &c, i)?;
-        ctx.out.bulk(&v);
-        if ctx.out.exceeds(mark, bound) {
+    let mut out = std::mem::take(ctx.out);
+    let result = read_range(ctx, &c, a, b, |v| {
+        out.bulk(&v);
+        if out.exceeds(mark, bound) {
             return Err(reply_too_large(bound));
         }
-    }
-    Ok(())
+        Ok(())
+    });
+    *ctx.out = out;
+    result
 }
 
 /// A Redis list index resolved against `len`: `None` when out of range.
