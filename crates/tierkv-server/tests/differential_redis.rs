@@ -286,6 +286,9 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
             }
             w
         }
+        49 if rng.random_bool(0.5) => {
+            vec!["MOVE".into(), k, pick(rng, &["0", "1", "2", "16"]).into()]
+        }
         49 => vec!["FLUSHDB".into()],
         50..=69 => list_command(rng, k, k2, v, in_tx),
         70..=85 => set_command(rng, k, k2, in_tx),

@@ -296,6 +296,36 @@ pub(crate) fn copy(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     Ok(())
 }
 
+/// MOVE key db: moves the key with its deadline to another database (a collection element
+/// by element), unless it exists there.
+pub(crate) fn move_key(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let key = args.get(1);
+    let to_db = db_index(args.get(2))?;
+    if to_db == ctx.session.db {
+        return Err(CmdError::new(
+            "ERR source and destination objects are the same",
+        ));
+    }
+    let Some((value, deadline)) = ctx.load_entry(key)? else {
+        ctx.out.int(0);
+        return Ok(());
+    };
+    let here = ctx.session.db;
+    ctx.session.db = to_db;
+    let occupied = ctx.load(key);
+    ctx.session.db = here;
+    if occupied?.is_some() {
+        ctx.out.int(0);
+        return Ok(());
+    }
+    ctx.batched(|ctx| {
+        copy_value(ctx, key, &value, deadline, to_db, key)?;
+        ctx.remove(key)
+    })?;
+    ctx.out.int(1);
+    Ok(())
+}
+
 /// A database index argument (SELECT, COPY ... DB): 0 to 15.
 pub(crate) fn db_index(arg: &[u8]) -> Result<u8, CmdError> {
     let n = super::parse_int(arg)?;

@@ -119,7 +119,9 @@ fn read_range(
     }
     let mut next = a;
     while next <= b {
-        let want = usize::try_from(b - next + 1).unwrap_or(usize::MAX).min(collection::PAGE);
+        let want = usize::try_from(b - next + 1)
+            .unwrap_or(usize::MAX)
+            .min(collection::PAGE);
         let rows = c.page(ctx, &pos_suffix(c.meta.head + next), want)?;
         if rows.len() != want {
             return Err(CmdError::new(

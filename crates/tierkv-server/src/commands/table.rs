@@ -1416,6 +1416,16 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         "Iterates over members and scores of a sorted set.",
         zsets::zscan
     ),
+    cmd!(
+        "move",
+        3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "generic",
+        "1.0.0",
+        "Moves a key to another database.",
+        keys::move_key
+    ),
 ];
 
 #[cfg(test)]
