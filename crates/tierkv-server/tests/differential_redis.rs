@@ -247,7 +247,19 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
         },
         42 => vec!["NOSUCHCMD".into(), k],
         43 => vec!["HSETNX".into(), k, f, v],
-        44 => vec!["HSTRLEN".into(), k, f],
+        44 if in_tx || rng.random_bool(0.5) => vec!["HSTRLEN".into(), k, f],
+        // Random picks: only a count larger than any hash (the whole hash, any order).
+        44 => {
+            let mut w = vec![
+                "HRANDFIELD".into(),
+                k,
+                pick(rng, &["100", "100", "0", "x"]).into(),
+            ];
+            if rng.random_bool(0.5) {
+                w.push("WITHVALUES".into());
+            }
+            w
+        }
         // Its own key, binary fractions only (see INCRBYFLOAT).
         45 => match rng.random_range(0..3) {
             0 => vec!["HGETALL".into(), "hf".into()],
@@ -625,7 +637,16 @@ fn normalise(words: &[String], v: Value) -> String {
         }
         Value::Array(items) => {
             let inner: Vec<String> = items.into_iter().map(|i| normalise(&[], i)).collect();
-            format!("[{}]", sorted(inner, order_of(command)).join(", "))
+            let order = if command.eq_ignore_ascii_case("HRANDFIELD") {
+                if words.iter().any(|w| w.eq_ignore_ascii_case("WITHVALUES")) {
+                    Order::Pairs
+                } else {
+                    Order::Items
+                }
+            } else {
+                order_of(command)
+            };
+            format!("[{}]", sorted(inner, order).join(", "))
         }
         Value::BulkString(b) => format!("{:?}", String::from_utf8_lossy(&b)),
         Value::ServerError(e) => format!("error {} {}", e.code(), e.details().unwrap_or("")),

@@ -205,6 +205,15 @@ fn hash_commands_beyond_round_two() {
         assert!(e.starts_with("WRONGTYPE"), "{engine}: {e}");
         let all: Vec<String> = cmd("HGETALL").arg("h").query(&mut c).unwrap();
         assert_eq!(all, ["a", "1", "x", "1.25"], "{engine}");
+        let one: String = common::run(&mut c, "HRANDFIELD h");
+        assert!(one == "a" || one == "x", "{engine}: {one}");
+        let repeats: Vec<String> = common::run(&mut c, "HRANDFIELD h -5");
+        assert_eq!(repeats.len(), 5, "{engine}");
+        let mut whole: Vec<String> = common::run(&mut c, "HRANDFIELD h 10 WITHVALUES");
+        let mut pairs: Vec<_> = whole.chunks(2).map(<[String]>::to_vec).collect();
+        pairs.sort();
+        whole = pairs.concat();
+        assert_eq!(whole, ["a", "1", "x", "1.25"], "{engine}");
     }
 }
 

@@ -18,8 +18,14 @@
 //!
 //! Thread-safety: handlers run concurrently on worker threads under the key locks.
 
-use super::collection::{self, Coll};
+use super::collection::{self, Coll, Elements};
 use super::packed_hashes as packed;
+
+/// The packed handlers, HRANDFIELD included.
+mod packed_plus {
+    pub(super) use super::p_hrandfield as hrandfield;
+    pub(super) use super::packed::*;
+}
 use super::strings::{format_float, parse_float, reply_too_large};
 use super::{CmdError, CmdResult, Ctx, Handler, as_hash, msg, parse_int};
 use crate::encoding::{self, Kind, Stored};
@@ -326,6 +332,102 @@ fn e_hscan(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     Ok(())
 }
 
+/// HRANDFIELD's arguments: (count, with values); `None` count without one.
+fn randfield_args(args: Args<'_>) -> Result<(Option<i64>, bool), CmdError> {
+    match args.len() {
+        2 => Ok((None, false)),
+        3 => Ok((Some(parse_int(args.get(2))?), false)),
+        4 if super::is(args.get(3), "WITHVALUES") => Ok((Some(parse_int(args.get(2))?), true)),
+        _ => Err(CmdError::new(msg::SYNTAX)),
+    }
+}
+
+/// Replies HRANDFIELD's picks.
+fn reply_randfields(
+    ctx: &mut Ctx<'_>,
+    count: Option<i64>,
+    values: bool,
+    picks: &[(Vec<u8>, Vec<u8>)],
+) {
+    match count {
+        None => match picks.first() {
+            Some((f, _)) => ctx.out.bulk(f),
+            None => ctx.out.null(),
+        },
+        Some(_) => {
+            ctx.out.array(picks.len() * if values { 2 } else { 1 });
+            for (f, v) in picks {
+                ctx.out.bulk(f);
+                if values {
+                    ctx.out.bulk(v);
+                }
+            }
+        }
+    }
+}
+
+/// Picks for a count: distinct for a positive one, |n| with repeats for a negative one.
+fn pick_fields(
+    count: Option<i64>,
+    mut sample: impl FnMut(usize) -> Result<Elements, CmdError>,
+) -> Result<Elements, CmdError> {
+    match count {
+        None => sample(1),
+        Some(n) if n >= 0 => sample(usize::try_from(n).unwrap_or(usize::MAX)),
+        Some(n) => {
+            let want = usize::try_from(n.unsigned_abs()).unwrap_or(usize::MAX);
+            let mut out = Vec::new();
+            while out.len() < want {
+                let Some(p) = sample(1)?.into_iter().next() else {
+                    break;
+                };
+                out.push(p);
+            }
+            Ok(out)
+        }
+    }
+}
+
+fn e_hrandfield(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let (count, values) = randfield_args(args)?;
+    let c = collection::load(ctx, args.get(1), Kind::Hash)?;
+    let picks = match &c {
+        Some(c) => pick_fields(count, |n| super::sets::sample_elements(ctx, c, n))?,
+        None => Vec::new(),
+    };
+    reply_randfields(ctx, count, values, &picks);
+    Ok(())
+}
+
+/// HRANDFIELD on a packed hash: consecutive fields from a random position.
+fn p_hrandfield(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let (count, values) = randfield_args(args)?;
+    let stored = ctx.load(args.get(1))?;
+    let h = stored.as_deref().map(as_hash).transpose()?;
+    let fields: Elements = h
+        .map(|h| h.iter().map(|(f, v)| (f.to_vec(), v.to_vec())).collect())
+        .unwrap_or_default();
+    let mut seed = crate::expiry::now_ms() ^ ctx.shared.new_generation();
+    let picks = pick_fields(count, |n| {
+        seed = seed.rotate_left(17).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let len = fields.len();
+        let start = if len == 0 {
+            0
+        } else {
+            (seed % len as u64) as usize
+        };
+        Ok(fields
+            .iter()
+            .cycle()
+            .skip(start)
+            .take(n.min(len))
+            .cloned()
+            .collect())
+    })?;
+    reply_randfields(ctx, count, values, &picks);
+    Ok(())
+}
+
 macro_rules! dispatch {
     ($($name:ident, $how:ident;)*) => {$(
         #[doc = concat!("`", stringify!($name), "` in the key's representation.")]
@@ -337,15 +439,16 @@ macro_rules! dispatch {
 
 macro_rules! paste_handlers {
     (read, $ctx:ident, $args:ident, $name:ident) => {
-        read($ctx, $args, packed::$name, elements::$name)
+        read($ctx, $args, packed_plus::$name, elements::$name)
     };
     (write, $ctx:ident, $args:ident, $name:ident) => {
-        write($ctx, $args, packed::$name, elements::$name)
+        write($ctx, $args, packed_plus::$name, elements::$name)
     };
 }
 
 /// The per-element handlers under the names of the packed ones.
 mod elements {
+    pub(super) use super::e_hrandfield as hrandfield;
     pub(super) use super::{
         e_hdel as hdel, e_hexists as hexists, e_hget as hget, e_hgetall as hgetall,
         e_hincrby as hincrby, e_hincrbyfloat as hincrbyfloat, e_hkeys as hkeys, e_hlen as hlen,
@@ -370,4 +473,5 @@ dispatch! {
     hstrlen, read;
     hlen, read;
     hscan, read;
+    hrandfield, read;
 }

@@ -274,12 +274,16 @@ fn command_info(ctx: &mut Ctx<'_>, c: &CommandSpec) {
     out.array(10);
     out.bulk(c.name.as_bytes());
     out.int(i64::from(c.arity));
-    // `multi_now` and `allkeys` steer this server's dispatcher; Redis has no such flags.
-    let flags: Vec<_> = c
+    // `multi_now`, `allkeys` and `numkeys` steer this server's dispatcher; Redis has no
+    // such flags (a `numkeys` command is Redis's `movablekeys`).
+    let mut flags: Vec<_> = c
         .flags
         .iter()
-        .filter(|f| !matches!(**f, "multi_now" | "allkeys"))
+        .filter(|f| !matches!(**f, "multi_now" | "allkeys" | "numkeys"))
         .collect();
+    if c.has_flag("numkeys") {
+        flags.push(&"movablekeys");
+    }
     out.array(flags.len());
     flags.iter().for_each(|f| out.simple(f));
     out.int(i64::from(c.first_key));

@@ -303,6 +303,19 @@ fn random_start(ctx: &Ctx<'_>) -> Vec<u8> {
 
 /// Up to `n` distinct members, consecutive from a random point (wrapping around).
 fn sample(ctx: &Ctx<'_>, c: &Coll, n: usize) -> Result<Vec<Vec<u8>>, CmdError> {
+    Ok(sample_elements(ctx, c, n)?
+        .into_iter()
+        .map(|(m, _)| m)
+        .collect())
+}
+
+/// Up to `n` distinct elements (suffix, value) of `c`, consecutive from a random point of
+/// its element space (wrapping around): cheap, not uniform.
+pub(crate) fn sample_elements(
+    ctx: &Ctx<'_>,
+    c: &Coll,
+    n: usize,
+) -> Result<super::collection::Elements, CmdError> {
     let n = n.min(usize::try_from(c.meta.count).unwrap_or(usize::MAX));
     let start = random_start(ctx);
     let mut out = Vec::with_capacity(n);
@@ -311,12 +324,12 @@ fn sample(ctx: &Ctx<'_>, c: &Coll, n: usize) -> Result<Vec<Vec<u8>>, CmdError> {
         let want = (n - out.len()).min(PAGE);
         let rows = c.page(ctx, &from, want)?;
         let full = rows.len() == want;
-        for (m, _) in rows {
+        for (m, v) in rows {
             if wrapped && m >= start {
                 return Ok(out);
             }
             from = crate::keyspace::after(&m);
-            out.push(m);
+            out.push((m, v));
         }
         if !full {
             if wrapped {

@@ -1426,6 +1426,16 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         "Moves a key to another database.",
         keys::move_key
     ),
+    cmd!(
+        "hrandfield",
+        -2,
+        &["readonly"],
+        (1, 1, 1),
+        "hash",
+        "6.2.0",
+        "Returns one or more random fields from a hash.",
+        hashes::hrandfield
+    ),
 ];
 
 #[cfg(test)]
