@@ -302,3 +302,36 @@ fn select_isolates_sixteen_databases() {
     let v: Value = cmd("SELECT").arg(15).query(&mut c).unwrap();
     assert_eq!(v, Value::Okay);
 }
+
+#[test]
+fn a_transaction_reads_its_own_pending_element_writes() {
+    // Inside EXEC the writes are a pending batch; walks of a collection merge them in,
+    // also when pending deletes empty whole pages of what the store holds.
+    let srv = common::start("dram:btree");
+    let mut c = srv.client();
+    fill(&mut c, "h", 600);
+    let mut p = redis::pipe();
+    p.atomic();
+    let doomed: Vec<String> = (0..300).map(|i| format!("f{i:05}")).collect();
+    p.hdel("h", &doomed).ignore();
+    p.hset("h", "zz-new", "1").ignore();
+    p.hgetall("h");
+    p.hlen("h");
+    p.cmd("HSCAN").arg("h").arg(0).arg("COUNT").arg(1000);
+    let (all, len, scan): (Vec<String>, i64, (String, Vec<String>)) = p.query(&mut c).unwrap();
+    assert_eq!(all.len(), 2 * 301);
+    assert_eq!(len, 301);
+    assert_eq!(all[0], "f00300");
+    assert_eq!(all[all.len() - 2], "zz-new");
+    assert_eq!(scan.1.len(), 2 * 301);
+    // And lists: pops and pushes in one EXEC, then LRANGE.
+    let mut p = redis::pipe();
+    p.atomic();
+    p.rpush("l", (0..400).collect::<Vec<i64>>()).ignore();
+    p.lpop("l", std::num::NonZeroUsize::new(300)).ignore();
+    p.rpush("l", "end").ignore();
+    p.lrange("l", 0, -1);
+    let (range,): (Vec<String>,) = p.query(&mut c).unwrap();
+    assert_eq!(range.len(), 101);
+    assert_eq!((range[0].as_str(), range[100].as_str()), ("300", "end"));
+}

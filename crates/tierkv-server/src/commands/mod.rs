@@ -229,7 +229,8 @@ impl<'a> Ctx<'a> {
     }
 
     /// Up to `limit` pairs of store keys starting with `prefix`, from `from` (inclusive) on,
-    /// in key order, the pending batch's operations merged in (read-your-writes).
+    /// in key order, the pending batch's operations merged in (read-your-writes). Fewer
+    /// than `limit` pairs means the range is exhausted.
     pub(crate) fn scan_prefix(
         &self,
         prefix: &[u8],
@@ -237,34 +238,45 @@ impl<'a> Ctx<'a> {
         limit: usize,
     ) -> Result<Vec<tierkv::KvPair>, CmdError> {
         let end = keyspace::successor(prefix).map_or(Bound::Unbounded, Bound::Excluded);
-        let start = Bound::Included(from.to_vec());
-        let mut rows = self
-            .shared
-            .db
-            .scan((start, end), limit)
-            .map_err(|e| unordered(self, e))?;
         let pending = self.pending.borrow();
-        let Some(batch) = pending.as_ref() else {
-            return Ok(rows);
-        };
-        // The store's page ends at its last key (when full); pending keys past it wait
-        // for the next page.
-        let bound = (rows.len() == limit)
-            .then(|| rows.last().map(|(k, _)| k.clone()))
-            .flatten();
-        let mut merged = std::collections::BTreeMap::new();
-        for (k, v) in rows.drain(..) {
-            merged.insert(k, Some(v));
-        }
-        for (k, op) in batch.iter() {
-            let inside =
-                k.starts_with(prefix) && k >= from && bound.as_deref().is_none_or(|b| k <= b);
-            if inside {
-                merged.insert(k.to_vec(), op.value().map(<[u8]>::to_vec));
+        let mut out: Vec<tierkv::KvPair> = Vec::new();
+        let mut start = from.to_vec();
+        loop {
+            let rows = self
+                .shared
+                .db
+                .scan((Bound::Included(start.clone()), end.clone()), limit)
+                .map_err(|e| unordered(self, e))?;
+            let Some(batch) = pending.as_ref() else {
+                return Ok(rows);
+            };
+            // The store's page covers keys up to its last one when full, the rest of the
+            // range otherwise; pending operations in that span are merged in.
+            let bound = (rows.len() == limit)
+                .then(|| rows.last().map(|(k, _)| k.clone()))
+                .flatten();
+            let mut merged = std::collections::BTreeMap::new();
+            for (k, v) in rows {
+                merged.insert(k, Some(v));
+            }
+            for (k, op) in batch.iter() {
+                let inside = k.starts_with(prefix)
+                    && k >= start.as_slice()
+                    && bound.as_deref().is_none_or(|b| k <= b);
+                if inside {
+                    merged.insert(k.to_vec(), op.value().map(<[u8]>::to_vec));
+                }
+            }
+            out.extend(merged.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))));
+            match bound {
+                // Pending deletes may have thinned a full page: read on.
+                Some(b) if out.len() < limit => start = keyspace::after(&b),
+                _ => {
+                    out.truncate(limit);
+                    return Ok(out);
+                }
             }
         }
-        let live = merged.into_iter().filter_map(|(k, v)| v.map(|v| (k, v)));
-        Ok(live.take(limit).collect())
     }
 
     /// A fresh collection generation.
