@@ -99,15 +99,19 @@ fn a_big_list_is_deleted_in_o1_and_reclaimed() {
 fn blpop_is_woken_by_a_push_from_another_client() {
     let srv = common::start("dram:btree");
     let addr = srv.addr;
+    let (ready, go) = std::sync::mpsc::channel();
     let waiter = std::thread::spawn(move || {
         let mut c = redis::Client::open(format!("redis://{addr}/"))
             .unwrap()
             .get_connection()
             .unwrap();
         let t = Instant::now();
+        ready.send(()).unwrap();
         let got: (String, String) = words(&mut c, "BLPOP q1 q2 0");
         (got, t.elapsed())
     });
+    // The push comes at least 300 ms after the waiter started its BLPOP.
+    go.recv().unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let mut c = srv.client();
     assert_eq!(words::<i64>(&mut c, "RPUSH q2 job1"), 1);
