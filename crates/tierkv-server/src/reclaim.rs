@@ -2,7 +2,7 @@
 //! compaction filter, done here by a walk).
 //!
 //! DEL, an overwrite, a flush or the expiry of a collection removes or replaces its
-//! metadata record only ([`crate::commands`]' collection layer), so it is O(1); its
+//! metadata record only (the commands' collection layer), so it is O(1); its
 //! elements, whose keys carry the generation the metadata named, are garbage from then
 //! on: no read looks at a generation no metadata names. This walk, run by the server's
 //! sweep thread ([`crate::expiry::Sweeper`], started at bind and joined at shutdown),
@@ -18,7 +18,7 @@
 //!
 //! A pass over the whole element space costs a metadata read per live collection, so the
 //! walk does not run without end: after a pass that found nothing to delete it rests
-//! until a key was removed since the pass began ([`Reclaimer::hint`], bumped by every
+//! until a key was removed since the pass began (`Reclaimer::hint`, bumped by every
 //! key removal: DEL, expiry, a collection emptied, FLUSHDB) or [`REST`] passed (an
 //! overwrite of a collection by another type bumps nothing; the rest bounds how long its
 //! elements wait). The first pass runs at start, for garbage left by a crash.
