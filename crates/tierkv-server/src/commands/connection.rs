@@ -144,6 +144,8 @@ fn hello_reply(ctx: &mut Ctx<'_>, proto: Protocol) {
 /// SELECT index (0 to 15)
 pub(crate) fn select(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     ctx.session.db = super::keys::db_index(args.get(1))?;
+    let resp = ctx.out.protocol().version();
+    ctx.shared.clients.sync(ctx.session, resp);
     ctx.out.ok();
     Ok(())
 }
