@@ -27,6 +27,8 @@ struct Entry {
     lib_name: Vec<u8>,
     lib_ver: Vec<u8>,
     resp: i64,
+    /// The selected database.
+    db: u8,
 }
 
 /// The connected clients.
@@ -46,6 +48,7 @@ impl ClientRegistry {
             lib_name: Vec::new(),
             lib_ver: Vec::new(),
             resp: 2,
+            db: 0,
         };
         self.clients.lock().insert(id, e);
     }
@@ -62,6 +65,7 @@ impl ClientRegistry {
             e.lib_name = s.lib_name.clone().unwrap_or_default();
             e.lib_ver = s.lib_ver.clone().unwrap_or_default();
             e.resp = resp;
+            e.db = s.db;
         }
     }
 
@@ -97,13 +101,14 @@ fn format_line(id: u64, e: &Entry, multi: i64, cmd: &str) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "id={id} addr={} laddr={} fd=-1 name={} age={} idle=0 flags={} db=0 sub=0 psub=0 \
+        "id={id} addr={} laddr={} fd=-1 name={} age={} idle=0 flags={} db={} sub=0 psub=0 \
          ssub=0 multi={multi} cmd={cmd} user=default resp={} lib-name={} lib-ver={}",
         e.addr,
         e.laddr,
         String::from_utf8_lossy(&e.name),
         e.since.elapsed().as_secs(),
         if multi >= 0 { "x" } else { "N" },
+        e.db,
         e.resp,
         String::from_utf8_lossy(&e.lib_name),
         String::from_utf8_lossy(&e.lib_ver),
@@ -122,11 +127,12 @@ mod tests {
         r.register(9, "127.0.0.1:5001".into(), "127.0.0.1:6379".into());
         let mut s = Session::new(7, false);
         s.name = Some(b"worker".to_vec());
+        s.db = 4;
         r.sync(&s, 3);
         let line = r.line(7, -1, "client|info").unwrap();
         assert!(line.starts_with("id=7 addr=127.0.0.1:5000 "), "{line}");
         assert!(
-            line.contains(" name=worker ") && line.contains(" resp=3 "),
+            line.contains(" name=worker ") && line.contains(" resp=3 ") && line.contains(" db=4 "),
             "{line}"
         );
         assert!(line.ends_with('\n'));

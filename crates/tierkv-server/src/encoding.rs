@@ -1,5 +1,5 @@
 //! How the server stores Redis values in a `KvStore`, which holds one byte string per key
-//! (value encoding, format version 1; the spec is the "Value encoding" section of this
+//! (value encoding, format version 2; the spec is the "Value encoding" section of this
 //! crate's `README.md`).
 //!
 //! ```text
@@ -12,7 +12,12 @@
 //!   type 'x'     expiring value: body = deadline(u64 LE, Unix time in ms) | inner
 //!                where inner is a complete stored value of any other type (an escaped
 //!                or plain string, or a hash); never another 'x'
+//!   type 'm'     (format 2, version byte 2) a collection's metadata record ([`Meta`]):
+//!                kind(1: h l s z) generation(u64 LE) count(u64 LE) head(i64 LE)
+//!                tail(i64 LE); its elements are sub-keys ([`crate::keyspace`])
 //! ```
+//! Format 2 adds the `m` type; every format-1 value reads unchanged (a format-1 hash is
+//! rewritten per element by its first write on an ordered engine).
 //! A key with a TTL is stored as an `x` envelope around its value, so the deadline is
 //! written (and made durable) together with the value in one `put`, and survives restarts.
 //! Fields are kept in insertion order (as Redis keeps small hashes) and are unique.
@@ -42,6 +47,10 @@ pub const HEADER_LEN: usize = VERSION_OFFSET + 1;
 pub const TYPE_STRING: u8 = b's';
 /// Type byte of a hash.
 pub const TYPE_HASH: u8 = b'h';
+/// Type byte of a collection's metadata record (format 2).
+pub const TYPE_META: u8 = b'm';
+/// The version byte of a metadata record.
+pub const META_VERSION: u8 = 2;
 /// Type byte of the expiry envelope.
 pub const TYPE_EXPIRING: u8 = b'x';
 /// Size of the deadline in an expiry envelope.
@@ -56,8 +65,10 @@ const LEN_SIZE: usize = 4;
 pub enum Stored<'a> {
     /// A string (its raw bytes, escape removed).
     Str(&'a [u8]),
-    /// A hash.
+    /// A hash in format 1: all its fields in this one value.
     Hash(HashRef<'a>),
+    /// The metadata record of a collection whose elements are sub-keys (format 2).
+    Meta(Meta),
 }
 
 /// A stored value that starts with [`TAG`] but is not a valid tagged value.
@@ -126,10 +137,13 @@ pub fn decode(v: &[u8]) -> Result<Stored<'_>, DecodeError> {
     let (Some(&ty), Some(&version)) = (v.get(TYPE_OFFSET), v.get(VERSION_OFFSET)) else {
         return Err(bad("tagged value shorter than its header"));
     };
+    let body = v.get(HEADER_LEN..).unwrap_or_default();
+    if ty == TYPE_META && version == META_VERSION {
+        return Meta::parse(body).map(Stored::Meta);
+    }
     if version != VERSION {
         return Err(bad(format!("unknown version {version}")));
     }
-    let body = v.get(HEADER_LEN..).unwrap_or_default();
     match ty {
         // NOTE: only a string that starts with TAG is ever escaped; any other escaped
         // string is not something this code wrote, so it is refused, not guessed at.
@@ -337,6 +351,126 @@ impl<'a> HashEdit<'a> {
     }
 }
 
+/// The kind of a collection stored per element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A hash: one sub-key per field.
+    Hash,
+    /// A list: one sub-key per element, addressed by a signed 64-bit position.
+    List,
+    /// A set: one sub-key per member.
+    Set,
+    /// A sorted set: a member sub-key (holding the score) and a score-ordered index sub-key.
+    ZSet,
+}
+
+impl Kind {
+    fn byte(self) -> u8 {
+        match self {
+            Kind::Hash => b'h',
+            Kind::List => b'l',
+            Kind::Set => b's',
+            Kind::ZSet => b'z',
+        }
+    }
+
+    fn of(b: u8) -> Option<Kind> {
+        Some(match b {
+            b'h' => Kind::Hash,
+            b'l' => Kind::List,
+            b's' => Kind::Set,
+            b'z' => Kind::ZSet,
+            _ => return None,
+        })
+    }
+
+    /// The name TYPE answers.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Hash => "hash",
+            Kind::List => "list",
+            Kind::Set => "set",
+            Kind::ZSet => "zset",
+        }
+    }
+}
+
+/// A collection's metadata record:
+/// `TAG | 'm' | 2 | kind(1) | generation(u64 LE) | count(u64 LE) | head(i64 LE) | tail(i64 LE)`.
+/// `head`/`tail` are a list's first position and one past its last (zero for the others).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Meta {
+    /// What the collection is.
+    pub kind: Kind,
+    /// Names this incarnation's elements (unique per creation, never reused).
+    pub generation: u64,
+    /// Number of elements, >= 1 (an empty collection is deleted).
+    pub count: u64,
+    /// A list's first position.
+    pub head: i64,
+    /// One past a list's last position.
+    pub tail: i64,
+}
+
+/// Size of a metadata body.
+const META_BODY: usize = 1 + 8 * 4;
+
+impl Meta {
+    /// A new, empty collection of `kind` (stored only once it has an element).
+    pub fn new(kind: Kind, generation: u64) -> Meta {
+        Meta {
+            kind,
+            generation,
+            count: 0,
+            head: 0,
+            tail: 0,
+        }
+    }
+
+    fn parse(body: &[u8]) -> Result<Meta, DecodeError> {
+        if body.len() != META_BODY {
+            return Err(bad(format!("metadata of {} bytes", body.len())));
+        }
+        let word = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(body.get(1 + 8 * i..9 + 8 * i).unwrap_or(&[0; 8]));
+            w
+        };
+        let kind = body
+            .first()
+            .and_then(|&b| Kind::of(b))
+            .ok_or_else(|| bad("metadata of an unknown kind"))?;
+        let m = Meta {
+            kind,
+            generation: u64::from_le_bytes(word(0)),
+            count: u64::from_le_bytes(word(1)),
+            head: i64::from_le_bytes(word(2)),
+            tail: i64::from_le_bytes(word(3)),
+        };
+        if m.count == 0 {
+            return Err(bad("metadata of an empty collection"));
+        }
+        if kind == Kind::List && m.tail.checked_sub(m.head) != i64::try_from(m.count).ok() {
+            return Err(bad("list metadata whose positions do not match its count"));
+        }
+        Ok(m)
+    }
+
+    /// The bytes to store.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(HEADER_LEN + META_BODY);
+        v.extend_from_slice(&TAG);
+        v.push(TYPE_META);
+        v.push(META_VERSION);
+        v.push(self.kind.byte());
+        v.extend_from_slice(&self.generation.to_le_bytes());
+        v.extend_from_slice(&self.count.to_le_bytes());
+        v.extend_from_slice(&self.head.to_le_bytes());
+        v.extend_from_slice(&self.tail.to_le_bytes());
+        v
+    }
+}
+
 fn push_len(v: &mut Vec<u8>, n: usize) {
     let n = u32::try_from(n).unwrap_or(u32::MAX);
     v.extend_from_slice(&n.to_le_bytes());
@@ -352,6 +486,34 @@ mod tests {
             e.set(f, v);
         }
         e.encode()
+    }
+
+    #[test]
+    fn metadata_round_trips_and_bad_metadata_is_refused() {
+        let m = Meta {
+            kind: Kind::List,
+            generation: 0xDEAD_BEEF,
+            count: 3,
+            head: -1,
+            tail: 2,
+        };
+        let v = m.encode();
+        assert_eq!(decode(&v).unwrap(), Stored::Meta(m));
+        let wrapped = wrap_expiry(9, &v);
+        assert_eq!(decode(&wrapped).unwrap(), Stored::Meta(m));
+        let mut torn = m;
+        torn.tail = 5;
+        assert!(decode(&torn.encode()).is_err());
+        let mut empty = Meta::new(Kind::Hash, 1);
+        assert!(decode(&empty.encode()).is_err());
+        empty.count = 1;
+        assert!(decode(&empty.encode()).is_ok());
+        for cut in HEADER_LEN..v.len() {
+            assert!(decode(&v[..cut]).is_err());
+        }
+        let mut unknown = v.clone();
+        unknown[HEADER_LEN] = b'q';
+        assert!(decode(&unknown).is_err());
     }
 
     #[test]

@@ -11,8 +11,10 @@
 //!    shutdown before the store is closed), pops due deadlines from the [`ExpiryQueue`]
 //!    (filled by every write that sets a TTL in this run) and, on engines that can scan,
 //!    also walks the whole keyspace a page per tick, so that keys given a TTL before a
-//!    restart are found too. On an engine that cannot scan, such keys are removed lazily
-//!    only (documented in the README).
+//!    restart are found too (the element space of collections is jumped over: elements
+//!    hold user bytes, never a deadline). On an engine that cannot scan, such keys are
+//!    removed lazily only (documented in the README). The same thread runs the walk that
+//!    reclaims the elements of deleted collections ([`crate::reclaim`]).
 //!
 //! Every removal re-reads the key under its exclusive lock and deletes only if the stored
 //! deadline has passed, so a key rewritten meanwhile (stale queue entry) survives.
@@ -32,6 +34,7 @@ use crossbeam::channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use parking_lot::Mutex;
 
 use crate::encoding;
+use crate::keyspace;
 use crate::locks::Access;
 use crate::shared::Shared;
 
@@ -66,6 +69,10 @@ pub struct ExpiryQueue {
     heap: Mutex<BinaryHeap<Due>>,
     /// Keys removed by expiry (lazily or by the sweep), for INFO.
     pub expired_keys: AtomicU64,
+    /// Elements of deleted collections reclaimed ([`crate::reclaim`]), for INFO.
+    pub reclaimed_elements: AtomicU64,
+    /// Keys removed (any way): wakes the reclaiming walk ([`crate::reclaim::Reclaimer`]).
+    pub removals: AtomicU64,
 }
 
 impl ExpiryQueue {
@@ -103,7 +110,10 @@ impl ExpiryQueue {
 /// Deletes `key` if its stored deadline has passed (under the key's exclusive lock);
 /// true when it did.
 pub fn remove_if_expired(shared: &Shared, key: &[u8]) -> Result<bool, tierkv::Error> {
-    let _g = shared.locks.lock([key].into_iter(), Access::Write);
+    // Commands lock user keys, without their database prefix.
+    let _g = shared
+        .locks
+        .lock([keyspace::lock_key(key)].into_iter(), Access::Write);
     let Some(v) = shared.db.get(key)? else {
         return Ok(false);
     };
@@ -112,7 +122,8 @@ pub fn remove_if_expired(shared: &Shared, key: &[u8]) -> Result<bool, tierkv::Er
         return Ok(false);
     }
     shared.db.delete(key)?;
-    shared.locks.touch(key);
+    shared.locks.touch(keyspace::lock_key(key));
+    crate::reclaim::Reclaimer::removed(&shared.expiry.removals);
     shared.expiry.expired_keys.fetch_add(1, Ordering::Relaxed);
     Ok(true)
 }
@@ -158,6 +169,7 @@ impl Drop for Sweeper {
 
 fn sweep(shared: &Shared, stop: &Receiver<()>) {
     let mut walk: Option<Bound<Vec<u8>>> = Some(Bound::Unbounded);
+    let mut reclaim = crate::reclaim::Reclaimer::default();
     loop {
         match stop.recv_timeout(TICK) {
             Err(RecvTimeoutError::Timeout) => {}
@@ -169,6 +181,7 @@ fn sweep(shared: &Shared, stop: &Receiver<()>) {
             }
         }
         walk = walk.and_then(|from| walk_step(shared, from));
+        reclaim.tick(shared);
     }
 }
 
@@ -187,6 +200,13 @@ fn walk_step(shared: &Shared, from: Bound<Vec<u8>>) -> Option<Bound<Vec<u8>>> {
     let full = rows.len() == WALK_PAGE;
     let mut last = None;
     for (k, v) in rows {
+        if k.starts_with(&keyspace::elements_start()) {
+            // Elements carry user bytes, never a deadline: jump over them.
+            return Some(match keyspace::successor(&keyspace::elements_start()) {
+                Some(after) => Bound::Included(after),
+                None => Bound::Unbounded,
+            });
+        }
         let deadline = encoding::split_expiry(&v).ok().and_then(|(d, _)| d);
         if expired(deadline, now)
             && let Err(e) = remove_if_expired(shared, &k)

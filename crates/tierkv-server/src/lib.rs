@@ -8,9 +8,11 @@
 //! Map of the crate:
 //! - [`resp`]: the protocol: an incremental, bounded request parser and the reply writer;
 //! - [`commands`] (private): one module per command family, one command table;
-//! - [`encoding`]: how strings and hashes are stored as one value per key;
+//! - [`encoding`]: how values and collections' metadata records are encoded;
+//! - [`keyspace`]: the store keys of databases and of collections' elements;
 //! - [`locks`]: the striped lock table that makes commands atomic per key;
 //! - [`expiry`]: key deadlines, lazy removal and the active sweep thread;
+//! - [`reclaim`]: the walk (on the sweep thread) that deletes dead collections' elements;
 //! - [`cursors`]: the resume keys of SCAN cursors;
 //! - [`clients`]: the connected clients, for CLIENT LIST / CLIENT INFO;
 //! - [`server`]: listener, connections, pipelining, throttling, max clients, shutdown;
@@ -42,7 +44,9 @@ pub mod cursors;
 pub mod encoding;
 pub mod expiry;
 pub mod glob;
+pub mod keyspace;
 pub mod locks;
+pub mod reclaim;
 pub mod resp;
 pub mod server;
 pub mod shared;

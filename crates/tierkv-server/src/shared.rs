@@ -111,6 +111,59 @@ pub struct Shared {
     pub expiry: ExpiryQueue,
     /// The connected clients (CLIENT LIST).
     pub clients: ClientRegistry,
+    /// Source of collection generations ([`Shared::new_generation`]).
+    generations: AtomicU64,
+    /// Wakes clients blocked in BLPOP & co. when a list is pushed to.
+    pub waiters: Waiters,
+}
+
+/// The wake-up of blocked clients: a version bumped by every push to a list (under the
+/// key's lock, after the write). A blocking command that found nothing records the
+/// version it saw (under the same lock), and its connection waits for the version to
+/// move: a push that landed after the check always moves it, so no wake-up is missed.
+/// Every push wakes every blocked client, which re-runs its command (a spurious wake-up
+/// costs one look at its keys).
+#[derive(Debug)]
+pub struct Waiters {
+    tx: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Waiters {
+    fn default() -> Waiters {
+        Waiters {
+            tx: tokio::sync::watch::Sender::new(0),
+        }
+    }
+}
+
+impl Waiters {
+    /// A list under `key` of database `db` got elements.
+    pub fn notify(&self, _db: u8, _key: &[u8]) {
+        self.tx.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// The current version.
+    pub fn version(&self) -> u64 {
+        *self.tx.borrow()
+    }
+
+    /// A receiver to wait on.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.tx.subscribe()
+    }
+}
+
+/// A connection blocked in BLPOP & co.
+#[derive(Debug, Clone, Copy)]
+pub struct Block {
+    /// When the command times out (`None`: never).
+    pub deadline: Option<std::time::Instant>,
+    /// The [`Waiters`] version the command saw when it found nothing.
+    pub seen: u64,
+    /// True while the connection must wait before running the command again.
+    pub waiting: bool,
+    /// Set by the connection when the deadline passed: the command answers its timeout.
+    pub timed_out: bool,
 }
 
 impl Shared {
@@ -131,7 +184,22 @@ impl Shared {
             flush_epoch: AtomicU64::new(0),
             expiry: ExpiryQueue::default(),
             clients: ClientRegistry::default(),
+            generations: AtomicU64::new(seed ^ u64::from(std::process::id()).rotate_left(40)),
+            waiters: Waiters::default(),
         }
+    }
+
+    /// A collection generation no other collection of this store has: the splitmix64 of a
+    /// counter seeded from the clock and the pid (a bijection, so unique within a run; a
+    /// repeat across runs would need a 64-bit collision on the same key before the
+    /// sweep reclaimed the old one).
+    pub fn new_generation(&self) -> u64 {
+        let mut z = self
+            .generations
+            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
     }
 
     /// The longest argument a request may carry: a key or a value.
@@ -160,6 +228,10 @@ pub struct Session {
     pub tx: Option<Transaction>,
     /// The keys under WATCH.
     pub watched: Vec<Watched>,
+    /// The selected database (SELECT), 0 to 15.
+    pub db: u8,
+    /// The blocking command being waited on, if any.
+    pub block: Option<Block>,
 }
 
 /// A transaction being queued.

@@ -108,7 +108,7 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
     let f = pick(rng, FIELDS).to_string();
     let v = pick(rng, VALUES).to_string();
     let n = rng.random_range(-5i64..20).to_string();
-    let words: Vec<String> = match rng.random_range(0..44) {
+    let words: Vec<String> = match rng.random_range(0..110) {
         0 => vec!["GET".into(), k],
         1 => vec!["SET".into(), k, v],
         2 => {
@@ -168,6 +168,8 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
         26 => vec!["HEXISTS".into(), k, f],
         27 => vec!["HLEN".into(), k],
         28 => vec!["HINCRBY".into(), k, f, pick(rng, &["2", "-9", "x"]).into()],
+        // Replies compared as sets: at the top level only.
+        29..=31 if in_tx => vec!["HLEN".into(), k],
         29 => vec!["HKEYS".into(), k],
         30 => vec!["HVALS".into(), k],
         31 => vec!["HGETALL".into(), k],
@@ -234,6 +236,7 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
                 }
                 w
             }
+            _ if in_tx => vec!["HSTRLEN".into(), k, f],
             _ => {
                 let mut w = vec!["HSCAN".into(), k, "0".into()];
                 if rng.random_bool(0.5) {
@@ -243,6 +246,65 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
             }
         },
         42 => vec!["NOSUCHCMD".into(), k],
+        43 => vec!["HSETNX".into(), k, f, v],
+        44 if in_tx || rng.random_bool(0.5) => vec!["HSTRLEN".into(), k, f],
+        // Random picks: only a count larger than any hash (the whole hash, any order).
+        44 => {
+            let mut w = vec![
+                "HRANDFIELD".into(),
+                k,
+                pick(rng, &["100", "100", "0", "x"]).into(),
+            ];
+            if rng.random_bool(0.5) {
+                w.push("WITHVALUES".into());
+            }
+            w
+        }
+        // Its own key, binary fractions only (see INCRBYFLOAT).
+        45 => match rng.random_range(0..3) {
+            0 => vec!["HGETALL".into(), "hf".into()],
+            _ => vec![
+                "HINCRBYFLOAT".into(),
+                "hf".into(),
+                pick(rng, &["a", "b"]).into(),
+                pick(rng, FLOATS).into(),
+            ],
+        },
+        46 => vec![
+            "SELECT".into(),
+            pick(rng, &["0", "0", "1", "2", "16", "-1", "x"]).into(),
+        ],
+        47 => {
+            let mut w = vec![
+                "COPY".into(),
+                k,
+                k2,
+                "DB".into(),
+                pick(rng, &["0", "1", "2", "16"]).into(),
+            ];
+            if rng.random_bool(0.5) {
+                w.push("REPLACE".into());
+            }
+            w
+        }
+        48 if in_tx => vec!["DBSIZE".into()],
+        48 => {
+            let mut w = vec!["SCAN".into(), "0".into(), "COUNT".into(), "1000".into()];
+            if rng.random_bool(0.5) {
+                w.extend([
+                    "TYPE".into(),
+                    pick(rng, &["string", "hash", "list", "set", "zset"]).into(),
+                ]);
+            }
+            w
+        }
+        49 if rng.random_bool(0.5) => {
+            vec!["MOVE".into(), k, pick(rng, &["0", "1", "2", "16"]).into()]
+        }
+        49 => vec!["FLUSHDB".into()],
+        50..=69 => list_command(rng, k, k2, v, in_tx),
+        70..=85 => set_command(rng, k, k2, in_tx),
+        86..=109 => zset_command(rng, k, k2),
         _ => vec!["DBSIZE".into()],
     };
     words
@@ -258,20 +320,333 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
         .collect()
 }
 
+/// A list command (blocking ones with a short timeout on keys that may be empty).
+fn list_command(
+    rng: &mut ChaCha8Rng,
+    k: String,
+    k2: String,
+    v: String,
+    in_tx: bool,
+) -> Vec<String> {
+    let e = pick(rng, &["a", "b", "c", "a"]).to_string();
+    let idx = rng.random_range(-4i64..5).to_string();
+    let idx2 = rng.random_range(-4i64..5).to_string();
+    let end = |rng: &mut ChaCha8Rng| pick(rng, &["LEFT", "RIGHT", "left", "UP"]).to_string();
+    match rng.random_range(0..22) {
+        0..=2 => vec![pick(rng, &["LPUSH", "RPUSH"]).into(), k, e, v],
+        3 => vec![pick(rng, &["LPUSHX", "RPUSHX"]).into(), k, e],
+        4 => vec![pick(rng, &["LPOP", "RPOP"]).into(), k],
+        5 => vec![
+            pick(rng, &["LPOP", "RPOP"]).into(),
+            k,
+            pick(rng, &["0", "1", "2", "10", "-1", "x"]).into(),
+        ],
+        6 => vec!["LLEN".into(), k],
+        7 | 8 => vec!["LRANGE".into(), k, idx, idx2],
+        9 => vec!["LINDEX".into(), k, idx],
+        10 => vec!["LSET".into(), k, idx, e],
+        11 => vec![
+            "LREM".into(),
+            k,
+            pick(rng, &["0", "1", "-1", "2", "x"]).into(),
+            e,
+        ],
+        12 => vec!["LTRIM".into(), k, idx, idx2],
+        13 => vec![
+            "LINSERT".into(),
+            k,
+            pick(rng, &["BEFORE", "AFTER", "after", "NEAR"]).into(),
+            e,
+            v,
+        ],
+        14 => {
+            let mut w = vec!["LPOS".into(), k, e];
+            for (opt, vals) in [
+                ("RANK", &["1", "-1", "2", "0", "-2"][..]),
+                ("COUNT", &["0", "1", "2", "-1"][..]),
+                ("MAXLEN", &["0", "2", "-1"][..]),
+            ] {
+                if rng.random_bool(0.3) {
+                    w.push(opt.into());
+                    w.push(pick(rng, vals).into());
+                }
+            }
+            w
+        }
+        15 => vec!["LMOVE".into(), k, k2, end(rng), end(rng)],
+        16 => vec!["RPOPLPUSH".into(), k, k2],
+        // Blocking on an empty key costs its timeout on both servers: kept rare.
+        17..=19 if !in_tx && rng.random_bool(0.85) => vec!["LLEN".into(), k],
+        // Short timeouts: an empty key blocks for 10 ms on both servers, then answers nil.
+        17 => {
+            let t = if in_tx {
+                "0"
+            } else {
+                pick(rng, &["0.01", "-1", "x"])
+            };
+            vec![pick(rng, &["BLPOP", "BRPOP"]).into(), k, k2, t.into()]
+        }
+        18 => {
+            let t = if in_tx {
+                "0"
+            } else {
+                pick(rng, &["0.01", "-1"])
+            };
+            vec!["BLMOVE".into(), k, k2, end(rng), end(rng), t.into()]
+        }
+        19 => vec![
+            "BRPOPLPUSH".into(),
+            k,
+            k2,
+            if in_tx { "0" } else { "0.01" }.into(),
+        ],
+        _ => vec!["RPUSH".into(), k, e, v, pick(rng, VALUES).into()],
+    }
+}
+
+/// A set command (random members only where the whole set is returned).
+fn set_command(rng: &mut ChaCha8Rng, k: String, k2: String, in_tx: bool) -> Vec<String> {
+    let m = pick(rng, &["a", "b", "c", "d", "1", "2"]).to_string();
+    let m2 = pick(rng, &["a", "b", "c", "d", "1", "2"]).to_string();
+    let k3 = pick(rng, KEYS).to_string();
+    match rng.random_range(0..18) {
+        0..=3 => vec!["SADD".into(), k, m, m2],
+        4 => vec!["SREM".into(), k, m, m2],
+        5 => vec!["SISMEMBER".into(), k, m],
+        6 => vec!["SMISMEMBER".into(), k, m, m2],
+        7 => vec!["SCARD".into(), k],
+        // Replies compared as sets: at the top level only.
+        8..=12 if in_tx => vec!["SCARD".into(), k],
+        8 => vec!["SMEMBERS".into(), k],
+        9 => vec![pick(rng, &["SINTER", "SUNION", "SDIFF"]).into(), k, k2, k3],
+        10 => vec![pick(rng, &["SRANDMEMBER", "SPOP"]).into(), k, "100".into()],
+        11 => vec!["SSCAN".into(), k, "0".into(), "COUNT".into(), "100".into()],
+        12 => vec!["SRANDMEMBER".into(), k, pick(rng, &["0", "x"]).into()],
+        13 => vec![
+            pick(rng, &["SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE"]).into(),
+            k,
+            k2,
+            k3,
+        ],
+        14 => vec!["SMOVE".into(), k, k2, m],
+        15 => {
+            let mut w = vec![
+                "SINTERCARD".into(),
+                pick(rng, &["2", "1", "0", "5"]).into(),
+                k,
+                k2,
+            ];
+            if rng.random_bool(0.4) {
+                w.extend(["LIMIT".into(), pick(rng, &["0", "1", "-1"]).into()]);
+            }
+            w
+        }
+        _ => vec!["SADD".into(), k, m],
+    }
+}
+
+/// A sorted-set command. BYLEX ranges go to `zl`, whose scores are all 0 (Redis defines
+/// them for equal scores only).
+fn zset_command(rng: &mut ChaCha8Rng, k: String, k2: String) -> Vec<String> {
+    let m = pick(rng, &["a", "b", "c", "d", "e"]).to_string();
+    let m2 = pick(rng, &["a", "b", "c", "d", "e"]).to_string();
+    let score = |rng: &mut ChaCha8Rng| {
+        pick(
+            rng,
+            &["1", "2", "2.5", "-1", "0", "0.1", "inf", "-inf", "1e3", "x"],
+        )
+        .to_string()
+    };
+    let bound = |rng: &mut ChaCha8Rng| {
+        pick(
+            rng,
+            &["-inf", "+inf", "0", "(0", "1", "(2", "2.5", "-1", "x"],
+        )
+        .to_string()
+    };
+    let lex =
+        |rng: &mut ChaCha8Rng| pick(rng, &["-", "+", "[a", "(b", "[c", "(e", "x"]).to_string();
+    let rank = |rng: &mut ChaCha8Rng| rng.random_range(-4i64..5).to_string();
+    let limit = |rng: &mut ChaCha8Rng, w: &mut Vec<String>| {
+        if rng.random_bool(0.3) {
+            w.extend([
+                "LIMIT".into(),
+                pick(rng, &["0", "1", "-1"]).into(),
+                pick(rng, &["1", "2", "-1", "0"]).into(),
+            ]);
+        }
+    };
+    match rng.random_range(0..24) {
+        0..=3 => {
+            let mut w = vec!["ZADD".into(), k];
+            for flag in ["NX", "XX", "GT", "LT", "CH", "INCR"] {
+                if rng.random_bool(0.12) {
+                    w.push(flag.into());
+                }
+            }
+            w.extend([score(rng), m]);
+            if rng.random_bool(0.5) {
+                w.extend([score(rng), m2]);
+            }
+            w
+        }
+        4 => vec!["ZINCRBY".into(), k, score(rng), m],
+        5 => vec!["ZSCORE".into(), k, m],
+        6 => vec!["ZMSCORE".into(), k, m, m2],
+        7 => vec![pick(rng, &["ZRANK", "ZREVRANK"]).into(), k, m],
+        8 => vec!["ZCARD".into(), k],
+        9 => vec!["ZCOUNT".into(), k, bound(rng), bound(rng)],
+        10 | 11 => {
+            let mut w = vec![
+                pick(rng, &["ZRANGE", "ZREVRANGE"]).into(),
+                k,
+                rank(rng),
+                rank(rng),
+            ];
+            if rng.random_bool(0.5) {
+                w.push("WITHSCORES".into());
+            }
+            w
+        }
+        12 | 13 => {
+            let mut w = vec![
+                pick(rng, &["ZRANGEBYSCORE", "ZREVRANGEBYSCORE"]).into(),
+                k,
+                bound(rng),
+                bound(rng),
+            ];
+            if rng.random_bool(0.5) {
+                w.push("WITHSCORES".into());
+            }
+            limit(rng, &mut w);
+            w
+        }
+        14 => {
+            let mut w = vec!["ZRANGE".into(), k, bound(rng), bound(rng), "BYSCORE".into()];
+            if rng.random_bool(0.5) {
+                w.push("REV".into());
+            }
+            limit(rng, &mut w);
+            if rng.random_bool(0.3) {
+                w.push("WITHSCORES".into());
+            }
+            w
+        }
+        15 => match rng.random_range(0..4) {
+            0 => vec!["ZADD".into(), "zl".into(), "0".into(), m, "0".into(), m2],
+            1 => {
+                let mut w = vec![
+                    pick(rng, &["ZRANGEBYLEX", "ZREVRANGEBYLEX"]).into(),
+                    "zl".into(),
+                    lex(rng),
+                    lex(rng),
+                ];
+                limit(rng, &mut w);
+                w
+            }
+            2 => vec!["ZLEXCOUNT".into(), "zl".into(), lex(rng), lex(rng)],
+            _ => vec!["ZREMRANGEBYLEX".into(), "zl".into(), lex(rng), lex(rng)],
+        },
+        16 => vec![
+            pick(rng, &["ZPOPMIN", "ZPOPMAX"]).into(),
+            k,
+            pick(rng, &["1", "2", "0", "-1"]).into(),
+        ],
+        17 => vec![pick(rng, &["ZPOPMIN", "ZPOPMAX"]).into(), k],
+        18 => vec!["ZREM".into(), k, m, m2],
+        19 => vec!["ZREMRANGEBYSCORE".into(), k, bound(rng), bound(rng)],
+        20 => vec!["ZREMRANGEBYRANK".into(), k, rank(rng), rank(rng)],
+        21 => vec!["ZSCAN".into(), k, "0".into(), "COUNT".into(), "100".into()],
+        22 => vec!["ZRANGE".into(), k, "0".into(), "-1".into(), "BYLEX".into()],
+        _ => vec!["ZADD".into(), k2, score(rng), m],
+    }
+}
+
+/// How a command's reply is compared.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Order {
+    /// As it is.
+    Exact,
+    /// As a set of items (Redis answers in hash-table or insertion order).
+    Items,
+    /// As a set of (field, value) pairs.
+    Pairs,
+}
+
+fn order_of(command: &str) -> Order {
+    let is = |names: &[&str]| names.iter().any(|n| command.eq_ignore_ascii_case(n));
+    if is(&[
+        "KEYS",
+        "HKEYS",
+        "HVALS",
+        "SMEMBERS",
+        "SINTER",
+        "SUNION",
+        "SDIFF",
+        "SRANDMEMBER",
+        "SPOP",
+    ]) {
+        Order::Items
+    } else if is(&["HGETALL"]) {
+        Order::Pairs
+    } else {
+        Order::Exact
+    }
+}
+
+fn sorted(items: Vec<String>, order: Order) -> Vec<String> {
+    match order {
+        Order::Exact => items,
+        Order::Items => {
+            let mut items = items;
+            items.sort();
+            items
+        }
+        Order::Pairs => {
+            let mut pairs: Vec<String> = items.chunks(2).map(|c| c.join(" => ")).collect();
+            pairs.sort();
+            pairs
+        }
+    }
+}
+
 /// The reply, normalised where the servers may differ legitimately.
-fn normalise(command: &str, v: Value) -> String {
+fn normalise(words: &[String], v: Value) -> String {
+    let command = words.first().map_or("", String::as_str);
     let clocked = ["TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME"]
+        .iter()
+        .any(|c| command.eq_ignore_ascii_case(c));
+    let scan = ["SCAN", "HSCAN", "SSCAN", "ZSCAN"]
         .iter()
         .any(|c| command.eq_ignore_ascii_case(c));
     match v {
         Value::Int(n) if clocked && n > 0 => "positive".into(),
+        Value::Array(items) if scan && items.len() == 2 => {
+            // [cursor, page]: the page's order is the servers' own.
+            let mut it = items.into_iter();
+            let cursor = it.next().map(|c| normalise(&[], c)).unwrap_or_default();
+            let page = match it.next() {
+                Some(Value::Array(page)) => page,
+                _ => Vec::new(),
+            };
+            let values = command.eq_ignore_ascii_case("HSCAN")
+                && !words.iter().any(|w| w.eq_ignore_ascii_case("NOVALUES"));
+            let order = if values { Order::Pairs } else { Order::Items };
+            let page: Vec<String> = page.into_iter().map(|i| normalise(&[], i)).collect();
+            format!("[{cursor}, [{}]]", sorted(page, order).join(", "))
+        }
         Value::Array(items) => {
-            let mut inner: Vec<String> = items.into_iter().map(|i| normalise("", i)).collect();
-            if command.eq_ignore_ascii_case("KEYS") {
-                // Redis answers in hash-table order, tierkv in key order.
-                inner.sort();
-            }
-            format!("[{}]", inner.join(", "))
+            let inner: Vec<String> = items.into_iter().map(|i| normalise(&[], i)).collect();
+            let order = if command.eq_ignore_ascii_case("HRANDFIELD") {
+                if words.iter().any(|w| w.eq_ignore_ascii_case("WITHVALUES")) {
+                    Order::Pairs
+                } else {
+                    Order::Items
+                }
+            } else {
+                order_of(command)
+            };
+            format!("[{}]", sorted(inner, order).join(", "))
         }
         Value::BulkString(b) => format!("{:?}", String::from_utf8_lossy(&b)),
         Value::ServerError(e) => format!("error {} {}", e.code(), e.details().unwrap_or("")),
@@ -285,7 +660,7 @@ fn send(con: &mut redis::Connection, words: &[String]) -> String {
         c.arg(w.as_str());
     }
     match c.query::<Value>(con) {
-        Ok(v) => normalise(&words[0], v),
+        Ok(v) => normalise(words, v),
         Err(e) => format!(
             "error {} {}",
             e.code().unwrap_or("?"),
@@ -323,8 +698,12 @@ fn random_sequences_answer_as_redis_does() {
     let started = Instant::now();
     let mut commands = 0usize;
     for seq in 0..sequences {
-        let flush = vec!["FLUSHALL".to_string()];
-        assert_eq!(send(&mut ours, &flush), send(&mut theirs, &flush));
+        for reset in [
+            vec!["SELECT".to_string(), "0".into()],
+            vec!["FLUSHALL".to_string()],
+        ] {
+            assert_eq!(send(&mut ours, &reset), send(&mut theirs, &reset));
+        }
         let mut history: Vec<String> = Vec::new();
         let len = rng.random_range(5..25);
         let mut i = 0;

@@ -26,7 +26,7 @@ fn ping_echo_select() {
         Value::Okay
     );
     assert_eq!(
-        common::error_of(&mut c, cmd("SELECT").arg(1)),
+        common::error_of(&mut c, cmd("SELECT").arg(16)),
         "ERR DB index is out of range"
     );
     assert_eq!(

@@ -55,11 +55,33 @@ fn key_and_value_limits_are_errors_and_write_nothing() {
         cmd("STRLEN").arg("s").query::<usize>(&mut c).unwrap(),
         VALUE_LIMIT - 10
     );
+    // A hash is stored per field (format 2): its size is not bounded by the value limit,
+    // each field's value is, and a field name with its key by the key limit.
     let half = vec![b'y'; VALUE_LIMIT / 2];
-    c.hset::<_, _, _, i64>("h", "a", &half).unwrap();
-    let e = common::error_of(&mut c, cmd("HSET").arg("h").arg("b").arg(&half));
-    assert!(e.contains("over the store's value limit"), "{e}");
-    assert_eq!(c.hlen::<_, i64>("h").unwrap(), 1);
+    for f in ["a", "b", "c"] {
+        c.hset::<_, _, _, i64>("h", f, &half).unwrap();
+    }
+    assert_eq!(c.hlen::<_, i64>("h").unwrap(), 3);
+    let long_field = "f".repeat(1024);
+    let e = common::error_of(
+        &mut c,
+        cmd("HSET")
+            .arg("h")
+            .arg("d")
+            .arg("1")
+            .arg(&long_field)
+            .arg("v"),
+    );
+    assert!(
+        e.contains("over the store's key limit of 1024 bytes"),
+        "{e}"
+    );
+    assert_eq!(
+        c.hlen::<_, i64>("h").unwrap(),
+        3,
+        "a refused HSET wrote nothing"
+    );
+    assert!(!c.hexists::<_, _, bool>("h", "d").unwrap());
 }
 
 #[test]

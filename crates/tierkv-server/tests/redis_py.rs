@@ -22,7 +22,12 @@ fn python_with_redis() -> Option<PathBuf> {
     let candidates = std::env::var_os("TIERKV_REDIS_PY")
         .map(PathBuf::from)
         .into_iter()
-        .chain([venv, PathBuf::from("python3")]);
+        .chain([
+            venv,
+            PathBuf::from("python3"),
+            // Debian's python3-redis, when the python3 on PATH is another one.
+            PathBuf::from("/usr/bin/python3"),
+        ]);
     for p in candidates {
         let ok = Command::new(&p)
             .args(["-c", "import redis"])

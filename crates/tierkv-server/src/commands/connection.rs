@@ -141,15 +141,13 @@ fn hello_reply(ctx: &mut Ctx<'_>, proto: Protocol) {
     out.array(0);
 }
 
-/// SELECT index (only database 0 exists)
+/// SELECT index (0 to 15)
 pub(crate) fn select(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
-    match parse_int(args.get(1))? {
-        0 => {
-            ctx.out.ok();
-            Ok(())
-        }
-        _ => Err(CmdError::new("ERR DB index is out of range")),
-    }
+    ctx.session.db = super::keys::db_index(args.get(1))?;
+    let resp = ctx.out.protocol().version();
+    ctx.shared.clients.sync(ctx.session, resp);
+    ctx.out.ok();
+    Ok(())
 }
 
 /// QUIT

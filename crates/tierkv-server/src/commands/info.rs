@@ -121,6 +121,11 @@ fn stats_section(s: &Shared, t: &mut String) {
         line(t, name, ServerStats::get(counter));
     }
     line(t, "expired_keys", ServerStats::get(&s.expiry.expired_keys));
+    line(
+        t,
+        "tierkv_reclaimed_elements",
+        ServerStats::get(&s.expiry.reclaimed_elements),
+    );
 }
 
 fn persistence_section(s: &Shared, t: &mut String) {
@@ -166,10 +171,16 @@ fn cpu_section(_s: &Shared, t: &mut String) {
 fn keyspace_section(s: &Shared, t: &mut String) {
     t.push_str("# Keyspace\r\n");
     // Like Redis, an empty database is not listed; neither is one that cannot be counted.
-    if let Ok(Some(n)) = key_count(&s.db)
-        && n > 0
-    {
-        line(t, "db0", format!("keys={n},expires=0,avg_ttl=0"));
+    for db in 0..crate::keyspace::DATABASES {
+        if let Ok(Some(n)) = key_count(&s.db, db)
+            && n > 0
+        {
+            line(
+                t,
+                &format!("db{db}"),
+                format!("keys={n},expires=0,avg_ttl=0"),
+            );
+        }
     }
 }
 
@@ -263,12 +274,16 @@ fn command_info(ctx: &mut Ctx<'_>, c: &CommandSpec) {
     out.array(10);
     out.bulk(c.name.as_bytes());
     out.int(i64::from(c.arity));
-    // `multi_now` and `allkeys` steer this server's dispatcher; Redis has no such flags.
-    let flags: Vec<_> = c
+    // `multi_now`, `allkeys` and `numkeys` steer this server's dispatcher; Redis has no
+    // such flags (a `numkeys` command is Redis's `movablekeys`).
+    let mut flags: Vec<_> = c
         .flags
         .iter()
-        .filter(|f| !matches!(**f, "multi_now" | "allkeys"))
+        .filter(|f| !matches!(**f, "multi_now" | "allkeys" | "numkeys"))
         .collect();
+    if c.has_flag("numkeys") {
+        flags.push(&"movablekeys");
+    }
     out.array(flags.len());
     flags.iter().for_each(|f| out.simple(f));
     out.int(i64::from(c.first_key));
@@ -307,7 +322,7 @@ fn config_params(s: &Shared) -> Vec<(&'static str, String)> {
         ("bind", s.config.bind.ip().to_string()),
         ("port", s.port.to_string()),
         ("maxclients", s.config.max_clients.to_string()),
-        ("databases", "1".to_owned()),
+        ("databases", crate::keyspace::DATABASES.to_string()),
         ("save", String::new()),
         ("appendonly", "no".to_owned()),
         (

@@ -10,8 +10,10 @@
 
 use std::ops::Bound;
 
+use super::collection;
 use super::{CmdError, CmdResult, Ctx};
 use crate::encoding::{self, Stored};
+use crate::keyspace;
 use crate::resp::Args;
 
 /// Pairs fetched per scan page when counting keys.
@@ -26,7 +28,8 @@ pub(crate) fn del(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let mut delete_all = |ctx: &mut Ctx<'_>| {
         for key in args.iter_from(1) {
             // NOTE: `delete` does not say whether the key existed; DEL must.
-            if ctx.load(key)?.is_some() {
+            if let Some(v) = ctx.load(key)? {
+                super::lists::drop_unreclaimable(ctx, key, &v)?;
                 ctx.remove(key)?;
                 removed += 1;
             }
@@ -61,6 +64,7 @@ pub(crate) fn type_of(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
         Some(v) => match encoding::decode(&v)? {
             Stored::Str(_) => "string",
             Stored::Hash(_) => "hash",
+            Stored::Meta(m) => m.kind.name(),
         },
     };
     ctx.out.simple(t);
@@ -69,7 +73,7 @@ pub(crate) fn type_of(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
 
 /// DBSIZE
 pub(crate) fn dbsize(ctx: &mut Ctx<'_>, _args: Args<'_>) -> CmdResult {
-    match key_count(&ctx.shared.db)? {
+    match key_count(&ctx.shared.db, ctx.session.db)? {
         Some(n) => ctx.out.int(i64::try_from(n).unwrap_or(i64::MAX)),
         None => {
             return Err(CmdError::new(format!(
@@ -82,30 +86,60 @@ pub(crate) fn dbsize(ctx: &mut Ctx<'_>, _args: Args<'_>) -> CmdResult {
     Ok(())
 }
 
-/// The number of keys, when it can be known exactly (see the module doc).
-pub(crate) fn key_count(db: &tierkv::Db) -> Result<Option<u64>, tierkv::Error> {
-    match count_by_scan(db) {
+/// The number of keys of database `dbi`, when it can be known (see the module doc).
+pub(crate) fn key_count(db: &tierkv::Db, dbi: u8) -> Result<Option<u64>, tierkv::Error> {
+    match count_by_scan(db, dbi) {
         Ok(n) => Ok(Some(n)),
-        Err(tierkv::Error::Unsupported(_)) => Ok(db.stats().counters.get("keys").copied()),
+        // The engine's counter counts every store key: it is database 0's count only while
+        // nothing else is stored (no other database, no collection elements).
+        Err(tierkv::Error::Unsupported(_)) if dbi == 0 => {
+            Ok(db.stats().counters.get("keys").copied())
+        }
+        Err(tierkv::Error::Unsupported(_)) => Ok(None),
         Err(e) => Err(e),
     }
 }
 
-fn count_by_scan(db: &tierkv::Db) -> Result<u64, tierkv::Error> {
+fn count_by_scan(db: &tierkv::Db, dbi: u8) -> Result<u64, tierkv::Error> {
     let mut n = 0u64;
-    let mut from: Bound<Vec<u8>> = Bound::Unbounded;
-    loop {
-        let rows = db.scan((from, Bound::Unbounded), COUNT_PAGE)?;
-        let full = rows.len() == COUNT_PAGE;
-        n += rows.len() as u64;
-        match rows.into_iter().last() {
-            Some((k, _)) if full => from = Bound::Excluded(k),
-            _ => return Ok(n),
-        }
+    let mut pos = Some(Vec::new());
+    while let Some(from) = pos.take() {
+        let page = super::scan::db_page(db, dbi, from, COUNT_PAGE)?;
+        n += page.rows.len() as u64;
+        pos = page.next;
     }
+    Ok(n)
 }
 
-/// RENAME key newkey / RENAMENX key newkey (`nx`): moves the value and its deadline.
+/// Copies the value under `from` (current database) with its deadline to `to` in database
+/// `to_db`: a string or format-1 hash as it is, a collection element by element into a
+/// new generation. Does not check or remove anything.
+fn copy_value(
+    ctx: &mut Ctx<'_>,
+    from: &[u8],
+    value: &[u8],
+    deadline: Option<u64>,
+    to_db: u8,
+    to: &[u8],
+) -> CmdResult {
+    let source = match encoding::decode(value)? {
+        Stored::Meta(m) => collection::load(ctx, from, m.kind)?,
+        _ => None,
+    };
+    let here = ctx.session.db;
+    ctx.session.db = to_db;
+    let done = match &source {
+        Some(c) => collection::copy_elements(ctx, c, to_db, to)
+            .and_then(|copy| collection::save(ctx, to, &copy)),
+        None => ctx.store_with_deadline(to, value, deadline),
+    };
+    ctx.session.db = here;
+    done
+}
+
+/// RENAME key newkey / RENAMENX key newkey (`nx`): moves the value and its deadline (a
+/// collection's elements are copied into a new generation under the new key, O(size);
+/// the old ones are reclaimed by the sweep).
 fn rename_generic(ctx: &mut Ctx<'_>, args: Args<'_>, nx: bool) -> CmdResult {
     let (from, to) = (args.get(1), args.get(2));
     let Some((value, deadline)) = ctx.load_entry(from)? else {
@@ -123,8 +157,11 @@ fn rename_generic(ctx: &mut Ctx<'_>, args: Args<'_>, nx: bool) -> CmdResult {
         ctx.out.int(0);
         return Ok(());
     }
-    ctx.store_with_deadline(to, &value, deadline)?;
-    ctx.remove(from)?;
+    let db = ctx.session.db;
+    ctx.batched(|ctx| {
+        copy_value(ctx, from, &value, deadline, db, to)?;
+        ctx.remove(from)
+    })?;
     if nx {
         ctx.out.int(1);
     } else {
@@ -154,44 +191,76 @@ pub(crate) fn time(ctx: &mut Ctx<'_>, _args: Args<'_>) -> CmdResult {
     Ok(())
 }
 
-/// FLUSHDB [ASYNC | SYNC], FLUSHALL [ASYNC | SYNC]: deletes every key (all locks held, see
-/// [`crate::locks`]). The engines offer no range drop yet, so this deletes key by key
-/// over a scan; an engine that cannot scan gets an error saying so.
-pub(crate) fn flushdb(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+/// Checks FLUSHDB/FLUSHALL's optional argument.
+fn flush_args(args: Args<'_>) -> CmdResult {
     match args.len() {
-        1 => {}
-        2 if super::is(args.get(1), "ASYNC") || super::is(args.get(1), "SYNC") => {}
-        _ => return Err(CmdError::new(super::msg::SYNTAX)),
+        1 => Ok(()),
+        2 if super::is(args.get(1), "ASYNC") || super::is(args.get(1), "SYNC") => Ok(()),
+        _ => Err(CmdError::new(super::msg::SYNTAX)),
     }
+}
+
+/// Deletes the store keys in `range` (all locks are held by the caller).
+fn drop_range(ctx: &Ctx<'_>, range: (Bound<Vec<u8>>, Bound<Vec<u8>>)) -> CmdResult {
     let db = &ctx.shared.db;
-    loop {
-        let rows = db
-            .scan((Bound::<Vec<u8>>::Unbounded, Bound::Unbounded), COUNT_PAGE)
-            .map_err(|e| match e {
-                tierkv::Error::Unsupported(_) => CmdError::new(format!(
-                    "ERR FLUSHDB is not available on the {} engine: it cannot enumerate its keys",
-                    db.spec()
-                )),
-                other => CmdError::from(other),
-            })?;
-        if rows.is_empty() {
-            break;
-        }
-        for (k, _) in rows {
-            ctx.remove(&k)?;
-        }
-    }
+    db.delete_range(range).map_err(|e| match e {
+        tierkv::Error::Unsupported(_) => CmdError::new(format!(
+            "ERR FLUSHDB is not available on the {} engine: it cannot enumerate its keys",
+            db.spec()
+        )),
+        other => CmdError::from(other),
+    })?;
+    Ok(())
+}
+
+fn flushed(ctx: &mut Ctx<'_>) -> CmdResult {
     ctx.shared
         .flush_epoch
         .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    crate::reclaim::Reclaimer::removed(&ctx.shared.expiry.removals);
     ctx.out.ok();
     Ok(())
 }
 
-/// COPY source destination [DB 0] [REPLACE]: copies the value and its deadline.
+/// FLUSHDB [ASYNC | SYNC]: deletes every key of the selected database (all locks held, see
+/// [`crate::locks`]) with the store's range delete: database 0 is everything below and
+/// above the internal range, database n its prefix. The elements of collections go with
+/// their metadata: the sweep reclaims them. An engine that cannot scan gets an error.
+pub(crate) fn flushdb(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    flush_args(args)?;
+    let db = ctx.session.db;
+    if db == 0 {
+        drop_range(
+            ctx,
+            (
+                Bound::Unbounded,
+                Bound::Excluded(keyspace::INTERNAL.to_vec()),
+            ),
+        )?;
+        if let Some(after) = keyspace::successor(&keyspace::INTERNAL) {
+            drop_range(ctx, (Bound::Included(after), Bound::Unbounded))?;
+        }
+    } else {
+        let prefix = keyspace::db_prefix(db);
+        let end = keyspace::successor(&prefix).map_or(Bound::Unbounded, Bound::Excluded);
+        drop_range(ctx, (Bound::Included(prefix), end))?;
+    }
+    flushed(ctx)
+}
+
+/// FLUSHALL [ASYNC | SYNC]: deletes every store key (every database, every element).
+pub(crate) fn flushall(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    flush_args(args)?;
+    drop_range(ctx, (Bound::Unbounded, Bound::Unbounded))?;
+    flushed(ctx)
+}
+
+/// COPY source destination [DB n] [REPLACE]: copies the value and its deadline (a
+/// collection element by element, O(size)).
 pub(crate) fn copy(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let (from, to) = (args.get(1), args.get(2));
     let mut replace = false;
+    let mut to_db = ctx.session.db;
     let mut i = 3;
     while i < args.len() {
         let opt = args.get(i);
@@ -199,16 +268,13 @@ pub(crate) fn copy(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
             replace = true;
             i += 1;
         } else if super::is(opt, "DB") && i + 1 < args.len() {
-            let db = super::parse_int(args.get(i + 1))?;
-            if db != 0 {
-                return Err(CmdError::new("ERR DB index is out of range"));
-            }
+            to_db = db_index(args.get(i + 1))?;
             i += 2;
         } else {
             return Err(CmdError::new(super::msg::SYNTAX));
         }
     }
-    if from == to {
+    if from == to && to_db == ctx.session.db {
         return Err(CmdError::new(
             "ERR source and destination objects are the same",
         ));
@@ -217,11 +283,54 @@ pub(crate) fn copy(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
         ctx.out.int(0);
         return Ok(());
     };
-    if !replace && ctx.load(to)?.is_some() {
+    let here = ctx.session.db;
+    ctx.session.db = to_db;
+    let occupied = ctx.load(to);
+    ctx.session.db = here;
+    if !replace && occupied?.is_some() {
         ctx.out.int(0);
         return Ok(());
     }
-    ctx.store_with_deadline(to, &value, deadline)?;
+    ctx.batched(|ctx| copy_value(ctx, from, &value, deadline, to_db, to))?;
     ctx.out.int(1);
     Ok(())
+}
+
+/// MOVE key db: moves the key with its deadline to another database (a collection element
+/// by element), unless it exists there.
+pub(crate) fn move_key(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let key = args.get(1);
+    let to_db = db_index(args.get(2))?;
+    if to_db == ctx.session.db {
+        return Err(CmdError::new(
+            "ERR source and destination objects are the same",
+        ));
+    }
+    let Some((value, deadline)) = ctx.load_entry(key)? else {
+        ctx.out.int(0);
+        return Ok(());
+    };
+    let here = ctx.session.db;
+    ctx.session.db = to_db;
+    let occupied = ctx.load(key);
+    ctx.session.db = here;
+    if occupied?.is_some() {
+        ctx.out.int(0);
+        return Ok(());
+    }
+    ctx.batched(|ctx| {
+        copy_value(ctx, key, &value, deadline, to_db, key)?;
+        ctx.remove(key)
+    })?;
+    ctx.out.int(1);
+    Ok(())
+}
+
+/// A database index argument (SELECT, COPY ... DB): 0 to 15.
+pub(crate) fn db_index(arg: &[u8]) -> Result<u8, CmdError> {
+    let n = super::parse_int(arg)?;
+    u8::try_from(n)
+        .ok()
+        .filter(|n| *n < keyspace::DATABASES)
+        .ok_or_else(|| CmdError::new("ERR DB index is out of range"))
 }

@@ -25,23 +25,32 @@
 //! Thread-safety: handlers run on worker threads, many at once; all shared state is in
 //! [`Shared`], the per-connection state in [`Session`].
 
+pub(crate) mod blocking;
+pub(crate) mod collection;
 pub(crate) mod connection;
 pub(crate) mod expire;
 pub(crate) mod hashes;
 pub(crate) mod info;
 pub(crate) mod keys;
+pub(crate) mod lists;
 pub(crate) mod multi;
+pub(crate) mod packed_hashes;
 pub(crate) mod scan;
+pub(crate) mod sets;
 pub(crate) mod strings;
 pub(crate) mod table;
+pub(crate) mod zsets;
 
 use std::borrow::Cow;
 use std::cell::RefCell;
 
 use tierkv::WriteBatch;
 
+use std::ops::Bound;
+
 use crate::encoding::{self, DecodeError, HashRef, Stored};
 use crate::expiry;
+use crate::keyspace;
 use crate::locks::Access;
 use crate::resp::{Args, Reply};
 use crate::shared::{Session, Shared, Tally};
@@ -125,6 +134,8 @@ pub(crate) struct Ctx<'a> {
     pub tally: &'a mut Tally,
     /// The write batch being collected by [`Ctx::batched`], if any.
     pub pending: RefCell<Option<WriteBatch>>,
+    /// True while EXEC runs its commands: blocking commands do not block.
+    pub in_exec: bool,
 }
 
 impl<'a> Ctx<'a> {
@@ -141,6 +152,7 @@ impl<'a> Ctx<'a> {
             out,
             tally,
             pending: RefCell::new(None),
+            in_exec: false,
         }
     }
 
@@ -148,16 +160,19 @@ impl<'a> Ctx<'a> {
     /// when `f` succeeds and dropped when it fails. Without atomic batches on the engine,
     /// or inside a batch already open, `f` simply runs. A batch over the batch limits is
     /// refused with an error naming the limit, and nothing of it is applied.
-    pub(crate) fn batched(&mut self, f: impl FnOnce(&mut Self) -> CmdResult) -> CmdResult {
+    pub(crate) fn batched<T>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<T, CmdError>,
+    ) -> Result<T, CmdError> {
         if !self.shared.db.atomic_batches() || self.pending.borrow().is_some() {
             return f(self);
         }
         *self.pending.borrow_mut() = Some(WriteBatch::new());
         let result = f(self);
         let batch = self.pending.borrow_mut().take().unwrap_or_default();
-        result?;
+        let value = result?;
         if batch.is_empty() {
-            return Ok(());
+            return Ok(value);
         }
         self.shared.db.write(&batch).map_err(|e| match e {
             tierkv::Error::InvalidArgument(m) => CmdError::new(format!(
@@ -166,17 +181,107 @@ impl<'a> Ctx<'a> {
             other => CmdError::from(other),
         })?;
         self.tally.batches += 1;
-        Ok(())
+        Ok(value)
     }
 
-    /// The stored bytes under `key`: the pending batch's operation on it first.
+    /// The store key of the user key `key` in the selected database.
+    pub(crate) fn skey<'k>(&self, key: &'k [u8]) -> std::borrow::Cow<'k, [u8]> {
+        keyspace::user_key(self.session.db, key)
+    }
+
+    /// The stored bytes under the user key `key`: the pending batch's operation on it first.
     fn read(&self, key: &[u8]) -> Result<Option<Vec<u8>>, CmdError> {
+        self.read_raw(&self.skey(key))
+    }
+
+    /// The stored bytes under the store key `skey` (pending batch first).
+    pub(crate) fn read_raw(&self, skey: &[u8]) -> Result<Option<Vec<u8>>, CmdError> {
         if let Some(batch) = self.pending.borrow().as_ref()
-            && let Some(op) = batch.op(key)
+            && let Some(op) = batch.op(skey)
         {
             return Ok(op.value().map(<[u8]>::to_vec));
         }
-        Ok(self.shared.db.get(key)?)
+        Ok(self.shared.db.get(skey)?)
+    }
+
+    /// Writes `value` under the internal store key `skey` (pending batch if any; no WATCH
+    /// bookkeeping: the command also writes the collection's metadata, which does it).
+    pub(crate) fn put_raw(&self, skey: &[u8], value: &[u8]) -> CmdResult {
+        if let Some(batch) = self.pending.borrow_mut().as_mut() {
+            let limits = self.shared.db.limits();
+            limits.check_key(skey)?;
+            limits.check_value(value)?;
+            batch.put(skey, value);
+        } else {
+            self.shared.db.put(skey, value)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the internal store key `skey` (pending batch if any).
+    pub(crate) fn delete_raw(&self, skey: &[u8]) -> CmdResult {
+        if let Some(batch) = self.pending.borrow_mut().as_mut() {
+            batch.delete(skey);
+        } else {
+            self.shared.db.delete(skey)?;
+        }
+        Ok(())
+    }
+
+    /// Up to `limit` pairs of store keys starting with `prefix`, from `from` (inclusive) on,
+    /// in key order, the pending batch's operations merged in (read-your-writes). Fewer
+    /// than `limit` pairs means the range is exhausted.
+    pub(crate) fn scan_prefix(
+        &self,
+        prefix: &[u8],
+        from: &[u8],
+        limit: usize,
+    ) -> Result<Vec<tierkv::KvPair>, CmdError> {
+        let end = keyspace::successor(prefix).map_or(Bound::Unbounded, Bound::Excluded);
+        let pending = self.pending.borrow();
+        let mut out: Vec<tierkv::KvPair> = Vec::new();
+        let mut start = from.to_vec();
+        loop {
+            let rows = self
+                .shared
+                .db
+                .scan((Bound::Included(start.clone()), end.clone()), limit)
+                .map_err(|e| unordered(self, e))?;
+            let Some(batch) = pending.as_ref() else {
+                return Ok(rows);
+            };
+            // The store's page covers keys up to its last one when full, the rest of the
+            // range otherwise; pending operations in that span are merged in.
+            let bound = (rows.len() == limit)
+                .then(|| rows.last().map(|(k, _)| k.clone()))
+                .flatten();
+            let mut merged = std::collections::BTreeMap::new();
+            for (k, v) in rows {
+                merged.insert(k, Some(v));
+            }
+            for (k, op) in batch.iter() {
+                let inside = k.starts_with(prefix)
+                    && k >= start.as_slice()
+                    && bound.as_deref().is_none_or(|b| k <= b);
+                if inside {
+                    merged.insert(k.to_vec(), op.value().map(<[u8]>::to_vec));
+                }
+            }
+            out.extend(merged.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))));
+            match bound {
+                // Pending deletes may have thinned a full page: read on.
+                Some(b) if out.len() < limit => start = keyspace::after(&b),
+                _ => {
+                    out.truncate(limit);
+                    return Ok(out);
+                }
+            }
+        }
+    }
+
+    /// A fresh collection generation.
+    pub(crate) fn new_generation(&self) -> u64 {
+        self.shared.new_generation()
     }
 
     /// The stored value under `key`, its expiry envelope removed (counted as a keyspace
@@ -219,6 +324,14 @@ impl<'a> Ctx<'a> {
         Ok(Some((v, deadline)))
     }
 
+    /// Like [`Ctx::load_entry`], not counted as a hit or miss (a second look at a key).
+    pub(crate) fn peek(&self, key: &[u8]) -> Result<Option<Entry>, CmdError> {
+        match self.read(key)? {
+            Some(v) => self.live(key, v),
+            None => Ok(None),
+        }
+    }
+
     /// True when `key` exists (not counted as a hit or miss: WATCH bookkeeping).
     pub(crate) fn exists_quiet(&self, key: &[u8]) -> Result<bool, CmdError> {
         Ok(match self.read(key)? {
@@ -238,7 +351,7 @@ impl<'a> Ctx<'a> {
             return self.store_encoded(key, bytes);
         };
         self.store_encoded(key, &encoding::wrap_expiry(at, bytes))?;
-        self.shared.expiry.push(key, at);
+        self.shared.expiry.push(&self.skey(key), at);
         Ok(())
     }
 
@@ -251,26 +364,17 @@ impl<'a> Ctx<'a> {
     /// here or [`Ctx::remove`] (WATCH counts them; a pending batch collects them, its key
     /// and value limits checked at once so the refusal is this command's own error).
     pub(crate) fn store_encoded(&self, key: &[u8], bytes: &[u8]) -> CmdResult {
-        if let Some(batch) = self.pending.borrow_mut().as_mut() {
-            let limits = self.shared.db.limits();
-            limits.check_key(key)?;
-            limits.check_value(bytes)?;
-            batch.put(key, bytes);
-        } else {
-            self.shared.db.put(key, bytes)?;
-        }
+        self.put_raw(&self.skey(key), bytes)?;
         self.shared.locks.touch(key);
         Ok(())
     }
 
-    /// Removes `key` (or adds its delete to the pending batch).
+    /// Removes `key` (or adds its delete to the pending batch). A collection's elements
+    /// are left to the reclaiming sweep: without their metadata record they are garbage.
     pub(crate) fn remove(&self, key: &[u8]) -> CmdResult {
-        if let Some(batch) = self.pending.borrow_mut().as_mut() {
-            batch.delete(key);
-        } else {
-            self.shared.db.delete(key)?;
-        }
+        self.delete_raw(&self.skey(key))?;
         self.shared.locks.touch(key);
+        crate::reclaim::Reclaimer::removed(&self.shared.expiry.removals);
         Ok(())
     }
 
@@ -289,15 +393,27 @@ impl<'a> Ctx<'a> {
 pub(crate) fn as_string(stored: &[u8]) -> Result<&[u8], CmdError> {
     match encoding::decode(stored)? {
         Stored::Str(s) => Ok(s),
-        Stored::Hash(_) => Err(CmdError::new(msg::WRONGTYPE)),
+        Stored::Hash(_) | Stored::Meta(_) => Err(CmdError::new(msg::WRONGTYPE)),
     }
 }
 
-/// The hash in a stored value, or WRONGTYPE.
+/// The format-1 hash in a stored value, or WRONGTYPE.
 pub(crate) fn as_hash(stored: &[u8]) -> Result<HashRef<'_>, CmdError> {
     match encoding::decode(stored)? {
         Stored::Hash(h) => Ok(h),
-        Stored::Str(_) => Err(CmdError::new(msg::WRONGTYPE)),
+        Stored::Str(_) | Stored::Meta(_) => Err(CmdError::new(msg::WRONGTYPE)),
+    }
+}
+
+/// The error of an element walk on an engine that cannot scan in order.
+fn unordered(ctx: &Ctx<'_>, e: tierkv::Error) -> CmdError {
+    match e {
+        tierkv::Error::Unsupported(_) => CmdError::new(format!(
+            "ERR this command walks a collection's elements in order, which the {} engine \
+             cannot (its index is unordered; use an ordered engine such as dram:btree)",
+            ctx.shared.db.spec()
+        )),
+        other => CmdError::from(other),
     }
 }
 
@@ -331,6 +447,20 @@ pub(crate) fn parse_i64_strict(s: &[u8]) -> Option<i64> {
         })?;
     }
     Some(v)
+}
+
+/// The optional `count` argument of the pop commands (argument 2 of `name key [count]`):
+/// `None` when absent, a non-negative integer, or Redis's errors.
+pub(crate) fn pop_count(args: Args<'_>) -> Result<Option<i64>, CmdError> {
+    match args.len() {
+        2 => Ok(None),
+        3 => parse_int(args.get(2))
+            .ok()
+            .filter(|n| *n >= 0)
+            .map(Some)
+            .ok_or_else(|| CmdError::new("ERR value is out of range, must be positive")),
+        _ => Err(CmdError::new(msg::SYNTAX)),
+    }
 }
 
 /// True when `arg` equals `word` ignoring ASCII case.
@@ -393,11 +523,19 @@ pub(crate) fn refuse(ctx: &mut Ctx<'_>, error: &[u8]) {
 /// Runs a checked command whose locks are held.
 pub(crate) fn run_locked(ctx: &mut Ctx<'_>, spec: &CommandSpec, args: Args<'_>) {
     let mark = ctx.out.mark();
+    if spec.keys(args).any(keyspace::is_internal) {
+        ctx.out.error(RESERVED);
+        return;
+    }
     if let Err(e) = (spec.handler)(ctx, args) {
         ctx.out.truncate(mark);
         ctx.out.error(&e.0);
     }
 }
+
+/// The reply to a key in the reserved internal range.
+const RESERVED: &str = "ERR keys starting with the bytes FF FE 74 6B (\"\\xff\\xfetk\") are \
+     reserved for tierkv serve's internal keys";
 
 /// Redis's reply to an unknown command: the name and the first arguments, quoted, up to
 /// 128 characters of arguments in all.

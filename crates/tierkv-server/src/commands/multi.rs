@@ -172,10 +172,12 @@ pub(crate) fn exec(ctx: &mut Ctx<'_>, _args: Args<'_>) -> CmdResult {
     }
     let run_all = |ctx: &mut Ctx<'_>| {
         ctx.out.array(commands.len());
+        ctx.in_exec = true;
         for (spec, args) in &commands {
             ctx.tally.commands += 1;
             run_locked(ctx, spec, *args);
         }
+        ctx.in_exec = false;
         Ok(())
     };
     if commands.iter().any(|(s, _)| walks_keyspace(s)) {

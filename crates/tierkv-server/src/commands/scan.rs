@@ -30,6 +30,7 @@ use super::{CmdError, CmdResult, Ctx, is, msg, parse_int};
 use crate::encoding::{self, Stored};
 use crate::expiry;
 use crate::glob;
+use crate::keyspace;
 use crate::resp::Args;
 
 /// Largest COUNT honoured (COUNT is a hint in Redis too).
@@ -39,27 +40,19 @@ pub const PAGE: usize = 32;
 /// COUNT when none is given (as in Redis).
 const DEFAULT_COUNT: usize = 10;
 
-/// The TYPE filter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum TypeFilter {
-    Any,
-    String,
-    Hash,
-    /// A Redis type this server never stores (list, set, ...): nothing matches.
-    Never,
-}
-
+/// The TYPE filter: the type name keys must have (`None`: any). A Redis type this server
+/// never stores (stream) matches nothing.
 struct ScanOptions<'a> {
     pattern: Option<&'a [u8]>,
     count: usize,
-    type_filter: TypeFilter,
+    type_filter: Option<&'static str>,
 }
 
 fn parse_options<'a>(args: Args<'a>) -> Result<ScanOptions<'a>, CmdError> {
     let mut o = ScanOptions {
         pattern: None,
         count: DEFAULT_COUNT,
-        type_filter: TypeFilter::Any,
+        type_filter: None,
     };
     let mut i = 2;
     while i < args.len() {
@@ -70,13 +63,9 @@ fn parse_options<'a>(args: Args<'a>) -> Result<ScanOptions<'a>, CmdError> {
         if is(opt, "MATCH") {
             o.pattern = Some(value).filter(|p| *p != b"*");
         } else if is(opt, "COUNT") {
-            let n = parse_int(value)?;
-            if n < 1 {
-                return Err(CmdError::new(msg::SYNTAX));
-            }
-            o.count = usize::try_from(n).unwrap_or(MAX_COUNT).min(MAX_COUNT);
+            o.count = parse_count(value)?;
         } else if is(opt, "TYPE") {
-            o.type_filter = type_filter(value)?;
+            o.type_filter = Some(type_filter(value)?);
         } else {
             return Err(CmdError::new(msg::SYNTAX));
         }
@@ -85,86 +74,173 @@ fn parse_options<'a>(args: Args<'a>) -> Result<ScanOptions<'a>, CmdError> {
     Ok(o)
 }
 
-fn type_filter(name: &[u8]) -> Result<TypeFilter, CmdError> {
-    Ok(if is(name, "string") {
-        TypeFilter::String
-    } else if is(name, "hash") {
-        TypeFilter::Hash
-    } else if ["list", "set", "zset", "stream"]
-        .iter()
-        .any(|t| is(name, t))
-    {
-        TypeFilter::Never
-    } else {
-        return Err(CmdError::new(format!(
-            "ERR unknown type name '{}'",
-            String::from_utf8_lossy(name)
-        )));
+fn parse_count(value: &[u8]) -> Result<usize, CmdError> {
+    let n = parse_int(value)?;
+    if n < 1 {
+        return Err(CmdError::new(msg::SYNTAX));
+    }
+    Ok(usize::try_from(n).unwrap_or(MAX_COUNT).min(MAX_COUNT))
+}
+
+fn type_filter(name: &[u8]) -> Result<&'static str, CmdError> {
+    ["string", "hash", "list", "set", "zset", "stream"]
+        .into_iter()
+        .find(|t| is(name, t))
+        .ok_or_else(|| {
+            CmdError::new(format!(
+                "ERR unknown type name '{}'",
+                String::from_utf8_lossy(name)
+            ))
+        })
+}
+
+/// The type name of a stored value (TYPE's reply).
+pub(crate) fn type_name(value: &[u8]) -> Result<&'static str, CmdError> {
+    Ok(match encoding::decode(value)? {
+        Stored::Str(_) => "string",
+        Stored::Hash(_) => "hash",
+        Stored::Meta(m) => m.kind.name(),
     })
 }
 
-/// Where the walk starts: the cursor's key, moved up to the pattern's literal prefix.
-fn start_key(ctx: &Ctx<'_>, cursor_arg: &[u8], prefix: &[u8]) -> Result<Vec<u8>, CmdError> {
+/// The position (a store key, inclusive) a cursor stands for: `0` is the start (the
+/// empty key), any other number must be in the cursor table.
+pub(crate) fn cursor_position(ctx: &Ctx<'_>, cursor_arg: &[u8]) -> Result<Vec<u8>, CmdError> {
     let cursor = std::str::from_utf8(cursor_arg)
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
         .ok_or_else(|| CmdError::new("ERR invalid cursor"))?;
-    let from = if cursor == 0 {
-        Vec::new()
-    } else {
-        ctx.shared.cursors.get(cursor).ok_or_else(|| {
-            CmdError::new(
-                "ERR invalid cursor: this server does not know it (it expired or comes from an \
-                 earlier run); start the scan again from 0",
-            )
-        })?
-    };
-    Ok(if from.as_slice() < prefix {
-        prefix.to_vec()
-    } else {
-        from
+    if cursor == 0 {
+        return Ok(Vec::new());
+    }
+    ctx.shared.cursors.get(cursor).ok_or_else(|| {
+        CmdError::new(
+            "ERR invalid cursor: this server does not know it (it expired or comes from an \
+             earlier run); start the scan again from 0",
+        )
     })
+}
+
+/// Writes the head of a scan reply: the cursor of the position `next` (where the walk
+/// goes on, inclusive; `None` when it is over) and the array header of `n` items.
+pub(crate) fn reply_page(ctx: &mut Ctx<'_>, next: Option<Vec<u8>>, n: usize) {
+    let cursor = next.map_or(0, |k| ctx.shared.cursors.insert(&k));
+    ctx.out.array(2);
+    ctx.out.bulk(cursor.to_string().as_bytes());
+    ctx.out.array(n);
+}
+
+/// The options of HSCAN/SSCAN/ZSCAN.
+pub(crate) struct ElementScan<'a> {
+    pub pattern: Option<&'a [u8]>,
+    pub count: usize,
+    pub novalues: bool,
+}
+
+/// Parses `[MATCH p] [COUNT n]` (and `NOVALUES` when `novalues` is allowed) from arg 3.
+pub(crate) fn parse_element_scan(
+    args: Args<'_>,
+    novalues: bool,
+) -> Result<ElementScan<'_>, CmdError> {
+    let mut o = ElementScan {
+        pattern: None,
+        count: DEFAULT_COUNT,
+        novalues: false,
+    };
+    let mut i = 3;
+    while i < args.len() {
+        let opt = args.get(i);
+        if novalues && is(opt, "NOVALUES") {
+            o.novalues = true;
+            i += 1;
+            continue;
+        }
+        if i + 1 >= args.len() {
+            return Err(CmdError::new(msg::SYNTAX));
+        }
+        if is(opt, "MATCH") {
+            o.pattern = Some(args.get(i + 1)).filter(|p| *p != b"*");
+        } else if is(opt, "COUNT") {
+            o.count = parse_count(args.get(i + 1))?;
+        } else {
+            return Err(CmdError::new(msg::SYNTAX));
+        }
+        i += 2;
+    }
+    Ok(o)
+}
+
+/// One page of a walk of a database's user keys.
+pub(crate) struct DbPage {
+    /// (user key, stored value) in key order.
+    pub rows: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Where the walk goes on (a store key, inclusive); `None` when it is over.
+    pub next: Option<Vec<u8>>,
+    /// Store keys examined.
+    pub examined: usize,
+}
+
+/// Reads up to `want` store pairs from the store key `from` on and keeps the user keys of
+/// database `db` (internal keys skipped by jumping over their range).
+pub(crate) fn db_page(
+    store: &tierkv::Db,
+    db: u8,
+    from: Vec<u8>,
+    want: usize,
+) -> Result<DbPage, tierkv::Error> {
+    let from = from.max(keyspace::walk_start(db, b""));
+    let rows = store.scan((Bound::Included(from), Bound::Unbounded), want)?;
+    let (full, examined) = (rows.len() == want, rows.len());
+    let mut page = DbPage {
+        rows: Vec::with_capacity(rows.len()),
+        next: None,
+        examined,
+    };
+    for (k, v) in rows {
+        match keyspace::user_key_of(db, &k) {
+            Some(uk) => {
+                page.next = Some(keyspace::after(&k));
+                page.rows.push((uk.to_vec(), v));
+            }
+            None => {
+                page.next = keyspace::walk_skip(db, &k);
+                return Ok(page);
+            }
+        }
+    }
+    if !full {
+        page.next = None;
+    }
+    Ok(page)
 }
 
 /// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
 pub(crate) fn scan(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let o = parse_options(args)?;
+    let db = ctx.session.db;
     let prefix = o.pattern.map(glob::literal_prefix).unwrap_or_default();
-    let mut from = Bound::Included(start_key(ctx, args.get(1), &prefix)?);
+    let at = cursor_position(ctx, args.get(1))?;
+    let mut pos = Some(at.max(keyspace::walk_start(db, &prefix)));
     let mut keys = Vec::new();
     let mut examined = 0;
-    let mut last: Option<Vec<u8>> = None;
-    while examined < o.count {
+    while examined < o.count
+        && let Some(from) = pos.take()
+    {
         let want = (o.count - examined).min(PAGE);
-        let rows = scan_store(ctx, from, want)?;
-        let full = rows.len() == want;
-        examined += rows.len();
-        for (k, v) in rows {
+        let page = db_page(&ctx.shared.db, db, from, want).map_err(|e| scan_error(ctx, e))?;
+        examined += page.examined.max(1);
+        pos = page.next;
+        for (k, v) in page.rows {
             if !k.starts_with(&prefix) {
-                last = None;
-                examined = o.count;
+                pos = None;
                 break;
             }
             if wanted(&o, &k, &v)? {
-                keys.push(k.clone());
-            }
-            last = Some(k);
-        }
-        match (&last, full) {
-            (Some(k), true) => from = Bound::Excluded(k.clone()),
-            _ => {
-                last = None;
-                break;
+                keys.push(k);
             }
         }
     }
-    let cursor = last.map_or(0, |mut k| {
-        k.push(0);
-        ctx.shared.cursors.insert(&k)
-    });
-    ctx.out.array(2);
-    ctx.out.bulk(cursor.to_string().as_bytes());
-    ctx.out.array(keys.len());
+    reply_page(ctx, pos, keys.len());
     for k in &keys {
         ctx.out.bulk(k);
     }
@@ -180,26 +256,17 @@ fn wanted(o: &ScanOptions<'_>, key: &[u8], value: &[u8]) -> Result<bool, CmdErro
         return Ok(false);
     }
     Ok(match o.type_filter {
-        TypeFilter::Any => true,
-        TypeFilter::Never => false,
-        TypeFilter::String => matches!(encoding::decode(value)?, Stored::Str(_)),
-        TypeFilter::Hash => matches!(encoding::decode(value)?, Stored::Hash(_)),
+        None => true,
+        Some(t) => type_name(value)? == t,
     })
 }
 
-/// A page of the store from `from`, or the error that says this engine cannot scan.
-fn scan_store(
-    ctx: &Ctx<'_>,
-    from: Bound<Vec<u8>>,
-    limit: usize,
-) -> Result<Vec<tierkv::KvPair>, CmdError> {
-    ctx.shared
-        .db
-        .scan((from, Bound::Unbounded), limit)
-        .map_err(|e| match e {
-            tierkv::Error::Unsupported(_) => unsupported(ctx),
-            other => CmdError::from(other),
-        })
+/// The error of a keyspace walk: on an engine that cannot scan, one that says so.
+pub(crate) fn scan_error(ctx: &Ctx<'_>, e: tierkv::Error) -> CmdError {
+    match e {
+        tierkv::Error::Unsupported(_) => unsupported(ctx),
+        other => CmdError::from(other),
+    }
 }
 
 fn unsupported(ctx: &Ctx<'_>) -> CmdError {
@@ -214,17 +281,17 @@ fn unsupported(ctx: &Ctx<'_>) -> CmdError {
 /// bounded by `max_reply_bytes`).
 pub(crate) fn keys(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let pattern = args.get(1);
+    let db = ctx.session.db;
     let prefix = glob::literal_prefix(pattern);
-    let (mark, bound) = (ctx.out.mark(), ctx.max_reply_bytes());
+    let bound = ctx.max_reply_bytes();
     let mut found: Vec<Vec<u8>> = Vec::new();
     let mut bytes = 0usize;
-    let mut from = Bound::Included(prefix.clone());
+    let mut pos = Some(keyspace::walk_start(db, &prefix));
     let now = expiry::now_ms();
-    'walk: loop {
-        let rows = scan_store(ctx, from, PAGE * 32)?;
-        let full = rows.len() == PAGE * 32;
-        let mut last = None;
-        for (k, v) in rows {
+    'walk: while let Some(from) = pos.take() {
+        let page = db_page(&ctx.shared.db, db, from, PAGE * 32).map_err(|e| scan_error(ctx, e))?;
+        pos = page.next;
+        for (k, v) in page.rows {
             if !k.starts_with(&prefix) {
                 break 'walk;
             }
@@ -234,16 +301,10 @@ pub(crate) fn keys(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
                 if bytes > bound {
                     return Err(super::strings::reply_too_large(bound));
                 }
-                found.push(k.clone());
+                found.push(k);
             }
-            last = Some(k);
-        }
-        match last {
-            Some(k) if full => from = Bound::Excluded(k),
-            _ => break,
         }
     }
-    ctx.out.truncate(mark);
     ctx.out.array(found.len());
     for k in &found {
         ctx.out.bulk(k);
@@ -254,16 +315,21 @@ pub(crate) fn keys(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
 /// RANDOMKEY: a live key chosen by scanning from a random point of the key space (keys
 /// after long gaps are likelier, unlike Redis's uniform choice); null when there is none.
 pub(crate) fn randomkey(ctx: &mut Ctx<'_>, _args: Args<'_>) -> CmdResult {
+    let db = ctx.session.db;
     let seed = expiry::now_ms().wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ctx.session.id;
-    let start = seed.to_le_bytes().to_vec();
+    let start = keyspace::walk_start(db, &seed.to_le_bytes());
     let now = expiry::now_ms();
-    for from in [Bound::Included(start), Bound::Unbounded] {
-        let rows = scan_store(ctx, from, PAGE)?;
-        for (k, v) in rows {
-            let (deadline, _) = encoding::split_expiry(&v)?;
-            if !expiry::expired(deadline, now) {
-                ctx.out.bulk(&k);
-                return Ok(());
+    for from in [start, Vec::new()] {
+        let mut pos = Some(from);
+        while let Some(from) = pos.take() {
+            let page = db_page(&ctx.shared.db, db, from, PAGE).map_err(|e| scan_error(ctx, e))?;
+            pos = page.next;
+            for (k, v) in page.rows {
+                let (deadline, _) = encoding::split_expiry(&v)?;
+                if !expiry::expired(deadline, now) {
+                    ctx.out.bulk(&k);
+                    return Ok(());
+                }
             }
         }
     }
@@ -271,53 +337,24 @@ pub(crate) fn randomkey(ctx: &mut Ctx<'_>, _args: Args<'_>) -> CmdResult {
     Ok(())
 }
 
-/// HSCAN key cursor [MATCH pattern] [COUNT count] [NOVALUES]: a hash is one stored value,
-/// so the whole (matching) hash comes back in one page with cursor 0, as Redis does for
-/// small hashes.
-pub(crate) fn hscan(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
-    let cursor = std::str::from_utf8(args.get(2))
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .ok_or_else(|| CmdError::new("ERR invalid cursor"))?;
-    let mut pattern = None;
-    let mut novalues = false;
-    let mut i = 3;
-    while i < args.len() {
-        let opt = args.get(i);
-        if is(opt, "NOVALUES") {
-            novalues = true;
-            i += 1;
-            continue;
-        }
-        if i + 1 >= args.len() {
-            return Err(CmdError::new(msg::SYNTAX));
-        }
-        if is(opt, "MATCH") {
-            pattern = Some(args.get(i + 1)).filter(|p| *p != b"*");
-        } else if is(opt, "COUNT") {
-            if parse_int(args.get(i + 1))? < 1 {
-                return Err(CmdError::new(msg::SYNTAX));
-            }
-        } else {
-            return Err(CmdError::new(msg::SYNTAX));
-        }
-        i += 2;
-    }
+/// HSCAN on a format-1 (packed) hash: a hash is one stored value, so the whole (matching)
+/// hash comes back in one page with cursor 0, as Redis does for small hashes.
+pub(crate) fn hscan_packed(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let o = parse_element_scan(args, true)?;
+    let cursor = cursor_position(ctx, args.get(2))?;
     let stored = ctx.load(args.get(1))?;
     let hash = stored.as_deref().map(super::as_hash).transpose()?;
     let pairs: Vec<(&[u8], &[u8])> = match hash {
-        Some(h) if cursor == 0 => h
+        Some(h) if cursor.is_empty() => h
             .iter()
-            .filter(|(f, _)| pattern.is_none_or(|p| glob::matches(p, f)))
+            .filter(|(f, _)| o.pattern.is_none_or(|p| glob::matches(p, f)))
             .collect(),
         _ => Vec::new(),
     };
-    ctx.out.array(2);
-    ctx.out.bulk(b"0");
-    ctx.out.array(pairs.len() * if novalues { 1 } else { 2 });
+    reply_page(ctx, None, pairs.len() * if o.novalues { 1 } else { 2 });
     for (f, v) in pairs {
         ctx.out.bulk(f);
-        if !novalues {
+        if !o.novalues {
             ctx.out.bulk(v);
         }
     }

@@ -180,7 +180,7 @@ pub(crate) fn mget(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
         match ctx.load(key)? {
             Some(v) => match encoding::decode(&v)? {
                 Stored::Str(s) => ctx.out.bulk(s),
-                Stored::Hash(_) => ctx.out.null(),
+                Stored::Hash(_) | Stored::Meta(_) => ctx.out.null(),
             },
             None => ctx.out.null(),
         }
@@ -396,7 +396,7 @@ pub(crate) fn msetnx(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
 }
 
 /// A float as Redis's `string2ld` reads one: no spaces, no NaN or infinity.
-fn parse_float(s: &[u8]) -> Option<f64> {
+pub(crate) fn parse_float(s: &[u8]) -> Option<f64> {
     let text = std::str::from_utf8(s).ok()?;
     if text.is_empty() || text.starts_with(|c: char| c.is_whitespace() || c == '+') {
         return None;
@@ -406,7 +406,7 @@ fn parse_float(s: &[u8]) -> Option<f64> {
 }
 
 /// Formats a float as Redis's INCRBYFLOAT reply does (shortest exact decimal, no exponent).
-fn format_float(v: f64) -> String {
+pub(crate) fn format_float(v: f64) -> String {
     let s = format!("{v}");
     if s == "-0" { "0".to_string() } else { s }
 }

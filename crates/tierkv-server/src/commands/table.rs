@@ -9,7 +9,10 @@
 //!
 //! Thread-safety: immutable static data.
 
-use super::{Handler, connection, expire, hashes, info, keys, multi, scan, strings};
+use super::{
+    Handler, blocking, connection, expire, hashes, info, keys, lists, multi, scan, sets, strings,
+    zsets,
+};
 use crate::resp::Args;
 
 /// One command.
@@ -46,10 +49,18 @@ impl CommandSpec {
     /// The keys of a call (the arity was checked).
     pub fn keys<'a>(&self, args: Args<'a>) -> impl Iterator<Item = &'a [u8]> + 'a {
         let argc = args.len() as i64;
-        let first = i64::from(self.first_key);
-        let last = match i64::from(self.last_key) {
-            l if l < 0 => argc + l,
-            l => l,
+        let (first, last) = if self.has_flag("numkeys") {
+            // `name numkeys key [key ...] ...`: the keys follow their count.
+            let n = super::parse_i64_strict(args.get(1))
+                .unwrap_or(0)
+                .clamp(0, argc);
+            (2, 1 + n)
+        } else {
+            let last = match i64::from(self.last_key) {
+                l if l < 0 => argc + l,
+                l => l,
+            };
+            (i64::from(self.first_key), last)
         };
         let step = usize::try_from(self.step).unwrap_or(1).max(1);
         let range = if first > 0 && last >= first {
@@ -392,7 +403,7 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         (0, 0, 0),
         "connection",
         "1.0.0",
-        "Changes the selected database (only database 0 exists).",
+        "Changes the selected database (0 to 15).",
         connection::select
     ),
     cmd!(
@@ -743,7 +754,7 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         "server",
         "1.0.0",
         "Removes all keys from all databases.",
-        keys::flushdb
+        keys::flushall
     ),
     cmd!(
         "keys",
@@ -773,7 +784,37 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         "hash",
         "2.8.0",
         "Iterates over fields and values of a hash.",
-        scan::hscan
+        hashes::hscan
+    ),
+    cmd!(
+        "hsetnx",
+        4,
+        WRITE_FAST,
+        (1, 1, 1),
+        "hash",
+        "2.0.0",
+        "Sets the value of a field in a hash only when the field doesn't exist.",
+        hashes::hsetnx
+    ),
+    cmd!(
+        "hstrlen",
+        3,
+        READ_FAST,
+        (1, 1, 1),
+        "hash",
+        "3.2.0",
+        "Returns the length of the value of a field.",
+        hashes::hstrlen
+    ),
+    cmd!(
+        "hincrbyfloat",
+        4,
+        WRITE_FAST,
+        (1, 1, 1),
+        "hash",
+        "2.6.0",
+        "Increments the floating point value of a field by a number.",
+        hashes::hincrbyfloat
     ),
     cmd!(
         "copy",
@@ -784,6 +825,616 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         "6.2.0",
         "Copies the value of a key to a new key.",
         keys::copy
+    ),
+    cmd!(
+        "lpush",
+        -3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Prepends one or more elements to a list. Creates the key if it doesn't exist.",
+        lists::lpush
+    ),
+    cmd!(
+        "rpush",
+        -3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Appends one or more elements to a list. Creates the key if it doesn't exist.",
+        lists::rpush
+    ),
+    cmd!(
+        "lpushx",
+        -3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "list",
+        "2.2.0",
+        "Prepends one or more elements to a list only when the list exists.",
+        lists::lpushx
+    ),
+    cmd!(
+        "rpushx",
+        -3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "list",
+        "2.2.0",
+        "Appends an element to a list only when the list exists.",
+        lists::rpushx
+    ),
+    cmd!(
+        "lpop",
+        -2,
+        WRITE_FAST,
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Returns the first elements in a list after removing it. Deletes the list if the last element was popped.",
+        lists::lpop
+    ),
+    cmd!(
+        "rpop",
+        -2,
+        WRITE_FAST,
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Returns and removes the last elements of a list. Deletes the list if the last element was popped.",
+        lists::rpop
+    ),
+    cmd!(
+        "llen",
+        2,
+        READ_FAST,
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Returns the length of a list.",
+        lists::llen
+    ),
+    cmd!(
+        "lrange",
+        4,
+        &["readonly"],
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Returns a range of elements from a list.",
+        lists::lrange
+    ),
+    cmd!(
+        "lindex",
+        3,
+        &["readonly"],
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Returns an element from a list by its index.",
+        lists::lindex
+    ),
+    cmd!(
+        "lset",
+        4,
+        WRITE,
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Sets the value of an element in a list by its index.",
+        lists::lset
+    ),
+    cmd!(
+        "lrem",
+        4,
+        &["write"],
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Removes elements from a list. Deletes the list if the last element was removed.",
+        lists::lrem
+    ),
+    cmd!(
+        "ltrim",
+        4,
+        &["write"],
+        (1, 1, 1),
+        "list",
+        "1.0.0",
+        "Removes elements from both ends a list. Deletes the list if all elements were trimmed.",
+        lists::ltrim
+    ),
+    cmd!(
+        "linsert",
+        5,
+        WRITE,
+        (1, 1, 1),
+        "list",
+        "2.2.0",
+        "Inserts an element before or after another element in a list.",
+        lists::linsert
+    ),
+    cmd!(
+        "lpos",
+        -3,
+        &["readonly"],
+        (1, 1, 1),
+        "list",
+        "6.0.6",
+        "Returns the index of matching elements in a list.",
+        lists::lpos
+    ),
+    cmd!(
+        "lmove",
+        5,
+        WRITE,
+        (1, 2, 1),
+        "list",
+        "6.2.0",
+        "Returns an element after popping it from one list and pushing it to another. Deletes the list if the last element was moved.",
+        lists::lmove
+    ),
+    cmd!(
+        "rpoplpush",
+        3,
+        WRITE,
+        (1, 2, 1),
+        "list",
+        "1.2.0",
+        "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped.",
+        lists::rpoplpush
+    ),
+    cmd!(
+        "blpop",
+        -3,
+        &["write", "blocking"],
+        (1, -2, 1),
+        "list",
+        "2.0.0",
+        "Removes and returns the first element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.",
+        blocking::blpop
+    ),
+    cmd!(
+        "brpop",
+        -3,
+        &["write", "blocking"],
+        (1, -2, 1),
+        "list",
+        "2.0.0",
+        "Removes and returns the last element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.",
+        blocking::brpop
+    ),
+    cmd!(
+        "blmove",
+        6,
+        &["write", "denyoom", "blocking"],
+        (1, 2, 1),
+        "list",
+        "6.2.0",
+        "Pops an element from a list, pushes it to another list and returns it. Blocks until an element is available otherwise. Deletes the list if the last element was moved.",
+        blocking::blmove
+    ),
+    cmd!(
+        "brpoplpush",
+        4,
+        &["write", "denyoom", "blocking"],
+        (1, 2, 1),
+        "list",
+        "2.2.0",
+        "Pops an element from a list, pushes it to another list and returns it. Block until an element is available otherwise. Deletes the list if the last element was popped.",
+        blocking::brpoplpush
+    ),
+    cmd!(
+        "sadd",
+        -3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "set",
+        "1.0.0",
+        "Adds one or more members to a set. Creates the key if it doesn't exist.",
+        sets::sadd
+    ),
+    cmd!(
+        "srem",
+        -3,
+        &["write", "fast"],
+        (1, 1, 1),
+        "set",
+        "1.0.0",
+        "Removes one or more members from a set. Deletes the set if the last member was removed.",
+        sets::srem
+    ),
+    cmd!(
+        "sismember",
+        3,
+        READ_FAST,
+        (1, 1, 1),
+        "set",
+        "1.0.0",
+        "Determines whether a member belongs to a set.",
+        sets::sismember
+    ),
+    cmd!(
+        "smismember",
+        -3,
+        READ_FAST,
+        (1, 1, 1),
+        "set",
+        "6.2.0",
+        "Determines whether multiple members belong to a set.",
+        sets::smismember
+    ),
+    cmd!(
+        "scard",
+        2,
+        READ_FAST,
+        (1, 1, 1),
+        "set",
+        "1.0.0",
+        "Returns the number of members in a set.",
+        sets::scard
+    ),
+    cmd!(
+        "smembers",
+        2,
+        &["readonly"],
+        (1, 1, 1),
+        "set",
+        "1.0.0",
+        "Returns all members of a set.",
+        sets::smembers
+    ),
+    cmd!(
+        "srandmember",
+        -2,
+        &["readonly"],
+        (1, 1, 1),
+        "set",
+        "1.0.0",
+        "Get one or multiple random members from a set",
+        sets::srandmember
+    ),
+    cmd!(
+        "spop",
+        -2,
+        &["write", "fast"],
+        (1, 1, 1),
+        "set",
+        "1.0.0",
+        "Returns one or more random members from a set after removing them. Deletes the set if the last member was popped.",
+        sets::spop
+    ),
+    cmd!(
+        "smove",
+        4,
+        &["write", "fast"],
+        (1, 2, 1),
+        "set",
+        "1.0.0",
+        "Moves a member from one set to another.",
+        sets::smove
+    ),
+    cmd!(
+        "sinter",
+        -2,
+        &["readonly"],
+        (1, -1, 1),
+        "set",
+        "1.0.0",
+        "Returns the intersect of multiple sets.",
+        sets::sinter
+    ),
+    cmd!(
+        "sunion",
+        -2,
+        &["readonly"],
+        (1, -1, 1),
+        "set",
+        "1.0.0",
+        "Returns the union of multiple sets.",
+        sets::sunion
+    ),
+    cmd!(
+        "sdiff",
+        -2,
+        &["readonly"],
+        (1, -1, 1),
+        "set",
+        "1.0.0",
+        "Returns the difference of multiple sets.",
+        sets::sdiff
+    ),
+    cmd!(
+        "sinterstore",
+        -3,
+        WRITE,
+        (1, -1, 1),
+        "set",
+        "1.0.0",
+        "Stores the intersect of multiple sets in a key.",
+        sets::sinterstore
+    ),
+    cmd!(
+        "sunionstore",
+        -3,
+        WRITE,
+        (1, -1, 1),
+        "set",
+        "1.0.0",
+        "Stores the union of multiple sets in a key.",
+        sets::sunionstore
+    ),
+    cmd!(
+        "sdiffstore",
+        -3,
+        WRITE,
+        (1, -1, 1),
+        "set",
+        "1.0.0",
+        "Stores the difference of multiple sets in a key.",
+        sets::sdiffstore
+    ),
+    cmd!(
+        "sintercard",
+        -3,
+        &["readonly", "numkeys"],
+        (0, 0, 0),
+        "set",
+        "7.0.0",
+        "Returns the number of members of the intersect of multiple sets.",
+        sets::sintercard
+    ),
+    cmd!(
+        "sscan",
+        -3,
+        &["readonly"],
+        (1, 1, 1),
+        "set",
+        "2.8.0",
+        "Iterates over members of a set.",
+        sets::sscan
+    ),
+    cmd!(
+        "zadd",
+        -4,
+        WRITE_FAST,
+        (1, 1, 1),
+        "sorted-set",
+        "1.2.0",
+        "Adds one or more members to a sorted set, or updates their scores. Creates the key if it doesn't exist.",
+        zsets::zadd
+    ),
+    cmd!(
+        "zincrby",
+        4,
+        WRITE_FAST,
+        (1, 1, 1),
+        "sorted-set",
+        "1.2.0",
+        "Increments the score of a member in a sorted set.",
+        zsets::zincrby
+    ),
+    cmd!(
+        "zscore",
+        3,
+        READ_FAST,
+        (1, 1, 1),
+        "sorted-set",
+        "1.2.0",
+        "Returns the score of a member in a sorted set.",
+        zsets::zscore
+    ),
+    cmd!(
+        "zmscore",
+        -3,
+        READ_FAST,
+        (1, 1, 1),
+        "sorted-set",
+        "6.2.0",
+        "Returns the score of one or more members in a sorted set.",
+        zsets::zmscore
+    ),
+    cmd!(
+        "zcard",
+        2,
+        READ_FAST,
+        (1, 1, 1),
+        "sorted-set",
+        "1.2.0",
+        "Returns the number of members in a sorted set.",
+        zsets::zcard
+    ),
+    cmd!(
+        "zrank",
+        3,
+        READ_FAST,
+        (1, 1, 1),
+        "sorted-set",
+        "2.0.0",
+        "Returns the index of a member in a sorted set ordered by ascending scores.",
+        zsets::zrank
+    ),
+    cmd!(
+        "zrevrank",
+        3,
+        READ_FAST,
+        (1, 1, 1),
+        "sorted-set",
+        "2.0.0",
+        "Returns the index of a member in a sorted set ordered by descending scores.",
+        zsets::zrevrank
+    ),
+    cmd!(
+        "zcount",
+        4,
+        READ_FAST,
+        (1, 1, 1),
+        "sorted-set",
+        "2.0.0",
+        "Returns the count of members in a sorted set that have scores within a range.",
+        zsets::zcount
+    ),
+    cmd!(
+        "zlexcount",
+        4,
+        READ_FAST,
+        (1, 1, 1),
+        "sorted-set",
+        "2.8.9",
+        "Returns the number of members in a sorted set within a lexicographical range.",
+        zsets::zlexcount
+    ),
+    cmd!(
+        "zrange",
+        -4,
+        &["readonly"],
+        (1, 1, 1),
+        "sorted-set",
+        "1.2.0",
+        "Returns members in a sorted set within a range of indexes.",
+        zsets::zrange
+    ),
+    cmd!(
+        "zrevrange",
+        -4,
+        &["readonly"],
+        (1, 1, 1),
+        "sorted-set",
+        "1.2.0",
+        "Returns members in a sorted set within a range of indexes in reverse order.",
+        zsets::zrevrange
+    ),
+    cmd!(
+        "zrangebyscore",
+        -4,
+        &["readonly"],
+        (1, 1, 1),
+        "sorted-set",
+        "1.0.5",
+        "Returns members in a sorted set within a range of scores.",
+        zsets::zrangebyscore
+    ),
+    cmd!(
+        "zrevrangebyscore",
+        -4,
+        &["readonly"],
+        (1, 1, 1),
+        "sorted-set",
+        "2.2.0",
+        "Returns members in a sorted set within a range of scores in reverse order.",
+        zsets::zrevrangebyscore
+    ),
+    cmd!(
+        "zrangebylex",
+        -4,
+        &["readonly"],
+        (1, 1, 1),
+        "sorted-set",
+        "2.8.9",
+        "Returns members in a sorted set within a lexicographical range.",
+        zsets::zrangebylex
+    ),
+    cmd!(
+        "zrevrangebylex",
+        -4,
+        &["readonly"],
+        (1, 1, 1),
+        "sorted-set",
+        "2.8.9",
+        "Returns members in a sorted set within a lexicographical range in reverse order.",
+        zsets::zrevrangebylex
+    ),
+    cmd!(
+        "zpopmin",
+        -2,
+        &["write", "fast"],
+        (1, 1, 1),
+        "sorted-set",
+        "5.0.0",
+        "Returns the lowest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped.",
+        zsets::zpopmin
+    ),
+    cmd!(
+        "zpopmax",
+        -2,
+        &["write", "fast"],
+        (1, 1, 1),
+        "sorted-set",
+        "5.0.0",
+        "Returns the highest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped.",
+        zsets::zpopmax
+    ),
+    cmd!(
+        "zrem",
+        -3,
+        &["write", "fast"],
+        (1, 1, 1),
+        "sorted-set",
+        "1.2.0",
+        "Removes one or more members from a sorted set. Deletes the sorted set if all members were removed.",
+        zsets::zrem
+    ),
+    cmd!(
+        "zremrangebyrank",
+        4,
+        &["write"],
+        (1, 1, 1),
+        "sorted-set",
+        "2.0.0",
+        "Removes members in a sorted set within a range of indexes. Deletes the sorted set if all members were removed.",
+        zsets::zremrangebyrank
+    ),
+    cmd!(
+        "zremrangebyscore",
+        4,
+        &["write"],
+        (1, 1, 1),
+        "sorted-set",
+        "1.2.0",
+        "Removes members in a sorted set within a range of scores. Deletes the sorted set if all members were removed.",
+        zsets::zremrangebyscore
+    ),
+    cmd!(
+        "zremrangebylex",
+        4,
+        &["write"],
+        (1, 1, 1),
+        "sorted-set",
+        "2.8.9",
+        "Removes members in a sorted set within a lexicographical range. Deletes the sorted set if all members were removed.",
+        zsets::zremrangebylex
+    ),
+    cmd!(
+        "zscan",
+        -3,
+        &["readonly"],
+        (1, 1, 1),
+        "sorted-set",
+        "2.8.0",
+        "Iterates over members and scores of a sorted set.",
+        zsets::zscan
+    ),
+    cmd!(
+        "move",
+        3,
+        WRITE_FAST,
+        (1, 1, 1),
+        "generic",
+        "1.0.0",
+        "Moves a key to another database.",
+        keys::move_key
+    ),
+    cmd!(
+        "hrandfield",
+        -2,
+        &["readonly"],
+        (1, 1, 1),
+        "hash",
+        "6.2.0",
+        "Returns one or more random fields from a hash.",
+        hashes::hrandfield
     ),
 ];
 

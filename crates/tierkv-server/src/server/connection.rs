@@ -51,6 +51,8 @@ use crate::shared::{Session, Shared};
 const READ_CHUNK: usize = 16 << 10;
 /// How long a connection closed for a protocol error keeps draining its input.
 const LINGER: std::time::Duration = std::time::Duration::from_millis(200);
+/// Most bytes read from a blocked client (kept for after its blocking command).
+const BLOCKED_INPUT: usize = 1 << 20;
 /// Buffer capacity kept between bursts; more is given back after a large request or reply.
 const KEEP_CAPACITY: usize = 64 << 10;
 
@@ -155,6 +157,12 @@ impl Connection {
             if job.session.quit {
                 return Err(Close::Done);
             }
+            if let Some(block) = job.session.block.as_mut()
+                && block.waiting
+            {
+                self.wait_blocked(block).await?;
+                continue;
+            }
             if job.done() {
                 break;
             }
@@ -166,6 +174,43 @@ impl Connection {
         self.parser.set_authenticated(job.session.authenticated);
         job.batch.recycle();
         self.job = Some(job);
+        Ok(())
+    }
+
+    /// Waits, for a client blocked in BLPOP & co., until a push may have given it an
+    /// element, its timeout passes (the command then answers its timeout), the client
+    /// leaves, or the server stops. Bytes the client sends meanwhile are kept for after.
+    async fn wait_blocked(&mut self, block: &mut crate::shared::Block) -> Result<(), Close> {
+        let mut rx = self.shared.waiters.subscribe();
+        let seen = block.seen;
+        let deadline = block.deadline.map(Instant::from_std);
+        let sleep = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(sleep);
+        loop {
+            self.inbuf.reserve(READ_CHUNK);
+            tokio::select! {
+                r = rx.wait_for(|v| *v != seen) => {
+                    r.map_err(|_| Close::Done)?;
+                    break;
+                }
+                () = &mut sleep => {
+                    block.timed_out = true;
+                    break;
+                }
+                r = self.sock.read_buf(&mut self.inbuf), if self.inbuf.len() < BLOCKED_INPUT => {
+                    if r? == 0 {
+                        return Err(Close::Gone);
+                    }
+                }
+                () = self.stop.wait() => return Err(Close::Done),
+            }
+        }
+        block.waiting = false;
         Ok(())
     }
 

@@ -74,6 +74,12 @@ pub(crate) fn run_job(shared: &Shared, job: &mut Job) {
         } else {
             commands::execute(&mut ctx, args);
         }
+        if job.session.block.is_some_and(|b| b.waiting) {
+            // A blocking command found nothing: it runs again when the connection is woken
+            // (or times out); the commands after it wait, as in Redis.
+            job.next -= 1;
+            break;
+        }
         if job.session.quit || job.out.len() > soft {
             break;
         }

@@ -122,4 +122,75 @@ except redis.exceptions.ResponseError as e:
 check(r.client_id() == cid, "the connection was closed after an over-long argument")
 check(r.exists("huge") == 0, "an over-long argument was stored")
 
+# 10. A job queue on BLPOP: workers block on the queue, a producer pushes jobs, every job
+# is taken exactly once; a worker gives up after its timeout when the queue stays empty.
+done = []
+done_lock = threading.Lock()
+
+
+def worker():
+    c = redis.Redis(host=host, port=port, decode_responses=True)
+    while True:
+        item = c.blpop(["jobs:high", "jobs:low"], timeout=1)
+        if item is None:
+            return
+        queue, job = item
+        if job == "stop":
+            return
+        with done_lock:
+            done.append((queue, job))
+
+
+workers = [threading.Thread(target=worker) for _ in range(3)]
+for w in workers:
+    w.start()
+time.sleep(0.2)
+for i in range(60):
+    r.rpush("jobs:high" if i % 3 == 0 else "jobs:low", f"job{i}")
+for _ in workers:
+    r.rpush("jobs:low", "stop")
+for w in workers:
+    w.join(timeout=20)
+check(all(not w.is_alive() for w in workers), "workers still blocked")
+check(sorted(j for _, j in done) == sorted(f"job{i}" for i in range(60)),
+      f"jobs taken exactly once: {len(done)}")
+check(all((q == "jobs:high") == (int(j[3:]) % 3 == 0) for q, j in done), "queue names")
+t = time.time()
+check(r.blpop("jobs:none", timeout=0.3) is None, "an empty queue times out")
+check(time.time() - t >= 0.25, "the timeout was waited")
+# A reliable queue: BLMOVE to a processing list, then LREM when done.
+r.rpush("rq", "a", "b")
+check(r.blmove("rq", "rq:processing", 1, "LEFT", "RIGHT") == "a", "blmove")
+check(r.lrange("rq:processing", 0, -1) == ["a"], "processing list")
+check(r.lrem("rq:processing", 1, "a") == 1, "lrem when done")
+
+# 11. A leaderboard on a sorted set.
+players = {f"p{i}": (i * 37) % 101 for i in range(50)}
+r.zadd("board", players)
+top = r.zrevrange("board", 0, 4, withscores=True)
+check([m for m, _ in top] == [m for m, _ in sorted(players.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)[:5]],
+      f"top 5 {top}")
+check([s for _, s in top] == sorted(players.values(), reverse=True)[:5], "top scores")
+check(r.zincrby("board", 100, "p3") == players["p3"] + 100, "zincrby")
+check(r.zrevrank("board", "p3") == 0, "p3 leads")
+check(r.zscore("board", "p3") == players["p3"] + 100, "zscore")
+check(r.zcount("board", 50, "+inf") == sum(1 for p, s in players.items() if s >= 50 or p == "p3"),
+      "zcount")
+check(r.zadd("board", {"p3": 1}, gt=True) == 0 and r.zscore("board", "p3") == players["p3"] + 100,
+      "GT keeps the best score")
+page = r.zrange("board", 100, 200, byscore=True, offset=0, num=3, withscores=True)
+check(len(page) <= 3 and all(100 <= s <= 200 for _, s in page), f"byscore page {page}")
+check(r.zpopmin("board")[0][1] == min(players.values()), "zpopmin")
+check(r.zcard("board") == 49, "zcard")
+
+# 12. Sets for tags, and a client configured with db=3.
+r.sadd("tags:a", "x", "y", "z")
+r.sadd("tags:b", "y", "z", "w")
+check(r.sinter("tags:a", "tags:b") == {"y", "z"}, "sinter")
+check(r.sunionstore("tags:all", "tags:a", "tags:b") == 4, "sunionstore")
+r3 = redis.Redis(host=host, port=port, db=3, decode_responses=True)
+r3.set("only-in-3", "v")
+check(r.get("only-in-3") is None and r3.get("only-in-3") == "v", "db=3 is its own database")
+check(r3.dbsize() == 1, "db 3 size")
+
 print(f"redis-py {redis.__version__}: {checks} checks passed")

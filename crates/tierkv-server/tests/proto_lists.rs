@@ -1,0 +1,211 @@
+//! Lists (issue 25 item 4): the commands on ordered and unordered engines, blocking
+//! BLPOP/BRPOP/BLMOVE woken by another client's push, timeouts, non-blocking inside
+//! MULTI, and blocked clients holding no worker thread.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers: a failure here is a test failure"
+)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use redis::{Commands, Value, cmd};
+
+fn words<T: redis::FromRedisValue>(c: &mut redis::Connection, w: &str) -> T {
+    common::run(c, w)
+}
+
+#[test]
+fn list_commands_on_ordered_and_unordered_engines() {
+    for engine in ["dram:btree", "dram:hash"] {
+        let srv = common::start(engine);
+        let mut c = srv.client();
+        assert_eq!(words::<i64>(&mut c, "RPUSH l b c d"), 3, "{engine}");
+        assert_eq!(words::<i64>(&mut c, "LPUSH l a z"), 5, "{engine}");
+        let all: Vec<String> = words(&mut c, "LRANGE l 0 -1");
+        assert_eq!(all, ["z", "a", "b", "c", "d"], "{engine}");
+        assert_eq!(words::<String>(&mut c, "LINDEX l -1"), "d", "{engine}");
+        assert_eq!(words::<String>(&mut c, "LSET l 0 y"), "OK", "{engine}");
+        assert_eq!(words::<i64>(&mut c, "LINSERT l AFTER b x"), 6, "{engine}");
+        assert_eq!(words::<i64>(&mut c, "LREM l 1 a"), 1, "{engine}");
+        let all: Vec<String> = words(&mut c, "LRANGE l 0 -1");
+        assert_eq!(all, ["y", "b", "x", "c", "d"], "{engine}");
+        assert_eq!(words::<i64>(&mut c, "LPOS l c"), 3, "{engine}");
+        assert_eq!(words::<String>(&mut c, "LTRIM l 1 -2"), "OK", "{engine}");
+        let all: Vec<String> = words(&mut c, "LRANGE l 0 -1");
+        assert_eq!(all, ["b", "x", "c"], "{engine}");
+        assert_eq!(
+            words::<String>(&mut c, "LMOVE l m RIGHT LEFT"),
+            "c",
+            "{engine}"
+        );
+        assert_eq!(words::<String>(&mut c, "RPOPLPUSH l l"), "x", "{engine}");
+        let all: Vec<String> = words(&mut c, "LRANGE l 0 -1");
+        assert_eq!(all, ["x", "b"], "{engine}");
+        let popped: Vec<String> = words(&mut c, "LPOP l 5");
+        assert_eq!(popped, ["x", "b"], "{engine}");
+        assert_eq!(
+            words::<i64>(&mut c, "EXISTS l"),
+            0,
+            "the empty list is gone"
+        );
+        assert_eq!(words::<String>(&mut c, "TYPE m"), "list", "{engine}");
+        let e = common::error_of(&mut c, cmd("GET").arg("m"));
+        assert!(e.starts_with("WRONGTYPE"), "{engine}: {e}");
+        let e = common::error_of(&mut c, cmd("HSET").arg("m").arg("f").arg("v"));
+        assert!(e.starts_with("WRONGTYPE"), "{engine}: {e}");
+        c.set::<_, _, ()>("s", "v").unwrap();
+        let e = common::error_of(&mut c, cmd("LPUSH").arg("s").arg("v"));
+        assert!(e.starts_with("WRONGTYPE"), "{engine}: {e}");
+        assert_eq!(c.del::<_, i64>("m").unwrap(), 1, "{engine}");
+        assert_eq!(words::<i64>(&mut c, "LLEN m"), 0, "{engine}");
+    }
+}
+
+#[test]
+fn a_big_list_is_deleted_in_o1_and_reclaimed() {
+    let srv = common::start("dram:btree");
+    let mut c = srv.client();
+    for chunk in 0..4 {
+        let mut push = cmd("RPUSH");
+        push.arg("big");
+        for i in 0..500 {
+            push.arg(format!("e{}", chunk * 500 + i));
+        }
+        push.query::<i64>(&mut c).unwrap();
+    }
+    assert_eq!(words::<String>(&mut c, "LINDEX big 1234"), "e1234");
+    assert_eq!(words::<i64>(&mut c, "DBSIZE"), 1);
+    assert_eq!(c.del::<_, i64>("big").unwrap(), 1);
+    let t = Instant::now();
+    loop {
+        let info: String = cmd("INFO").arg("stats").query(&mut c).unwrap();
+        let n: u64 = info
+            .lines()
+            .find_map(|l| l.strip_prefix("tierkv_reclaimed_elements:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap();
+        if n >= 2000 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "{n} reclaimed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn blpop_is_woken_by_a_push_from_another_client() {
+    let srv = common::start("dram:btree");
+    let addr = srv.addr;
+    let (ready, go) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let mut c = redis::Client::open(format!("redis://{addr}/"))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let t = Instant::now();
+        ready.send(()).unwrap();
+        let got: (String, String) = words(&mut c, "BLPOP q1 q2 0");
+        (got, t.elapsed())
+    });
+    // The push comes at least 300 ms after the waiter started its BLPOP.
+    go.recv().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut c = srv.client();
+    assert_eq!(words::<i64>(&mut c, "RPUSH q2 job1"), 1);
+    let (got, waited) = waiter.join().unwrap();
+    assert_eq!(got, ("q2".to_string(), "job1".to_string()));
+    assert!(waited >= Duration::from_millis(250), "{waited:?}");
+    assert_eq!(
+        words::<i64>(&mut c, "LLEN q2"),
+        0,
+        "the element went to the waiter"
+    );
+}
+
+#[test]
+fn blocking_timeouts_and_multi() {
+    let srv = common::start("dram:btree");
+    let mut c = srv.client();
+    let t = Instant::now();
+    let v: Value = words(&mut c, "BRPOP nothing 0.2");
+    assert_eq!(v, Value::Nil);
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_millis(190) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+    let v: Value = words(&mut c, "BLMOVE nothing dst LEFT RIGHT 0.05");
+    assert_eq!(v, Value::Nil);
+    let e = common::error_of(&mut c, cmd("BLPOP").arg("k").arg("-1"));
+    assert_eq!(e, "ERR timeout is negative");
+    // Inside MULTI a blocking command answers at once.
+    assert_eq!(words::<String>(&mut c, "MULTI"), "OK");
+    assert_eq!(words::<String>(&mut c, "BLPOP nothing 0"), "QUEUED");
+    assert_eq!(words::<String>(&mut c, "RPUSH x 1"), "QUEUED");
+    assert_eq!(words::<String>(&mut c, "BLPOP x 0"), "QUEUED");
+    let v: Value = words(&mut c, "EXEC");
+    assert_eq!(
+        v,
+        Value::Array(vec![
+            Value::Nil,
+            Value::Int(1),
+            Value::Array(vec![
+                Value::BulkString(b"x".to_vec()),
+                Value::BulkString(b"1".to_vec())
+            ]),
+        ])
+    );
+    // A command pipelined after a blocking one waits for it.
+    let mut raw = srv.raw();
+    let mut req = common::resp(&[b"BLPOP", b"p", b"0.1"]);
+    req.extend(common::resp(&[b"PING"]));
+    let got = common::exchange(&mut raw, &req, |b| b.ends_with(b"+PONG\r\n"));
+    assert_eq!(got, b"*-1\r\n+PONG\r\n");
+}
+
+#[test]
+fn blocked_clients_hold_no_worker() {
+    // Two workers, six clients blocked forever: the server still serves everyone else.
+    let srv = common::start("dram:btree");
+    let addr = srv.addr;
+    let waiters: Vec<_> = (0..6)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let mut c = redis::Client::open(format!("redis://{addr}/"))
+                    .unwrap()
+                    .get_connection()
+                    .unwrap();
+                let got: (String, String) = words(&mut c, &format!("BLPOP w{i} 0"));
+                got.1
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut c = srv.client();
+    for i in 0..50 {
+        c.set::<_, _, ()>(format!("k{i}"), i).unwrap();
+    }
+    for i in 0..6 {
+        assert_eq!(
+            words::<i64>(&mut c, &format!("LPUSH w{i} job{i}")),
+            1,
+            "client {i}"
+        );
+    }
+    for (i, w) in waiters.into_iter().enumerate() {
+        assert_eq!(w.join().unwrap(), format!("job{i}"));
+    }
+    // Shutdown with a client still blocked is prompt.
+    let mut blocked = srv.raw();
+    blocked
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    std::io::Write::write_all(&mut blocked, &common::resp(&[b"BLPOP", b"never", b"0"])).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let t = Instant::now();
+    srv.shutdown().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+}
