@@ -12,18 +12,24 @@
 //! **Volatile by definition**: a put is "acknowledged" when it is in the index, and nothing
 //! survives the process. The CLI and every report say so.
 //!
-//! **Write batches** are applied under the store's batch lock: single operations take it
-//! shared, a batch takes it exclusive, so every reader (`get`, `scan`, `multi_get`) sees
-//! either none or all of a batch.
+//! **Write batches** are applied under key-hash *stripes* ([`STRIPES`] reader-writer
+//! locks): a batch holds the stripes of its keys exclusively (taken in ascending order, so
+//! batches cannot deadlock), a single operation and a `get` hold their key's stripe
+//! shared, `multi_get` the stripes of its keys shared, and `scan` every stripe shared. So
+//! every reader sees either none or all of a batch, batches on disjoint stripes run in
+//! parallel, and a batch holds off only the operations on its own stripes (a single global
+//! lock, taken exclusively by every batch, held off every operation of the store: the
+//! server, which writes every collection command as a batch, ran `RPOP` at 0.28x Redis).
 //!
 //! Thread safety: every method takes `&self`; the index is concurrent and linearizable.
 
 #![forbid(unsafe_code)]
 
+use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
-use parking_lot::RwLock;
+use parking_lot::{RwLock, RwLockReadGuard};
 use tierkv_core::common::index::{ConcurrentIndex, INDEX_VARIANTS, new_index};
 use tierkv_core::{
     BatchOp, EngineContext, EngineDescriptor, Error, KvPair, KvStore, Limits, OpCounters, Result,
@@ -42,6 +48,9 @@ pub const DESCRIPTOR: EngineDescriptor = EngineDescriptor {
     open,
 };
 
+/// Key-hash stripes that order batches against other operations (module doc).
+pub const STRIPES: usize = 64;
+
 /// Bytes of bookkeeping charged per entry on top of key and value (index node share,
 /// `Arc` header, allocation rounding): an estimate, documented as such in `stats`.
 const ENTRY_OVERHEAD: i64 = 64;
@@ -59,8 +68,9 @@ pub struct DramStore {
     closed: AtomicBool,
     ops: OpCounters,
     dram_bytes: AtomicI64,
-    /// Shared by single operations, exclusive for a batch (module doc).
-    batch_lock: RwLock<()>,
+    /// Shared by single operations and readers of their keys, exclusive for a batch of
+    /// their keys (module doc).
+    stripes: Box<[RwLock<()>]>,
 }
 
 impl DramStore {
@@ -72,8 +82,33 @@ impl DramStore {
             closed: AtomicBool::new(false),
             ops: OpCounters::default(),
             dram_bytes: AtomicI64::new(0),
-            batch_lock: RwLock::new(()),
+            stripes: (0..STRIPES).map(|_| RwLock::new(())).collect(),
         })
+    }
+
+    /// The stripe of `key`.
+    fn stripe_of(key: &[u8]) -> usize {
+        BuildHasherDefault::<DefaultHasher>::default().hash_one(key) as usize % STRIPES
+    }
+
+    /// The stripes of `keys`, ascending, each once.
+    fn stripe_ids<'k>(keys: impl Iterator<Item = &'k [u8]>) -> Vec<usize> {
+        let mut ids: Vec<usize> = keys.map(Self::stripe_of).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    /// `key`'s stripe, shared.
+    fn shared(&self, key: &[u8]) -> Option<RwLockReadGuard<'_, ()>> {
+        self.stripes.get(Self::stripe_of(key)).map(RwLock::read)
+    }
+
+    /// The stripes `ids` (ascending), shared.
+    fn shared_all(&self, ids: &[usize]) -> Vec<RwLockReadGuard<'_, ()>> {
+        ids.iter()
+            .filter_map(|i| self.stripes.get(*i).map(RwLock::read))
+            .collect()
     }
 
     fn check_open(&self) -> Result<()> {
@@ -84,7 +119,7 @@ impl DramStore {
         }
     }
 
-    /// Inserts with the batch lock held (shared or exclusive).
+    /// Inserts with the key's stripe held (shared or exclusive).
     fn put_locked(&self, key: &[u8], value: &[u8]) {
         let old = self.index.insert(key, Arc::from(value));
         self.charge(key, old.as_ref(), Some(value));
@@ -105,7 +140,7 @@ impl KvStore for DramStore {
         self.check_open()?;
         self.limits.check_key(key)?;
         let v = {
-            let _shared = self.batch_lock.read();
+            let _shared = self.shared(key);
             self.index.get(key).map(|v| v.to_vec())
         };
         if let Some(v) = &v {
@@ -119,7 +154,7 @@ impl KvStore for DramStore {
         self.check_open()?;
         self.limits.check_key(key)?;
         self.limits.check_value(value)?;
-        let _shared = self.batch_lock.read();
+        let _shared = self.shared(key);
         self.put_locked(key, value);
         Ok(())
     }
@@ -127,7 +162,7 @@ impl KvStore for DramStore {
     fn delete(&self, key: &[u8]) -> Result<()> {
         self.check_open()?;
         self.limits.check_key(key)?;
-        let _shared = self.batch_lock.read();
+        let _shared = self.shared(key);
         let old = self.index.remove(key);
         self.charge(key, old.as_ref(), None);
         Ok(())
@@ -136,7 +171,8 @@ impl KvStore for DramStore {
     fn scan(&self, start: &[u8], limit: usize) -> Result<Vec<KvPair>> {
         self.check_open()?;
         let rows = {
-            let _shared = self.batch_lock.read();
+            // Every stripe: a scan may read any key.
+            let _shared: Vec<_> = self.stripes.iter().map(RwLock::read).collect();
             self.index.scan(start, limit)?
         };
         let out: Vec<KvPair> = rows.into_iter().map(|(k, v)| (k, v.to_vec())).collect();
@@ -150,12 +186,16 @@ impl KvStore for DramStore {
         self.check_open()
     }
 
-    /// Applies the batch under the exclusive batch lock (module doc): atomic to readers;
-    /// "durable" means in the index, as for a put (the engine is volatile).
+    /// Applies the batch holding its keys' stripes exclusively (module doc): atomic to
+    /// readers; "durable" means in the index, as for a put (the engine is volatile).
     fn write_batch(&self, batch: &WriteBatch) -> Result<()> {
         self.check_open()?;
         batch.check(&self.limits)?;
-        let _exclusive = self.batch_lock.write();
+        let ids = Self::stripe_ids(batch.iter().map(|(k, _)| k));
+        let _exclusive: Vec<_> = ids
+            .iter()
+            .filter_map(|i| self.stripes.get(*i).map(RwLock::write))
+            .collect();
         for (key, op) in batch.iter() {
             match op {
                 BatchOp::Put(value) => self.put_locked(key, value),
@@ -178,7 +218,7 @@ impl KvStore for DramStore {
             self.limits.check_key(k)?;
         }
         let out: Vec<Option<Vec<u8>>> = {
-            let _shared = self.batch_lock.read();
+            let _shared = self.shared_all(&Self::stripe_ids(keys.iter().copied()));
             keys.iter()
                 .map(|k| self.index.get(k).map(|v| v.to_vec()))
                 .collect()

@@ -142,3 +142,39 @@ fn a_batch_over_the_limits_applies_nothing() {
         Err(Error::Closed)
     ));
 }
+
+/// A scan holds every stripe shared, so it sees none or all of each batch (a batch over
+/// ten keys spread over the stripes, rewritten with one value per batch).
+#[test]
+fn scans_see_none_or_all_of_each_batch() {
+    let s = store("btree");
+    let keys: Vec<Vec<u8>> = (0..10u8).map(|i| vec![b'k', i]).collect();
+    let write = |n: u32| {
+        let mut b = WriteBatch::new();
+        for k in &keys {
+            b.put(k.clone(), n.to_le_bytes());
+        }
+        s.write_batch(&b).unwrap();
+    };
+    write(0);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|t| {
+        t.spawn(|| {
+            for n in 1..3_000 {
+                write(n);
+            }
+            done.store(true, std::sync::atomic::Ordering::Release);
+        });
+        let mut scans = 0;
+        while !done.load(std::sync::atomic::Ordering::Acquire) {
+            let rows = s.scan(b"k", 10).unwrap();
+            assert_eq!(rows.len(), 10);
+            assert!(
+                rows.iter().all(|(_, v)| *v == rows[0].1),
+                "a scan saw part of a batch: {rows:?}"
+            );
+            scans += 1;
+        }
+        assert!(scans > 0);
+    });
+}
