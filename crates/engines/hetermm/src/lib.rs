@@ -57,6 +57,7 @@
 
 mod background;
 mod batch;
+mod batch_recovery;
 pub mod cache;
 mod check;
 pub mod dram;

@@ -27,6 +27,7 @@ use parking_lot::Mutex;
 use tierkv_core::{Counter, Error, Result};
 
 use crate::format::HEADER_LEN;
+use crate::format::batch;
 use crate::format::dir::{DirEntry, MAX_LOG_SEQ};
 use crate::format::log::{self, EntryKind, LogHeader, Place};
 use crate::geometry::Geometry;
@@ -145,6 +146,56 @@ impl OpLog {
             self.next_page(nvm, &mut t)?;
         }
         Ok(LogTicket { log: self, t, len })
+    }
+
+    /// Takes the log pages for a write batch that spans pages (ours, issue 24; FORMAT.md §
+    /// Batches that span pages): the rest of the thread's page and as many fresh pages as
+    /// [`pack_parts`] needs for batch parts holding operations of `op_lens` payload bytes
+    /// (in order) and the commit after them. The pages stay the thread's while the ticket
+    /// lives (`frozen_oldest` waits for it), so the commit cannot fail for want of space.
+    /// On an error the pages taken so far are left empty (a reader stops at once).
+    pub fn begin_span(&self, nvm: &Nvm, slot: usize, op_lens: &[u64]) -> Result<SpanTicket<'_>> {
+        let mut t = self.threads[slot % MAX_THREADS].lock();
+        let mut pages = Vec::new();
+        if let Some(block) = &t.block {
+            pages.push(HeldPage {
+                block: block.clone(),
+                page: t.page,
+                start: t.next,
+            });
+        }
+        let page_size = self.geo.page_size();
+        let max_entry = self.max_payload() + log::ENTRY_HEADER_LEN;
+        let empty = log::ENTRY_HEADER_LEN + batch::PAYLOAD_HEADER_LEN;
+        if op_lens.iter().any(|l| empty + l > max_entry) {
+            return Err(Error::invalid(
+                "hetermm batch: an operation larger than a log page",
+            ));
+        }
+        loop {
+            let rooms: Vec<u64> = pages.iter().map(|p| page_size - p.start).collect();
+            if pack_parts(&rooms, op_lens, max_entry).is_some() {
+                return Ok(SpanTicket {
+                    log: self,
+                    t,
+                    pages,
+                });
+            }
+            // Every fresh page takes at least one operation (checked above).
+            if pages.len() > op_lens.len() + 2 {
+                return Err(Error::invalid("hetermm batch: its log pages do not add up"));
+            }
+            self.next_page(nvm, &mut t)?;
+            let block = t
+                .block
+                .clone()
+                .ok_or_else(|| Error::invalid("hetermm log: a fresh log page without its block"))?;
+            pages.push(HeldPage {
+                block,
+                page: t.page,
+                start: t.next,
+            });
+        }
     }
 
     /// Makes sure the thread of slot `slot` can append an entry of this key and value
@@ -432,6 +483,149 @@ impl LogTicket<'_> {
         t.unsettled = Some(Unsettled { block, off });
         self.log.counters.bytes.add(len);
         self.log.counters.entries.incr();
+        Ok(())
+    }
+}
+
+/// A log page held for a batch that spans pages, from offset `start` to its end.
+struct HeldPage {
+    block: Arc<LogBlock>,
+    page: u64,
+    start: u64,
+}
+
+/// Where the parts of a batch that spans pages go ([`pack_parts`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartsLayout {
+    /// Each part: the index of its page and how many operations (next in order) it holds.
+    pub parts: Vec<(usize, usize)>,
+    /// The page of the commit and its offset from the page's room start.
+    pub commit: (usize, u64),
+}
+
+/// Packs operations of `op_lens` payload bytes, in order, into batch parts — at most one
+/// per page, at the start of the page's room, each an entry of at most `max_entry` bytes
+/// (so that log compression can copy it into any page) — and the commit after the last
+/// part: into the first page with room, else the next (next fit). `rooms` are the bytes
+/// each page offers. `None` if the pages do not suffice.
+///
+/// Next fit never needs more pages for a subsequence of the operations (its position
+/// after each operation is never past the full sequence's): a batch whose deletes of
+/// absent keys fall out at the commit still fits the pages its reservation planned.
+pub fn pack_parts(rooms: &[u64], op_lens: &[u64], max_entry: u64) -> Option<PartsLayout> {
+    let empty = log::ENTRY_HEADER_LEN + batch::PAYLOAD_HEADER_LEN;
+    let mut parts = Vec::new();
+    let (mut page, mut count, mut used) = (0usize, 0usize, empty);
+    for &len in op_lens {
+        loop {
+            let cap = rooms.get(page)?.min(&max_entry);
+            if used + len <= *cap {
+                (count, used) = (count + 1, used + len);
+                break;
+            }
+            if count > 0 {
+                parts.push((page, count));
+            }
+            (page, count, used) = (page + 1, 0, empty);
+        }
+    }
+    if count > 0 {
+        parts.push((page, count));
+    }
+    let commit_len = log::entry_len(0, batch::COMMIT_LEN);
+    let end = if count > 0 { used } else { 0 };
+    let commit = if rooms.get(page)? - end >= commit_len {
+        (page, end)
+    } else if *rooms.get(page + 1)? >= commit_len {
+        (page + 1, 0)
+    } else {
+        return None;
+    };
+    (!parts.is_empty()).then_some(PartsLayout { parts, commit })
+}
+
+/// A thread's log pages, held for the parts and the commit of a write batch
+/// ([`OpLog::begin_span`]).
+pub struct SpanTicket<'a> {
+    log: &'a OpLog,
+    t: parking_lot::MutexGuard<'a, ThreadLog>,
+    pages: Vec<HeldPage>,
+}
+
+impl SpanTicket<'_> {
+    /// Writes the batch's parts — each whole with its timestamp `ts`, persisted — and then
+    /// its commit (two steps: with ts = 0, persisted; ts, persisted). Every entry covers
+    /// `covered`. Fails only if the pool fails (or `ops` needs more pages than were held).
+    pub fn commit(
+        mut self,
+        nvm: &Nvm,
+        ts: u64,
+        covered: u64,
+        ops: &[batch::BatchOp<'_>],
+    ) -> Result<()> {
+        let geo = self.log.geo;
+        let page_size = geo.page_size();
+        let max_entry = self.log.max_payload() + log::ENTRY_HEADER_LEN;
+        let rooms: Vec<u64> = self.pages.iter().map(|p| page_size - p.start).collect();
+        let lens: Vec<u64> = ops
+            .iter()
+            .map(|o| batch::op_len(o.key.len() as u64, o.value.len() as u64))
+            .collect();
+        let layout = pack_parts(&rooms, &lens, max_entry)
+            .ok_or_else(|| Error::invalid("hetermm batch: more operations than its log pages"))?;
+        let at = Place {
+            address: covered,
+            record: 0,
+        };
+        let pos = |i: usize, within: u64| -> Result<(Arc<LogBlock>, u64)> {
+            let p = self
+                .pages
+                .get(i)
+                .ok_or_else(|| Error::invalid("hetermm batch: a part past its log pages"))?;
+            let off = p.block.off + ((p.page - p.block.first_page) << geo.page_bits) + p.start;
+            Ok((p.block.clone(), off + within))
+        };
+        let mut rest = ops;
+        let mut written = 0;
+        for (n, &(page, count)) in layout.parts.iter().enumerate() {
+            let (these, more) = rest.split_at(count.min(rest.len()));
+            rest = more;
+            let (block, off) = pos(page, 0)?;
+            block.max_address.fetch_max(covered, Ordering::AcqRel);
+            let value = batch::encode_part(these, n as u32);
+            let mut bytes = log::encode_entry(block.seq, at, EntryKind::BatchPart, &[], &value);
+            bytes[..8].copy_from_slice(&ts.to_le_bytes());
+            // IMPORTANT: a part is written whole, timestamp included, and persisted before
+            // the commit is started; without the commit it stands for nothing.
+            nvm.pool.write(off, &bytes)?;
+            nvm.pool.persist(off, bytes.len())?;
+            nvm.pool.crash_point("hetermm.batch.part_written");
+            written += bytes.len() as u64;
+        }
+        let (cpage, within) = layout.commit;
+        let (block, off) = pos(cpage, within)?;
+        block.max_address.fetch_max(covered, Ordering::AcqRel);
+        let value = batch::encode_commit(layout.parts.len() as u32, ops.len() as u32);
+        let bytes = log::encode_entry(block.seq, at, EntryKind::BatchCommit, &[], &value);
+        // IMPORTANT: step 1 — the commit with ts = 0, persisted; step 2 — its ts commits
+        // the batch.
+        nvm.pool.write(off, &bytes)?;
+        nvm.pool.persist(off, bytes.len())?;
+        nvm.pool.crash_point("hetermm.batch.entry_written");
+        nvm.pool.store_u64(off, ts)?;
+        nvm.pool.persist(off, 8)?;
+        written += bytes.len() as u64;
+        let held = self
+            .pages
+            .get(cpage)
+            .ok_or_else(|| Error::invalid("hetermm batch: a commit past its log pages"))?;
+        let t = &mut *self.t;
+        t.block = Some(block.clone());
+        t.page = held.page;
+        t.next = held.start + within + bytes.len() as u64;
+        t.unsettled = Some(Unsettled { block, off });
+        self.log.counters.bytes.add(written);
+        self.log.counters.entries.add(layout.parts.len() as u64 + 1);
         Ok(())
     }
 }
