@@ -81,6 +81,10 @@ pub struct LogCounters {
     pub copied: Counter,
     /// Entries withdrawn by writes that lost a race and then failed.
     pub retracted: Counter,
+    /// Write batches that spanned log pages (parts and a commit).
+    pub spanning_batches: Counter,
+    /// Batch parts written by them.
+    pub batch_parts: Counter,
 }
 
 /// The operation log.
@@ -626,6 +630,8 @@ impl SpanTicket<'_> {
         t.unsettled = Some(Unsettled { block, off });
         self.log.counters.bytes.add(written);
         self.log.counters.entries.add(layout.parts.len() as u64 + 1);
+        self.log.counters.spanning_batches.incr();
+        self.log.counters.batch_parts.add(layout.parts.len() as u64);
         Ok(())
     }
 }
