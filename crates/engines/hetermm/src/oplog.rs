@@ -678,11 +678,8 @@ mod tests {
     use super::*;
     use tierkv_core::media::pmem::{DurabilityMode, EmulatedLatency, PmemConfig, PmemPool};
 
-    /// Regression (found by the crash-image test): a log block is zeroed before it is used,
-    /// so the timestamp word of an entry whose first step is not yet durable can only read
-    /// 0 — never bytes an earlier block left in the same chunks.
-    #[test]
-    fn a_new_log_block_holds_nothing_of_what_its_chunks_held_before() {
+    /// An 8 MiB volatile pool formatted with blocks of 2^`block_bits` and 4 KiB pages.
+    fn scratch_nvm(block_bits: u32) -> (tempfile::TempDir, Arc<PmemPool>, Nvm) {
         let dir = tempfile::tempdir().unwrap();
         let pool = PmemPool::create(&PmemConfig {
             path: dir.path().join("p"),
@@ -691,7 +688,121 @@ mod tests {
             latency: EmulatedLatency::default(),
         })
         .unwrap();
-        let nvm = Nvm::format(pool.clone(), 15, 12).unwrap();
+        let nvm = Nvm::format(pool.clone(), block_bits, 12).unwrap();
+        (dir, pool, nvm)
+    }
+
+    /// Next fit: parts fill pages in order, one per page, each at most `max_entry`; the
+    /// commit goes after the last part or at the start of the next page; a page too small
+    /// for the next operation is skipped; a subsequence never needs more pages.
+    #[test]
+    fn parts_pack_in_order_one_per_page_and_the_commit_follows() {
+        let e = log::ENTRY_HEADER_LEN + batch::PAYLOAD_HEADER_LEN; // 48
+        let commit = log::entry_len(0, batch::COMMIT_LEN); // 48
+        let l = pack_parts(&[1000, 1000, 1000], &[400, 400, 400, 400], 1000).unwrap();
+        assert_eq!(l.parts, vec![(0, 2), (1, 2)]);
+        assert_eq!(l.commit, (1, e + 800));
+        let l = pack_parts(&[100, 1000, 1000], &[400, 400], 1000).unwrap();
+        assert_eq!(
+            l.parts,
+            vec![(1, 2)],
+            "the first page is too small for an operation"
+        );
+        let l = pack_parts(&[1000, 850], &[400, 400, 400], 900).unwrap();
+        assert_eq!(l.parts, vec![(0, 2), (1, 1)]);
+        assert_eq!(
+            l.commit,
+            (1, e + 400),
+            "capped by max_entry, the page's room is used"
+        );
+        let l = pack_parts(&[e + 800, 1000], &[400, 400], 1000).unwrap();
+        assert_eq!(
+            l.commit,
+            (1, 0),
+            "no room for the commit after the last part"
+        );
+        assert!(pack_parts(&[e + 800], &[400, 400], 1000).is_none());
+        assert!(pack_parts(&[1000], &[400, 400, 400], 1000).is_none());
+        assert!(
+            pack_parts(&[1000], &[], 1000).is_none(),
+            "no operation, no part"
+        );
+        assert!(commit <= 1000);
+        // A subsequence (deletes of absent keys left out) fits the same pages.
+        let rooms = [700, 1000, 1000, 1000];
+        let ops = [300, 500, 200, 600, 100, 400, 300];
+        let full = pack_parts(&rooms, &ops, 1000).unwrap();
+        let last = |l: &PartsLayout| l.commit.0;
+        for mask in 1u32..(1 << ops.len()) {
+            let sub: Vec<u64> = (0..ops.len())
+                .filter(|i| mask & (1 << i) != 0)
+                .map(|i| ops[i])
+                .collect();
+            let l = pack_parts(&rooms, &sub, 1000).unwrap();
+            assert!(last(&l) <= last(&full), "{sub:?}");
+        }
+    }
+
+    /// A batch spanning pages, end to end on a pool: its parts and its commit, read back
+    /// from the log block, carry the operations in order.
+    #[test]
+    fn a_span_ticket_writes_parts_then_the_commit() {
+        let (_dir, _pool, nvm) = scratch_nvm(16);
+        let geo = Geometry {
+            page_bits: 12,
+            block_bits: 16,
+        };
+        let log = OpLog::new(geo, 1);
+        let value = vec![7u8; 1500];
+        let keys: Vec<Vec<u8>> = (0..6).map(|i| format!("key{i}").into_bytes()).collect();
+        let ops: Vec<batch::BatchOp<'_>> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| batch::BatchOp {
+                ts: 10 + i as u64,
+                record: 4096,
+                kind: EntryKind::Put,
+                key: k,
+                value: &value,
+            })
+            .collect();
+        let lens: Vec<u64> = ops
+            .iter()
+            .map(|o| batch::op_len(o.key.len() as u64, o.value.len() as u64))
+            .collect();
+        let ticket = log.begin_span(&nvm, 0, &lens).unwrap();
+        ticket.commit(&nvm, 99, 8192, &ops).unwrap();
+        let block = log.state.lock().blocks.front().unwrap().clone();
+        let entries = log.entries(&nvm, &block).unwrap();
+        let kinds: Vec<EntryKind> = entries.iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                EntryKind::BatchPart,
+                EntryKind::BatchPart,
+                EntryKind::BatchPart,
+                EntryKind::BatchCommit
+            ]
+        );
+        assert!(entries.iter().all(|e| e.ts == 99 && e.address == 8192));
+        let mut got = Vec::new();
+        for (n, e) in entries.iter().take(3).enumerate() {
+            let (part, ops) = batch::decode_part(&e.value, 8192).unwrap();
+            assert_eq!(part as usize, n);
+            got.extend(ops.iter().map(|o| o.key.to_vec()));
+        }
+        assert_eq!(got, keys);
+        assert_eq!(batch::decode_commit(&entries[3].value), Some((3, 6)));
+        assert_eq!(block.max_address.load(Ordering::Acquire), 8192);
+        assert_eq!(log.counters.spanning_batches.get(), 1);
+    }
+
+    /// Regression (found by the crash-image test): a log block is zeroed before it is used,
+    /// so the timestamp word of an entry whose first step is not yet durable can only read
+    /// 0 — never bytes an earlier block left in the same chunks.
+    #[test]
+    fn a_new_log_block_holds_nothing_of_what_its_chunks_held_before() {
+        let (_dir, pool, nvm) = scratch_nvm(15);
         let layout = nvm.alloc.layout();
         let area = layout.chunk_count * layout.chunk_size;
         pool.fill(layout.chunks_off, area as usize, 0xAB).unwrap();

@@ -26,7 +26,7 @@
 //! and persisted first, all with the batch's commit timestamp as ts; then one *batch
 //! commit* (kind 5), written in two steps, whose value is
 //! ```text
-//! 0   4  parts      p >= 2
+//! 0   4  parts      p >= 1
 //! 4   4  ops        the batch's operations in all parts together (>= p)
 //! ```
 //! A commit stands for the operations of the parts with its timestamp, numbered 0 to
@@ -169,13 +169,14 @@ pub fn encode_commit(parts: u32, ops: u32) -> [u8; COMMIT_LEN as usize] {
 }
 
 /// Decodes the value of a batch commit: (parts, operations), or `None` unless it is
-/// exactly [`COMMIT_LEN`] bytes with at least two parts and an operation per part.
+/// exactly [`COMMIT_LEN`] bytes with at least one part and an operation per part (one
+/// part: a batch planned over several pages whose deletes of absent keys fell out).
 pub fn decode_commit(value: &[u8]) -> Option<(u32, u32)> {
     if value.len() as u64 != COMMIT_LEN {
         return None;
     }
     let (parts, ops) = (u32_at(value, 0)?, u32_at(value, 4)?);
-    (parts >= 2 && ops >= parts).then_some((parts, ops))
+    (parts >= 1 && ops >= parts).then_some((parts, ops))
 }
 
 #[cfg(test)]
@@ -251,7 +252,8 @@ mod tests {
         assert!(decode(&p, 4096).is_none(), "a part is not a batch entry");
         assert_eq!(decode_part(&encode(&ops), 4096), Some((0, ops)));
         assert_eq!(decode_commit(&encode_commit(4, 9)), Some((4, 9)));
-        assert!(decode_commit(&encode_commit(1, 9)).is_none(), "one part");
+        assert_eq!(decode_commit(&encode_commit(1, 9)), Some((1, 9)));
+        assert!(decode_commit(&encode_commit(0, 9)).is_none(), "no part");
         assert!(
             decode_commit(&encode_commit(4, 3)).is_none(),
             "an empty part"

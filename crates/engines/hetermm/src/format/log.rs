@@ -417,6 +417,33 @@ mod tests {
             address: 8192,
             record: 4096,
         };
+        for kind in [EntryKind::BatchPart, EntryKind::BatchCommit] {
+            let mut e = encode_entry(3, at, kind, b"", b"payload!");
+            e[..8].copy_from_slice(&9u64.to_le_bytes());
+            assert_eq!(decode_entry(&e, 3).map(|d| d.kind), Some(kind));
+            let mut keyed = encode_entry(3, at, kind, b"k", b"payload!");
+            keyed[..8].copy_from_slice(&9u64.to_le_bytes());
+            assert!(decode_entry(&keyed, 3).is_none(), "{kind:?} with a key");
+            let mut named = encode_entry(
+                3,
+                Place {
+                    address: 8192,
+                    record: 64,
+                },
+                kind,
+                b"",
+                b"p",
+            );
+            named[..8].copy_from_slice(&9u64.to_le_bytes());
+            assert!(
+                decode_entry(&named, 3).is_none(),
+                "{kind:?} naming a record"
+            );
+        }
+        let mut six = encode_entry(3, at, EntryKind::BatchCommit, b"", b"payload!");
+        six[..8].copy_from_slice(&9u64.to_le_bytes());
+        six[26] = 6;
+        assert!(decode_entry(&six, 3).is_none(), "kind 6");
         let mut rec = encode_entry(3, named, EntryKind::Batch, b"", b"payload!");
         rec[..8].copy_from_slice(&9u64.to_le_bytes());
         assert!(

@@ -3,17 +3,20 @@
 //! one entry per batch, whose timestamp word commits every operation of the batch at once.
 //!
 //! A batch runs in **one guard** and in three stages:
-//! 1. **Reserve** (may wait, unpinned, like `reserve`): room in the thread's log page for
-//!    the batch entry, and one *span* of DRAM — a single reservation, in one page — for
-//!    the records of all its puts. Then the log page is taken ([`LogTicket`]), so the
-//!    commit cannot fail for want of space.
+//! 1. **Reserve** (may wait, unpinned, holding nothing): the records of all its puts,
+//!    reserved at once in the thread's DRAM page and as many fresh pages as they need
+//!    (`alloc.rs` `alloc_batch_records`: it waits only while it holds none); then the log
+//!    room — the thread's log page for one batch entry ([`LogTicket`]), or, for a batch
+//!    whose entry does not fit one log page, the pages for its parts and its commit
+//!    ([`SpanTicket`]) — so the commit cannot fail for want of space.
 //! 2. **Apply** (never waits): per key, inside the index's per-key synchronization, seal
 //!    the current record, take a timestamp, and write the new record into the key's slot
-//!    of the span (a put) or remove the key (a delete). No per-key log entry.
+//!    reserved for it (a put) or remove the key (a delete). No per-key log entry.
 //! 3. **Commit**: the batch entry (two-step write: everything with ts = 0, persisted; the
-//!    ts word, persisted). Durable when it returns.
+//!    ts word, persisted); or each part, whole and persisted, then the commit in two steps.
+//!    Durable when it returns.
 //!
-//! IMPORTANT: the guard stays pinned from the reservation of the span to the commit, and
+//! IMPORTANT: the guard stays pinned from the reservation of the records to the commit, and
 //! nothing in between waits. The flusher copies a block only after moving off_ReadOnly
 //! past it and synchronizing the epochs (`flush.rs` step 1), so no record of an
 //! uncommitted batch reaches pmem, and the invalidations the batch causes are keyed at
