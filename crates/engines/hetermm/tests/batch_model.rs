@@ -299,8 +299,8 @@ fn full_pool(size: u64, opts: fn() -> HeterOptions) -> u64 {
 
 /// Batches that span pages against the oracle: the batch model with 4 KiB pages (most of
 /// its batches take several log pages), then reopened; and a batch over the limit
-/// (`max(1, min(free_pages, pages per block) / 4)` pages) refused whole while one just
-/// under it commits across seven log pages.
+/// (half a block: 8 log pages of 4 KiB) refused whole while one under it commits across
+/// seven log pages.
 #[test]
 fn batches_spanning_pages_against_the_model_and_the_limit() {
     for variant in ["btree", "hash", "lockfree"] {
@@ -319,7 +319,7 @@ fn batches_spanning_pages_against_the_model_and_the_limit() {
         let r = run_batch_model(store.clone(), &cfg);
         store.put(b"k000", b"before").unwrap();
         let mut big = WriteBatch::new();
-        for i in 0..40 {
+        for i in 0..80 {
             big.put(format!("k{i:03}"), vec![b'x'; 1000]);
         }
         match store.write_batch(&big) {

@@ -235,9 +235,12 @@ impl HeterMem {
     /// holds some (the flusher could copy a block with a reserved, unwritten record).
     /// Waits (unpinned, holding none) until `pages` pages are free, then takes what it
     /// needs without waiting; when that still falls short (racing writers took the pages),
-    /// gives everything back and waits again. `pages` is at most `free_pages`
-    /// (`mem/batch.rs`), which the flusher keeps free, so the wait ends; a stalled flusher
-    /// (a full pool) ends it with `NoSpace`.
+    /// gives everything back and waits again. While it waits the flusher keeps `pages`
+    /// free rather than `free_pages` ([`free_target`](Self::free_target)); `pages` is at
+    /// most `(free_pages + 2^(m-k)) / 2` (`mem/batch.rs`), fewer than the write region can
+    /// always have free (all but the newest block's pages, and the cache leaves at least
+    /// `free_pages` + two blocks to writes), so the wait ends; a stalled flusher (a full
+    /// pool) ends it with `NoSpace`.
     pub(crate) fn alloc_batch_records(
         &self,
         g: &Guard<'_>,
@@ -245,6 +248,28 @@ impl HeterMem {
         pages: usize,
     ) -> Result<Vec<(u64, u64)>> {
         let mut request = None;
+        let got = self.batch_records_waiting(g, lens, pages, &mut request);
+        // Another batch may want more: it raises the target again on its next round.
+        let _ =
+            self.batch_pages_wanted
+                .compare_exchange(pages, 0, Ordering::AcqRel, Ordering::Relaxed);
+        got
+    }
+
+    /// The free DRAM pages the flusher keeps: `free_pages`, or more while a write batch
+    /// waits for them.
+    pub fn free_target(&self) -> usize {
+        self.free_pages
+            .max(self.batch_pages_wanted.load(Ordering::Acquire))
+    }
+
+    fn batch_records_waiting(
+        &self,
+        g: &Guard<'_>,
+        lens: &[u64],
+        pages: usize,
+        request: &mut Option<u64>,
+    ) -> Result<Vec<(u64, u64)>> {
         loop {
             self.admit_write(g)?;
             if self.pages.free_count() >= pages {
@@ -266,8 +291,11 @@ impl HeterMem {
                 self.counters.page_waits.incr();
             }
             self.health.check_writable()?;
-            if let Some(e) = self.stall_error(&mut request) {
+            if let Some(e) = self.stall_error(request) {
                 return Err(e);
+            }
+            if pages > self.free_pages {
+                self.batch_pages_wanted.fetch_max(pages, Ordering::AcqRel);
             }
             self.wake_flusher.raise();
             g.unpinned(|| self.pages.wait_for_free(Duration::from_millis(5)));

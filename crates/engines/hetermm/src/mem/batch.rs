@@ -118,18 +118,26 @@ impl HeterMem {
         self.oplog.as_ref().map(|l| l.max_payload())
     }
 
-    /// The most log pages, and DRAM pages, one write batch may take:
-    /// `max(1, min(free_pages, 2^(m-k)) / 4)` (16 with the defaults). Its DRAM pages are
-    /// reserved at once from the free pages, which the flusher keeps at `free_pages`; its
-    /// log pages lie in at most two log blocks (FORMAT.md § Limits).
-    pub fn max_batch_pages(&self) -> usize {
+    /// The most DRAM pages one write batch may take: `max(1, (free_pages + 2^(m-k)) / 2)`
+    /// (64 with the defaults). Its records are reserved at once from the free pages, and
+    /// the flusher can always free that many (`alloc.rs` `alloc_batch_records`).
+    pub fn max_batch_dram_pages(&self) -> usize {
         let ppb = usize::try_from(self.geo.pages_per_block()).unwrap_or(usize::MAX);
-        (self.free_pages.min(ppb) / 4).max(1)
+        (self.free_pages.saturating_add(ppb) / 2).max(1)
+    }
+
+    /// The most log pages one write batch may take: `max(1, 2^(m-k) / 2)` (32 with the
+    /// defaults), so they lie in at most two log blocks, which the pmem reserve covers
+    /// (FORMAT.md § Limits).
+    pub fn max_batch_log_pages(&self) -> usize {
+        let ppb = usize::try_from(self.geo.pages_per_block()).unwrap_or(usize::MAX);
+        (ppb / 2).max(1)
     }
 
     /// Refuses a batch this store cannot commit atomically: the log is off, an operation
     /// does not fit a page or a batch part, or the batch needs more than
-    /// [`max_batch_pages`](Self::max_batch_pages) log or DRAM pages.
+    /// [`max_batch_log_pages`](Self::max_batch_log_pages) log pages or
+    /// [`max_batch_dram_pages`](Self::max_batch_dram_pages) DRAM pages.
     pub fn check_batch(&self, b: &WriteBatch) -> Result<()> {
         let Some(max) = self.max_batch_payload() else {
             return Err(Error::Unsupported(
@@ -154,18 +162,19 @@ impl HeterMem {
             }
         }
         let n = needs(b);
-        let limit = self.max_batch_pages();
+        let (log_limit, dram_limit) = (self.max_batch_log_pages(), self.max_batch_dram_pages());
         let page = self.geo.page_size();
         let max_entry = max + log::ENTRY_HEADER_LEN;
-        let log_fits =
-            n.payload <= max || pack_parts(&vec![max_entry; limit], &n.ops, max_entry).is_some();
+        let log_fits = n.payload <= max
+            || pack_parts(&vec![max_entry; log_limit], &n.ops, max_entry).is_some();
         let dram_pages = pages_for(&n.records, page - self.geo.prefix());
-        if !log_fits || dram_pages > limit {
+        if !log_fits || dram_pages > dram_limit {
             return Err(Error::invalid(format!(
                 "a hetermm write batch of {} operations takes {} bytes in the log and {} \
-                 bytes of records; at most {limit} log pages and {limit} DRAM pages of \
-                 {page} bytes fit one batch (max(1, min(free_pages, pages per block) / 4); \
-                 split the batch, or raise free_pages or page_bits)",
+                 bytes of records ({dram_pages} DRAM pages); at most {log_limit} log pages \
+                 (half a block) and {dram_limit} DRAM pages ((free_pages + pages per block) \
+                 / 2) of {page} bytes fit one batch: split the batch, or raise page_bits, \
+                 block_bits or free_pages",
                 b.len(),
                 n.payload,
                 n.records.iter().sum::<u64>()

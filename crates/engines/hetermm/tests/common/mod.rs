@@ -32,16 +32,15 @@ pub fn small_options(pages: u64, extra: &str) -> HeterOptions {
     HeterOptions::from_params(spec.params(), pages * 4096).expect("options")
 }
 
-/// Options for write batches that span pages: 4 KiB pages and 128 KiB blocks (32 pages
-/// per block, so a batch may take `max(1, 32 / 4)` = 8 log and DRAM pages: a batch of 100
-/// operations of ~100 bytes spans three or four log pages), 768 KiB of DRAM (the least
-/// these blocks allow, so the flusher runs often) and a log budget
-/// of 3 blocks.
+/// Options for write batches that span pages: 4 KiB pages and 64 KiB blocks (16 pages per
+/// block, so a batch may take 8 log pages and 16 DRAM pages: a batch of 100 operations of
+/// ~150 bytes spans four log pages), 384 KiB of DRAM (a little over the least these blocks
+/// allow, so the flusher runs often) and a log budget of 3 blocks.
 pub fn span_options() -> HeterOptions {
-    let spec: EngineSpec = "hetermm@page_bits=12,block_bits=17,log_blocks=3"
+    let spec: EngineSpec = "hetermm@page_bits=12,block_bits=16,log_blocks=3"
         .parse()
         .expect("spec");
-    HeterOptions::from_params(spec.params(), 192 << 12).expect("options")
+    HeterOptions::from_params(spec.params(), 96 << 12).expect("options")
 }
 
 /// Options for write-batch tests: 32 KiB pages (a batch of 100 small keys fits one log
