@@ -147,7 +147,7 @@ impl OpLog {
         }
         let mut t = self.threads[slot % MAX_THREADS].lock();
         if t.block.is_none() || t.next + len > self.geo.page_size() {
-            self.next_page(nvm, &mut t)?;
+            self.next_page(nvm, &mut t, true)?;
         }
         Ok(LogTicket { log: self, t, len })
     }
@@ -157,8 +157,17 @@ impl OpLog {
     /// [`pack_parts`] needs for batch parts holding operations of `op_lens` payload bytes
     /// (in order) and the commit after them. The pages stay the thread's while the ticket
     /// lives (`frozen_oldest` waits for it), so the commit cannot fail for want of space.
-    /// On an error the pages taken so far are left empty (a reader stops at once).
-    pub fn begin_span(&self, nvm: &Nvm, slot: usize, op_lens: &[u64]) -> Result<SpanTicket<'_>> {
+    /// On an error the pages taken so far are left empty (a reader stops at once). With
+    /// `or_reserve` (a batch of deletes only, like a delete) a new log block may come from
+    /// the pmem reserve; otherwise the batch gets `NoSpace` when the allocator has none, so
+    /// that a batch never takes the log blocks the reserve keeps for deletes.
+    pub fn begin_span(
+        &self,
+        nvm: &Nvm,
+        slot: usize,
+        op_lens: &[u64],
+        or_reserve: bool,
+    ) -> Result<SpanTicket<'_>> {
         let mut t = self.threads[slot % MAX_THREADS].lock();
         let mut pages = Vec::new();
         if let Some(block) = &t.block {
@@ -189,7 +198,7 @@ impl OpLog {
             if pages.len() > op_lens.len() + 2 {
                 return Err(Error::invalid("hetermm batch: its log pages do not add up"));
             }
-            self.next_page(nvm, &mut t)?;
+            self.next_page(nvm, &mut t, or_reserve)?;
             let block = t
                 .block
                 .clone()
@@ -240,15 +249,16 @@ impl OpLog {
         Ok(())
     }
 
-    /// Hands the thread a fresh log page (and starts a new block when needed).
-    fn next_page(&self, nvm: &Nvm, t: &mut ThreadLog) -> Result<()> {
+    /// Hands the thread a fresh log page (and starts a new block when needed, from the pmem
+    /// reserve too with `or_reserve`).
+    fn next_page(&self, nvm: &Nvm, t: &mut ThreadLog, or_reserve: bool) -> Result<()> {
         let mut st = self.state.lock();
         let ppb = self.pages_per_block();
         let lp = st.next_page;
         let needs_block = st.blocks.back().is_none_or(|b| lp >= b.first_page + ppb);
         if needs_block {
             let first_page = lp.div_ceil(ppb) * ppb;
-            let block = self.start_block(nvm, &mut st, first_page)?;
+            let block = self.start_block(nvm, &mut st, first_page, or_reserve)?;
             st.next_page = block.first_page;
             st.blocks.push_back(block);
         }
@@ -266,7 +276,13 @@ impl OpLog {
         Ok(())
     }
 
-    fn start_block(&self, nvm: &Nvm, st: &mut LogState, first_page: u64) -> Result<Arc<LogBlock>> {
+    fn start_block(
+        &self,
+        nvm: &Nvm,
+        st: &mut LogState,
+        first_page: u64,
+        or_reserve: bool,
+    ) -> Result<Arc<LogBlock>> {
         if st.next_seq > MAX_LOG_SEQ {
             return Err(Error::no_space(
                 tierkv_core::Tier::Pmem,
@@ -275,7 +291,7 @@ impl OpLog {
         }
         let off = match st.spare.take() {
             Some(off) => off,
-            None => self.zeroed_run(nvm, true)?,
+            None => self.zeroed_run(nvm, or_reserve)?,
         };
         let seq = st.next_seq;
         let header = LogHeader {
@@ -770,7 +786,7 @@ mod tests {
             .iter()
             .map(|o| batch::op_len(o.key.len() as u64, o.value.len() as u64))
             .collect();
-        let ticket = log.begin_span(&nvm, 0, &lens).unwrap();
+        let ticket = log.begin_span(&nvm, 0, &lens, false).unwrap();
         ticket.commit(&nvm, 99, 8192, &ops).unwrap();
         let block = log.state.lock().blocks.front().unwrap().clone();
         let entries = log.entries(&nvm, &block).unwrap();

@@ -72,7 +72,7 @@ fn batches_spanning_pages_survive_crash_images_at_random_moments() {
     let (total, flushes, spanning) = random_moments(seed, span_options, &kit);
     assert!(total.batches_checked > 30, "too few batches: {total:?}");
     assert!(flushes > 10, "the flusher must run inside the batches");
-    assert!(spanning > 50, "too few batches spanned pages: {spanning}");
+    assert!(spanning > 20, "too few batches spanned pages: {spanning}");
 }
 
 /// Tracked crash images at random moments while three threads write the kit's batches

@@ -3,8 +3,8 @@
 //! checked against its `BTreeMap`, while group writers rewrite groups of shared keys whole
 //! and a reader's `multi_get` must see every group from one batch — on every index, with
 //! DRAM small enough that blocks are flushed and reorganised meanwhile; then the store is
-//! closed, reopened (recovery) and compared again. Also: bad input (a batch over the log
-//! page refused whole, an empty batch, an operation over the page limit) and `oplog=off`
+//! closed, reopened (recovery) and compared again. Also: bad input (a batch over the
+//! limit refused whole, an empty batch, an operation over the page limit) and `oplog=off`
 //! refusing batches.
 
 #![allow(clippy::unwrap_used, reason = "test code: an unwrap is an assertion")]
@@ -82,20 +82,20 @@ fn every_key(cfg: &BatchModelConfig) -> Vec<Vec<u8>> {
 }
 
 #[test]
-fn a_batch_over_one_log_page_is_refused_whole_and_an_empty_one_is_a_no_op() {
+fn a_batch_over_the_limit_is_refused_whole_and_an_empty_one_is_a_no_op() {
     let tmp = scratch_dir();
     let pool = create_pool(&tmp.path().join("pool"), 16 << 20, DurabilityMode::Volatile);
     let store = try_open(pool, batch_options(), "btree", true).unwrap();
     store.put(b"k000", b"before").unwrap();
-    // 40 operations of ~1 KiB: more than one 32 KiB log page.
+    // 200 operations of ~1 KiB: more than four 32 KiB log pages (two blocks' worth).
     let mut big = WriteBatch::new();
-    for i in 0..40 {
+    for i in 0..200 {
         big.put(format!("k{i:03}"), vec![b'x'; 1000]);
     }
     match store.write_batch(&big) {
         Err(Error::InvalidArgument(why)) => {
             assert!(
-                why.contains("log page") && why.contains("40 operations"),
+                why.contains("at most 4 log pages") && why.contains("200 operations"),
                 "{why}"
             );
         }
@@ -103,13 +103,14 @@ fn a_batch_over_one_log_page_is_refused_whole_and_an_empty_one_is_a_no_op() {
     }
     assert_eq!(store.get(b"k000").unwrap().as_deref(), Some(&b"before"[..]));
     assert_eq!(store.get(b"k001").unwrap(), None);
-    // The same keys in a batch that fits: applied.
+    // The same keys in a batch that fits (two log pages): applied.
     let mut fits = WriteBatch::new();
-    for i in 0..20 {
+    for i in 0..40 {
         fits.put(format!("k{i:03}"), vec![b'y'; 1000]);
     }
     store.write_batch(&fits).unwrap();
-    assert_eq!(store.get(b"k019").unwrap(), Some(vec![b'y'; 1000]));
+    assert_eq!(store.get(b"k039").unwrap(), Some(vec![b'y'; 1000]));
+    assert_eq!(counter(&store.stats(), "spanning_batches"), 1);
     // An empty batch, and a batch of deletes of absent keys, change nothing.
     let before = store.stats();
     store.write_batch(&WriteBatch::new()).unwrap();
@@ -299,7 +300,7 @@ fn full_pool(size: u64, opts: fn() -> HeterOptions) -> u64 {
 
 /// Batches that span pages against the oracle: the batch model with 4 KiB pages (most of
 /// its batches take several log pages), then reopened; and a batch over the limit
-/// (half a block: 8 log pages of 4 KiB) refused whole while one under it commits across
+/// (two blocks: 32 log pages of 4 KiB) refused whole while one under it commits across
 /// seven log pages.
 #[test]
 fn batches_spanning_pages_against_the_model_and_the_limit() {
@@ -319,12 +320,12 @@ fn batches_spanning_pages_against_the_model_and_the_limit() {
         let r = run_batch_model(store.clone(), &cfg);
         store.put(b"k000", b"before").unwrap();
         let mut big = WriteBatch::new();
-        for i in 0..80 {
+        for i in 0..150 {
             big.put(format!("k{i:03}"), vec![b'x'; 1000]);
         }
         match store.write_batch(&big) {
             Err(Error::InvalidArgument(why)) => {
-                assert!(why.contains("at most 8 log pages"), "{why}");
+                assert!(why.contains("at most 32 log pages"), "{why}");
             }
             other => panic!("an oversized batch returned {other:?}"),
         }

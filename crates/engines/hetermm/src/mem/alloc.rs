@@ -237,10 +237,10 @@ impl HeterMem {
     /// needs without waiting; when that still falls short (racing writers took the pages),
     /// gives everything back and waits again. While it waits the flusher keeps `pages`
     /// free rather than `free_pages` ([`free_target`](Self::free_target)); `pages` is at
-    /// most `(free_pages + 2^(m-k)) / 2` (`mem/batch.rs`), fewer than the write region can
-    /// always have free (all but the newest block's pages, and the cache leaves at least
-    /// `free_pages` + two blocks to writes), so the wait ends; a stalled flusher (a full
-    /// pool) ends it with `NoSpace`.
+    /// most `free_pages + overlap_blocks × 2^(m-k)` (`mem/batch.rs`), a block fewer than
+    /// the write region can always have free (the read cache leaves writes `free_pages` and
+    /// `overlap_blocks + 2` blocks; all but the newest, incomplete block can be flushed), so
+    /// the wait ends; a stalled flusher (a full pool) ends it with `NoSpace`.
     pub(crate) fn alloc_batch_records(
         &self,
         g: &Guard<'_>,

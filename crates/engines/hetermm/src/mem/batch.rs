@@ -118,20 +118,23 @@ impl HeterMem {
         self.oplog.as_ref().map(|l| l.max_payload())
     }
 
-    /// The most DRAM pages one write batch may take: `max(1, (free_pages + 2^(m-k)) / 2)`
-    /// (64 with the defaults). Its records are reserved at once from the free pages, and
-    /// the flusher can always free that many (`alloc.rs` `alloc_batch_records`).
+    /// The most DRAM pages one write batch may take: `max(1, free_pages + overlap_blocks ×
+    /// 2^(m-k))` (128 with the defaults). Its records are reserved at once from the free
+    /// pages, and the flusher can always free more than that (`alloc.rs`
+    /// `alloc_batch_records`).
     pub fn max_batch_dram_pages(&self) -> usize {
         let ppb = usize::try_from(self.geo.pages_per_block()).unwrap_or(usize::MAX);
-        (self.free_pages.saturating_add(ppb) / 2).max(1)
+        let overlap = usize::try_from(self.opts.overlap_blocks).unwrap_or(usize::MAX);
+        self.free_pages
+            .saturating_add(overlap.saturating_mul(ppb))
+            .max(1)
     }
 
-    /// The most log pages one write batch may take: `max(1, 2^(m-k) / 2)` (32 with the
-    /// defaults), so they lie in at most two log blocks, which the pmem reserve covers
-    /// (FORMAT.md § Limits).
+    /// The most log pages one write batch may take: `max(1, 2 × 2^(m-k))` (two blocks' worth:
+    /// 128 with the defaults; FORMAT.md § Limits).
     pub fn max_batch_log_pages(&self) -> usize {
         let ppb = usize::try_from(self.geo.pages_per_block()).unwrap_or(usize::MAX);
-        (ppb / 2).max(1)
+        ppb.saturating_mul(2).max(1)
     }
 
     /// Refuses a batch this store cannot commit atomically: the log is off, an operation
@@ -172,9 +175,9 @@ impl HeterMem {
             return Err(Error::invalid(format!(
                 "a hetermm write batch of {} operations takes {} bytes in the log and {} \
                  bytes of records ({dram_pages} DRAM pages); at most {log_limit} log pages \
-                 (half a block) and {dram_limit} DRAM pages ((free_pages + pages per block) \
-                 / 2) of {page} bytes fit one batch: split the batch, or raise page_bits, \
-                 block_bits or free_pages",
+                 (two blocks) and {dram_limit} DRAM pages (free_pages + overlap_blocks × \
+                 pages per block) of {page} bytes fit one batch: split the batch, or raise \
+                 page_bits, block_bits or free_pages",
                 b.len(),
                 n.payload,
                 n.records.iter().sum::<u64>()
@@ -219,7 +222,7 @@ impl HeterMem {
             };
             // IMPORTANT: from here to the commit, nothing waits (module doc).
             let ticket = if spans {
-                log.begin_span(&self.nvm, g.slot(), &n.ops)
+                log.begin_span(&self.nvm, g.slot(), &n.ops, n.records.is_empty())
                     .map(Ticket::Span)
             } else {
                 log.begin(&self.nvm, g.slot(), 0, n.payload as usize)

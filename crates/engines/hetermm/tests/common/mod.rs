@@ -33,7 +33,7 @@ pub fn small_options(pages: u64, extra: &str) -> HeterOptions {
 }
 
 /// Options for write batches that span pages: 4 KiB pages and 64 KiB blocks (16 pages per
-/// block, so a batch may take 8 log pages and 16 DRAM pages: a batch of 100 operations of
+/// block, so a batch may take 32 log pages and 32 DRAM pages: a batch of 100 operations of
 /// ~150 bytes spans four log pages), 384 KiB of DRAM (a little over the least these blocks
 /// allow, so the flusher runs often) and a log budget of 3 blocks.
 pub fn span_options() -> HeterOptions {
