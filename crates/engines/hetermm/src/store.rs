@@ -132,7 +132,12 @@ impl KvStore for HeterStore {
     fn delete(&self, key: &[u8]) -> Result<()> {
         self.check_open()?;
         self.limits.check_key(key)?;
-        self.index.delete(&self.mem, key)
+        self.index.delete(&self.mem, key)?;
+        // IMPORTANT: a delete that found the key absent because a write batch removed it
+        // and has not committed yet must not be acknowledged before that batch's entry is
+        // durable (`batch.rs` § Racing single writes).
+        self.batch_locks.settle_key(key);
+        Ok(())
     }
 
     /// Crash-atomic with the operation log on (`batch.rs`, FORMAT.md § Write batches);
