@@ -1,5 +1,5 @@
 //! Fuzz target: HeterMM's operation-log decoders (`format::log`: block header, entries, the
-//! page walk) return an error or end the page, never panic or read out of bounds, on any
+//! page walk; every entry kind, batch parts and commits included) return an error or end the page, never panic or read out of bounds, on any
 //! bytes; an entry encoded from the input and committed decodes back to it, and the same
 //! bytes with another block's sequence number are refused.
 #![no_main]
@@ -22,8 +22,25 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let (key, value) = data.split_at(1 + usize::from(data[0]) % (data.len() - 1));
-    let kind = if data[1] % 2 == 0 { EntryKind::Put } else { EntryKind::Delete };
+    let kind = match data[1] % 5 {
+        0 | 1 => EntryKind::Put,
+        2 => EntryKind::Delete,
+        3 => EntryKind::BatchPart,
+        _ => EntryKind::BatchCommit,
+    };
     let value = if kind == EntryKind::Delete { &[][..] } else { value };
+    if kind.is_batch() {
+        // Batch parts and commits: no key, a value, no record.
+        if value.is_empty() {
+            return;
+        }
+        let at = Place { address: 8192, record: 0 };
+        let mut e = log::encode_entry(9, at, kind, &[], value);
+        e[..8].copy_from_slice(&77u64.to_le_bytes());
+        let d = log::decode_entry(&e, 9).expect("a committed batch entry is read");
+        assert_eq!((d.kind, d.key, d.value), (kind, &[][..], value));
+        return;
+    }
     let at = Place { address: 8192, record: 4096 };
     let mut e = log::encode_entry(9, at, kind, key, value);
     assert!(log::decode_entry(&e, 9).is_none(), "an uncommitted entry is not read");

@@ -39,11 +39,6 @@ use crate::expected_state::{ExpectedState, KeySpace};
 use crate::value_codec::ValueSizes;
 use crate::verify::{Check, Violation, open_read, violation};
 
-/// Bytes of values one stress batch writes at most (shared by its puts): under the
-/// smallest engine batch limit, hetermm's one operation-log page (32,664 bytes with the
-/// default 32 KiB pages, 24 bytes per operation besides its key and value).
-pub const BATCH_VALUE_BYTES: usize = 24 << 10;
-
 /// Percentages of each operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OpMix {
@@ -562,10 +557,7 @@ impl<'a> Workload<'a> {
             if w.delete {
                 batch.delete(key);
             } else {
-                // NOTE: a batch's values share BATCH_VALUE_BYTES, so that every batch fits
-                // the smallest engine limit (hetermm: one log page, 32 KiB by default).
-                let cap = BATCH_VALUE_BYTES / writes.len();
-                let value = self.cfg.sizes.value_capped(&key, w.version, cap);
+                let value = self.cfg.sizes.value(&key, w.version);
                 batch.put(key, value);
             }
         }

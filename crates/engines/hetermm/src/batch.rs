@@ -18,6 +18,19 @@
 //! gated: they are ordered against each of the batch's keys by that key's
 //! synchronization and timestamps, as against any put.
 //!
+//! **Racing single deletes** (issue 24, stress with four writers per key). A batch removes
+//! its deleted keys from the index when it applies them and makes that durable only at its
+//! commit. A single delete that comes in between finds the key absent and changes nothing —
+//! and was acknowledged with nothing durable behind it: a crash before the batch's commit
+//! brought the key's older value back (a lost acknowledged delete). Single puts and deletes
+//! that change something log their own entry (durable before the change is visible), so
+//! only a delete that did nothing is exposed. So a single delete, after its index
+//! operation, waits for its key's stripe ([`BatchLocks::settle_key`]): a batch holds the
+//! stripes of its keys from before it applies until after its commit, so a batch that
+//! removed the key first has committed when the delete returns (or it failed, and the
+//! store is poisoned). The wait is outside every index lock and unpinned; a batch holding
+//! the stripe never waits.
+//!
 //! Thread safety: any number of threads; each batch runs in its caller's thread.
 
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
@@ -49,40 +62,26 @@ impl BatchLocks {
     }
 
     /// The stripe of `key`.
-    fn stripe_of(key: &[u8]) -> usize {
+    fn stripe(key: &[u8]) -> usize {
         BuildHasherDefault::<DefaultHasher>::default().hash_one(key) as usize % STRIPES
+    }
+
+    /// Waits until no write batch holds the stripe of `key` (module doc: racing single
+    /// deletes; `regressions::a_delete_that_finds_a_key_an_uncommitted_batch_removed_waits_for_its_commit`).
+    pub(crate) fn settle_key(&self, key: &[u8]) {
+        if let Some(s) = self.stripes.get(Self::stripe(key)) {
+            drop(s.lock());
+        }
     }
 
     /// The stripes of `b`'s keys, locked in ascending order.
     fn lock_stripes(&self, b: &WriteBatch) -> Vec<MutexGuard<'_, ()>> {
-        let mut ids: Vec<usize> = b.iter().map(|(k, _)| Self::stripe_of(k)).collect();
+        let mut ids: Vec<usize> = b.iter().map(|(k, _)| Self::stripe(k)).collect();
         ids.sort_unstable();
         ids.dedup();
         ids.into_iter()
             .filter_map(|i| self.stripes.get(i).map(Mutex::lock))
             .collect()
-    }
-}
-
-impl BatchLocks {
-    /// Waits until no batch that holds `key`'s stripe is between applying and committing.
-    ///
-    /// A single delete calls it after its index operation, unpinned. A batch removes its
-    /// deletes' keys from the index before its entry is committed; a single delete that
-    /// finds such a key absent changes nothing and logs nothing, so if it returned at once a
-    /// crash before the batch's commit would bring back the value both deleted — an
-    /// acknowledged delete lost (stress seeds 5542 and 6533,
-    /// `regressions::a_delete_that_finds_a_key_an_uncommitted_batch_removed_waits_for_its_commit`).
-    /// The batch holds the stripe from before it applies anything until after its commit, so
-    /// once the stripe is free the removal the delete saw is durable (or the store is
-    /// poisoned, if the batch failed). A delete that removed a record itself logged that
-    /// removal and needs no wait, but the wait is one uncontended lock in the common case.
-    /// Puts need none: one that finds the key absent logs its own entry, newer than the
-    /// batch's.
-    pub(crate) fn settle(&self, key: &[u8]) {
-        if let Some(stripe) = self.stripes.get(Self::stripe_of(key)) {
-            drop(stripe.lock());
-        }
     }
 }
 

@@ -164,7 +164,7 @@ impl HeterMem {
     fn dram_snapshot(&self) -> DramSnapshot {
         DramSnapshot {
             free: self.pages.free_count(),
-            threshold: self.free_pages,
+            threshold: self.free_target(),
             complete_blocks: self
                 .complete_limit()
                 .saturating_sub(self.geo.block_of(self.off_dram())),
@@ -456,7 +456,7 @@ impl HeterMem {
             }
         }
         let before = (cache.pages(), cache.counters.evictions.get());
-        cache.maintain(&self.pages, &self.threads, self.free_pages)?;
+        cache.maintain(&self.pages, &self.threads, self.free_target())?;
         Ok((cache.pages(), cache.counters.evictions.get()) != before)
     }
 

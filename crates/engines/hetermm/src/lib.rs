@@ -30,7 +30,7 @@
 //! | (ours) | epochs instead of timed waits | `threads.rs`, `mem/guard.rs` |
 //! | (ours) | a full pool: the reserve, room passes, log back-pressure | `nvm/reserve.rs`, `flush.rs`, `mem/mod.rs`, `mem/alloc.rs` |
 //! | (ours) | named crash points of flushing, reorganisation, log retirement | `flush.rs`, `reorg.rs`, `oplog.rs`, FORMAT.md |
-//! | (ours) | crash-atomic write batches: one log entry commits them | `batch.rs`, `mem/batch.rs`, `format/batch.rs`, FORMAT.md § Write batches |
+//! | (ours) | crash-atomic write batches: one log entry commits them; a larger batch is parts and one commit | `batch.rs`, `mem/batch.rs`, `format/batch.rs`, `oplog.rs`, `batch_recovery.rs`, FORMAT.md § Write batches |
 //! | (ours) | formats, crash argument | `format/`, `FORMAT.md` |
 //!
 //! ## Deviations from the paper (each argued where it is implemented)
@@ -57,6 +57,7 @@
 
 mod background;
 mod batch;
+mod batch_recovery;
 pub mod cache;
 mod check;
 pub mod dram;

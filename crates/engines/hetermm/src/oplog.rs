@@ -27,6 +27,7 @@ use parking_lot::Mutex;
 use tierkv_core::{Counter, Error, Result};
 
 use crate::format::HEADER_LEN;
+use crate::format::batch;
 use crate::format::dir::{DirEntry, MAX_LOG_SEQ};
 use crate::format::log::{self, EntryKind, LogHeader, Place};
 use crate::geometry::Geometry;
@@ -80,6 +81,10 @@ pub struct LogCounters {
     pub copied: Counter,
     /// Entries withdrawn by writes that lost a race and then failed.
     pub retracted: Counter,
+    /// Write batches that spanned log pages (parts and a commit).
+    pub spanning_batches: Counter,
+    /// Batch parts written by them.
+    pub batch_parts: Counter,
 }
 
 /// The operation log.
@@ -142,9 +147,68 @@ impl OpLog {
         }
         let mut t = self.threads[slot % MAX_THREADS].lock();
         if t.block.is_none() || t.next + len > self.geo.page_size() {
-            self.next_page(nvm, &mut t)?;
+            self.next_page(nvm, &mut t, true)?;
         }
         Ok(LogTicket { log: self, t, len })
+    }
+
+    /// Takes the log pages for a write batch that spans pages (ours, issue 24; FORMAT.md §
+    /// Batches that span pages): the rest of the thread's page and as many fresh pages as
+    /// [`pack_parts`] needs for batch parts holding operations of `op_lens` payload bytes
+    /// (in order) and the commit after them. The pages stay the thread's while the ticket
+    /// lives (`frozen_oldest` waits for it), so the commit cannot fail for want of space.
+    /// On an error the pages taken so far are left empty (a reader stops at once). With
+    /// `or_reserve` (a batch of deletes only, like a delete) a new log block may come from
+    /// the pmem reserve; otherwise the batch gets `NoSpace` when the allocator has none, so
+    /// that a batch never takes the log blocks the reserve keeps for deletes.
+    pub fn begin_span(
+        &self,
+        nvm: &Nvm,
+        slot: usize,
+        op_lens: &[u64],
+        or_reserve: bool,
+    ) -> Result<SpanTicket<'_>> {
+        let mut t = self.threads[slot % MAX_THREADS].lock();
+        let mut pages = Vec::new();
+        if let Some(block) = &t.block {
+            pages.push(HeldPage {
+                block: block.clone(),
+                page: t.page,
+                start: t.next,
+            });
+        }
+        let page_size = self.geo.page_size();
+        let max_entry = self.max_payload() + log::ENTRY_HEADER_LEN;
+        let empty = log::ENTRY_HEADER_LEN + batch::PAYLOAD_HEADER_LEN;
+        if op_lens.iter().any(|l| empty + l > max_entry) {
+            return Err(Error::invalid(
+                "hetermm batch: an operation larger than a log page",
+            ));
+        }
+        loop {
+            let rooms: Vec<u64> = pages.iter().map(|p| page_size - p.start).collect();
+            if pack_parts(&rooms, op_lens, max_entry).is_some() {
+                return Ok(SpanTicket {
+                    log: self,
+                    t,
+                    pages,
+                });
+            }
+            // Every fresh page takes at least one operation (checked above).
+            if pages.len() > op_lens.len() + 2 {
+                return Err(Error::invalid("hetermm batch: its log pages do not add up"));
+            }
+            self.next_page(nvm, &mut t, or_reserve)?;
+            let block = t
+                .block
+                .clone()
+                .ok_or_else(|| Error::invalid("hetermm log: a fresh log page without its block"))?;
+            pages.push(HeldPage {
+                block,
+                page: t.page,
+                start: t.next,
+            });
+        }
     }
 
     /// Makes sure the thread of slot `slot` can append an entry of this key and value
@@ -185,15 +249,16 @@ impl OpLog {
         Ok(())
     }
 
-    /// Hands the thread a fresh log page (and starts a new block when needed).
-    fn next_page(&self, nvm: &Nvm, t: &mut ThreadLog) -> Result<()> {
+    /// Hands the thread a fresh log page (and starts a new block when needed, from the pmem
+    /// reserve too with `or_reserve`).
+    fn next_page(&self, nvm: &Nvm, t: &mut ThreadLog, or_reserve: bool) -> Result<()> {
         let mut st = self.state.lock();
         let ppb = self.pages_per_block();
         let lp = st.next_page;
         let needs_block = st.blocks.back().is_none_or(|b| lp >= b.first_page + ppb);
         if needs_block {
             let first_page = lp.div_ceil(ppb) * ppb;
-            let block = self.start_block(nvm, &mut st, first_page)?;
+            let block = self.start_block(nvm, &mut st, first_page, or_reserve)?;
             st.next_page = block.first_page;
             st.blocks.push_back(block);
         }
@@ -211,7 +276,13 @@ impl OpLog {
         Ok(())
     }
 
-    fn start_block(&self, nvm: &Nvm, st: &mut LogState, first_page: u64) -> Result<Arc<LogBlock>> {
+    fn start_block(
+        &self,
+        nvm: &Nvm,
+        st: &mut LogState,
+        first_page: u64,
+        or_reserve: bool,
+    ) -> Result<Arc<LogBlock>> {
         if st.next_seq > MAX_LOG_SEQ {
             return Err(Error::no_space(
                 tierkv_core::Tier::Pmem,
@@ -220,7 +291,7 @@ impl OpLog {
         }
         let off = match st.spare.take() {
             Some(off) => off,
-            None => self.zeroed_run(nvm, true)?,
+            None => self.zeroed_run(nvm, or_reserve)?,
         };
         let seq = st.next_seq;
         let header = LogHeader {
@@ -436,6 +507,151 @@ impl LogTicket<'_> {
     }
 }
 
+/// A log page held for a batch that spans pages, from offset `start` to its end.
+struct HeldPage {
+    block: Arc<LogBlock>,
+    page: u64,
+    start: u64,
+}
+
+/// Where the parts of a batch that spans pages go ([`pack_parts`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartsLayout {
+    /// Each part: the index of its page and how many operations (next in order) it holds.
+    pub parts: Vec<(usize, usize)>,
+    /// The page of the commit and its offset from the page's room start.
+    pub commit: (usize, u64),
+}
+
+/// Packs operations of `op_lens` payload bytes, in order, into batch parts — at most one
+/// per page, at the start of the page's room, each an entry of at most `max_entry` bytes
+/// (so that log compression can copy it into any page) — and the commit after the last
+/// part: into the first page with room, else the next (next fit). `rooms` are the bytes
+/// each page offers. `None` if the pages do not suffice.
+///
+/// Next fit never needs more pages for a subsequence of the operations (its position
+/// after each operation is never past the full sequence's): a batch whose deletes of
+/// absent keys fall out at the commit still fits the pages its reservation planned.
+pub fn pack_parts(rooms: &[u64], op_lens: &[u64], max_entry: u64) -> Option<PartsLayout> {
+    let empty = log::ENTRY_HEADER_LEN + batch::PAYLOAD_HEADER_LEN;
+    let mut parts = Vec::new();
+    let (mut page, mut count, mut used) = (0usize, 0usize, empty);
+    for &len in op_lens {
+        loop {
+            let cap = rooms.get(page)?.min(&max_entry);
+            if used + len <= *cap {
+                (count, used) = (count + 1, used + len);
+                break;
+            }
+            if count > 0 {
+                parts.push((page, count));
+            }
+            (page, count, used) = (page + 1, 0, empty);
+        }
+    }
+    if count > 0 {
+        parts.push((page, count));
+    }
+    let commit_len = log::entry_len(0, batch::COMMIT_LEN);
+    let end = if count > 0 { used } else { 0 };
+    let commit = if rooms.get(page)? - end >= commit_len {
+        (page, end)
+    } else if *rooms.get(page + 1)? >= commit_len {
+        (page + 1, 0)
+    } else {
+        return None;
+    };
+    (!parts.is_empty()).then_some(PartsLayout { parts, commit })
+}
+
+/// A thread's log pages, held for the parts and the commit of a write batch
+/// ([`OpLog::begin_span`]).
+pub struct SpanTicket<'a> {
+    log: &'a OpLog,
+    t: parking_lot::MutexGuard<'a, ThreadLog>,
+    pages: Vec<HeldPage>,
+}
+
+impl SpanTicket<'_> {
+    /// Writes the batch's parts — each whole with its timestamp `ts`, persisted — and then
+    /// its commit (two steps: with ts = 0, persisted; ts, persisted). Every entry covers
+    /// `covered`. Fails only if the pool fails (or `ops` needs more pages than were held).
+    pub fn commit(
+        mut self,
+        nvm: &Nvm,
+        ts: u64,
+        covered: u64,
+        ops: &[batch::BatchOp<'_>],
+    ) -> Result<()> {
+        let geo = self.log.geo;
+        let page_size = geo.page_size();
+        let max_entry = self.log.max_payload() + log::ENTRY_HEADER_LEN;
+        let rooms: Vec<u64> = self.pages.iter().map(|p| page_size - p.start).collect();
+        let lens: Vec<u64> = ops
+            .iter()
+            .map(|o| batch::op_len(o.key.len() as u64, o.value.len() as u64))
+            .collect();
+        let layout = pack_parts(&rooms, &lens, max_entry)
+            .ok_or_else(|| Error::invalid("hetermm batch: more operations than its log pages"))?;
+        let at = Place {
+            address: covered,
+            record: 0,
+        };
+        let pos = |i: usize, within: u64| -> Result<(Arc<LogBlock>, u64)> {
+            let p = self
+                .pages
+                .get(i)
+                .ok_or_else(|| Error::invalid("hetermm batch: a part past its log pages"))?;
+            let off = p.block.off + ((p.page - p.block.first_page) << geo.page_bits) + p.start;
+            Ok((p.block.clone(), off + within))
+        };
+        let mut rest = ops;
+        let mut written = 0;
+        for (n, &(page, count)) in layout.parts.iter().enumerate() {
+            let (these, more) = rest.split_at(count.min(rest.len()));
+            rest = more;
+            let (block, off) = pos(page, 0)?;
+            block.max_address.fetch_max(covered, Ordering::AcqRel);
+            let value = batch::encode_part(these, n as u32);
+            let mut bytes = log::encode_entry(block.seq, at, EntryKind::BatchPart, &[], &value);
+            bytes[..8].copy_from_slice(&ts.to_le_bytes());
+            // IMPORTANT: a part is written whole, timestamp included, and persisted before
+            // the commit is started; without the commit it stands for nothing.
+            nvm.pool.write(off, &bytes)?;
+            nvm.pool.persist(off, bytes.len())?;
+            nvm.pool.crash_point("hetermm.batch.part_written");
+            written += bytes.len() as u64;
+        }
+        let (cpage, within) = layout.commit;
+        let (block, off) = pos(cpage, within)?;
+        block.max_address.fetch_max(covered, Ordering::AcqRel);
+        let value = batch::encode_commit(layout.parts.len() as u32, ops.len() as u32);
+        let bytes = log::encode_entry(block.seq, at, EntryKind::BatchCommit, &[], &value);
+        // IMPORTANT: step 1 — the commit with ts = 0, persisted; step 2 — its ts commits
+        // the batch.
+        nvm.pool.write(off, &bytes)?;
+        nvm.pool.persist(off, bytes.len())?;
+        nvm.pool.crash_point("hetermm.batch.entry_written");
+        nvm.pool.store_u64(off, ts)?;
+        nvm.pool.persist(off, 8)?;
+        written += bytes.len() as u64;
+        let held = self
+            .pages
+            .get(cpage)
+            .ok_or_else(|| Error::invalid("hetermm batch: a commit past its log pages"))?;
+        let t = &mut *self.t;
+        t.block = Some(block.clone());
+        t.page = held.page;
+        t.next = held.start + within + bytes.len() as u64;
+        t.unsettled = Some(Unsettled { block, off });
+        self.log.counters.bytes.add(written);
+        self.log.counters.entries.add(layout.parts.len() as u64 + 1);
+        self.log.counters.spanning_batches.incr();
+        self.log.counters.batch_parts.add(layout.parts.len() as u64);
+        Ok(())
+    }
+}
+
 /// The last entry a thread wrote, until its write is known to stand.
 #[derive(Debug)]
 struct Unsettled {
@@ -478,11 +694,8 @@ mod tests {
     use super::*;
     use tierkv_core::media::pmem::{DurabilityMode, EmulatedLatency, PmemConfig, PmemPool};
 
-    /// Regression (found by the crash-image test): a log block is zeroed before it is used,
-    /// so the timestamp word of an entry whose first step is not yet durable can only read
-    /// 0 — never bytes an earlier block left in the same chunks.
-    #[test]
-    fn a_new_log_block_holds_nothing_of_what_its_chunks_held_before() {
+    /// An 8 MiB volatile pool formatted with blocks of 2^`block_bits` and 4 KiB pages.
+    fn scratch_nvm(block_bits: u32) -> (tempfile::TempDir, Arc<PmemPool>, Nvm) {
         let dir = tempfile::tempdir().unwrap();
         let pool = PmemPool::create(&PmemConfig {
             path: dir.path().join("p"),
@@ -491,7 +704,121 @@ mod tests {
             latency: EmulatedLatency::default(),
         })
         .unwrap();
-        let nvm = Nvm::format(pool.clone(), 15, 12).unwrap();
+        let nvm = Nvm::format(pool.clone(), block_bits, 12).unwrap();
+        (dir, pool, nvm)
+    }
+
+    /// Next fit: parts fill pages in order, one per page, each at most `max_entry`; the
+    /// commit goes after the last part or at the start of the next page; a page too small
+    /// for the next operation is skipped; a subsequence never needs more pages.
+    #[test]
+    fn parts_pack_in_order_one_per_page_and_the_commit_follows() {
+        let e = log::ENTRY_HEADER_LEN + batch::PAYLOAD_HEADER_LEN; // 48
+        let commit = log::entry_len(0, batch::COMMIT_LEN); // 48
+        let l = pack_parts(&[1000, 1000, 1000], &[400, 400, 400, 400], 1000).unwrap();
+        assert_eq!(l.parts, vec![(0, 2), (1, 2)]);
+        assert_eq!(l.commit, (1, e + 800));
+        let l = pack_parts(&[100, 1000, 1000], &[400, 400], 1000).unwrap();
+        assert_eq!(
+            l.parts,
+            vec![(1, 2)],
+            "the first page is too small for an operation"
+        );
+        let l = pack_parts(&[1000, 850], &[400, 400, 400], 900).unwrap();
+        assert_eq!(l.parts, vec![(0, 2), (1, 1)]);
+        assert_eq!(
+            l.commit,
+            (1, e + 400),
+            "capped by max_entry, the page's room is used"
+        );
+        let l = pack_parts(&[e + 800, 1000], &[400, 400], 1000).unwrap();
+        assert_eq!(
+            l.commit,
+            (1, 0),
+            "no room for the commit after the last part"
+        );
+        assert!(pack_parts(&[e + 800], &[400, 400], 1000).is_none());
+        assert!(pack_parts(&[1000], &[400, 400, 400], 1000).is_none());
+        assert!(
+            pack_parts(&[1000], &[], 1000).is_none(),
+            "no operation, no part"
+        );
+        assert!(commit <= 1000);
+        // A subsequence (deletes of absent keys left out) fits the same pages.
+        let rooms = [700, 1000, 1000, 1000];
+        let ops = [300, 500, 200, 600, 100, 400, 300];
+        let full = pack_parts(&rooms, &ops, 1000).unwrap();
+        let last = |l: &PartsLayout| l.commit.0;
+        for mask in 1u32..(1 << ops.len()) {
+            let sub: Vec<u64> = (0..ops.len())
+                .filter(|i| mask & (1 << i) != 0)
+                .map(|i| ops[i])
+                .collect();
+            let l = pack_parts(&rooms, &sub, 1000).unwrap();
+            assert!(last(&l) <= last(&full), "{sub:?}");
+        }
+    }
+
+    /// A batch spanning pages, end to end on a pool: its parts and its commit, read back
+    /// from the log block, carry the operations in order.
+    #[test]
+    fn a_span_ticket_writes_parts_then_the_commit() {
+        let (_dir, _pool, nvm) = scratch_nvm(16);
+        let geo = Geometry {
+            page_bits: 12,
+            block_bits: 16,
+        };
+        let log = OpLog::new(geo, 1);
+        let value = vec![7u8; 1500];
+        let keys: Vec<Vec<u8>> = (0..6).map(|i| format!("key{i}").into_bytes()).collect();
+        let ops: Vec<batch::BatchOp<'_>> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| batch::BatchOp {
+                ts: 10 + i as u64,
+                record: 4096,
+                kind: EntryKind::Put,
+                key: k,
+                value: &value,
+            })
+            .collect();
+        let lens: Vec<u64> = ops
+            .iter()
+            .map(|o| batch::op_len(o.key.len() as u64, o.value.len() as u64))
+            .collect();
+        let ticket = log.begin_span(&nvm, 0, &lens, false).unwrap();
+        ticket.commit(&nvm, 99, 8192, &ops).unwrap();
+        let block = log.state.lock().blocks.front().unwrap().clone();
+        let entries = log.entries(&nvm, &block).unwrap();
+        let kinds: Vec<EntryKind> = entries.iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                EntryKind::BatchPart,
+                EntryKind::BatchPart,
+                EntryKind::BatchPart,
+                EntryKind::BatchCommit
+            ]
+        );
+        assert!(entries.iter().all(|e| e.ts == 99 && e.address == 8192));
+        let mut got = Vec::new();
+        for (n, e) in entries.iter().take(3).enumerate() {
+            let (part, ops) = batch::decode_part(&e.value, 8192).unwrap();
+            assert_eq!(part as usize, n);
+            got.extend(ops.iter().map(|o| o.key.to_vec()));
+        }
+        assert_eq!(got, keys);
+        assert_eq!(batch::decode_commit(&entries[3].value), Some((3, 6)));
+        assert_eq!(block.max_address.load(Ordering::Acquire), 8192);
+        assert_eq!(log.counters.spanning_batches.get(), 1);
+    }
+
+    /// Regression (found by the crash-image test): a log block is zeroed before it is used,
+    /// so the timestamp word of an entry whose first step is not yet durable can only read
+    /// 0 — never bytes an earlier block left in the same chunks.
+    #[test]
+    fn a_new_log_block_holds_nothing_of_what_its_chunks_held_before() {
+        let (_dir, pool, nvm) = scratch_nvm(15);
         let layout = nvm.alloc.layout();
         let area = layout.chunk_count * layout.chunk_size;
         pool.fill(layout.chunks_off, area as usize, 0xAB).unwrap();

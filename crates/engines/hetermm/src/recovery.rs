@@ -48,6 +48,7 @@ use tierkv_core::common::prefetch::prefetch_bytes;
 use tierkv_core::media::pmem::PmemPool;
 use tierkv_core::{Error, Result, Tier};
 
+use crate::batch_recovery::{self, Spanning};
 use crate::format::HEADER_LEN;
 use crate::format::batch;
 use crate::format::block::BlockHeader;
@@ -426,9 +427,21 @@ fn in_parallel<I: Sync, T: Send>(
 /// 4,000,000 records and 1,000,000 entries the table's inserts and lookups took a third of
 /// the recovery). Keys and values are borrowed from the mapped pool.
 fn read_logs<'a>(mem: &'a HeterMem, logs: &[(u64, u64)], frontier: u64) -> Result<LogRun<'a>> {
-    let parts = in_parallel(mem, logs, Vec::new, |run, (off, seq)| {
-        read_log_block(mem, *off, *seq, frontier, run)
+    let read = in_parallel(
+        mem,
+        logs,
+        || (Vec::new(), Spanning::default()),
+        |(run, spanning), (off, seq)| read_log_block(mem, *off, *seq, frontier, run, spanning),
+    )?;
+    let (mut parts, spanning): (Vec<LogRun<'a>>, Vec<Spanning<'a>>) = read.into_iter().unzip();
+    // Batches that span pages: their parts and commits may lie in different blocks.
+    let mut batches = Vec::new();
+    batch_recovery::join(spanning, frontier, |op| {
+        batches.push(winner(
+            op.ts, op.kind, op.record, op.key, op.value, frontier,
+        ));
     })?;
+    parts.push(batches);
     let runs = on_own_threads(mem, parts, |run: &mut LogRun<'a>| {
         run.sort_unstable_by(|a, b| entry_order(a, b).then_with(|| b.2.ts.cmp(&a.2.ts)));
         run.dedup_by(|later, first| entry_order(later, first).is_eq());
@@ -458,47 +471,63 @@ fn entry_order(
     key_order(a.0, a.1, b.0, b.1)
 }
 
+/// A log entry of a key as recovery ranks it.
+fn winner<'a>(
+    ts: u64,
+    kind: EntryKind,
+    record: u64,
+    key: &'a [u8],
+    value: &'a [u8],
+    frontier: u64,
+) -> (u64, &'a [u8], LogWinner<'a>) {
+    let put = kind == EntryKind::Put;
+    let flushed = put && record < frontier;
+    let value = (put && !flushed).then_some(value);
+    (key_prefix(key), key, LogWinner { ts, value, flushed })
+}
+
 fn read_log_block<'a>(
     mem: &'a HeterMem,
     off: u64,
     seq: u64,
     frontier: u64,
     run: &mut LogRun<'a>,
+    spanning: &mut Spanning<'a>,
 ) -> Result<()> {
     let bytes = mem.pool().read(off, mem.geo.block_size() as usize)?;
     let header = LogHeader::decode(bytes, off, seq, mem.geo.block_bits)?;
     let mut newest = 0;
-    let mut bad_batch = false;
-    let mut push = |ts: u64, kind: EntryKind, record: u64, key: &'a [u8], value: &'a [u8]| {
-        let put = kind == EntryKind::Put;
-        let flushed = put && record < frontier;
-        let value = (put && !flushed).then_some(value);
-        let w = LogWinner { ts, value, flushed };
-        run.push((key_prefix(key), key, w));
-    };
+    let mut bad = None;
     log::walk(bytes, &header, |e| {
         newest = newest.max(e.ts);
-        if e.kind != EntryKind::Batch {
-            push(e.ts, e.kind, e.record, e.key, e.value);
-            return;
-        }
-        // A committed batch entry stands for each of its operations, with the operation's
-        // own timestamp (FORMAT.md § Write batches).
-        match batch::decode(e.value, e.address) {
-            Some(ops) => {
-                for op in ops {
-                    push(op.ts, op.kind, op.record, op.key, op.value);
+        match e.kind {
+            EntryKind::Put | EntryKind::Delete => {
+                run.push(winner(e.ts, e.kind, e.record, e.key, e.value, frontier));
+            }
+            // A committed batch entry stands for each of its operations, with the
+            // operation's own timestamp (FORMAT.md § Write batches).
+            EntryKind::Batch => match batch::decode(e.value, e.address) {
+                Some(ops) => run.extend(
+                    ops.iter()
+                        .map(|op| winner(op.ts, op.kind, op.record, op.key, op.value, frontier)),
+                ),
+                None => {
+                    bad.get_or_insert(Error::corruption(
+                        Tier::Pmem,
+                        off,
+                        "a committed hetermm batch entry whose operations do not decode",
+                    ));
+                }
+            },
+            EntryKind::BatchPart | EntryKind::BatchCommit => {
+                if let Err(err) = spanning.collect(&e, off) {
+                    bad.get_or_insert(err);
                 }
             }
-            None => bad_batch = true,
         }
     });
-    if bad_batch {
-        return Err(Error::corruption(
-            Tier::Pmem,
-            off,
-            "a committed hetermm batch entry whose operations do not decode",
-        ));
+    if let Some(err) = bad {
+        return Err(err);
     }
     mem.observe_ts(newest);
     Ok(())

@@ -117,6 +117,8 @@ impl HeterMem {
             counter("log_compressions", log.counters.compressed.get());
             counter("log_entries_copied", log.counters.copied.get());
             counter("log_entries_retracted", log.counters.retracted.get());
+            counter("spanning_batches", log.counters.spanning_batches.get());
+            counter("batch_parts", log.counters.batch_parts.get());
         }
         if let Some(cache) = &self.cache {
             let k = &cache.counters;

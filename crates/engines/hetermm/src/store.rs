@@ -133,10 +133,11 @@ impl KvStore for HeterStore {
         self.check_open()?;
         self.limits.check_key(key)?;
         self.index.delete(&self.mem, key)?;
-        // A key an uncommitted batch removed reads as absent: wait for that batch's commit.
-        // If that batch failed instead, the store is poisoned and the delete is not
-        // acknowledged either.
-        self.batch_locks.settle(key);
+        // IMPORTANT: a delete that found the key absent because a write batch removed it
+        // and has not committed yet must not be acknowledged before that batch's entry is
+        // durable (`batch.rs` § Racing single deletes). If that batch failed instead, the
+        // store is poisoned and the delete is not acknowledged either.
+        self.batch_locks.settle_key(key);
         self.mem.health.check_writable()
     }
 

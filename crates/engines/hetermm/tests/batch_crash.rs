@@ -15,9 +15,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use common::{batch_options, counter, create_pool, scratch_dir, seed, try_open};
+use common::{batch_options, counter, create_pool, scratch_dir, seed, span_options, try_open};
 use tierkv_core::KvStore;
 use tierkv_core::media::pmem::{CrashImageOptions, CrashPoint, DurabilityMode, PmemPool};
+use tierkv_hetermm::HeterOptions;
 use tierkv_testkit::rig::config;
 use tierkv_testkit::{BatchKit, BatchKitConfig, BatchReport, NonAtomicBatches};
 
@@ -37,9 +38,13 @@ fn kit(seed: u64, max_batch: usize) -> BatchKit {
 }
 
 fn recover(path: &Path, image: &[u8], variant: &str) -> Arc<dyn KvStore> {
+    recover_with(path, image, variant, batch_options())
+}
+
+fn recover_with(path: &Path, image: &[u8], variant: &str, opts: HeterOptions) -> Arc<dyn KvStore> {
     std::fs::write(path, image).unwrap();
     let pool = PmemPool::open(&config(path, 0, DurabilityMode::Volatile)).unwrap();
-    let store = try_open(pool, batch_options(), variant, false)
+    let store = try_open(pool, opts, variant, false)
         .unwrap_or_else(|e| panic!("recovery of {}: {e}", path.display()));
     store
         .check()
@@ -50,18 +55,47 @@ fn recover(path: &Path, image: &[u8], variant: &str) -> Arc<dyn KvStore> {
 #[test]
 fn batches_survive_crash_images_at_random_moments() {
     let seed = seed("hetermm_batches_survive_crash_images_at_random_moments");
+    let (total, flushes, _) = random_moments(seed, batch_options, &kit(seed, 100));
+    assert!(total.batches_checked > 30, "too few batches: {total:?}");
+    assert!(flushes > 10, "the flusher must run inside the batches");
+}
+
+/// Batches of up to 100 operations of up to ~270 bytes with 4 KiB pages: most span two to
+/// eight log pages (parts and a commit) and several DRAM pages.
+#[test]
+fn batches_spanning_pages_survive_crash_images_at_random_moments() {
+    let seed = seed("hetermm_batches_spanning_pages_survive_crash_images_at_random_moments");
+    let kit = BatchKit::new(BatchKitConfig {
+        value_pad: 0..=240,
+        ..kit(seed, 100).config().clone()
+    });
+    let (total, flushes, spanning) = random_moments(seed, span_options, &kit);
+    assert!(total.batches_checked > 30, "too few batches: {total:?}");
+    assert!(flushes > 10, "the flusher must run inside the batches");
+    assert!(spanning > 20, "too few batches spanned pages: {spanning}");
+}
+
+/// Tracked crash images at random moments while three threads write the kit's batches
+/// (every index) beside a filler thread; returns the verdicts, the flushes and the
+/// batches that spanned log pages.
+fn random_moments(
+    seed: u64,
+    opts: fn() -> HeterOptions,
+    base: &BatchKit,
+) -> (BatchReport, u64, u64) {
     let mut total = BatchReport::default();
-    let (mut flushes, mut reclaimed) = (0, 0);
+    let (mut flushes, mut reclaimed, mut spanning) = (0, 0, 0);
     for (round, variant) in ["btree", "hash", "lockfree"].into_iter().enumerate() {
         let round = round as u64;
         let tmp = scratch_dir();
         let pool = create_pool(&tmp.path().join("pool"), POOL, DurabilityMode::Tracked);
-        let live = try_open(pool.clone(), batch_options(), variant, true).unwrap();
+        let live = try_open(pool.clone(), opts(), variant, true).unwrap();
         let store: Arc<dyn KvStore> = live.clone();
         assert!(store.atomic_batches());
         let kit = BatchKit::new(BatchKitConfig {
             batches_per_thread: 150,
-            ..kit(seed.wrapping_add(round), 100).config().clone()
+            seed: base.config().seed.wrapping_add(round),
+            ..base.config().clone()
         });
         // A filler thread keeps the flusher and the reclaimer busy (single puts to keys of
         // its own, overwritten in turn) while the kit's threads write batches.
@@ -91,8 +125,9 @@ fn batches_survive_crash_images_at_random_moments() {
         let st = store.stats();
         flushes += counter(&st, "flushes");
         reclaimed += counter(&st, "log_blocks_reclaimed");
+        spanning += counter(&st, "spanning_batches");
         for (i, (image, ledger)) in cuts.into_iter().enumerate() {
-            let recovered = recover(&tmp.path().join("img"), &image, variant);
+            let recovered = recover_with(&tmp.path().join("img"), &image, variant, opts());
             total.merge(kit.check(&*recovered, &ledger, &format!("{variant} image {i}")));
             recovered.close().unwrap();
         }
@@ -100,12 +135,11 @@ fn batches_survive_crash_images_at_random_moments() {
     }
     println!(
         "random moments: {} images, {} batches checked, {} torn, {} lost; {flushes} flushes, \
-         {reclaimed} log blocks reclaimed",
+         {reclaimed} log blocks reclaimed, {spanning} batches spanned log pages",
         total.images, total.batches_checked, total.torn, total.lost
     );
     total.assert_clean();
-    assert!(total.batches_checked > 30, "too few batches: {total:?}");
-    assert!(flushes > 10, "the flusher must run inside the batches");
+    (total, flushes, spanning)
 }
 
 /// Runs the persist-point kit over `store` and returns its verdicts and persists per batch.
@@ -117,11 +151,75 @@ fn persist_points(
     cut: &[u64],
     stride: u64,
 ) -> (BatchReport, Vec<u64>) {
+    persist_points_with(tmp, store, pool, kit, cut, stride, batch_options)
+}
+
+fn persist_points_with(
+    tmp: &Path,
+    store: Arc<dyn KvStore>,
+    pool: &Arc<PmemPool>,
+    kit: &BatchKit,
+    cut: &[u64],
+    stride: u64,
+    opts: fn() -> HeterOptions,
+) -> (BatchReport, Vec<u64>) {
     let last = cut.iter().max().copied().unwrap_or(1);
     let path = tmp.join("image");
     kit.run_persist_points(&store, pool, last, cut, stride, |_, image| {
-        recover(&path, &image, "btree")
+        recover_with(&path, &image, "btree", opts())
     })
+}
+
+/// The log pages a batch's operations take at least (4 KiB pages; a part holds at most a
+/// page less 64 bytes of block header, 40 of entry header and 8 of payload header).
+fn log_pages(b: &tierkv_core::WriteBatch) -> u64 {
+    let payload: u64 = b
+        .iter()
+        .map(|(k, op)| (24 + k.len() + op.value().map_or(0, <[u8]>::len)).div_ceil(8) as u64 * 8)
+        .sum();
+    payload.div_ceil(4096 - 64 - 48)
+}
+
+/// A crash after every persist of batches spanning three or more log pages (whole lines
+/// and torn words): each part is one persist, the commit two; every image holds the batch
+/// whole or absent.
+#[test]
+fn batches_spanning_three_pages_survive_a_crash_after_every_persist() {
+    let seed = seed("hetermm_batches_spanning_three_pages_survive_a_crash_after_every_persist");
+    let tmp = scratch_dir();
+    let pool = create_pool(&tmp.path().join("pool"), POOL, DurabilityMode::Tracked);
+    let live = try_open(pool.clone(), span_options(), "btree", true).unwrap();
+    let kit = BatchKit::new(BatchKitConfig {
+        value_pad: 100..=240,
+        ..kit(seed, 100).config().clone()
+    });
+    let cut: Vec<u64> = (1..60)
+        .filter(|&s| log_pages(&kit.batch(0, s)) >= 3)
+        .take(4)
+        .collect();
+    assert_eq!(cut.len(), 4, "the kit drew too few large batches");
+    let pages: Vec<u64> = cut.iter().map(|&s| log_pages(&kit.batch(0, s))).collect();
+    let (r, persists) = persist_points_with(tmp.path(), live, &pool, &kit, &cut, 1, span_options);
+    println!(
+        "spanning persist points: batches {cut:?} of at least {pages:?} log pages: {} images \
+         ({persists:?} persists), {} batches checked, {} torn, {} lost",
+        r.images, r.batches_checked, r.torn, r.lost
+    );
+    r.assert_clean();
+    // NOTE: the flusher may persist too while a batch runs (an image each), and once more
+    // between the batch's return and the count, so not exactly one image per count.
+    let least: u64 = pages.iter().map(|pg| pg + 2).sum();
+    assert!(
+        r.images >= least && r.images <= persists.iter().sum::<u64>(),
+        "an image per persist: {} images, {persists:?} persists",
+        r.images
+    );
+    for (p, pg) in persists.iter().zip(&pages) {
+        assert!(
+            *p >= pg + 2,
+            "a part per page and two for the commit: {persists:?}"
+        );
+    }
 }
 
 #[test]
@@ -228,11 +326,50 @@ fn the_kit_catches_batches_applied_as_a_loop_of_puts() {
 #[test]
 fn named_crash_points_of_the_commit_leave_the_batch_whole_or_absent() {
     let seed = seed("hetermm_named_crash_points_of_the_commit");
+    let names = named_points(seed, batch_options, &kit(seed, 30), 4);
+    assert_eq!(
+        names,
+        vec![
+            "hetermm.batch.applied",
+            "hetermm.batch.committed",
+            "hetermm.batch.entry_written"
+        ]
+    );
+}
+
+/// The same for a batch that spans pages: its parts are written (and persisted) one by
+/// one before the commit (`hetermm.batch.part_written`, once per part), and the batch is
+/// absent until the commit's ts word.
+#[test]
+fn named_crash_points_of_a_batch_spanning_pages_leave_it_whole_or_absent() {
+    let seed = seed("hetermm_named_crash_points_of_a_batch_spanning_pages");
+    let kit = BatchKit::new(BatchKitConfig {
+        value_pad: 100..=240,
+        ..kit(seed, 100).config().clone()
+    });
+    let s = (4..100)
+        .find(|&s| log_pages(&kit.batch(0, s)) >= 3)
+        .expect("a large batch");
+    let names = named_points(seed, span_options, &kit, s);
+    assert_eq!(
+        names,
+        vec![
+            "hetermm.batch.applied",
+            "hetermm.batch.committed",
+            "hetermm.batch.entry_written",
+            "hetermm.batch.part_written"
+        ]
+    );
+}
+
+/// Writes the kit's batches 1..=3, then batch `s` with images taken at every named point of
+/// a batch's commit (whole lines and torn words); checks each recovered image (absent
+/// before the commit's ts word, whole after) and returns the names of the points seen.
+fn named_points(seed: u64, opts: fn() -> HeterOptions, kit: &BatchKit, s: u64) -> Vec<String> {
     let tmp = scratch_dir();
     let pool = create_pool(&tmp.path().join("pool"), POOL, DurabilityMode::Tracked);
-    let live = try_open(pool.clone(), batch_options(), "hash", true).unwrap();
+    let live = try_open(pool.clone(), opts(), "hash", true).unwrap();
     let store: Arc<dyn KvStore> = live;
-    let kit = kit(seed, 30);
     // Batches 1..=3 are acknowledged before the points are armed.
     for s in 1..=3 {
         store.write_batch(&kit.batch(0, s)).unwrap();
@@ -256,28 +393,20 @@ fn named_crash_points_of_the_commit_leave_the_batch_whole_or_absent() {
         }
     }))
     .unwrap();
-    let b = kit.batch(0, 4);
+    let b = kit.batch(0, s);
     store.write_batch(&b).unwrap();
     pool.disarm_crash_points();
     let images = std::mem::take(&mut *images.lock());
-    let names: std::collections::BTreeSet<&str> = images.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(
-        names.into_iter().collect::<Vec<_>>(),
-        vec![
-            "hetermm.batch.applied",
-            "hetermm.batch.committed",
-            "hetermm.batch.entry_written"
-        ]
-    );
+    let names: std::collections::BTreeSet<String> = images.iter().map(|(n, _)| n.clone()).collect();
     for (name, image) in &images {
-        let r = recover(&tmp.path().join("img"), image, "hash");
+        let r = recover_with(&tmp.path().join("img"), image, "hash", opts());
         let whole = b
             .iter()
             .all(|(k, op)| r.get(k).unwrap().as_deref() == op.value());
         let absent = b.iter().all(|(k, _)| {
             r.get(k)
                 .unwrap()
-                .is_none_or(|v| !v.starts_with(tierkv_testkit::batch::batch_tag(0, 4).as_bytes()))
+                .is_none_or(|v| !v.starts_with(tierkv_testkit::batch::batch_tag(0, s).as_bytes()))
         });
         let committed = name == "hetermm.batch.committed";
         assert!(
@@ -287,6 +416,8 @@ fn named_crash_points_of_the_commit_leave_the_batch_whole_or_absent() {
         );
         r.close().unwrap();
     }
+    println!("batch {s}: {} images at {names:?}", images.len());
+    names.into_iter().collect()
 }
 
 /// A batch against racing single puts on its own keys, cut by crash images at random
@@ -391,14 +522,44 @@ fn batches_racing_single_puts_on_their_keys_stay_whole_across_crashes() {
 #[test]
 fn batch_entries_are_copied_whole_by_log_compression() {
     let seed = seed("hetermm_batch_entries_are_copied_whole_by_log_compression");
+    let copied = compressed(
+        seed,
+        "hetermm@page_bits=15,block_bits=16,log_blocks=2",
+        128 << 15,
+        &kit(seed, 30),
+    );
+    assert_eq!(copied, 0, "no batch spanned pages");
+}
+
+/// The same with batches that span pages: compression copies their parts and commits (each
+/// part whole, as an entry of its own), and recovery joins the copies.
+#[test]
+fn parts_of_batches_spanning_pages_are_copied_by_log_compression() {
+    let seed = seed("hetermm_parts_of_batches_spanning_pages_are_copied_by_log_compression");
+    let kit = BatchKit::new(BatchKitConfig {
+        value_pad: 100..=240,
+        ..kit(seed, 100).config().clone()
+    });
+    let spanning = compressed(
+        seed,
+        "hetermm@page_bits=12,block_bits=17,log_blocks=2",
+        1024 << 12,
+        &kit,
+    );
+    // A batch of n operations fits one 4 KiB log page for n <= ~19 of 1..=100: all six do
+    // with a chance of about 5e-5.
+    assert!(spanning >= 1, "no batch spanned pages");
+}
+
+/// Six of the kit's batches, then in-place updates of hot keys until the log has been
+/// compressed three times with nothing flushed; a crash image must recover every batch and
+/// the newest hot values. Returns the batches that spanned log pages.
+fn compressed(seed: u64, spec: &str, dram: u64, kit: &BatchKit) -> u64 {
     let tmp = scratch_dir();
     let pool = create_pool(&tmp.path().join("pool"), 32 << 20, DurabilityMode::Tracked);
-    let spec: tierkv_core::EngineSpec = "hetermm@page_bits=15,block_bits=16,log_blocks=2"
-        .parse()
-        .unwrap();
-    let opts = || tierkv_hetermm::HeterOptions::from_params(spec.params(), 128 << 15).unwrap();
+    let spec: tierkv_core::EngineSpec = spec.parse().unwrap();
+    let opts = || HeterOptions::from_params(spec.params(), dram).unwrap();
     let store = try_open(pool.clone(), opts(), "hash", true).unwrap();
-    let kit = kit(seed, 30);
     for s in 1..=6 {
         store.write_batch(&kit.batch(0, s)).unwrap();
     }
@@ -415,10 +576,11 @@ fn batch_entries_are_copied_whole_by_log_compression() {
         st = store.stats();
     }
     println!(
-        "{} compressions, {} entries copied, {} flushes",
+        "{} compressions, {} entries copied, {} flushes, {} batches spanned pages",
         counter(&st, "log_compressions"),
         counter(&st, "log_entries_copied"),
-        counter(&st, "flushes")
+        counter(&st, "flushes"),
+        counter(&st, "spanning_batches")
     );
     assert!(counter(&st, "log_compressions") >= 3, "{st:?}");
     assert_eq!(
@@ -447,4 +609,5 @@ fn batch_entries_are_copied_whole_by_log_compression() {
         assert_eq!(r.get(k).unwrap(), Some(b"00000299".to_vec()));
     }
     r.check().unwrap();
+    counter(&st, "spanning_batches")
 }

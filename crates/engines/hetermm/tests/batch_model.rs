@@ -3,8 +3,8 @@
 //! checked against its `BTreeMap`, while group writers rewrite groups of shared keys whole
 //! and a reader's `multi_get` must see every group from one batch — on every index, with
 //! DRAM small enough that blocks are flushed and reorganised meanwhile; then the store is
-//! closed, reopened (recovery) and compared again. Also: bad input (a batch over the log
-//! page refused whole, an empty batch, an operation over the page limit) and `oplog=off`
+//! closed, reopened (recovery) and compared again. Also: bad input (a batch over the
+//! limit refused whole, an empty batch, an operation over the page limit) and `oplog=off`
 //! refusing batches.
 
 #![allow(clippy::unwrap_used, reason = "test code: an unwrap is an assertion")]
@@ -13,9 +13,12 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{batch_options, counter, create_pool, scratch_dir, small_options, try_open};
+use common::{
+    batch_options, counter, create_pool, scratch_dir, small_options, span_options, try_open,
+};
 use tierkv_core::media::pmem::DurabilityMode;
 use tierkv_core::{Error, KvStore, WriteBatch};
+use tierkv_hetermm::HeterOptions;
 use tierkv_testkit::{BatchModelConfig, assert_batches_unsupported, run_batch_model};
 
 #[test]
@@ -79,20 +82,20 @@ fn every_key(cfg: &BatchModelConfig) -> Vec<Vec<u8>> {
 }
 
 #[test]
-fn a_batch_over_one_log_page_is_refused_whole_and_an_empty_one_is_a_no_op() {
+fn a_batch_over_the_limit_is_refused_whole_and_an_empty_one_is_a_no_op() {
     let tmp = scratch_dir();
     let pool = create_pool(&tmp.path().join("pool"), 16 << 20, DurabilityMode::Volatile);
     let store = try_open(pool, batch_options(), "btree", true).unwrap();
     store.put(b"k000", b"before").unwrap();
-    // 40 operations of ~1 KiB: more than one 32 KiB log page.
+    // 200 operations of ~1 KiB: more than four 32 KiB log pages (two blocks' worth).
     let mut big = WriteBatch::new();
-    for i in 0..40 {
+    for i in 0..200 {
         big.put(format!("k{i:03}"), vec![b'x'; 1000]);
     }
     match store.write_batch(&big) {
         Err(Error::InvalidArgument(why)) => {
             assert!(
-                why.contains("log page") && why.contains("40 operations"),
+                why.contains("at most 4 log pages") && why.contains("200 operations"),
                 "{why}"
             );
         }
@@ -100,13 +103,14 @@ fn a_batch_over_one_log_page_is_refused_whole_and_an_empty_one_is_a_no_op() {
     }
     assert_eq!(store.get(b"k000").unwrap().as_deref(), Some(&b"before"[..]));
     assert_eq!(store.get(b"k001").unwrap(), None);
-    // The same keys in a batch that fits: applied.
+    // The same keys in a batch that fits (two log pages): applied.
     let mut fits = WriteBatch::new();
-    for i in 0..20 {
+    for i in 0..40 {
         fits.put(format!("k{i:03}"), vec![b'y'; 1000]);
     }
     store.write_batch(&fits).unwrap();
-    assert_eq!(store.get(b"k019").unwrap(), Some(vec![b'y'; 1000]));
+    assert_eq!(store.get(b"k039").unwrap(), Some(vec![b'y'; 1000]));
+    assert_eq!(counter(&store.stats(), "spanning_batches"), 1);
     // An empty batch, and a batch of deletes of absent keys, change nothing.
     let before = store.stats();
     store.write_batch(&WriteBatch::new()).unwrap();
@@ -211,9 +215,22 @@ fn overlapping_batches_are_ordered_as_wholes() {
 /// freed the deleted records' space a batch of puts commits again.
 #[test]
 fn a_batch_that_does_not_fit_the_pool_is_refused_whole() {
+    full_pool(4 << 20, batch_options);
+}
+
+/// The same with batches that span seven log pages and seven DRAM pages (4 KiB pages).
+#[test]
+fn a_batch_spanning_pages_that_does_not_fit_the_pool_is_refused_whole() {
+    let spanning = full_pool(8 << 20, span_options);
+    assert!(spanning > 20, "{spanning} batches spanned pages");
+}
+
+/// Fills a pool of `size` bytes with batches of 20 values of 1000 bytes until one is
+/// refused (see above); returns how many batches spanned log pages.
+fn full_pool(size: u64, opts: fn() -> HeterOptions) -> u64 {
     let tmp = scratch_dir();
-    let pool = create_pool(&tmp.path().join("pool"), 4 << 20, DurabilityMode::Volatile);
-    let store = try_open(pool, batch_options(), "btree", true).unwrap();
+    let pool = create_pool(&tmp.path().join("pool"), size, DurabilityMode::Volatile);
+    let store = try_open(pool, opts(), "btree", true).unwrap();
     let key = |b: u64, n: u64| format!("full/{b:05}/{n:02}").into_bytes();
     let batch = |b: u64| {
         let mut w = WriteBatch::new();
@@ -254,7 +271,7 @@ fn a_batch_that_does_not_fit_the_pool_is_refused_whole() {
         for n in 0..20 {
             dels.delete(key(b, n));
         }
-        if dels.len() >= 800 {
+        if dels.len() >= 400 {
             store.write_batch(&dels).unwrap();
             dels.clear();
         }
@@ -276,5 +293,81 @@ fn a_batch_that_does_not_fit_the_pool_is_refused_whole() {
         Some(vec![refused as u8; 1000])
     );
     store.check().unwrap();
+    let spanning = counter(&store.stats(), "spanning_batches");
     store.close().unwrap();
+    spanning
+}
+
+/// Batches that span pages against the oracle: the batch model with 4 KiB pages (most of
+/// its batches take several log pages), then reopened; and a batch over the limit
+/// (two blocks: 32 log pages of 4 KiB) refused whole while one under it commits across
+/// seven log pages.
+#[test]
+fn batches_spanning_pages_against_the_model_and_the_limit() {
+    for variant in ["btree", "hash", "lockfree"] {
+        let tmp = scratch_dir();
+        let path = tmp.path().join("pool");
+        let pool = create_pool(&path, 16 << 20, DurabilityMode::Volatile);
+        let store = try_open(pool, span_options(), variant, true).unwrap();
+        let cfg = BatchModelConfig {
+            ops_per_thread: 150,
+            group_batches: 60,
+            max_batch: 400,
+            keys_per_thread: 1000,
+            seed: tierkv_testkit::rig::seed(&format!("hetermm_batch_model_span_{variant}")),
+            ..BatchModelConfig::default()
+        };
+        let r = run_batch_model(store.clone(), &cfg);
+        store.put(b"k000", b"before").unwrap();
+        let mut big = WriteBatch::new();
+        for i in 0..150 {
+            big.put(format!("k{i:03}"), vec![b'x'; 1000]);
+        }
+        match store.write_batch(&big) {
+            Err(Error::InvalidArgument(why)) => {
+                assert!(why.contains("at most 32 log pages"), "{why}");
+            }
+            other => panic!("an oversized batch returned {other:?}"),
+        }
+        assert_eq!(store.get(b"k001").unwrap(), None);
+        let mut fits = WriteBatch::new();
+        for i in 0..20 {
+            fits.put(format!("k{i:03}"), vec![b'y'; 1000]);
+        }
+        let parts = counter(&store.stats(), "batch_parts");
+        store.write_batch(&fits).unwrap();
+        let st = store.stats();
+        assert!(
+            counter(&st, "batch_parts") - parts >= 7,
+            "20 values of 1000 bytes"
+        );
+        println!(
+            "{variant}: {r:?}; {} batches, {} spanned pages ({} parts), {} flushes",
+            counter(&st, "batches"),
+            counter(&st, "spanning_batches"),
+            counter(&st, "batch_parts"),
+            counter(&st, "flushes")
+        );
+        assert!(
+            counter(&st, "spanning_batches") > 20,
+            "{variant}: too few spanned pages"
+        );
+        let keys = every_key(&cfg);
+        let before: Vec<_> = keys.iter().map(|k| store.get(k).unwrap()).collect();
+        store.close().unwrap();
+        drop(store);
+        let pool = tierkv_core::media::pmem::PmemPool::open(&tierkv_testkit::rig::config(
+            &path,
+            0,
+            DurabilityMode::Volatile,
+        ))
+        .unwrap();
+        let again = try_open(pool, span_options(), variant, false).unwrap();
+        again.check().unwrap();
+        for (k, v) in keys.iter().zip(&before) {
+            assert_eq!(&again.get(k).unwrap(), v, "{variant}: {k:?} after reopen");
+        }
+        assert_eq!(again.get(b"k019").unwrap(), Some(vec![b'y'; 1000]));
+        again.close().unwrap();
+    }
 }

@@ -8,7 +8,7 @@
 //! the operations' records, the versions they replaced and the delete frontiers they read).
 //! ```text
 //! 0   4  count      n >= 1
-//! 4   4  reserved   0
+//! 4   4  part       0 in a batch entry (kind 3); a part's number in a batch part (kind 4)
 //! 8   ..            n operations, each 8-byte aligned:
 //!     0   8  ts         the operation's own timestamp (1 ..= MAX_TS)
 //!     8   8  record     put: its record's logical address; delete: the removed record's
@@ -18,8 +18,19 @@
 //!     20  4  value_len  0 for a delete
 //!     24  ..            key, value, zero padding to 8 bytes
 //! ```
-//! An operation takes exactly the bytes of its record (`format::record::record_len`), so
-//! the records of a batch fit one DRAM page whenever its entry fits one log page.
+//! An operation takes exactly the bytes of its record (`format::record::record_len`).
+//!
+//! **A batch that spans log pages** (version 4 logs) is written as parts and a commit:
+//! *batch parts* (kind 4), each an entry whose value is this payload with its part number
+//! `i` (0, 1, …, p − 1) at byte 4 and some of the batch's operations (each whole), written
+//! and persisted first, all with the batch's commit timestamp as ts; then one *batch
+//! commit* (kind 5), written in two steps, whose value is
+//! ```text
+//! 0   4  parts      p >= 1
+//! 4   4  ops        the batch's operations in all parts together (>= p)
+//! ```
+//! A commit stands for the operations of the parts with its timestamp, numbered 0 to
+//! p − 1, only when every one of them is present (FORMAT.md § Batches that span pages).
 //! The payload is covered by the entry's checksum; [`decode`] still checks every length
 //! and field (it is total: `None` for anything malformed), and that no record lies above
 //! the entry's covered address.
@@ -34,6 +45,8 @@ use super::{align8, put_at, u16_at, u32_at, u64_at};
 pub const PAYLOAD_HEADER_LEN: u64 = 8;
 /// Bytes of an operation's header.
 pub const OP_HEADER_LEN: u64 = 24;
+/// Bytes of a batch commit's value.
+pub const COMMIT_LEN: u64 = 8;
 
 /// One operation of a batch entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,8 +68,19 @@ pub const fn op_len(key_len: u64, value_len: u64) -> u64 {
     align8(OP_HEADER_LEN + key_len + value_len)
 }
 
+/// Bytes of the payload holding operations of these (key, value) lengths.
+pub fn payload_len(ops: impl IntoIterator<Item = u64>) -> u64 {
+    PAYLOAD_HEADER_LEN + ops.into_iter().sum::<u64>()
+}
+
 /// Encodes the payload of a batch entry (`ops` non-empty).
 pub fn encode(ops: &[BatchOp<'_>]) -> Vec<u8> {
+    encode_part(ops, 0)
+}
+
+/// Encodes the payload of part number `part` of a batch that spans pages (`ops`
+/// non-empty).
+pub fn encode_part(ops: &[BatchOp<'_>], part: u32) -> Vec<u8> {
     let len = PAYLOAD_HEADER_LEN
         + ops
             .iter()
@@ -64,6 +88,7 @@ pub fn encode(ops: &[BatchOp<'_>]) -> Vec<u8> {
             .sum::<u64>();
     let mut out = vec![0u8; len as usize];
     put_at(&mut out, 0, &(ops.len() as u32).to_le_bytes());
+    put_at(&mut out, 4, &part.to_le_bytes());
     let mut at = PAYLOAD_HEADER_LEN as usize;
     for o in ops {
         put_at(&mut out, at, &o.ts.to_le_bytes());
@@ -82,10 +107,21 @@ pub fn encode(ops: &[BatchOp<'_>]) -> Vec<u8> {
 /// Decodes the payload of a batch entry whose covered address is `covered`: every
 /// operation, or `None` if anything is malformed (a count of 0 or past the end, a key of
 /// 0 bytes, an unknown kind, a delete with a value, a timestamp of 0 or past `MAX_TS`, a
-/// record above `covered`, non-zero reserved bytes or trailing bytes).
+/// record above `covered`, a part number other than 0, non-zero reserved bytes or
+/// trailing bytes).
 pub fn decode(payload: &[u8], covered: u64) -> Option<Vec<BatchOp<'_>>> {
+    match decode_part(payload, covered)? {
+        (0, ops) => Some(ops),
+        _ => None,
+    }
+}
+
+/// Decodes the payload of a batch part: its part number and its operations, or `None` if
+/// anything is malformed (as [`decode`], whatever the part number).
+pub fn decode_part(payload: &[u8], covered: u64) -> Option<(u32, Vec<BatchOp<'_>>)> {
     let n = u32_at(payload, 0)?;
-    if n == 0 || u32_at(payload, 4)? != 0 {
+    let part = u32_at(payload, 4)?;
+    if n == 0 {
         return None;
     }
     let mut ops = Vec::new();
@@ -121,7 +157,26 @@ pub fn decode(payload: &[u8], covered: u64) -> Option<Vec<BatchOp<'_>>> {
         });
         at += op_len(key_len as u64, value_len as u64) as usize;
     }
-    (at == payload.len()).then_some(ops)
+    (at == payload.len()).then_some((part, ops))
+}
+
+/// Encodes the value of a batch commit: `parts` parts holding `ops` operations.
+pub fn encode_commit(parts: u32, ops: u32) -> [u8; COMMIT_LEN as usize] {
+    let mut out = [0u8; COMMIT_LEN as usize];
+    put_at(&mut out, 0, &parts.to_le_bytes());
+    put_at(&mut out, 4, &ops.to_le_bytes());
+    out
+}
+
+/// Decodes the value of a batch commit: (parts, operations), or `None` unless it is
+/// exactly [`COMMIT_LEN`] bytes with at least one part and an operation per part (one
+/// part: a batch planned over several pages whose deletes of absent keys fell out).
+pub fn decode_commit(value: &[u8]) -> Option<(u32, u32)> {
+    if value.len() as u64 != COMMIT_LEN {
+        return None;
+    }
+    let (parts, ops) = (u32_at(value, 0)?, u32_at(value, 4)?);
+    (parts >= 1 && ops >= parts).then_some((parts, ops))
 }
 
 #[cfg(test)]
@@ -187,6 +242,24 @@ mod tests {
         let second = 8 + op_len(1, 7) as usize;
         del[second + 20] = 1;
         assert!(decode(&del, 4096).is_none(), "a delete with a value");
+    }
+
+    #[test]
+    fn parts_carry_their_number_and_a_batch_entry_has_part_zero() {
+        let ops = sample();
+        let p = encode_part(&ops, 3);
+        assert_eq!(decode_part(&p, 4096), Some((3, ops.clone())));
+        assert!(decode(&p, 4096).is_none(), "a part is not a batch entry");
+        assert_eq!(decode_part(&encode(&ops), 4096), Some((0, ops)));
+        assert_eq!(decode_commit(&encode_commit(4, 9)), Some((4, 9)));
+        assert_eq!(decode_commit(&encode_commit(1, 9)), Some((1, 9)));
+        assert!(decode_commit(&encode_commit(0, 9)).is_none(), "no part");
+        assert!(
+            decode_commit(&encode_commit(4, 3)).is_none(),
+            "an empty part"
+        );
+        assert!(decode_commit(&encode_commit(4, 9)[..7]).is_none(), "short");
+        assert!(decode_commit(&[0; 16]).is_none(), "long");
     }
 
     #[test]

@@ -20,7 +20,8 @@
 //! 16  8  record     put: its record's logical address; delete: the removed record's
 //! 24  2  key_len    >= 1 (a batch: 0)
 //! 26  1  kind       1 = put, 2 = delete, 3 = batch (`format::batch`: its operations
-//!                   are the value; `record` is 0)
+//!                   are the value; `record` is 0), 4 = batch part and 5 = batch commit
+//!                   (a batch that spans log pages: `format::batch`; `record` is 0)
 //! 27  1  reserved   0
 //! 28  4  value_len  0 for a delete
 //! 32  4  crc        masked CRC-32C of: seq (u64 LE), bytes 8..32, key, value
@@ -47,11 +48,13 @@ use tierkv_core::format::checksum::{crc32c_append, mask};
 
 /// Magic bytes of a log block.
 pub const MAGIC: [u8; 8] = *b"HMMOPLOG";
-/// The version this build writes and the newest it reads.
-pub const VERSION: u32 = 3;
+/// The version this build writes and the newest it reads (4: batch parts and commits,
+/// kinds 4 and 5).
+pub const VERSION: u32 = 4;
 /// The oldest version this build reads: version 2 has the same entry layout without batch
 /// entries (kind 3). Version 3 exists so that a build without batches refuses a log that
-/// holds them (it would take a batch entry for the end of its page and lose the rest).
+/// holds them (it would take a batch entry for the end of its page and lose the rest), and
+/// version 4 likewise for the parts and commits of batches that span pages (kinds 4, 5).
 pub const MIN_READ_VERSION: u32 = 2;
 /// Bytes of an entry header.
 pub const ENTRY_HEADER_LEN: u64 = 40;
@@ -72,6 +75,13 @@ pub enum EntryKind {
     Delete,
     /// A write batch (ours): no key, its operations in the value (`format::batch`).
     Batch,
+    /// A part of a write batch that spans log pages (ours): no key, some of its operations
+    /// in the value (`format::batch`); the batch's commit timestamp as ts. Stands for
+    /// nothing without its [`EntryKind::BatchCommit`].
+    BatchPart,
+    /// The commit of a write batch that spans log pages (ours): no key, the number of its
+    /// parts and operations as the value (`format::batch::encode_commit`).
+    BatchCommit,
 }
 
 impl EntryKind {
@@ -80,7 +90,17 @@ impl EntryKind {
             EntryKind::Put => 1,
             EntryKind::Delete => 2,
             EntryKind::Batch => 3,
+            EntryKind::BatchPart => 4,
+            EntryKind::BatchCommit => 5,
         }
+    }
+
+    /// True for the kinds of write batches (no key, a payload, no record).
+    pub const fn is_batch(self) -> bool {
+        matches!(
+            self,
+            EntryKind::Batch | EntryKind::BatchPart | EntryKind::BatchCommit
+        )
     }
 }
 
@@ -127,7 +147,7 @@ impl LogHeader {
         let found = super::u32_at(bytes, 8).unwrap_or_default();
         if !(MIN_READ_VERSION..=VERSION).contains(&found) {
             return Err(tierkv_core::Error::UnsupportedFormat {
-                what: "hetermm log block (version 1 logs have another entry layout; versions 2 and 3 are read)",
+                what: "hetermm log block (version 1 logs have another entry layout; versions 2 to 4 are read)",
                 found,
                 supported: VERSION,
             });
@@ -206,9 +226,11 @@ pub fn decode_entry(bytes: &[u8], seq: u64) -> Option<Entry<'_>> {
         1 => EntryKind::Put,
         2 => EntryKind::Delete,
         3 => EntryKind::Batch,
+        4 => EntryKind::BatchPart,
+        5 => EntryKind::BatchCommit,
         _ => return None,
     };
-    let batch = kind == EntryKind::Batch;
+    let batch = kind.is_batch();
     let value_len = u32_at(bytes, E_VALUE_LEN_OFF)?;
     let len = entry_len(u64::from(key_len), u64::from(value_len));
     if ts == 0
@@ -395,6 +417,33 @@ mod tests {
             address: 8192,
             record: 4096,
         };
+        for kind in [EntryKind::BatchPart, EntryKind::BatchCommit] {
+            let mut e = encode_entry(3, at, kind, b"", b"payload!");
+            e[..8].copy_from_slice(&9u64.to_le_bytes());
+            assert_eq!(decode_entry(&e, 3).map(|d| d.kind), Some(kind));
+            let mut keyed = encode_entry(3, at, kind, b"k", b"payload!");
+            keyed[..8].copy_from_slice(&9u64.to_le_bytes());
+            assert!(decode_entry(&keyed, 3).is_none(), "{kind:?} with a key");
+            let mut named = encode_entry(
+                3,
+                Place {
+                    address: 8192,
+                    record: 64,
+                },
+                kind,
+                b"",
+                b"p",
+            );
+            named[..8].copy_from_slice(&9u64.to_le_bytes());
+            assert!(
+                decode_entry(&named, 3).is_none(),
+                "{kind:?} naming a record"
+            );
+        }
+        let mut six = encode_entry(3, at, EntryKind::BatchCommit, b"", b"payload!");
+        six[..8].copy_from_slice(&9u64.to_le_bytes());
+        six[26] = 6;
+        assert!(decode_entry(&six, 3).is_none(), "kind 6");
         let mut rec = encode_entry(3, named, EntryKind::Batch, b"", b"payload!");
         rec[..8].copy_from_slice(&9u64.to_le_bytes());
         assert!(

@@ -90,7 +90,7 @@ impl HeterMem {
     /// flusher alone: the reserve is dipped or the flusher is stalled (pmem full: the
     /// write then goes on and the reserve rules decide), the store stops, or no log block
     /// was retired for [`LOG_WAIT_IDLE`] (the write goes on, as if there were no limit).
-    fn wait_for_log_room(&self, g: &Guard<'_>, log: &crate::oplog::OpLog) {
+    pub(crate) fn wait_for_log_room(&self, g: &Guard<'_>, log: &crate::oplog::OpLog) {
         let mut progress = log.retired();
         let mut since = Instant::now();
         while log.block_count() >= self.log_blocks_limit
@@ -113,7 +113,7 @@ impl HeterMem {
     /// After an allocation failed for lack of pmem (defragmentation request `request`):
     /// waits (unpinned) while the reclaimer defragments; returns the error once a pass that
     /// began after the request has given up, or the store stops.
-    fn wait_for_space(&self, g: &Guard<'_>, e: Error, request: u64) -> Result<()> {
+    pub(crate) fn wait_for_space(&self, g: &Guard<'_>, e: Error, request: u64) -> Result<()> {
         self.health.check_writable()?;
         if self.defrag.answered(request) {
             return Err(e);
@@ -209,9 +209,13 @@ impl HeterMem {
         let slot = self.threads.slot(g.slot());
         slot.write_cursor.store(CLOSED, Ordering::SeqCst);
         let phys = self.take_free_page(g)?;
-        let mapped = self
-            .reserve_page(g)
-            .and_then(|lp| self.ring.map(lp, phys).map(|()| lp));
+        let lp = self.reserve_page(g);
+        self.install_write_page(g, phys, lp)
+    }
+
+    /// Maps logical page `lp` (or gives `phys` back on an error) and makes it the thread's.
+    fn install_write_page(&self, g: &Guard<'_>, phys: u32, lp: Result<u64>) -> Result<()> {
+        let mapped = lp.and_then(|lp| self.ring.map(lp, phys).map(|()| lp));
         let lp = match mapped {
             Ok(lp) => lp,
             Err(e) => {
@@ -220,8 +224,118 @@ impl HeterMem {
             }
         };
         let first = self.geo.first_usable(lp) - self.geo.page_start(lp);
+        let slot = self.threads.slot(g.slot());
         slot.write_cursor.store(cursor(lp, first), Ordering::SeqCst);
         Ok(())
+    }
+
+    /// The addresses of records of these lengths for one write batch (ours, issue 24), in
+    /// order, in the thread's page and in as many fresh pages as they need — reserved all
+    /// at once: the batch holds them pinned until its commit, so it may never wait while it
+    /// holds some (the flusher could copy a block with a reserved, unwritten record).
+    /// Waits (unpinned, holding none) until `pages` pages are free, then takes what it
+    /// needs without waiting; when that still falls short (racing writers took the pages),
+    /// gives everything back and waits again. While it waits the flusher keeps `pages`
+    /// free rather than `free_pages` ([`free_target`](Self::free_target)); `pages` is at
+    /// most `free_pages + overlap_blocks × 2^(m-k)` (`mem/batch.rs`), a block fewer than
+    /// the write region can always have free (the read cache leaves writes `free_pages` and
+    /// `overlap_blocks + 2` blocks; all but the newest, incomplete block can be flushed), so
+    /// the wait ends; a stalled flusher (a full pool) ends it with `NoSpace`.
+    pub(crate) fn alloc_batch_records(
+        &self,
+        g: &Guard<'_>,
+        lens: &[u64],
+        pages: usize,
+    ) -> Result<Vec<(u64, u64)>> {
+        let mut request = None;
+        let got = self.batch_records_waiting(g, lens, pages, &mut request);
+        // Another batch may want more: it raises the target again on its next round.
+        let _ =
+            self.batch_pages_wanted
+                .compare_exchange(pages, 0, Ordering::AcqRel, Ordering::Relaxed);
+        got
+    }
+
+    /// The free DRAM pages the flusher keeps: `free_pages`, or more while a write batch
+    /// waits for them.
+    pub fn free_target(&self) -> usize {
+        self.free_pages
+            .max(self.batch_pages_wanted.load(Ordering::Acquire))
+    }
+
+    fn batch_records_waiting(
+        &self,
+        g: &Guard<'_>,
+        lens: &[u64],
+        pages: usize,
+        request: &mut Option<u64>,
+    ) -> Result<Vec<(u64, u64)>> {
+        loop {
+            self.admit_write(g)?;
+            if self.pages.free_count() >= pages {
+                let mut got = Vec::with_capacity(lens.len());
+                for &len in lens {
+                    match self.try_alloc_record(g, len) {
+                        Ok(Some(a)) => got.push((a, len)),
+                        Ok(None) => break,
+                        Err(e) => {
+                            self.give_back_all(g, got);
+                            return Err(e);
+                        }
+                    }
+                }
+                if got.len() == lens.len() {
+                    return Ok(got);
+                }
+                self.give_back_all(g, got);
+                self.counters.page_waits.incr();
+            }
+            self.health.check_writable()?;
+            if let Some(e) = self.stall_error(request) {
+                return Err(e);
+            }
+            if pages > self.free_pages {
+                self.batch_pages_wanted.fetch_max(pages, Ordering::AcqRel);
+            }
+            self.wake_flusher.raise();
+            g.unpinned(|| self.pages.wait_for_free(Duration::from_millis(5)));
+        }
+    }
+
+    /// Gives reservations back, the last first (so the thread's cursor un-bumps when it can).
+    pub(crate) fn give_back_all(&self, g: &Guard<'_>, got: Vec<(u64, u64)>) {
+        for r in got.into_iter().rev() {
+            self.give_back(g, r);
+        }
+    }
+
+    /// [`alloc_record`](Self::alloc_record) without waiting: `None` when it would have to
+    /// wait for a free page, a slot in the pages array or the pmem reserve.
+    fn try_alloc_record(&self, g: &Guard<'_>, len: u64) -> Result<Option<u64>> {
+        let slot = self.threads.slot(g.slot());
+        loop {
+            let alarm = self.regions.alarm.load(Ordering::SeqCst);
+            let in_time = |p: u64| self.geo.page_start(p) >= alarm;
+            if let Some((page, off)) = bump(&slot.write_cursor, len, self.geo.page_size(), in_time)
+            {
+                return Ok(Some(self.geo.page_start(page) + off));
+            }
+            slot.write_cursor.store(CLOSED, Ordering::SeqCst);
+            // IMPORTANT: as in `reserve_page`, no new page once the reserve has dipped.
+            if self.nvm.reserve.dipped() {
+                return Ok(None);
+            }
+            let Some(phys) = self.pages.try_take() else {
+                return Ok(None);
+            };
+            match self.try_page_number() {
+                Ok(Some(lp)) => self.install_write_page(g, phys, Ok(lp))?,
+                other => {
+                    self.pages.give_back(&[phys]);
+                    return other.map(|_| None);
+                }
+            }
+        }
     }
 
     /// A free physical page, waiting for the flusher (unpinned) when there is none.
@@ -252,25 +366,12 @@ impl HeterMem {
     fn reserve_page(&self, g: &Guard<'_>) -> Result<u64> {
         let mut request = None;
         loop {
-            let np = self.regions.next_page.load(Ordering::SeqCst);
-            self.check_block_number(self.geo.block_of_page(np))?;
             // IMPORTANT: no new page once the reserve has dipped (`nvm/reserve.rs`), checked
             // before the number is taken. A writer that read the reserve whole just before
             // the dip still takes its one page; the reserve's slack covers those.
             self.admit_write(g)?;
-            // The slot of `np` is free once the page a ring length before it is unmapped
-            // (`Regions::unmapped_below`, which trails `off_dram` in a flush's freeing stage).
-            let unmapped = self.regions.unmapped_below.load(Ordering::SeqCst);
-            if np < unmapped + self.ring.len() as u64 {
-                if self
-                    .regions
-                    .next_page
-                    .compare_exchange(np, np + 1, Ordering::SeqCst, Ordering::SeqCst)
-                    .is_ok()
-                {
-                    return Ok(np);
-                }
-                continue;
+            if let Some(np) = self.try_page_number()? {
+                return Ok(np);
             }
             self.health.check_writable()?;
             if let Some(e) = self.stall_error(&mut request) {
@@ -278,6 +379,28 @@ impl HeterMem {
             }
             self.wake_flusher.raise();
             g.unpinned(|| self.pages.wait_for_free(Duration::from_millis(5)));
+        }
+    }
+
+    /// Takes the next logical page number, or `None` while its slot in the pages array
+    /// still holds the page a ring length before it (`Regions::unmapped_below`, which
+    /// trails `off_dram` in a flush's freeing stage).
+    fn try_page_number(&self) -> Result<Option<u64>> {
+        loop {
+            let np = self.regions.next_page.load(Ordering::SeqCst);
+            self.check_block_number(self.geo.block_of_page(np))?;
+            let unmapped = self.regions.unmapped_below.load(Ordering::SeqCst);
+            if np >= unmapped + self.ring.len() as u64 {
+                return Ok(None);
+            }
+            if self
+                .regions
+                .next_page
+                .compare_exchange(np, np + 1, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                return Ok(Some(np));
+            }
         }
     }
 }

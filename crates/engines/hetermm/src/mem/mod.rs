@@ -253,6 +253,10 @@ pub struct HeterMem {
     pub opts: HeterOptions,
     /// freePages.
     pub free_pages: usize,
+    /// Free DRAM pages a write batch waits for (ours, `mem/alloc.rs`
+    /// `alloc_batch_records`): while it is above `free_pages`, the flusher keeps that many
+    /// free instead ([`HeterMem::free_target`]).
+    pub batch_pages_wanted: std::sync::atomic::AtomicUsize,
     /// Live log blocks before the oldest is compressed.
     pub log_blocks_max: usize,
     /// Live log blocks at which new writes wait for the flusher (`mem/alloc.rs`).
@@ -373,6 +377,7 @@ impl HeterMem {
         Ok(HeterMem {
             geo,
             free_pages,
+            batch_pages_wanted: std::sync::atomic::AtomicUsize::new(0),
             log_blocks_max,
             log_blocks_limit: log_blocks_max + LOG_SLACK,
             blocks: BlockTable::with_capacity(match opts.max_blocks {

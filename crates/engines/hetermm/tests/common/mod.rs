@@ -32,6 +32,17 @@ pub fn small_options(pages: u64, extra: &str) -> HeterOptions {
     HeterOptions::from_params(spec.params(), pages * 4096).expect("options")
 }
 
+/// Options for write batches that span pages: 4 KiB pages and 64 KiB blocks (16 pages per
+/// block, so a batch may take 32 log pages and 32 DRAM pages: a batch of 100 operations of
+/// ~150 bytes spans four log pages), 384 KiB of DRAM (a little over the least these blocks
+/// allow, so the flusher runs often) and a log budget of 3 blocks.
+pub fn span_options() -> HeterOptions {
+    let spec: EngineSpec = "hetermm@page_bits=12,block_bits=16,log_blocks=3"
+        .parse()
+        .expect("spec");
+    HeterOptions::from_params(spec.params(), 96 << 12).expect("options")
+}
+
 /// Options for write-batch tests: 32 KiB pages (a batch of 100 small keys fits one log
 /// page), 64 KiB blocks, 16 pages of DRAM (eight blocks: the flusher runs all the time)
 /// and a log budget of 3 blocks.
