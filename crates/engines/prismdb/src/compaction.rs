@@ -306,7 +306,7 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>
     let mut outcome = Outcome::default();
     let mut flash: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     for t in &plan.old {
-        flash.extend(t.read_all(&sh.cache)?);
+        flash.extend(t.read_all()?);
     }
     // Merge: the fast-tier version wins; a tombstone drops the key.
     let mut merged: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(flash.len() + plan.victims.len());

@@ -24,7 +24,7 @@ use crate::format::{decode_object, encode_object, object_len};
 use crate::msc::{Buckets, common_prefix, key_pos};
 use crate::shared::Shared;
 use crate::slab::Slabs;
-use crate::table::TableSet;
+use crate::table::{Source, TableSet};
 use crate::tracker::Tracker;
 
 /// Where a key's fast-tier object is.
@@ -153,6 +153,15 @@ enum Found {
     Tombstone,
 }
 
+/// Counts a get answered by a flash table: from DRAM when its block was cached, else
+/// from flash.
+pub(crate) fn count_table_read(sh: &Shared, src: Source) {
+    match src {
+        Source::Cache => sh.counters.ops.reads_from_dram.incr(),
+        Source::Device => sh.counters.ops.reads_from_flash.incr(),
+    }
+}
+
 impl Partition {
     /// An empty partition.
     pub fn new(
@@ -235,9 +244,9 @@ impl Partition {
             st.tables.clone()
         };
         drop(st);
-        let v = tables.get(key, &sh.cache)?;
-        if let Some(v) = &v {
-            sh.counters.ops.reads_from_flash.incr();
+        let v = tables.get_traced(key, &sh.cache)?;
+        if let Some((v, src)) = &v {
+            count_table_read(sh, *src);
             sh.counters.ops.user_bytes_read.add(v.len() as u64);
             self.counters.flash_reads.fetch_add(1, Ordering::Relaxed);
             if let Some(t) = tables.find(key) {
@@ -245,7 +254,7 @@ impl Partition {
             }
         }
         self.touch(key);
-        Ok(v)
+        Ok(v.map(|(v, _)| v))
     }
 
     /// Records an access in the tracker and keeps the popular flags and counts in step.
