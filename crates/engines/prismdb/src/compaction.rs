@@ -230,7 +230,7 @@ fn plan(
         && trigger == Trigger::Write
         && !force
         && !tombs_only
-        && sh.usage.ratio() >= sh.opts.high_watermark
+        && Partition::fullness_of(&st.slabs, sh) >= sh.opts.high_watermark
     {
         victims = pick_victims(sh, part, &st, cand, &probs, true, false)?;
     }
@@ -350,7 +350,8 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>
     // Promotions, after the victims' slots are free (FORMAT.md §3 "Promotion"): copies of
     // values the new tables keep, so no crash can lose them; at most as many bytes as were
     // demoted plus the room below the low watermark, and never above the high watermark.
-    let room = (sh.opts.low_watermark - sh.usage.ratio()).max(0.0) * sh.usage.capacity as f64;
+    let share = sh.usage.capacity as f64 / sh.parts.len().max(1) as f64;
+    let room = (sh.opts.low_watermark - part.fullness(sh)).max(0.0) * share;
     let mut budget = room as u64
         + plan
             .victims
@@ -359,7 +360,7 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>
             .sum::<u64>();
     for (k, v) in &promote {
         let len = object_len(k.len(), v.len()) as u64;
-        if budget < len || sh.usage.ratio() >= sh.opts.high_watermark {
+        if budget < len || part.fullness(sh) >= sh.opts.high_watermark {
             break;
         }
         if promote_one(sh, part, k, v)? {
