@@ -369,6 +369,9 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>
         };
         outcome.tables_written = new_tables.len() as u64;
         install(sh, part, plan, new_tables, seq)?;
+        // Writers waiting for room go on now, not after the promotions and the removal of
+        // the old files (a directory sync).
+        sh.space_freed();
         commit_gate = Some(gate);
         committed = Some((seq, reserve));
     }
