@@ -357,17 +357,28 @@ type BlockKey = (u64, usize);
 /// The decoded entries of a data block, shared between the cache and readers.
 pub type Block = Arc<Vec<(Vec<u8>, Vec<u8>)>>;
 
-/// The DRAM block cache for flash tables (FIFO with a byte budget; DESIGN §3: charged to
-/// the DRAM budget).
+/// The DRAM block cache for flash tables (CLOCK, i.e. FIFO with a second chance for a
+/// block read since it was cached, with a byte budget; DESIGN §3: charged to the DRAM
+/// budget). Plain FIFO evicted the blocks of the hottest flash keys as readily as any
+/// other: 5% of flash-table gets hit it in a zipfian read-only run.
 #[derive(Debug, Default)]
 pub struct BlockCache {
     inner: Mutex<CacheInner>,
     capacity: usize,
 }
 
+/// A cached block: its entries, its bytes and whether it was read since it was cached or
+/// last given its second chance.
+#[derive(Debug)]
+struct Cached {
+    block: Block,
+    bytes: usize,
+    referenced: bool,
+}
+
 #[derive(Debug, Default)]
 struct CacheInner {
-    map: HashMap<BlockKey, (Block, usize)>,
+    map: HashMap<BlockKey, Cached>,
     fifo: VecDeque<BlockKey>,
     bytes: usize,
 }
@@ -382,7 +393,10 @@ impl BlockCache {
     }
 
     fn get(&self, k: &BlockKey) -> Option<Block> {
-        self.inner.lock().map.get(k).map(|e| e.0.clone())
+        let mut g = self.inner.lock();
+        let c = g.map.get_mut(k)?;
+        c.referenced = true;
+        Some(c.block.clone())
     }
 
     fn insert(&self, k: BlockKey, v: Block, bytes: usize) {
@@ -393,19 +407,75 @@ impl BlockCache {
         if g.map.contains_key(&k) {
             return;
         }
+        // Each pass over the queue clears a reference bit or evicts, so this ends.
         while g.bytes + bytes > self.capacity {
             let Some(old) = g.fifo.pop_front() else { break };
-            if let Some((_, b)) = g.map.remove(&old) {
-                g.bytes -= b;
+            match g.map.get_mut(&old) {
+                Some(c) if c.referenced => {
+                    c.referenced = false;
+                    g.fifo.push_back(old);
+                }
+                Some(_) => {
+                    if let Some(c) = g.map.remove(&old) {
+                        g.bytes -= c.bytes;
+                    }
+                }
+                None => {}
             }
         }
         g.bytes += bytes;
         g.fifo.push_back(k);
-        g.map.insert(k, (v, bytes));
+        g.map.insert(
+            k,
+            Cached {
+                block: v,
+                bytes,
+                referenced: false,
+            },
+        );
     }
 
     /// Bytes cached.
     pub fn bytes(&self) -> usize {
         self.inner.lock().bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(n: u8) -> Block {
+        Arc::new(vec![(vec![n], vec![n; 10])])
+    }
+
+    #[test]
+    fn cache_gives_a_read_block_a_second_chance_and_keeps_its_budget() {
+        let cache = BlockCache::new(300);
+        for i in 0..3u8 {
+            cache.insert((1, usize::from(i)), block(i), 100);
+        }
+        assert!(cache.get(&(1, 0)).is_some());
+        // Full: the oldest block was read since cached, so the next one goes.
+        cache.insert((1, 3), block(3), 100);
+        assert!(cache.get(&(1, 0)).is_some());
+        assert!(cache.get(&(1, 1)).is_none());
+        assert!(cache.get(&(1, 2)).is_some());
+        assert!(cache.get(&(1, 3)).is_some());
+        assert_eq!(cache.bytes(), 300);
+        // Every block referenced: one pass clears the bits, then the oldest goes.
+        cache.insert((2, 0), block(9), 100);
+        assert_eq!(cache.bytes(), 300);
+        assert!(cache.get(&(2, 0)).is_some());
+        assert_eq!(
+            [(1, 0), (1, 2), (1, 3)]
+                .iter()
+                .filter(|k| cache.get(k).is_some())
+                .count(),
+            2
+        );
+        // A block larger than the cache is not cached.
+        cache.insert((3, 0), block(1), 301);
+        assert!(cache.get(&(3, 0)).is_none());
     }
 }
