@@ -2,8 +2,9 @@
 //! read-trigger state machine (§5.3 "Read-triggered compactions": detection, invocation,
 //! monitoring, cool-down).
 //!
-//! A thread compacts while the fast tier is above the high watermark until it is below the
-//! low one (write-triggered, §4.2), or at once when a writer of its partition waits for
+//! A thread compacts while its partition's fast-tier fullness
+//! ([`Partition::fullness`]) is above the high watermark until it is below the low one
+//! (write-triggered, §4.2), or at once when a writer of its partition waits for
 //! space (then pinning is ignored if it must be). Otherwise it runs the read trigger (with
 //! promotions on only: promoting is the point of a read-triggered compaction), and during an
 //! active epoch compacts the most read table once it served 1% of an epoch from flash.
@@ -176,7 +177,7 @@ fn run(sh: &Shared, i: usize) {
     let mut failures = 0u32;
     while !sh.stop.load(Ordering::Acquire) {
         let pressure = part.pressure.load(Ordering::Acquire) > 0;
-        let u = sh.usage.ratio();
+        let u = part.fullness(sh);
         if u >= o.high_watermark {
             draining = true;
         } else if u < o.low_watermark {

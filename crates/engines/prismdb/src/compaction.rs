@@ -16,6 +16,10 @@
 //! 5. the noted hot objects are promoted (copied to the fast tier; the new tables keep
 //!    them too); old tables and the old manifest are removed.
 //!
+//! A read-triggered compaction of a partition below the low watermark picks no victims:
+//! steps 3 and 4 are skipped (the table is read, not rewritten) and only step 5's
+//! promotions run.
+//!
 //! A failed flash write aborts before the commit with the fast tier untouched (the new
 //! files are removed, or left to the next load when the manifest may have been written).
 //!
@@ -225,12 +229,20 @@ fn plan(
     let Some(cand) = cands.get(c) else {
         return Ok(None);
     };
-    let mut victims = pick_victims(sh, part, &st, cand, &probs, force || tombs_only, tombs_only)?;
+    // A read-triggered compaction demotes only when the partition needs room for what it
+    // promotes; below the low watermark it only promotes (no table is rewritten).
+    let demote =
+        trigger == Trigger::Write || Partition::fullness_of(&st.slabs, sh) >= sh.opts.low_watermark;
+    let mut victims = if demote {
+        pick_victims(sh, part, &st, cand, &probs, force || tombs_only, tombs_only)?
+    } else {
+        Vec::new()
+    };
     if victims.is_empty()
         && trigger == Trigger::Write
         && !force
         && !tombs_only
-        && sh.usage.ratio() >= sh.opts.high_watermark
+        && Partition::fullness_of(&st.slabs, sh) >= sh.opts.high_watermark
     {
         victims = pick_victims(sh, part, &st, cand, &probs, true, false)?;
     }
@@ -306,7 +318,7 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>
     let mut outcome = Outcome::default();
     let mut flash: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     for t in &plan.old {
-        flash.extend(t.read_all(&sh.cache)?);
+        flash.extend(t.read_all()?);
     }
     // Merge: the fast-tier version wins; a tombstone drops the key.
     let mut merged: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(flash.len() + plan.victims.len());
@@ -341,25 +353,43 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>
         }
     }
     // Held until the old files are removed (`PrismDbStore::hold_flash_commits`).
-    let commit_gate = sh.flash_commit.read();
-    let Some((new_tables, seq, reserve)) = write_and_commit(sh, part, plan, &merged)? else {
-        return Ok(None);
-    };
-    outcome.tables_written = new_tables.len() as u64;
-    install(sh, part, plan, new_tables, seq)?;
+    let mut commit_gate = None;
+    let mut committed = None;
+    if plan.victims.is_empty() {
+        // Nothing to demote (a read-triggered compaction with room on the fast tier): the
+        // merged entries are the table's own, and promoted copies keep their flash version
+        // anyway (FORMAT.md §3 "Promotion"), so the table is not rewritten; only the
+        // promotions below run.
+        forget_hits(part, plan);
+        part.state.write().compacting = None;
+    } else {
+        let gate = sh.flash_commit.read();
+        let Some((new_tables, seq, reserve)) = write_and_commit(sh, part, plan, &merged)? else {
+            return Ok(None);
+        };
+        outcome.tables_written = new_tables.len() as u64;
+        install(sh, part, plan, new_tables, seq)?;
+        // Writers waiting for room go on now, not after the promotions and the removal of
+        // the old files (a directory sync).
+        sh.space_freed();
+        commit_gate = Some(gate);
+        committed = Some((seq, reserve));
+    }
+    drop(merged);
     // Promotions, after the victims' slots are free (FORMAT.md §3 "Promotion"): copies of
-    // values the new tables keep, so no crash can lose them; at most as many bytes as were
-    // demoted plus the room below the low watermark, and never above the high watermark.
-    let room = (sh.opts.low_watermark - sh.usage.ratio()).max(0.0) * sh.usage.capacity as f64;
-    let mut budget = room as u64
-        + plan
-            .victims
-            .iter()
-            .map(|v| object_len(v.key.len(), v.value.as_ref().map_or(0, Vec::len)) as u64)
-            .sum::<u64>();
+    // values the new tables keep, so no crash can lose them; at most the room below the
+    // low watermark.
+    let share = sh.usage.capacity as f64 / sh.parts.len().max(1) as f64;
+    let room = (sh.opts.low_watermark - part.fullness(sh)).max(0.0) * share;
+    // NOTE: the room is measured after install freed the victims' slots, so it already
+    // counts the demoted bytes; adding them again let every compaction promote back what
+    // it demoted, up to the high watermark, and the next write-triggered compaction
+    // started at once (in a read-only run: 127 write-triggered compactions, 2.7 GiB
+    // written to flash in 10 s).
+    let mut budget = room as u64;
     for (k, v) in &promote {
         let len = object_len(k.len(), v.len()) as u64;
-        if budget < len || sh.usage.ratio() >= sh.opts.high_watermark {
+        if budget < len || part.fullness(sh) >= sh.opts.low_watermark {
             break;
         }
         if promote_one(sh, part, k, v)? {
@@ -370,12 +400,14 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>
     sh.counters.demoted.add(outcome.demoted);
     sh.counters.promoted.add(outcome.promoted);
     sh.counters.tombstones_dropped.add(outcome.tombstones);
-    // Leftovers: removal failures are harmless (the next load removes them).
-    if remove_old(sh, part, plan, seq).is_ok() {
-        sh.crash_point("prismdb.compaction.old_files_removed");
+    if let Some((seq, reserve)) = committed {
+        // Leftovers: removal failures are harmless (the next load removes them).
+        if remove_old(sh, part, plan, seq).is_ok() {
+            sh.crash_point("prismdb.compaction.old_files_removed");
+        }
+        // The reserve is back once the replaced tables are gone.
+        drop(reserve);
     }
-    // The reserve is back once the replaced tables are gone.
-    drop(reserve);
     drop(commit_gate);
     Ok(Some(outcome))
 }
@@ -681,12 +713,17 @@ fn install(
             tr.set_capacity(cap);
         }
     }
+    forget_hits(part, plan);
+    *part.last_error.lock() = None;
+    Ok(())
+}
+
+/// Resets the flash hits of the plan's tables (the read trigger's choice starts over).
+fn forget_hits(part: &Partition, plan: &Plan) {
     let mut hits = part.table_hits.lock();
     for t in &plan.old {
         hits.remove(&t.number);
     }
-    *part.last_error.lock() = None;
-    Ok(())
 }
 
 fn remove_old(sh: &Shared, part: &Partition, plan: &Plan, seq: u64) -> Result<()> {

@@ -24,7 +24,7 @@ use crate::format::{decode_object, encode_object, object_len};
 use crate::msc::{Buckets, common_prefix, key_pos};
 use crate::shared::Shared;
 use crate::slab::Slabs;
-use crate::table::TableSet;
+use crate::table::{Source, TableSet};
 use crate::tracker::Tracker;
 
 /// Where a key's fast-tier object is.
@@ -153,6 +153,15 @@ enum Found {
     Tombstone,
 }
 
+/// Counts a get answered by a flash table: from DRAM when its block was cached, else
+/// from flash.
+pub(crate) fn count_table_read(sh: &Shared, src: Source) {
+    match src {
+        Source::Cache => sh.counters.ops.reads_from_dram.incr(),
+        Source::Device => sh.counters.ops.reads_from_flash.incr(),
+    }
+}
+
 impl Partition {
     /// An empty partition.
     pub fn new(
@@ -184,6 +193,27 @@ impl Partition {
             table_hits: Mutex::new(BTreeMap::new()),
             room_needed: AtomicU64::new(0),
         }
+    }
+
+    /// How full the fast tier is for this partition's writes, as a fraction of its share
+    /// (`capacity / partitions`): one minus the room a put here can take without a
+    /// compaction — the free slots of its own slabs (no other partition can use them) and
+    /// its share of the chunks no partition holds yet — or the pool-wide ratio if that is
+    /// higher. The watermarks (§4.2) apply to it:
+    /// with the pool-wide ratio, free slots stranded in one partition hid that another
+    /// had no room left, and its writers waited for space below the low watermark.
+    pub fn fullness_of(slabs: &Slabs, sh: &Shared) -> f64 {
+        let parts = sh.parts.len().max(1) as f64;
+        let share = sh.usage.capacity.max(1) as f64 / parts;
+        let room = slabs.free_slot_bytes() as f64 + sh.usage.free_chunk_bytes() as f64 / parts;
+        // Never below the pool-wide ratio: when one partition holds most of the pool, its
+        // share understates its room and it would stop draining after a sliver.
+        (1.0 - room / share).max(sh.usage.ratio()).clamp(0.0, 1.0)
+    }
+
+    /// [`Partition::fullness_of`] this partition's slabs.
+    pub fn fullness(&self, sh: &Shared) -> f64 {
+        Partition::fullness_of(&self.state.read().slabs, sh)
     }
 
     fn read_slot(&self, sh: &Shared, key: &[u8], loc: &Loc, st: &State) -> Result<Found> {
@@ -235,9 +265,9 @@ impl Partition {
             st.tables.clone()
         };
         drop(st);
-        let v = tables.get(key, &sh.cache)?;
-        if let Some(v) = &v {
-            sh.counters.ops.reads_from_flash.incr();
+        let v = tables.get_traced(key, &sh.cache)?;
+        if let Some((v, src)) = &v {
+            count_table_read(sh, *src);
             sh.counters.ops.user_bytes_read.add(v.len() as u64);
             self.counters.flash_reads.fetch_add(1, Ordering::Relaxed);
             if let Some(t) = tables.find(key) {
@@ -245,7 +275,7 @@ impl Partition {
             }
         }
         self.touch(key);
-        Ok(v)
+        Ok(v.map(|(v, _)| v))
     }
 
     /// Records an access in the tracker and keeps the popular flags and counts in step.

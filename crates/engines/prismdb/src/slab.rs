@@ -42,6 +42,13 @@ impl Usage {
     pub fn ratio(&self) -> f64 {
         self.used.load(Ordering::Relaxed) as f64 / self.capacity.max(1) as f64
     }
+
+    /// Bytes of the chunks no partition holds yet that a put may still take.
+    pub fn free_chunk_bytes(&self) -> u64 {
+        let put_chunks = self.chunk_limit.saturating_sub(self.reserve_chunks);
+        let per_chunk = self.capacity / put_chunks.max(1);
+        put_chunks.saturating_sub(self.chunks.load(Ordering::Relaxed)) * per_chunk
+    }
 }
 
 #[derive(Debug, Default)]
@@ -103,6 +110,16 @@ impl Slabs {
 
     fn pool(&self) -> &Arc<PmemPool> {
         self.alloc.pool()
+    }
+
+    /// Bytes of the free slots of this partition's slabs (a free slot serves only its
+    /// partition and class).
+    pub fn free_slot_bytes(&self) -> u64 {
+        self.per_class
+            .iter()
+            .zip(&self.classes)
+            .map(|(cs, &size)| cs.free_slots * u64::from(size))
+            .sum()
     }
 
     /// The smallest class whose slots hold `len` bytes.

@@ -148,11 +148,11 @@ pub fn multi_get(sh: &Shared, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
                 v
             }
             Lookup::Flash(tables) => {
-                let v = tables.get(k, &sh.cache)?;
-                if v.is_some() {
-                    sh.counters.ops.reads_from_flash.incr();
+                let v = tables.get_traced(k, &sh.cache)?;
+                if let Some((_, src)) = &v {
+                    crate::partition::count_table_read(sh, *src);
                 }
-                v
+                v.map(|(v, _)| v)
             }
         };
         if let Some(v) = &v {
