@@ -325,7 +325,17 @@ mod race_tests {
             }
             let mut generation = 0u64;
             let mut a = cur.read().map(|g| g.1.clone()).unwrap();
-            for seq in 1..40_000u64 {
+            // At least 40,000 inserts, and on until the readers have checked 2,000 reads
+            // (under load the readers may not be scheduled while the first 40,000 run: CI
+            // saw fewer than 1,000 checks), for at most 30 s.
+            let started = std::time::Instant::now();
+            for seq in 1u64.. {
+                if seq >= 40_000
+                    && (checked.load(Ordering::Relaxed) >= 2_000
+                        || started.elapsed() > std::time::Duration::from_secs(30))
+                {
+                    break;
+                }
                 let i = (seq as usize * 5) % KEYS;
                 let vlen = 30 + (seq as usize % 60);
                 if a.used() >= 4096 || !a.fits(6, vlen) {
