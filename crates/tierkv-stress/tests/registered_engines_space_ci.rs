@@ -11,12 +11,25 @@ mod common;
 /// child in half the rounds.
 const CI_FLAGS: &[&str] = &["--flash-size", "16MiB", "--kill-fraction", "0.5"];
 
+/// prismdb's write bound in CI: 20 s instead of the 5 s default. These are debug builds on
+/// two cores that the other tests of this binary load too, where one prismdb compaction of
+/// its 16 MiB tables took over 5 s (`a write of the fill took 11110 ms`, and `the fill made
+/// no progress for 20 s`; also at 93ad8ae, 1 run in 3). The other engines keep 5 s: the
+/// focus and mio regression tests below rest on it; the release runs of the note keep it
+/// for every engine.
+const PRISMDB_CI_FLAGS: &[&str] = &["--write-bound", "20s"];
+
 /// Engines whose space run fails today, with the `#[ignore]`d test that reproduces it.
 const KNOWN_FAILING: &[(&str, &str)] = &[];
 
 /// Runs two CI-sized space rounds of `spec` and asserts that they passed.
 fn passes_two_rounds(spec: &str, seed: u64) {
-    let flags = [CI_FLAGS, common::batch_flags(spec, "space")].concat();
+    let slow = if spec.starts_with("prismdb") {
+        PRISMDB_CI_FLAGS
+    } else {
+        &[]
+    };
+    let flags = [CI_FLAGS, slow, common::batch_flags(spec, "space")].concat();
     let run = common::space_run(spec, seed, 2, "4MiB", &flags);
     common::assert_space_passed(&run, 2);
 }
