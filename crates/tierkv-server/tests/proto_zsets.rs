@@ -91,3 +91,66 @@ fn an_unordered_engine_keeps_point_operations_of_sorted_sets() {
     let e = common::error_of(&mut c, cmd("ZRANGE").arg("z").arg(0).arg(-1));
     assert!(e.contains("walks a collection's elements in order"), "{e}");
 }
+
+/// RESP3 (after `HELLO 3`, the default of redis-py 8): scores are doubles, and ranges and
+/// pops given a count answer `[[member, score], ...]`; a pop without a count stays flat.
+/// The expected bytes are redis-server 7.0.15's answers to the same commands. (redis-py 8
+/// failed `zrevrange(..., withscores=True)` on the flat RESP2 shape: "too many values to
+/// unpack".)
+#[test]
+fn resp3_replies_scores_as_doubles_and_ranges_as_pairs() {
+    let srv = common::start("dram:btree");
+    let mut s = srv.raw();
+    let ends = |want: &'static [u8]| move |got: &[u8]| got.len() >= want.len();
+    let hello = common::exchange(&mut s, &common::resp(&[b"HELLO", b"3"]), |g| {
+        g.ends_with(b"\r\n") && g.windows(7).any(|w| w == b"modules")
+    });
+    assert!(
+        hello.starts_with(b"%"),
+        "{}",
+        String::from_utf8_lossy(&hello)
+    );
+    let cases: &[(&[&[u8]], &[u8])] = &[
+        (
+            &[b"ZADD", b"z", b"1", b"a", b"2.5", b"b", b"3", b"c"],
+            b":3\r\n",
+        ),
+        (
+            &[b"ZRANGE", b"z", b"0", b"-1", b"WITHSCORES"],
+            b"*3\r\n*2\r\n$1\r\na\r\n,1\r\n*2\r\n$1\r\nb\r\n,2.5\r\n*2\r\n$1\r\nc\r\n,3\r\n",
+        ),
+        (&[b"ZSCORE", b"z", b"b"], b",2.5\r\n"),
+        (&[b"ZMSCORE", b"z", b"b", b"x"], b"*2\r\n,2.5\r\n_\r\n"),
+        (&[b"ZINCRBY", b"z", b"1", b"c"], b",4\r\n"),
+        (&[b"ZADD", b"z", b"INCR", b"1", b"c"], b",5\r\n"),
+        (&[b"ZPOPMIN", b"z"], b"*2\r\n$1\r\na\r\n,1\r\n"),
+        (
+            &[b"ZPOPMIN", b"z", b"1"],
+            b"*1\r\n*2\r\n$1\r\nb\r\n,2.5\r\n",
+        ),
+        (
+            &[b"ZRANGEBYSCORE", b"z", b"-inf", b"+inf", b"WITHSCORES"],
+            b"*1\r\n*2\r\n$1\r\nc\r\n,5\r\n",
+        ),
+        (
+            &[b"ZREVRANGE", b"z", b"0", b"-1", b"WITHSCORES"],
+            b"*1\r\n*2\r\n$1\r\nc\r\n,5\r\n",
+        ),
+        (
+            &[b"ZSCAN", b"z", b"0"],
+            b"*2\r\n$1\r\n0\r\n*2\r\n$1\r\nc\r\n$1\r\n5\r\n",
+        ),
+        (&[b"ZPOPMAX", b"nokey"], b"*0\r\n"),
+    ];
+    for (args, want) in cases {
+        let got = common::exchange(&mut s, &common::resp(args), ends(want));
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(want),
+            "{:?}",
+            args.iter()
+                .map(|a| String::from_utf8_lossy(a))
+                .collect::<Vec<_>>()
+        );
+    }
+}

@@ -27,7 +27,7 @@ use super::collection::{self, Coll, PAGE};
 use super::{CmdError, CmdResult, Ctx, is, msg, parse_int};
 use crate::encoding::Kind;
 use crate::glob;
-use crate::resp::Args;
+use crate::resp::{Args, Protocol};
 
 const MEMBER: u8 = b'm';
 const INDEX: u8 = b's';
@@ -316,12 +316,21 @@ fn len_of(c: &Coll) -> i64 {
     i64::try_from(c.meta.count).unwrap_or(i64::MAX)
 }
 
-fn reply_scored(ctx: &mut Ctx<'_>, items: &[(Vec<u8>, f64)], withscores: bool) {
-    ctx.out.array(items.len() * if withscores { 2 } else { 1 });
+/// Members, with their scores when `withscores`. As Redis 7 replies: in RESP2 a flat array
+/// of members and scores (bulk strings); in RESP3, scores are doubles and, when `nested`
+/// (ranges, and pops given a count), each member and its score form a pair of their own
+/// (`[[member, score], ...]`).
+fn reply_scored(ctx: &mut Ctx<'_>, items: &[(Vec<u8>, f64)], withscores: bool, nested: bool) {
+    let pairs = withscores && nested && ctx.out.protocol() == Protocol::Resp3;
+    let per_item = if withscores && !pairs { 2 } else { 1 };
+    ctx.out.array(items.len() * per_item);
     for (m, s) in items {
+        if pairs {
+            ctx.out.array(2);
+        }
         ctx.out.bulk(m);
         if withscores {
-            ctx.out.bulk(format_score(*s).as_bytes());
+            ctx.out.double(format_score(*s).as_bytes());
         }
     }
 }
@@ -420,7 +429,7 @@ fn zadd_generic(ctx: &mut Ctx<'_>, args: Args<'_>, f: AddFlags, first: usize) ->
     })?;
     if f.incr {
         match last {
-            Some(s) => ctx.out.bulk(format_score(s).as_bytes()),
+            Some(s) => ctx.out.double(format_score(s).as_bytes()),
             None => ctx.out.null(),
         }
     } else {
@@ -467,7 +476,7 @@ pub(crate) fn zscore(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
         .transpose()?
         .flatten()
     {
-        Some(s) => ctx.out.bulk(format_score(s).as_bytes()),
+        Some(s) => ctx.out.double(format_score(s).as_bytes()),
         None => ctx.out.null(),
     }
     Ok(())
@@ -479,7 +488,7 @@ pub(crate) fn zmscore(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     ctx.out.array(args.len() - 2);
     for m in args.iter_from(2) {
         match c.as_ref().map(|c| score(ctx, c, m)).transpose()?.flatten() {
-            Some(s) => ctx.out.bulk(format_score(s).as_bytes()),
+            Some(s) => ctx.out.double(format_score(s).as_bytes()),
             None => ctx.out.null(),
         }
     }
@@ -652,7 +661,7 @@ fn run_range(ctx: &mut Ctx<'_>, key: &[u8], r: &RangeReq<'_>) -> CmdResult {
         Some(c) => select(ctx, &c, r)?,
         None => Vec::new(),
     };
-    reply_scored(ctx, &items, r.withscores);
+    reply_scored(ctx, &items, r.withscores, true);
     Ok(())
 }
 
@@ -745,7 +754,8 @@ pub(crate) fn zrevrangebylex(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
 
 fn pop_generic(ctx: &mut Ctx<'_>, args: Args<'_>, max: bool) -> CmdResult {
     let key = args.get(1);
-    let count = super::pop_count(args)?.unwrap_or(1);
+    let given = super::pop_count(args)?;
+    let count = given.unwrap_or(1);
     let popped = ctx.batched(|ctx| {
         let Some(mut c) = load(ctx, key)? else {
             return Ok(Vec::new());
@@ -769,7 +779,7 @@ fn pop_generic(ctx: &mut Ctx<'_>, args: Args<'_>, max: bool) -> CmdResult {
         items.truncate(usize::try_from(n).unwrap_or(usize::MAX));
         Ok(items)
     })?;
-    reply_scored(ctx, &popped, true);
+    reply_scored(ctx, &popped, true, given.is_some());
     Ok(())
 }
 

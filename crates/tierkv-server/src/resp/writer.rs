@@ -138,6 +138,19 @@ impl Reply {
         self.buf.extend_from_slice(b"\r\n");
     }
 
+    /// A floating-point number in Redis's text form (`1.5`, `inf`): a bulk string in RESP2,
+    /// a double (`,1.5`) in RESP3, as Redis 7 replies scores.
+    pub fn double(&mut self, text: &[u8]) {
+        match self.proto {
+            Protocol::Resp2 => self.bulk(text),
+            Protocol::Resp3 => {
+                self.buf.push(b',');
+                self.buf.extend_from_slice(text);
+                self.buf.extend_from_slice(b"\r\n");
+            }
+        }
+    }
+
     /// A bulk string of a number's decimal form.
     pub fn bulk_int(&mut self, n: i64) {
         let mut digits = [0u8; 20];
