@@ -236,9 +236,25 @@ impl ValueSizes {
         encode(key, version, self.len_for(key_hash(key), version))
     }
 
-    /// True when `bytes` is version `version` of `key`: exactly [`ValueSizes::value`].
+    /// True when `bytes` is version `version` of `key`: [`ValueSizes::value`], or that value
+    /// capped shorter ([`ValueSizes::value_capped`], a batch's write). The checksum covers
+    /// the length, so a truncated or torn value never matches.
     pub fn matches(&self, key: &[u8], version: u32, bytes: &[u8]) -> bool {
-        bytes == self.value(key, version).as_slice()
+        let full = self.len_for(key_hash(key), version);
+        match bytes.len() {
+            n if n == full => bytes == self.value(key, version).as_slice(),
+            n if (MIN_VALUE_LEN..full).contains(&n) => bytes == encode(key, version, n).as_slice(),
+            _ => false,
+        }
+    }
+
+    /// [`ValueSizes::value`] at most `cap` bytes long (never below the shortest value the
+    /// codec writes): the values of a write batch, whose total the engines bound.
+    pub fn value_capped(&self, key: &[u8], version: u32, cap: usize) -> Vec<u8> {
+        let len = self
+            .len_for(key_hash(key), version)
+            .min(cap.max(MIN_VALUE_LEN));
+        encode(key, version, len)
     }
 }
 
@@ -297,14 +313,23 @@ mod tests {
     }
 
     #[test]
-    fn a_value_matches_only_its_own_version_whole() {
+    fn capped_values_decode_and_stay_under_the_cap() {
         let sizes = ValueSizes::default();
+        for v in 1..2_000 {
+            let value = sizes.value_capped(b"k00000007", v, 300);
+            assert!(value.len() <= 300, "{}", value.len());
+            assert_eq!(decode(&value).map(|d| d.version).ok(), Some(v));
+        }
+        assert_eq!(sizes.value_capped(b"k1", 3, 0).len(), MIN_VALUE_LEN);
         for v in 1..200 {
             let full = sizes.value(b"k9", v);
-            assert!(sizes.matches(b"k9", v, &full));
-            assert!(!sizes.matches(b"k9", v + 1, &full), "another version");
-            let cut = &full[..full.len() - 1];
-            assert!(!sizes.matches(b"k9", v, cut), "a truncated value");
+            let capped = sizes.value_capped(b"k9", v, 100);
+            assert!(sizes.matches(b"k9", v, &full) && sizes.matches(b"k9", v, &capped));
+            assert!(!sizes.matches(b"k9", v + 1, &capped), "another version");
+            if full.len() > MIN_VALUE_LEN + 1 {
+                let cut = &full[..full.len() - 1];
+                assert!(!sizes.matches(b"k9", v, cut), "a truncated value");
+            }
         }
     }
 

@@ -39,6 +39,12 @@ use crate::expected_state::{ExpectedState, KeySpace};
 use crate::value_codec::ValueSizes;
 use crate::verify::{Check, Violation, open_read, violation};
 
+/// Bytes of values one stress batch writes at most (shared by its puts): under the
+/// smallest engine batch limit of the pools the harness uses, prism's half a PWB (64 KiB of
+/// records in a 4 MiB pool: `the records of a write batch take 75072 bytes, more than half a
+/// PWB of 131072 bytes`); hetermm's batches span log pages since 2026-11-26.
+pub const BATCH_VALUE_BYTES: usize = 24 << 10;
+
 /// Percentages of each operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OpMix {
@@ -557,7 +563,10 @@ impl<'a> Workload<'a> {
             if w.delete {
                 batch.delete(key);
             } else {
-                let value = self.cfg.sizes.value(&key, w.version);
+                // NOTE: a batch's values share BATCH_VALUE_BYTES, so that every batch fits
+                // the smallest engine limit (prism: half a PWB, 64 KiB in a 4 MiB pool).
+                let cap = BATCH_VALUE_BYTES / writes.len();
+                let value = self.cfg.sizes.value_capped(&key, w.version, cap);
                 batch.put(key, value);
             }
         }
