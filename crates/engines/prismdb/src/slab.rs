@@ -35,6 +35,10 @@ pub struct Usage {
     /// Chunks a put never takes: a partition's first slab of a tombstone's class comes
     /// from them, so that every partition can always record a delete.
     pub reserve_chunks: u64,
+    /// Chunks no slab takes beyond `reserve_chunks`: kept for the record runs of write
+    /// batches, which need whole chunks that freeing slots never gives back (FORMAT.md §3
+    /// "Room for batch records").
+    pub record_chunks: u64,
 }
 
 impl Usage {
@@ -43,9 +47,17 @@ impl Usage {
         self.used.load(Ordering::Relaxed) as f64 / self.capacity.max(1) as f64
     }
 
+    /// Chunks the slabs of puts may hold: all but the reserves for deletes and for batch
+    /// records.
+    pub fn put_chunks(&self) -> u64 {
+        self.chunk_limit
+            .saturating_sub(self.reserve_chunks)
+            .saturating_sub(self.record_chunks)
+    }
+
     /// Bytes of the chunks no partition holds yet that a put may still take.
     pub fn free_chunk_bytes(&self) -> u64 {
-        let put_chunks = self.chunk_limit.saturating_sub(self.reserve_chunks);
+        let put_chunks = self.put_chunks();
         let per_chunk = self.capacity / put_chunks.max(1);
         put_chunks.saturating_sub(self.chunks.load(Ordering::Relaxed)) * per_chunk
     }
@@ -158,9 +170,10 @@ impl Slabs {
 
     /// Takes a free slot of `class` (a new slab if none); its offset. The slot counts as
     /// used from now on. A put leaves the last [`delete_slots`] free slots of class 0 and
-    /// the last `reserve_chunks` chunks of the allocator to deletes; a delete takes any
-    /// free slot, a new chunk while a put could, and the first chunk of its class in this
-    /// partition even from the reserve (FORMAT.md §3 "Room for deletes").
+    /// the last `reserve_chunks` chunks of the allocator to deletes (and `record_chunks` to
+    /// batch records); a delete takes any free slot, a new chunk while a put could, and the
+    /// first chunk of its class in this partition even from the reserve (FORMAT.md §3
+    /// "Room for deletes").
     pub fn alloc_for(&mut self, class: u8, purpose: Purpose) -> Result<u64> {
         let c = usize::from(class);
         let reserved = if class == 0 && purpose == Purpose::Put {
@@ -207,15 +220,16 @@ impl Slabs {
     }
 
     /// Zero-fills a new chunk, then writes its header (FORMAT.md §1 "Slab chunk"). Only
-    /// `from_reserve` may take one of the allocator's last `reserve_chunks` chunks.
+    /// `from_reserve` may take one of the allocator's last `reserve_chunks` chunks; no slab
+    /// takes the `record_chunks` kept for batch records.
     fn new_slab(&mut self, class: u8, from_reserve: bool) -> Result<u64> {
         let u = &self.usage;
         let held = u.chunks.fetch_add(1, Ordering::AcqRel) + 1;
-        if !from_reserve && held + u.reserve_chunks > u.chunk_limit {
+        if !from_reserve && held > u.put_chunks() {
             u.chunks.fetch_sub(1, Ordering::AcqRel);
             return Err(Error::no_space(
                 Tier::Pmem,
-                "prismdb: no free slab chunk beyond the reserve for deletes",
+                "prismdb: no free slab chunk beyond the reserves for deletes and batch records",
             ));
         }
         let chunk = match self.alloc.alloc_chunk(SLAB_TAG) {

@@ -130,12 +130,16 @@ impl PrismDbStore {
         // Room for deletes (FORMAT.md §3): a first slab of a tombstone's class for every
         // partition, and two to spare.
         let reserve_chunks = (map.len() as u64 + 2).min(layout.chunk_count / 4);
+        // Room for batch records (FORMAT.md §3): the record of the largest batch.
+        let record_chunks = crate::batch::record_chunks_for_largest_batch(layout.chunk_size)
+            .min(layout.chunk_count / 8);
         let usage = Arc::new(Usage {
             used: AtomicU64::new(0),
-            capacity: (layout.chunk_count - reserve_chunks) * per_chunk,
+            capacity: (layout.chunk_count - reserve_chunks - record_chunks) * per_chunk,
             chunks: AtomicU64::new(0),
             chunk_limit: layout.chunk_count,
             reserve_chunks,
+            record_chunks,
         });
         // Compactions in units bounded by the flash reserve (FORMAT.md §3 "Room on
         // flash"): a table of at most a 32nd of the device.
@@ -359,6 +363,16 @@ impl KvStore for PrismDbStore {
             .insert("prismdb_flash_tables".into(), tables as f64);
         s.gauges
             .insert("prismdb_fast_tier_use".into(), sh.usage.ratio());
+        // Pool chunks held by slabs and batch records, and how many the slabs of puts may
+        // hold (FORMAT.md §3 "Room for deletes", "Room for batch records").
+        s.gauges.insert(
+            "prismdb_pmem_chunks_held".into(),
+            sh.usage.chunks.load(std::sync::atomic::Ordering::Relaxed) as f64,
+        );
+        s.gauges.insert(
+            "prismdb_pmem_chunks_for_puts".into(),
+            sh.usage.put_chunks() as f64,
+        );
         s.gauges
             .insert("prismdb_block_cache_bytes".into(), sh.cache.bytes() as f64);
         let reads = (s.reads_from_pmem + s.reads_from_flash) as f64;

@@ -371,10 +371,20 @@ fn try_reserve(sh: &Shared, ops: &mut [Op<'_>], parts: &[usize]) -> Result<()> {
     Ok(())
 }
 
-/// Takes a run of pool chunks for the record of `n` slots. Only a batch of deletes whose
-/// record fits in [`RESERVE_RUN`] chunks may take them from the chunks kept for deletes
-/// (FORMAT.md §3 "Room for deletes": the two spare ones), so that deletes in a batch
-/// succeed on a full store as single deletes do.
+/// The chunks of `chunk_size` bytes the record of a batch of `MAX_BATCH_OPS` operations
+/// takes: the store keeps that many out of every slab (FORMAT.md §3 "Room for batch
+/// records").
+pub(crate) fn record_chunks_for_largest_batch(chunk_size: u64) -> u64 {
+    (record_len(tierkv_core::MAX_BATCH_OPS) as u64).div_ceil(chunk_size.max(1))
+}
+
+/// Takes a run of pool chunks for the record of `n` slots: any chunk but the reserve for
+/// deletes, so also the chunks kept from the slabs for batch records (FORMAT.md §3 "Room
+/// for batch records"): on a full store, where freeing slots never frees a whole chunk,
+/// a batch finds its record there once the batches holding them are done. Only a batch of
+/// deletes whose record fits in [`RESERVE_RUN`] chunks may take them from the chunks kept
+/// for deletes (FORMAT.md §3 "Room for deletes": the two spare ones), so that deletes in a
+/// batch succeed on a full store as single deletes do.
 fn alloc_run(sh: &Shared, n: usize, deletes_only: bool) -> Result<Run> {
     let cs = sh.alloc.chunk_size();
     let chunks = (record_len(n) as u64).div_ceil(cs);
