@@ -19,6 +19,8 @@
 //!   owns; reachability from the leaf list decides what is live at open.
 //! - **Splits** (`write.rs`), **scans and recovery partitions** (`scan.rs`), **recovery**
 //!   (`recovery.rs`) and **`check`** (`check.rs`).
+//! - **Room for a batch's inserts** (`reserve.rs`): a bound on the slots N inserts may
+//!   allocate (splits and split anchors per target leaf), reserved before a batch commits.
 //!
 //! Deviations from PACTree, and why: the search layer is a `BTreeMap` behind a
 //! reader-writer lock updated inside the split rather than a lock-free trie updated by a
@@ -55,12 +57,15 @@ mod heap;
 mod leaf;
 mod node;
 mod recovery;
+mod reserve;
 mod scan;
 mod search_layer;
 mod write;
 
 #[cfg(test)]
 mod format_tests;
+#[cfg(test)]
+mod reserve_tests;
 #[cfg(test)]
 mod tests;
 
@@ -228,35 +233,17 @@ impl PersistentKeyIndex {
     }
 
     /// Reserves the room that inserting `keys` (absent from the index) may take, so that
-    /// those inserts cannot fail for want of space while nothing else inserts: a leaf slot
-    /// per key (each insert splits at most one leaf), a blob slot per key too long to
-    /// inline, and per blob class in use a slot per key for the anchor a split copies.
-    /// `NoSpace` when the pool cannot hold that; nothing is inserted either way.
+    /// those inserts cannot fail for want of space while nothing else inserts (removes may
+    /// interleave): a blob slot per key too long to inline, and per leaf the keys fall
+    /// into, a node slot per split they may cause — none if the leaf has a free entry for
+    /// each, else at most `1 + ⌊(keys - free entries) / ⌊fanout/2⌋⌋` — and for each blob
+    /// class a slot per such split whose split key may be of that class (`reserve.rs`
+    /// argues the bound). `NoSpace` when the pool cannot hold that; nothing is inserted
+    /// either way.
     pub fn reserve_inserts<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) -> Result<()> {
         self.writable()?;
-        let mut inserts = 0usize;
-        let mut blobs = [0usize; format::BLOB_CLASSES.len()];
-        let mut long = [false; format::BLOB_CLASSES.len()];
-        for key in keys {
-            check_key(key)?;
-            inserts += 1;
-            if key.len() > format::INLINE_KEY_CAP {
-                let c = format::blob_class(key.len())
-                    .ok_or_else(|| Error::invalid(format!("key of {} bytes", key.len())))?;
-                blobs[c] += 1;
-                long[c] = true;
-            }
-        }
-        if inserts == 0 {
-            return Ok(());
-        }
-        let in_use = self.heap.blob_classes_in_use();
-        for (c, n) in blobs.iter_mut().enumerate() {
-            if in_use[c] || long[c] {
-                *n += inserts;
-            }
-        }
-        self.heap.reserve(inserts, &blobs)
+        let room = self.room_for_inserts(keys)?;
+        self.heap.reserve(room.nodes, &room.blobs)
     }
 
     /// Inserts `key -> slot` unless `key` is present: `Ok(Ok(()))` once the new entry is

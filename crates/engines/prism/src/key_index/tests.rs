@@ -13,10 +13,10 @@ use super::*;
 const ROOT: usize = 3;
 const CHUNK: u64 = 16 << 10;
 
-struct Fixture {
+pub(super) struct Fixture {
     dir: tempfile::TempDir,
     pool: Arc<PmemPool>,
-    alloc: Arc<PmemAllocator>,
+    pub(super) alloc: Arc<PmemAllocator>,
 }
 
 fn config(dir: &tempfile::TempDir, size: u64) -> PmemConfig {
@@ -32,7 +32,7 @@ fn fixture() -> Fixture {
     fixture_of(4 << 20)
 }
 
-fn fixture_of(size: u64) -> Fixture {
+pub(super) fn fixture_of(size: u64) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let pool = PmemPool::create(&config(&dir, size)).unwrap();
     let start = pool.data_start();
@@ -45,7 +45,7 @@ fn fixture_of(size: u64) -> Fixture {
 }
 
 impl Fixture {
-    fn create(&self, fanout: usize) -> PersistentKeyIndex {
+    pub(super) fn create(&self, fanout: usize) -> PersistentKeyIndex {
         PersistentKeyIndex::create_with(
             self.pool.clone(),
             self.alloc.clone(),
@@ -595,51 +595,4 @@ fn a_crash_at_each_named_point_of_a_recovery_merge_recovers_the_same_keys() {
             "{name}: {seen:?}"
         );
     }
-}
-
-/// Takes every free allocator chunk (so that nothing more can be formatted).
-fn exhaust(alloc: &PmemAllocator) -> usize {
-    let mut taken = 0;
-    while alloc.alloc_chunk(u32::from_le_bytes(*b"FILL")).is_ok() {
-        taken += 1;
-    }
-    taken
-}
-
-#[test]
-fn reserved_inserts_succeed_on_an_exhausted_allocator() {
-    let f = fixture();
-    let idx = f.create(8);
-    // Long keys (blobs) already in the index, so split anchors may need blob slots.
-    for i in 0..20u64 {
-        let k = format!("{}{i:04}", "L".repeat(50));
-        idx.insert_if_absent(k.as_bytes(), i).unwrap().unwrap();
-    }
-    let keys: Vec<Vec<u8>> = (0..300u64)
-        .map(|i| {
-            if i % 3 == 0 {
-                format!("{}{i:04}", "M".repeat(100)).into_bytes()
-            } else {
-                format!("k{i:06}").into_bytes()
-            }
-        })
-        .collect();
-    idx.reserve_inserts(keys.iter().map(Vec::as_slice)).unwrap();
-    assert!(exhaust(&f.alloc) > 0);
-    for (i, k) in keys.iter().enumerate() {
-        idx.insert_if_absent(k, 1000 + i as u64)
-            .unwrap_or_else(|e| panic!("insert {i} after the reservation: {e}"))
-            .unwrap();
-    }
-    for (i, k) in keys.iter().enumerate() {
-        assert_eq!(idx.get(k).unwrap(), Some(1000 + i as u64));
-    }
-    // With nothing reserved and nothing left, inserts are refused.
-    let more: Vec<Vec<u8>> = (0..300u64)
-        .map(|i| format!("z{i:06}").into_bytes())
-        .collect();
-    assert!(matches!(
-        idx.reserve_inserts(more.iter().map(Vec::as_slice)),
-        Err(Error::NoSpace { .. })
-    ));
 }
