@@ -65,13 +65,12 @@ def test_range_matches_a_sorted_model_with_random_bounds(tmp_path):
 def test_a_100k_key_range_is_not_materialised(tmp_path):
     n = 100_000
     # 100k keys need more than the small pool (prism's key index and batch logs). Batches
-    # of 1,000: prism reserves key-index room for a batch before its commit point and
-    # refused a batch of 10,000 new keys in this 64 MiB pool with NoSpace (open, see the
-    # session note of 2026-11-26).
+    # of 10,000 (the most a batch holds): prism reserves key-index room for a batch's new
+    # keys before its commit point, bounded by the splits they can cause (issue 24).
     with open_small(tmp_path, pmem_size="64MiB") as db:
-        for base in range(0, n, 1_000):
+        for base in range(0, n, 10_000):
             b = tierkv.WriteBatch()
-            for i in range(base, base + 1_000):
+            for i in range(base, base + 10_000):
                 b.put(b"k%06d" % i, b"v" * 32)
             db.write(b)
         read_before = db.stats()["user_bytes_read"]
