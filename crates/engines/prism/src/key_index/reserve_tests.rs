@@ -235,6 +235,56 @@ fn reserving_10_000_keys_with_three_blob_classes_in_use_takes_about_n_over_32_no
 }
 
 #[test]
+fn a_long_key_is_copied_to_an_anchor_at_most_once() {
+    for descending in [false, true] {
+        let f = fixture_of(4 << 20);
+        let idx = f.create(4);
+        // One leaf: two short keys and one long key of class 3 (a 512-byte blob slot).
+        let existing = vec![key_of("k", 0, 12), key_of("k", 1, 12), key_of("k", 2, 400)];
+        insert_all(&idx, &existing);
+        // 198 short keys after it: the first split moves the long key up and copies it
+        // into the new leaf's anchor; after that it is the smallest key of its leaf, which
+        // no split moves, so it is never a split key again.
+        let mut keys: Vec<Vec<u8>> = (3..201).map(|i| key_of("k", i, 12)).collect();
+        if descending {
+            keys.reverse();
+        }
+        let (room, peak) = reserve_then_insert(&f, &idx, &keys, &[]);
+        assert_eq!(room.nodes, splits_bound(198, 1, 2));
+        assert_eq!(room.blobs, [0, 0, 0, 1, 0, 0], "descending {descending}");
+        assert_eq!(peak[1 + 3], 1, "descending {descending}: {peak:?}");
+        assert!(peak[0] > 50, "descending {descending}: {peak:?}");
+    }
+}
+
+#[test]
+fn reserved_room_covers_random_batches_with_removes() {
+    use rand::Rng;
+    for seed in 0..16u64 {
+        println!("seed {seed}");
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let f = fixture_of(8 << 20);
+        let idx = f.create(rng.random_range(MIN_FANOUT..=12));
+        let mut numbers: Vec<usize> = (0..2_000).collect();
+        numbers.shuffle(&mut rng);
+        let existing_n = rng.random_range(0..200);
+        let new_n = rng.random_range(1..400);
+        let mut random_key = |i: usize| key_of("r", i, MIXED[rng.random_range(0..MIXED.len())]);
+        let existing: Vec<Vec<u8>> = numbers[..existing_n]
+            .iter()
+            .map(|&i| random_key(i))
+            .collect();
+        let keys: Vec<Vec<u8>> = numbers[existing_n..existing_n + new_n]
+            .iter()
+            .map(|&i| random_key(i))
+            .collect();
+        insert_all(&idx, &existing);
+        let removes: Vec<Vec<u8>> = existing.iter().step_by(3).cloned().collect();
+        reserve_then_insert(&f, &idx, &keys, &removes);
+    }
+}
+
+#[test]
 fn split_bound_follows_the_free_entries_of_the_target_leaf() {
     // No split while the leaf has a free entry per insert; then one, and one more per
     // `half` inserts beyond the free entries.
