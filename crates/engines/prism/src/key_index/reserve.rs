@@ -1,6 +1,7 @@
-//! The room a set of inserts may take (PRISM §4.3 batches; PACTree's data-node split,
-//! SOSP '21 §4.3): how many node slots and key-blob slots inserting given keys can
-//! allocate, so that a write batch can reserve them before its commit point (issue 24).
+//! The room a set of inserts may take (not in PRISM, whose writes are single-key: the
+//! write batches of issue 24; the split is PACTree's data-node split, SOSP '21 §4): how
+//! many node slots and key-blob slots inserting given keys can allocate, so that a write
+//! batch can reserve them before its commit point.
 //!
 //! # What allocates
 //! An insert allocates a blob slot if its key is longer than [`INLINE_KEY_CAP`] (class of
