@@ -378,7 +378,10 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>
     drop(merged);
     // Promotions, after the victims' slots are free (FORMAT.md §3 "Promotion"): copies of
     // values the new tables keep, so no crash can lose them; at most the room below the
-    // low watermark.
+    // low watermark, and none while a writer waits for room: the slots a compaction frees
+    // for it are not the promotions' (each promotion took back a slot the demotion had
+    // freed, so writers waiting for a slot of the largest class saw none for 30 s while
+    // compaction after compaction demoted and promoted the same bytes).
     let share = sh.usage.capacity as f64 / sh.parts.len().max(1) as f64;
     let room = (sh.opts.low_watermark - part.fullness(sh)).max(0.0) * share;
     // NOTE: the room is measured after install freed the victims' slots, so it already
@@ -389,7 +392,7 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>
     let mut budget = room as u64;
     for (k, v) in &promote {
         let len = object_len(k.len(), v.len()) as u64;
-        if budget < len || part.fullness(sh) >= sh.opts.low_watermark {
+        if budget < len || part.fullness(sh) >= sh.opts.low_watermark || sh.writers_waiting() {
             break;
         }
         if promote_one(sh, part, k, v)? {

@@ -156,6 +156,13 @@ impl Shared {
         self.space.1.notify_all();
     }
 
+    /// True while a writer of any partition waits for room on the fast tier.
+    pub fn writers_waiting(&self) -> bool {
+        self.parts
+            .iter()
+            .any(|p| p.pressure.load(Ordering::Acquire) > 0)
+    }
+
     /// Waits up to `d` for a compaction to finish.
     pub fn wait_for_space(&self, d: Duration) {
         let mut g = self.space.0.lock();
