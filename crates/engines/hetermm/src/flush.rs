@@ -112,6 +112,7 @@ impl HeterMem {
         if !matches!(full, Ok(false)) {
             self.room.gave_up(request);
         }
+        self.room.end(request);
         self.counters.room_passes.incr();
         worked.and(full.map(drop))
     }

@@ -168,7 +168,9 @@ impl Defrag {
 /// Room passes (`flush.rs`): writers waiting while the reserve is dipped ask for one; the
 /// flusher runs them. A writer's request is answered only by a pass that began after it
 /// asked and ended with the reserve still short (stricter than [`Defrag`], where a request
-/// joins the pass already running).
+/// joins the pass already running). A pass that began after the request and refilled the
+/// reserve does not answer it: if the reserve has dipped again by the time the writer
+/// looks, the writer asks again ([`RoomPasses::next_step`]).
 #[derive(Debug, Default)]
 pub struct RoomPasses {
     /// Passes begun (the number of the latest).
@@ -177,6 +179,21 @@ pub struct RoomPasses {
     asked: AtomicU64,
     /// The highest pass number that ended with the reserve short.
     barren: AtomicU64,
+    /// The highest pass number that ended (refilled or not; set after `barren`).
+    ended: AtomicU64,
+}
+
+/// What a writer waiting for room does next ([`RoomPasses::next_step`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoomStep {
+    /// A pass begun after the request found the pool full: refuse the write.
+    Refuse,
+    /// A pass begun after the request refilled the reserve, and it dipped again: ask for
+    /// a new pass (the old ticket would never be answered, and no pass would start: the
+    /// 2026-11-26 hang, writers waiting in `admit_write` with the flusher idle).
+    AskAgain,
+    /// The pass asked for has not ended: wait.
+    Wait,
 }
 
 impl RoomPasses {
@@ -205,6 +222,24 @@ impl RoomPasses {
     /// True once a pass numbered `ticket` or later (so begun after the request) gave up.
     pub fn answered(&self, ticket: u64) -> bool {
         self.barren.load(Ordering::SeqCst) >= ticket
+    }
+
+    /// Pass `n` ended (after [`RoomPasses::gave_up`], if it gave up).
+    pub fn end(&self, n: u64) {
+        self.ended.fetch_max(n, Ordering::SeqCst);
+    }
+
+    /// What a writer holding `ticket` does while the reserve is still dipped.
+    pub fn next_step(&self, ticket: u64) -> RoomStep {
+        if self.answered(ticket) {
+            RoomStep::Refuse
+        } else if self.ended.load(Ordering::SeqCst) >= ticket {
+            // A pass begun after the request ended without giving up (`barren` is set
+            // before `ended`): it refilled the reserve, which has dipped again since.
+            RoomStep::AskAgain
+        } else {
+            RoomStep::Wait
+        }
     }
 }
 
@@ -490,7 +525,10 @@ impl HeterMem {
         while self.nvm.reserve.dipped() {
             self.health.check_writable()?;
             let r = *request.get_or_insert_with(|| self.room.request());
-            if self.room.answered(r) {
+            let step = self.room.next_step(r);
+            if step == RoomStep::AskAgain {
+                request = Some(self.room.request());
+            } else if step == RoomStep::Refuse {
                 return Err(Error::no_space(
                     Tier::Pmem,
                     format!(
@@ -589,6 +627,36 @@ mod tests {
         let next = r.begin();
         r.gave_up(next);
         assert!(r.answered(during) && !r.pending());
+    }
+
+    /// Regression (2026-11-26: `tierkv stress --engine hetermm:btree --mode space --mix
+    /// 80,0,15,5,100 --batch-size 16`, seeds 301 and 303 under load: `the fill made no
+    /// progress for 20 s`). A writer's room pass refilled the reserve, which dipped again
+    /// before the writer looked: its ticket was never answered (no pass gave up) and no pass
+    /// started (none was pending), so it waited in `admit_write` forever with the flusher
+    /// idle (the stacks the stress printed on the hang). Now it asks again.
+    #[test]
+    fn a_writer_whose_pass_refilled_a_reserve_that_dipped_again_asks_again() {
+        use super::RoomStep;
+        let r = super::RoomPasses::default();
+        let ticket = r.request();
+        assert_eq!(r.next_step(ticket), RoomStep::Wait);
+        let pass = r.begin();
+        assert_eq!(r.next_step(ticket), RoomStep::Wait, "its pass is running");
+        // The pass refills the reserve (no give-up); another writer dips it again.
+        r.end(pass);
+        assert!(!r.pending(), "nothing asks for a pass any more");
+        assert!(!r.answered(ticket));
+        assert_eq!(r.next_step(ticket), RoomStep::AskAgain);
+        let again = r.request();
+        assert!(
+            again > ticket && r.pending(),
+            "the new request starts a pass"
+        );
+        let next = r.begin();
+        r.gave_up(next);
+        r.end(next);
+        assert_eq!(r.next_step(again), RoomStep::Refuse, "a full pool refuses");
     }
 
     #[test]

@@ -56,6 +56,13 @@ pub(super) fn watch<T>(
 
 /// Ends the run on a hang: prints the report with the failure and exits with status 1.
 pub(super) fn hang(cfg: &RunConfig, report: &RunReport, what: &str) -> ! {
+    // The threads' stacks, for a hang that shows only under load (README, space mode).
+    if std::env::var_os("TIERKV_STRESS_GDB_ON_HANG").is_some() {
+        let pid = std::process::id().to_string();
+        let _ = std::process::Command::new("gdb")
+            .args(["-p", &pid, "-batch", "-ex", "thread apply all bt 40"])
+            .status();
+    }
     let mut r = report.clone();
     r.fail(format!(
         "{what} made no progress for {:.0} s: the engine hangs (or a write took that long)",
