@@ -99,6 +99,11 @@ impl Inner {
             c => c,
         };
         let (inputs, out_level): (Vec<Arc<Table>>, usize) = match choice {
+            // Nothing to compact: under pressure the repository's owner (the last buffer
+            // level's thread) gives back chunks its sparse slabs hold (`defrag.rs`).
+            Choice::Idle if pressure && level + 2 == self.opts.levels => {
+                return self.defrag_step();
+            }
             Choice::Idle => return Ok(false),
             Choice::MoveDown { level } => {
                 let Some(t) = v.levels[level].first().cloned() else {

@@ -146,6 +146,7 @@ impl Inner {
     /// Copies the oldest table of the last buffer level `level` into the repository, then
     /// drops it from the directory (§4.4); returns whether there was one.
     pub fn lazy_copy_step(&self, level: usize) -> Result<bool> {
+        let _owner = self.repository.lock();
         let v = self.version();
         let repo = v.levels.len() - 1;
         let (Some(t), Some(r)) = (

@@ -22,6 +22,7 @@
 //! | §4.7's WAL, for many keys (issue 24) | crash-atomic write batches: one checksummed batch record in the log, one MemTable, `multi_get` behind the batch gate | `batch.rs`, `wal.rs` (`encode_batch`) |
 //! | (ours) | node layout shared by DRAM and pmem | `node.rs`, `skiplist.rs` |
 //! | (ours) | counters, check | `stats.rs`, `report.rs`, `check.rs` |
+//! | (ours) §4.4's repository after deletes | defragmentation: sparse slabs emptied by moving their nodes, under space pressure | `defrag.rs`, `recovery.rs` (`unlink_upper_only`) |
 //! | §4.5 "writes never stall", meets a full pool (issue 23) | room: MemTables own their flush target, puts admitted against the lazy copies' debt, a spare pair for deletes, refusal when the background makes no progress | `space.rs`, `store.rs` (`admit`) |
 //!
 //! ## Deviations from the paper (each argued where it is implemented)
@@ -50,6 +51,7 @@ mod batch;
 pub mod bloom;
 mod check;
 pub mod compact;
+pub mod defrag;
 pub mod dir;
 mod flush;
 pub mod lazycopy;

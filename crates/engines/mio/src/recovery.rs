@@ -91,6 +91,8 @@ pub fn open(
         dir_len: AtomicU64::new(dir_len),
         last_room: AtomicI64::new(0),
         level_locks: (0..opts.levels).map(|_| RwLock::new(())).collect(),
+        repository: Mutex::new(()),
+        defrag_skip: Mutex::new(HashSet::new()),
         batch_gate: RwLock::new(()),
         version: RwLock::new(Arc::new(Version {
             mem: placeholder.clone(),
@@ -219,6 +221,8 @@ fn collect_leaks(shared: &Shared, st: &DirState) -> Result<()> {
             keep.insert(at);
             Ok(())
         })?;
+        let repaired = unlink_upper_only(shared, r.head, &keep)?;
+        shared.counters.defrag_links_repaired.add(repaired);
     }
     for a in shared.alloc.iter_allocated() {
         if !keep.contains(&a.offset) {
@@ -227,6 +231,45 @@ fn collect_leaks(shared: &Shared, st: &DirState) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Unlinks, at every upper level of the repository whose head is `head`, each node that
+/// level 0 does not reach (`level0`): the old node of a defragmentation move that crashed
+/// after linking its copy at level 0 (`defrag.rs`). Runs before the leak collection frees
+/// that node, so no link is left pointing at a freed object. Returns the links changed.
+pub(crate) fn unlink_upper_only(shared: &Shared, head: u64, level0: &HashSet<u64>) -> Result<u64> {
+    let pool = &shared.pool;
+    let src = PoolSource(pool);
+    let mut repaired = 0u64;
+    for l in 1..MAX_HEIGHT {
+        let (mut x, mut unlinked) = (head, 0usize);
+        loop {
+            let y = skiplist::next(&src, x, l)?;
+            if y == 0 {
+                break;
+            }
+            if level0.contains(&y) {
+                x = y;
+                continue;
+            }
+            // Legitimately one node (one move in flight); more means the links are damaged.
+            unlinked += 1;
+            if unlinked > 64 {
+                return Err(Error::corruption(
+                    Tier::Pmem,
+                    x,
+                    format!(
+                        "mio: repository level {l} links more than 64 nodes that level 0 does not"
+                    ),
+                ));
+            }
+            let after = skiplist::next(&src, y, l)?;
+            pool.store_u64(x + node::link_off(l), after)?;
+            shared.persist("rec-unlink", x + node::link_off(l), 8)?;
+            repaired += 1;
+        }
+    }
+    Ok(repaired)
 }
 
 fn open_tables(

@@ -39,6 +39,10 @@ pub(crate) fn stats(inner: &Inner) -> Stats {
     put("versions_dropped", c.versions_dropped.get());
     put("marks_repaired", c.marks_repaired.get());
     put("repository_nodes_freed", c.repository_nodes_freed.get());
+    put("defrag_chunks_freed", c.defrag_chunks_freed.get());
+    put("defrag_nodes_moved", c.defrag_nodes_moved.get());
+    put("defrag_bytes_moved", c.defrag_bytes_moved.get());
+    put("defrag_links_repaired", c.defrag_links_repaired.get());
     put("stall_micros", c.stall_micros.get());
     put("writes_refused", c.writes_refused.get());
     put("wal_bytes", c.wal_bytes.get());

@@ -195,26 +195,14 @@ impl Sizes {
         n
     }
 
-    /// The free space of `alloc` now.
+    /// The free space of `alloc` now (O(chunks): the allocator's per-slab occupancy).
     pub fn free(&self, alloc: &PmemAllocator) -> Free {
         let chunks = alloc.stats().free_chunks;
-        let start = alloc.layout().chunks_off;
-        // Objects per slab chunk (a slab chunk's objects are all of its class).
-        let mut per_chunk: std::collections::HashMap<u64, (usize, u64)> = Default::default();
-        for a in alloc.iter_allocated() {
-            if a.size > self.max_small {
-                continue;
-            }
-            let (slot, _) = self.slot(a.size);
-            per_chunk
-                .entry((a.offset - start) / self.chunk)
-                .or_insert((slot, 0))
-                .1 += 1;
-        }
         let mut slots = Debt::default();
-        for (slot, used) in per_chunk.into_values() {
-            if let Some((size, cap)) = self.classes.get(slot) {
-                slots.add((slot, cap.saturating_sub(used) * size));
+        for s in alloc.slabs() {
+            let slot = usize::from(s.class);
+            if slot < self.classes.len() {
+                slots.add((slot, u64::from(s.capacity - s.used) * s.object_size));
             }
         }
         Free { chunks, slots }

@@ -33,6 +33,15 @@ pub struct Counters {
     pub marks_repaired: Counter,
     /// Older repository versions freed by lazy copies.
     pub repository_nodes_freed: Counter,
+    /// Slab chunks given back by repository defragmentation (`defrag.rs`).
+    pub defrag_chunks_freed: Counter,
+    /// Repository nodes moved by defragmentation.
+    pub defrag_nodes_moved: Counter,
+    /// Bytes of the nodes moved by defragmentation.
+    pub defrag_bytes_moved: Counter,
+    /// Upper-level links to nodes level 0 no longer reached, unlinked at the last open (a
+    /// defragmentation move cut by a crash).
+    pub defrag_links_repaired: Counter,
     /// Writes refused with NoSpace after waiting.
     pub writes_refused: Counter,
     /// Log bytes appended.

@@ -84,6 +84,12 @@ pub(crate) struct Inner {
     /// The room the last time it was measured (the compactions' pressure).
     pub last_room: AtomicI64,
     pub version: RwLock<Arc<Version>>,
+    /// Held by whoever changes the repository's structure: a lazy copy step or a
+    /// defragmentation step (`defrag.rs`).
+    pub repository: Mutex<()>,
+    /// Slab chunks a defragmentation step found holding an object that is not a
+    /// repository node (never picked again).
+    pub defrag_skip: Mutex<std::collections::HashSet<u64>>,
     /// One per buffer level: a zero-copy node move holds its level's exclusively, readers
     /// hold all of them shared (`zerocopy.rs`).
     pub level_locks: Vec<RwLock<()>>,
@@ -373,11 +379,24 @@ impl Inner {
         Ok(true)
     }
 
-    /// True while background work can still give room back: a flush pending or tables
-    /// above the repository.
+    /// True while background work can still give room back: a flush pending, tables
+    /// above the repository, or a sparse repository slab to evacuate (`defrag.rs`).
     fn draining(&self) -> bool {
-        let v = self.version.read();
-        v.imm.is_some() || v.buffer().iter().any(|l| !l.is_empty())
+        {
+            let v = self.version.read();
+            if v.imm.is_some() || v.buffer().iter().any(|l| !l.is_empty()) {
+                return true;
+            }
+        }
+        self.defrag_victim().is_some()
+    }
+
+    /// Wakes the background threads without counting as progress (a writer waiting for
+    /// room that only a defragmentation step can give).
+    fn nudge(&self) {
+        let mut g = self.signal.lock();
+        *g = g.wrapping_add(1);
+        self.wake.notify_all();
     }
 
     /// Makes the MemTable take a write of `need` whose footprint is `fp` (one put or
@@ -460,6 +479,9 @@ impl Inner {
                         }
                     },
                 ));
+            }
+            if !stalled {
+                self.nudge();
             }
             stalled = true;
             let sig = self.signal_now();

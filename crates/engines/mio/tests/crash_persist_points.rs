@@ -33,6 +33,8 @@ struct Crasher {
     verified: Mutex<BTreeMap<String, u64>>,
     /// After the first 8 images of a point, one in `sample` (bounds the test's time).
     sample: u64,
+    /// Upper-level links the recoveries of the images repaired (`defrag_links_repaired`).
+    repaired: Mutex<u64>,
 }
 
 impl Crasher {
@@ -79,6 +81,7 @@ impl Crasher {
                 acked.as_ref().map(|v| v.len())
             );
         }
+        *self.repaired.lock().unwrap() += counter(&store.stats(), "defrag_links_repaired");
         if let Err(e) = store.check() {
             let kept = std::env::temp_dir().join(format!("mio-failed-image-{label}-{n}"));
             let _ = std::fs::write(&kept, &image);
@@ -106,6 +109,7 @@ impl Crasher {
             seen: Mutex::default(),
             verified: Mutex::default(),
             sample,
+            repaired: Mutex::default(),
         })
     }
 
@@ -121,19 +125,7 @@ impl Crasher {
                 v.resize(rng.random_range(20..300), b'a' + (i % 26) as u8);
                 v
             });
-            self.model
-                .lock()
-                .unwrap()
-                .entry(k.clone())
-                .or_insert((None, None))
-                .1 = Some(v.clone());
-            match &v {
-                Some(v) => store.put(&k, v).unwrap(),
-                None => store.delete(&k).unwrap(),
-            }
-            let mut m = self.model.lock().unwrap();
-            let e = m.entry(k).or_insert((None, None));
-            *e = (v, None);
+            assert!(self.write(store, &k, v), "a write was refused");
         }
         // A liveness bound only: the background threads pause at every sampled point
         // while its image is recovered and checked, which is slow on a loaded machine.
@@ -151,6 +143,77 @@ impl Crasher {
         s
     }
 
+    /// One put or delete, the model updated around it; `false` when it was refused.
+    fn write(&self, store: &MioStore, k: &[u8], v: Option<Vec<u8>>) -> bool {
+        self.model
+            .lock()
+            .unwrap()
+            .entry(k.to_vec())
+            .or_insert((None, None))
+            .1 = Some(v.clone());
+        let r = match &v {
+            Some(v) => store.put(k, v),
+            None => store.delete(k),
+        };
+        let mut m = self.model.lock().unwrap();
+        let e = m.entry(k.to_vec()).or_insert((None, None));
+        match r {
+            Ok(()) => *e = (v, None),
+            Err(tierkv_core::Error::NoSpace { .. }) => e.1 = None,
+            Err(e) => panic!("write: {e}"),
+        }
+        r.is_ok()
+    }
+
+    /// Small values until the pool is full (no images), three quarters of them deleted,
+    /// then values of the largest slab class: the repository's sparse slabs are evacuated
+    /// under pressure (`src/defrag.rs`), with images at its persist points.
+    fn fragment_workload(&self, store: &MioStore, pool: Arc<PmemPool>, seed: u64) -> Stats {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut keys = Vec::new();
+        for i in 0..100_000u32 {
+            let k = format!("s{i:05}").into_bytes();
+            let mut v = format!("{i}:").into_bytes();
+            v.resize(rng.random_range(60..100), b'a' + (i % 26) as u8);
+            if !self.write(store, &k, Some(v)) {
+                break;
+            }
+            keys.push(k);
+        }
+        *self.pool.lock().unwrap() = Some(pool);
+        for (i, k) in keys.iter().enumerate() {
+            if i % 4 != 0 {
+                self.write(store, k, None);
+            }
+        }
+        let mut refused = 0;
+        for i in 0..keys.len() as u32 / 8 {
+            let k = format!("L{i:05}").into_bytes();
+            let mut v = format!("{i}:").into_bytes();
+            v.resize(rng.random_range(700..900), b'A' + (i % 26) as u8);
+            if !self.write(store, &k, Some(v)) {
+                refused += 1;
+                if refused > 3 {
+                    break;
+                }
+            }
+        }
+        assert!(store.wait_idle(std::time::Duration::from_secs(600)));
+        *self.pool.lock().unwrap() = None;
+        let s = store.stats();
+        println!("persist points seen: {:?}", self.seen.lock().unwrap());
+        println!("crash images verified: {:?}", self.verified.lock().unwrap());
+        println!(
+            "{} small keys, 3/4 deleted; defrag: {} chunks freed, {} nodes moved; \
+             upper-level links repaired in the images: {}",
+            keys.len(),
+            counter(&s, "defrag_chunks_freed"),
+            counter(&s, "defrag_nodes_moved"),
+            self.repaired.lock().unwrap()
+        );
+        s
+    }
+
     fn assert_verified(&self, labels: &[&str], at_least: u64) {
         let verified = self.verified.lock().unwrap();
         for label in labels {
@@ -162,24 +225,29 @@ impl Crasher {
     }
 }
 
+/// A new store on `pool` whose persists with a label `wanted` accepts take images.
+fn hooked_store(
+    crasher: &Arc<Crasher>,
+    pool: &Arc<PmemPool>,
+    wanted: fn(&str) -> bool,
+) -> Arc<MioStore> {
+    let c = crasher.clone();
+    let hook = Arc::new(move |label: &'static str| {
+        if wanted(label) {
+            c.at(label);
+        }
+    }) as tierkv_mio::table::PersistHook;
+    tierkv_mio::open_store_with_persist_hook(pool.clone(), options(PARAMS), limits(), true, hook)
+        .unwrap()
+}
+
 #[test]
 fn every_persist_point_of_put_flush_and_compactions_recovers() {
     let seed = seed("crash_persist_points");
     let dir = scratch_dir();
     let crasher = Crasher::new(dir.path(), 15);
     let pool = create_pool(&dir.path().join("pool"), 2 << 20, DurabilityMode::Tracked);
-    let hook = {
-        let c = crasher.clone();
-        Arc::new(move |label: &'static str| c.at(label)) as tierkv_mio::table::PersistHook
-    };
-    let store = tierkv_mio::open_store_with_persist_hook(
-        pool.clone(),
-        options(PARAMS),
-        limits(),
-        true,
-        hook,
-    )
-    .unwrap();
+    let store = hooked_store(&crasher, &pool, |_| true);
     *crasher.pool.lock().unwrap() = Some(pool);
     crasher.workload(&store, seed);
     store.close().unwrap();
@@ -248,5 +316,45 @@ fn every_named_crash_point_of_background_work_recovers() {
             "mio.lazycopy.after_publish",
         ],
         3,
+    );
+}
+
+/// Defragmentation of the repository (`src/defrag.rs`): an image before every persist of
+/// a node's copy and of each of its links, and at the named points after the copy and
+/// after each link, each recovered and checked (`check` fails on an upper-level link to a
+/// node level 0 does not reach, which recovery must have unlinked).
+#[test]
+fn every_persist_point_of_defragmentation_recovers() {
+    let seed = seed("crash_defrag_points");
+    let dir = scratch_dir();
+    let crasher = Crasher::new(dir.path(), 150);
+    let pool = create_pool(&dir.path().join("pool"), 2 << 20, DurabilityMode::Tracked);
+    // Only the defragmentation's persists: the other test covers the rest.
+    let store = hooked_store(&crasher, &pool, |label| label.starts_with("df-"));
+    let c = crasher.clone();
+    pool.arm_crash_points(Arc::new(move |cp| {
+        if let CrashPoint::Named(name) = cp
+            && name.starts_with("mio.defrag.")
+        {
+            c.at(name);
+        }
+    }))
+    .unwrap();
+    let s = crasher.fragment_workload(&store, pool.clone(), seed);
+    pool.disarm_crash_points();
+    store.close().unwrap();
+    assert!(counter(&s, "defrag_chunks_freed") > 0);
+    crasher.assert_verified(
+        &[
+            "df-node",
+            "df-link",
+            "mio.defrag.after_copy",
+            "mio.defrag.after_link",
+        ],
+        5,
+    );
+    assert!(
+        *crasher.repaired.lock().unwrap() > 0,
+        "no image needed the upper-level repair"
     );
 }

@@ -92,16 +92,21 @@ impl PmemAllocator {
                 let listed = partial
                     .get(usize::from(class))
                     .is_some_and(|p| p.contains_key(&k));
-                if listed == s.is_full() {
+                if listed != s.offers_slots() {
                     let (used, cap) = (s.used, s.capacity);
                     let not = if listed { "" } else { "not " };
+                    let ev = if s.evacuating {
+                        " (being evacuated)"
+                    } else {
+                        ""
+                    };
                     let what = format!(
-                        "slab with {used} of {cap} used is {not}in its class's free-slot set"
+                        "slab with {used} of {cap} used{ev} is {not}in its class's free-slot set"
                     );
                     return Err(self.bad(k, what));
                 }
                 if let Some(n) = walk.not_full.get_mut(usize::from(class)) {
-                    *n += usize::from(!s.is_full());
+                    *n += usize::from(s.offers_slots());
                 }
             }
             (_, dram) => {

@@ -36,6 +36,10 @@ pub(super) struct SlabDram {
     bits: Vec<u64>,
     /// Where the next search for a free slot starts.
     next_word: usize,
+    /// Being evacuated (`evacuate.rs`): no allocation lands in it, it is in no class's
+    /// free-slot set, and it goes back to the free chunks when its last object is freed.
+    /// DRAM only: after a crash it is an ordinary slab again.
+    pub(super) evacuating: bool,
 }
 
 impl SlabDram {
@@ -47,6 +51,7 @@ impl SlabDram {
             capacity: g.capacity,
             bits: vec![0; words_for(g.capacity)],
             next_word: 0,
+            evacuating: false,
         }
     }
 
@@ -70,6 +75,7 @@ impl SlabDram {
             capacity: g.capacity,
             bits,
             next_word: 0,
+            evacuating: false,
         })
     }
 
@@ -116,6 +122,11 @@ impl SlabDram {
     /// Whether every object is allocated.
     pub(super) fn is_full(&self) -> bool {
         self.used == self.capacity
+    }
+
+    /// Whether it belongs in its class's free-slot set: a free slot, not being evacuated.
+    pub(super) fn offers_slots(&self) -> bool {
+        !self.is_full() && !self.evacuating
     }
 
     fn valid_mask(&self, wi: usize) -> u64 {

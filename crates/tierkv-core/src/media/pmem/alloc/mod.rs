@@ -24,6 +24,9 @@
 //! | alloc run of n       | continuations 1..n := Cont(j); head := Run(tag, n)         |
 //! | free run             | head := Free; continuations := Free                        |
 //!
+//! Evacuating a slab (`evacuate.rs`, for engines that defragment by moving objects) is a
+//! DRAM-only mark: it changes no persistent word, so a crash leaves an ordinary slab.
+//!
 //! A crash between two steps leaves either an unchanged chunk, a zeroed bitmap under a
 //! Free state, an empty slab, or *orphan continuations* (Cont words not preceded by the run
 //! head that covers them: an allocation whose head never became durable, or a free whose
@@ -55,6 +58,7 @@
 mod check;
 mod class;
 mod dram;
+mod evacuate;
 mod layout;
 mod recovery;
 mod run;
@@ -70,6 +74,7 @@ use super::pool::PmemPool;
 use crate::api::error::{Error, Result, Tier};
 pub use class::{MIN_CLASS_SIZE, SizeClasses, SlabGeometry};
 use dram::ChunkDram;
+pub use evacuate::{SlabEvacuation, SlabUsage};
 pub use layout::{ChunkState, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, REGION_HEADER_LEN, RegionLayout};
 
 /// The default chunk size (256 KiB).

@@ -43,13 +43,14 @@ impl PmemAllocator {
         }
     }
 
-    /// Allocates from chunk `k` if it is a slab of `class` with a free slot.
-    fn alloc_in(&self, k: u32, class: u8) -> Result<Option<u64>> {
+    /// Allocates from chunk `k` if it is a slab of `class` with a free slot (and not being
+    /// evacuated).
+    pub(super) fn alloc_in(&self, k: u32, class: u8) -> Result<Option<u64>> {
         let mut guard = self.lock_chunk(k)?;
         let ChunkDram::Slab(slab) = &mut *guard else {
             return Ok(None);
         };
-        if slab.class != class {
+        if slab.class != class || slab.evacuating {
             return Ok(None);
         }
         let Some(i) = slab.take() else {
@@ -103,6 +104,14 @@ impl PmemAllocator {
         let was_full = slab.is_full();
         slab.clear(i);
         let now_empty = slab.used == 0;
+        if slab.evacuating {
+            // Listed in no free-slot set (`evacuate.rs`): released with its last object.
+            return if now_empty {
+                self.release_slab(k, &mut guard)
+            } else {
+                Ok(())
+            };
+        }
         let Some(partial) = self.partial.get(usize::from(class)) else {
             return Ok(());
         };
@@ -170,7 +179,7 @@ impl PmemAllocator {
     }
 
     /// Releases empty slab `k` (already out of its class's set) to the free chunks.
-    fn release_slab(&self, k: u32, guard: &mut MutexGuard<'_, ChunkDram>) -> Result<()> {
+    pub(super) fn release_slab(&self, k: u32, guard: &mut MutexGuard<'_, ChunkDram>) -> Result<()> {
         // All its bits are zero and durable, so Free loses nothing.
         self.set_state(k, ChunkState::Free)?;
         **guard = ChunkDram::Free;

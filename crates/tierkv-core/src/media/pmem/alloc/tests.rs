@@ -366,3 +366,138 @@ fn threads_allocate_disjoint_objects() {
     let live: BTreeSet<u64> = a.iter_allocated().map(|x| x.offset).collect();
     assert_eq!(live, set);
 }
+
+/// Three slabs of one class, the middle one sparse: evacuating it moves its objects into
+/// the others' free slots and gives its chunk back; nothing lands in it meanwhile.
+#[test]
+fn an_evacuated_slab_takes_no_allocation_and_returns_to_the_free_chunks() {
+    let (_d, a) = allocator(1 << 20);
+    let size = 1024u64;
+    let per = a.slabs().len(); // none yet
+    assert_eq!(per, 0);
+    let mut live: Vec<u64> = (0..40).map(|_| a.alloc(size).unwrap()).collect();
+    let slabs = a.slabs();
+    assert!(slabs.len() >= 2, "{slabs:?}");
+    let cap = slabs[0].capacity as usize;
+    // Free most of the first slab's objects and a few of the others'.
+    let victim = slabs[0].offset;
+    let in_victim = |off: u64| off >= victim && off < victim + CHUNK;
+    let mut kept = Vec::new();
+    for (i, off) in live.drain(..).enumerate() {
+        if (in_victim(off) && i % 4 != 0) || (!in_victim(off) && i % 2 == 0) {
+            a.free(off).unwrap();
+        } else {
+            kept.push(off);
+        }
+    }
+    let usage = a.slabs();
+    let u = usage.iter().find(|s| s.offset == victim).unwrap();
+    assert!(u.used > 0 && (u.used as usize) < cap);
+    let free_before = a.stats().free_chunks;
+    let ev = a.evacuate_slab(victim).unwrap();
+    assert!(a.evacuate_slab(victim).is_err(), "evacuated twice");
+    a.check().unwrap();
+    // Ordinary allocations avoid the slab.
+    let extra: Vec<u64> = (0..3).map(|_| a.alloc(size).unwrap()).collect();
+    assert!(extra.iter().all(|o| !in_victim(*o)));
+    let objects = ev.objects().unwrap();
+    assert_eq!(objects.len(), u.used as usize);
+    for old in objects {
+        let new = ev.alloc_elsewhere().unwrap();
+        assert!(!in_victim(new));
+        a.pool().write(new, &vec![7; size as usize]).unwrap();
+        a.free(old).unwrap();
+        kept.retain(|o| *o != old);
+        kept.push(new);
+    }
+    assert!(ev.is_released());
+    drop(ev);
+    a.check().unwrap();
+    assert_eq!(a.stats().free_chunks, free_before + 1);
+    let a = reopen(a);
+    a.check().unwrap();
+    let got: BTreeSet<u64> = a.iter_allocated().map(|x| x.offset).collect();
+    let want: BTreeSet<u64> = kept.iter().chain(extra.iter()).copied().collect();
+    assert_eq!(got, want);
+}
+
+/// An evacuation dropped half way leaves an ordinary slab that allocations use again, and
+/// `alloc_elsewhere` never makes a new slab.
+#[test]
+fn an_abandoned_evacuation_leaves_an_ordinary_slab() {
+    let (_d, a) = allocator(1 << 20);
+    let only = a.alloc(2048).unwrap();
+    let slab = a.slabs()[0].offset;
+    let ev = a.evacuate_slab(slab).unwrap();
+    assert!(matches!(ev.alloc_elsewhere(), Err(Error::NoSpace { .. })));
+    assert_eq!(a.slabs().len(), 1, "alloc_elsewhere made a slab");
+    assert!(a.evacuate_slab(slab + 8).is_err());
+    drop(ev);
+    a.check().unwrap();
+    let next = a.alloc(2048).unwrap();
+    assert!(
+        next >= slab && next < slab + CHUNK,
+        "the slab is used again"
+    );
+    a.free(only).unwrap();
+    a.free(next).unwrap();
+    // An evacuation of an empty slab releases it when it ends.
+    let free = a.stats().free_chunks;
+    if let Some(s) = a.slabs().first() {
+        drop(a.evacuate_slab(s.offset).unwrap());
+        assert_eq!(a.stats().free_chunks, free + 1);
+    }
+    a.check().unwrap();
+}
+
+/// Evacuations racing with threads that allocate and free in the same class: while a slab
+/// is evacuated no object appears in it, and the allocator's state stays consistent.
+#[test]
+fn evacuations_race_with_allocating_threads() {
+    let (_d, a) = allocator(4 << 20);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let per_thread: Vec<Vec<u64>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..3u64)
+            .map(|t| {
+                let (a, stop) = (&a, &stop);
+                s.spawn(move || {
+                    let mut mine = Vec::new();
+                    let mut i = t;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) || i < 3_000 {
+                        i += 1;
+                        mine.push(a.alloc(200).unwrap());
+                        if mine.len() > 400 || i % 2 == 0 {
+                            a.free(mine.swap_remove((i as usize * 13) % mine.len()))
+                                .unwrap();
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        let mut evacuated = 0;
+        while evacuated < 200 {
+            let Some(victim) = a.slabs().into_iter().min_by_key(|s| s.used) else {
+                continue;
+            };
+            let Ok(ev) = a.evacuate_slab(victim.offset) else {
+                continue; // released meanwhile
+            };
+            let before: BTreeSet<u64> = ev.objects().unwrap().into_iter().collect();
+            std::thread::yield_now();
+            let after: BTreeSet<u64> = ev.objects().unwrap().into_iter().collect();
+            assert!(
+                after.is_subset(&before),
+                "an object appeared in an evacuated slab"
+            );
+            drop(ev);
+            evacuated += 1;
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    a.check().unwrap();
+    let live: BTreeSet<u64> = a.iter_allocated().map(|x| x.offset).collect();
+    let want: BTreeSet<u64> = per_thread.concat().into_iter().collect();
+    assert_eq!(live, want);
+}
