@@ -198,6 +198,9 @@ impl Inner {
         *v = Arc::new(nv);
         // The table's debt leaves with it (what it still owed was never needed).
         *self.lazy_done.lock() = Default::default();
+        // Slabs a defragmentation step found holding a non-node object are tried again
+        // (such objects come and go: directory objects, merge marks).
+        self.defrag_skip.lock().clear();
         drop(v);
         drop(st);
         t.retire();

@@ -88,7 +88,7 @@ pub(crate) struct Inner {
     /// defragmentation step (`defrag.rs`).
     pub repository: Mutex<()>,
     /// Slab chunks a defragmentation step found holding an object that is not a
-    /// repository node (never picked again).
+    /// repository node (not picked again until the next lazy copy ends).
     pub defrag_skip: Mutex<std::collections::HashSet<u64>>,
     /// One per buffer level: a zero-copy node move holds its level's exclusively, readers
     /// hold all of them shared (`zerocopy.rs`).
