@@ -175,9 +175,6 @@ fn run(sh: &Shared, i: usize) {
     let min_hits = (o.read_epoch / parts / 100).max(16);
     let mut draining = false;
     let mut failures = 0u32;
-    // Waits of a draining thread that found nothing to compact (an empty partition while the
-    // pool is above the watermark): doubled up to 160 ms, back to 10 ms once woken or busy.
-    let mut idle = 0u32;
     while !sh.stop.load(Ordering::Acquire) {
         let pressure = part.pressure.load(Ordering::Acquire) > 0;
         let u = part.fullness(sh);
@@ -201,14 +198,9 @@ fn run(sh: &Shared, i: usize) {
             sh.space_freed();
         }
         match result {
-            Ok(Some(_)) => (failures, idle) = (0, 0),
+            Ok(Some(_)) => failures = 0,
             Ok(None) => {
-                let woken = sh.wait_for_work(Duration::from_millis(10u64 << idle));
-                idle = if woken || !draining {
-                    0
-                } else {
-                    (idle + 1).min(4)
-                };
+                sh.wait_for_work(Duration::from_millis(10));
             }
             Err(_) => {
                 failures = failures.saturating_add(1);

@@ -199,7 +199,7 @@ impl Partition {
     /// (`capacity / partitions`): one minus the room a put here can take without a
     /// compaction — the free slots of its own slabs (no other partition can use them) and
     /// its share of the chunks no partition holds yet — or the pool-wide ratio if that is
-    /// higher. The watermarks (§4.2) apply to it:
+    /// higher (for a partition that holds slab chunks). The watermarks (§4.2) apply to it:
     /// with the pool-wide ratio, free slots stranded in one partition hid that another
     /// had no room left, and its writers waited for space below the low watermark.
     pub fn fullness_of(slabs: &Slabs, sh: &Shared) -> f64 {
@@ -207,8 +207,16 @@ impl Partition {
         let share = sh.usage.capacity.max(1) as f64 / parts;
         let room = slabs.free_slot_bytes() as f64 + sh.usage.free_chunk_bytes() as f64 / parts;
         // Never below the pool-wide ratio: when one partition holds most of the pool, its
-        // share understates its room and it would stop draining after a sliver.
-        (1.0 - room / share).max(sh.usage.ratio()).clamp(0.0, 1.0)
+        // share understates its room and it would stop draining after a sliver. Not for a
+        // partition with no slab chunk: it has nothing to demote, and its thread would run
+        // a compaction that finds no candidate at every wake-up (every put above the high
+        // watermark wakes them all).
+        let floor = if slabs.holds_chunks() {
+            sh.usage.ratio()
+        } else {
+            0.0
+        };
+        (1.0 - room / share).max(floor).clamp(0.0, 1.0)
     }
 
     /// [`Partition::fullness_of`] this partition's slabs.

@@ -334,6 +334,11 @@ impl Slabs {
         Ok(())
     }
 
+    /// Whether the partition holds any slab chunk (anything a compaction could demote).
+    pub fn holds_chunks(&self) -> bool {
+        self.per_class.iter().any(|c| !c.chunks.is_empty())
+    }
+
     /// Number of slab chunks and occupied slots, per class.
     pub fn census(&self) -> Vec<(usize, u64)> {
         self.per_class

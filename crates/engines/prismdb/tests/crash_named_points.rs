@@ -37,7 +37,7 @@ const FIRST: u64 = 24;
 const EVERY: u64 = 4;
 const MIN_VERIFIED: u64 = 3;
 /// The longest the racing runs go on for (more runs while a point lacks images).
-const RUN_FOR: Duration = Duration::from_secs(30);
+const RUN_FOR: Duration = Duration::from_secs(90);
 
 #[test]
 fn every_named_point_of_compaction_and_promotion_recovers_what_was_acknowledged() {
