@@ -590,11 +590,23 @@ fn describe(before: &RowBefore, now: &RowState, sel: &[FieldId]) -> String {
         format!("row with {} (acknowledged)", shown.join(" "))
     };
     let fields = now.committed.len() as u16;
-    let newer: Vec<String> = now
+    // Only the writes that could be newer than the acknowledged state of a selected field.
+    let sel_mask = sel.iter().fold(0u64, |m, f| {
+        m | 1u64.checked_shl(u32::from(*f)).unwrap_or(0)
+    });
+    let lo = sel
+        .iter()
+        .map(|&f| before.committed.get(usize::from(f)).copied().unwrap_or(0))
+        .min()
+        .unwrap_or(0);
+    let relevant: Vec<(&u32, &FieldWrite)> = now
         .log
         .iter()
-        .filter(|(_, w)| !w.refused)
-        .take(6)
+        .filter(|(v, w)| !w.refused && **v > lo && w.mask & sel_mask != 0)
+        .collect();
+    let newer: Vec<String> = relevant
+        .iter()
+        .skip(relevant.len().saturating_sub(6))
         .map(|(v, w)| {
             let state = if w.acked { "acknowledged" } else { "in flight" };
             format!("v#{v} ({}, {state})", show_write(w, fields))
