@@ -35,6 +35,8 @@ pub const EXAMPLES: &str = "Examples:
   tierkv stress --engine prism --mode flash-faults --duration 2m --seed 42
   tierkv stress --engine prism --mode space --duration 2m --pmem-path /dev/shm   # fill until NoSpace
   tierkv stress --engine mio --mode space --pmem-size 8MiB --gc-wait 20s --kill-fraction 0.5
+  tierkv stress --engine focus --mode pmem-image --fields 10 --pmem-path /dev/shm  # field updates
+  tierkv stress --engine prism --mode kill --fields 6    # through the consolidated adapter
 Exit codes: 0 passed, 1 a violation or failure was found, 2 the run could not start.";
 
 /// The crash modes.
