@@ -358,6 +358,7 @@ fn parent_round(
     report.scans += log.counts[3];
     report.field_ops[5] += log.counts[4];
     report.field_ops[6] += log.counts[5];
+    report.field_ops[4] += log.counts[6];
     if !log.violations.is_empty() || !log.failures.is_empty() || !killed_in_time {
         report.add_violations(log.violations);
         for f in log.failures {

@@ -203,6 +203,7 @@ pub fn child_main(args: &StressArgs, work: &Path) -> anyhow::Result<bool> {
                 c.scans.get(),
                 c.row_gets.get(),
                 c.row_scans.get(),
+                c.absent_updates.get(),
             ]));
             std::thread::sleep(Duration::from_millis(100));
         }

@@ -103,8 +103,9 @@ pub(super) enum Msg {
         row: u32,
         version: u32,
     },
-    /// puts, deletes, gets, scans, get_fields, scan_fields (the child's counters).
-    Counts([u64; 6]),
+    /// puts, deletes, gets, scans, get_fields, scan_fields, updates of absent rows (the
+    /// child's counters).
+    Counts([u64; 7]),
     CutStarted,
     CutDone,
     Violation(Violation),
@@ -145,7 +146,9 @@ impl Msg {
             } => format!("{PREFIX}FP {row} {version} {} {mask:x}", kind_tag(*kind)),
             Msg::FieldAck { row, version } => format!("{PREFIX}FA {row} {version}"),
             Msg::FieldRefused { row, version } => format!("{PREFIX}FR {row} {version}"),
-            Msg::Counts([a, b, c, d, e, f]) => format!("{PREFIX}N {a} {b} {c} {d} {e} {f}"),
+            Msg::Counts([a, b, c, d, e, f, g]) => {
+                format!("{PREFIX}N {a} {b} {c} {d} {e} {f} {g}")
+            }
             Msg::CutStarted => format!("{PREFIX}M"),
             Msg::CutDone => format!("{PREFIX}C"),
             Msg::Violation(v) => format!(
@@ -267,8 +270,8 @@ pub(super) fn parse_msg(line: &str) -> Msg {
         "N" => {
             let n: Vec<u64> = rest.split(' ').filter_map(|x| x.parse().ok()).collect();
             match n[..] {
-                [a, b, c, d] => Msg::Counts([a, b, c, d, 0, 0]),
-                [a, b, c, d, e, f] => Msg::Counts([a, b, c, d, e, f]),
+                [a, b, c, d] => Msg::Counts([a, b, c, d, 0, 0, 0]),
+                [a, b, c, d, e, f, g] => Msg::Counts([a, b, c, d, e, f, g]),
                 _ => other(),
             }
         }
@@ -300,7 +303,7 @@ pub(super) struct RoundLog {
     pub(super) batch_acks: (u64, u64),
     /// Acknowledged field writes: put_row, delete_row, update_fields, fields updated.
     pub(super) field_acks: [u64; 4],
-    pub(super) counts: [u64; 6],
+    pub(super) counts: [u64; 7],
     pub(super) violations: Vec<Violation>,
     pub(super) failures: Vec<String>,
 }
@@ -426,10 +429,13 @@ mod tests {
                 delete: false
             }
         );
-        assert_eq!(parse_msg("@tks N 1 2 3 4"), Msg::Counts([1, 2, 3, 4, 0, 0]));
         assert_eq!(
-            parse_msg("@tks N 1 2 3 4 5 6"),
-            Msg::Counts([1, 2, 3, 4, 5, 6])
+            parse_msg("@tks N 1 2 3 4"),
+            Msg::Counts([1, 2, 3, 4, 0, 0, 0])
+        );
+        assert_eq!(
+            parse_msg("@tks N 1 2 3 4 5 6 7"),
+            Msg::Counts([1, 2, 3, 4, 5, 6, 7])
         );
         let v = parse_msg("@tks V round 1, get\tk00000001\tv#2 (acknowledged)\tabsent");
         let Msg::Violation(v) = v else {
@@ -603,7 +609,7 @@ mod tests {
                     delete,
                 }
             }),
-            any::<[u64; 6]>().prop_map(Msg::Counts),
+            any::<[u64; 7]>().prop_map(Msg::Counts),
             (any::<u32>(), any::<u32>(), 0..3u8, any::<u64>()).prop_map(
                 |(row, version, k, mask)| Msg::FieldAnnounce {
                     row,
