@@ -20,6 +20,7 @@ use tierkv::{ByteSize, DurabilityMode, IoBackend, Tier};
 
 use crate::batch::MAX_STRESS_BATCH;
 use crate::expected_state::KeySpace;
+use crate::fields::FieldConfig;
 use crate::modes::{self, Budget, PersistPointsConfig, RunConfig, SpaceConfig};
 use crate::report::RunReport;
 use crate::target::{Target, TierConfig};
@@ -34,6 +35,8 @@ pub const EXAMPLES: &str = "Examples:
   tierkv stress --engine prism --mode flash-faults --duration 2m --seed 42
   tierkv stress --engine prism --mode space --duration 2m --pmem-path /dev/shm   # fill until NoSpace
   tierkv stress --engine mio --mode space --pmem-size 8MiB --gc-wait 20s --kill-fraction 0.5
+  tierkv stress --engine focus --mode pmem-image --fields 10 --pmem-path /dev/shm  # field updates
+  tierkv stress --engine prism --mode kill --fields 6    # through the consolidated adapter
 Exit codes: 0 passed, 1 a violation or failure was found, 2 the run could not start.";
 
 /// The crash modes.
@@ -130,6 +133,14 @@ pub struct StressArgs {
     /// deletes in the mix's proportion; at most 100).
     #[arg(long, default_value_t = 16, value_name = "N")]
     pub batch_size: usize,
+    /// Field updates (issue 20): a schema of N fixed fields of 16 bytes, and half the
+    /// operations become put_row, update_fields of 1..=N fields (threads update different
+    /// fields of one row at once), get_fields, delete_row and scan_fields over 4 rows per
+    /// thread, each checked per field (see the README). Default: 10 on engines with a
+    /// native schema store (focus), 0 (off) on the others, which run it through the
+    /// consolidated adapter when asked. At most 64.
+    #[arg(long, value_name = "N")]
+    pub fields: Option<usize>,
     /// Longest scan (rows).
     #[arg(long, default_value_t = 32, value_name = "N")]
     pub max_scan: usize,
@@ -247,6 +258,9 @@ impl StressArgs {
                 bail!("{name} {f}: a fraction between 0 and 1");
             }
         }
+        if self.fields.is_some_and(|f| f > crate::fields::MAX_FIELDS) {
+            bail!("--fields: at most {}", crate::fields::MAX_FIELDS);
+        }
         if self.round_time.0 < Duration::from_millis(1) {
             bail!("--round-time must be at least 1ms");
         }
@@ -336,6 +350,16 @@ pub(crate) fn config(args: &StressArgs, seed: u64, work_dir: PathBuf) -> anyhow:
             fill_time: args.fill_time.0,
             kill_fraction: args.kill_fraction,
             min_full: args.min_full,
+        },
+        fields: match args.fields {
+            Some(0) => None,
+            Some(n) => Some(FieldConfig::new(n, args.threads, keys)),
+            None if target.native_schema() => Some(FieldConfig::new(
+                crate::fields::DEFAULT_FIELDS,
+                args.threads,
+                keys,
+            )),
+            None => None,
         },
         target,
     })
@@ -443,6 +467,18 @@ fn describe(cfg: &RunConfig, mode: Mode) -> String {
             "put,delete,get,scan"
         };
         format!("mix {names} = {m}{batches}")
+    };
+    let mix = match cfg.fields {
+        Some(f) => format!(
+            "{mix}; {}% field operations (put_row,update_fields,get_fields,delete_row,\
+             scan_fields = {}) on {} fields x {} B over {} rows",
+            crate::fields::FIELD_SHARE,
+            crate::fields::FIELD_MIX.map(|w| w.to_string()).join(","),
+            f.fields,
+            crate::fields::FIELD_LEN,
+            f.rows
+        ),
+        None => mix,
     };
     format!(
         "engine {}, mode {mode}, {} threads{racing}, {} keys, values {MIN_VALUE_LEN} B..{} B, \

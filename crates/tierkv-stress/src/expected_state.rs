@@ -28,6 +28,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::batch::{BatchLog, BatchWrite, Relation, relation_by_version};
+use crate::fields::{FieldConfig, FieldState};
 use crate::race::RaceLog;
 
 /// The largest version a key can reach (28 bits).
@@ -168,6 +169,8 @@ pub struct ExpectedState {
     race: Option<RaceLog>,
     /// The round's write batches (see [`crate::batch`]).
     batches: BatchLog,
+    /// The rows of the field workload (see [`crate::fields`]), when it runs.
+    fields: Option<FieldState>,
 }
 
 impl ExpectedState {
@@ -180,7 +183,26 @@ impl ExpectedState {
             last_delete: (0..n).map(|_| AtomicU32::new(0)).collect(),
             race: None,
             batches: BatchLog::default(),
+            fields: None,
         }
+    }
+
+    /// The same state with rows of the field workload, never written (see
+    /// [`crate::fields`]); `None` leaves it without.
+    pub fn with_fields(mut self, cfg: Option<FieldConfig>) -> Self {
+        self.fields = cfg.map(FieldState::new);
+        self
+    }
+
+    /// The rows of the field workload, when it runs.
+    pub fn fields(&self) -> Option<&FieldState> {
+        self.fields.as_ref()
+    }
+
+    /// Replaces the field state with a copy of `other`'s at this instant (a crash image
+    /// taken now: writes not acknowledged are in flight).
+    pub fn copy_fields_at_cut(&mut self, other: &ExpectedState) {
+        self.fields = other.fields().map(FieldState::copy_at_cut);
     }
 
     /// The round's write batches.
@@ -400,6 +422,9 @@ impl ExpectedState {
         if let Some(race) = &self.race {
             race.mark_cut();
         }
+        if let Some(f) = &self.fields {
+            f.mark_cut();
+        }
     }
 
     /// The state of every key, in key order.
@@ -423,6 +448,7 @@ impl ExpectedState {
     /// 0   8  magic  b"TKSXSTA1"
     /// 8   4  count  u32
     /// 12  .. count x (word u64, last_delete u32)
+    /// ..  .. the field workload's rows, when it runs ([`FieldState::encode`])
     /// ```
     pub fn encode(&self) -> Vec<u8> {
         let n = self.space.count();
@@ -433,6 +459,9 @@ impl ExpectedState {
             out.extend_from_slice(&self.word(id).load(Ordering::SeqCst).to_le_bytes());
             out.extend_from_slice(&self.last_delete(id).to_le_bytes());
         }
+        if let Some(f) = &self.fields {
+            f.encode(&mut out);
+        }
         out
     }
 
@@ -441,10 +470,15 @@ impl ExpectedState {
         let rest = bytes.strip_prefix(STATE_MAGIC)?;
         let (n, rest) = rest.split_first_chunk::<4>()?;
         let n = u32::from_le_bytes(*n);
-        if n == 0 || rest.len() != n as usize * 12 {
+        let keys_len = (n as usize).checked_mul(12)?;
+        if n == 0 || rest.len() < keys_len {
             return None;
         }
-        let st = ExpectedState::new(KeySpace::new(n));
+        let (rest, field_bytes) = rest.split_at(keys_len);
+        let mut st = ExpectedState::new(KeySpace::new(n));
+        if !field_bytes.is_empty() {
+            st.fields = Some(FieldState::decode(field_bytes)?);
+        }
         for (id, rec) in rest.chunks_exact(12).enumerate() {
             let (w, d) = rec.split_first_chunk::<8>()?;
             let d: [u8; 4] = d.try_into().ok()?;

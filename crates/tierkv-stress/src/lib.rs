@@ -14,6 +14,8 @@
 //!   checked live;
 //! - [`batch`]: write batches in the workload and the rule that judges them after a crash
 //!   (all or nothing: a torn batch is a violation; issue 24);
+//! - [`fields`]: field updates (`put_row`, `update_fields`, `get_fields`, `delete_row`,
+//!   `scan_fields`) in the workload and the per-field oracle (issue 20);
 //! - [`verify`]: the per-key windows, the full verification after recovery, [`Violation`];
 //! - [`modes`]: `kill`, `pmem-image`, `flash-faults`, `persist-points`, `space` (full
 //!   tiers: fill until `NoSpace`, delete, write again, reopen; issue 23);
@@ -32,6 +34,7 @@
 pub mod batch;
 mod cli;
 pub mod expected_state;
+pub mod fields;
 pub mod modes;
 pub mod race;
 #[cfg(feature = "reference-engine")]

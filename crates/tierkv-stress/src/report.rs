@@ -91,6 +91,14 @@ pub struct RunReport {
     pub batch_keys: u64,
     /// Write batches checked for all-or-nothing after crashes.
     pub batches_checked: u64,
+    /// Field workload ([`crate::fields`]): acknowledged put_row, delete_row,
+    /// update_fields (of existing rows), fields those set, updates of absent rows, checked
+    /// get_fields and scan_fields.
+    pub field_ops: [u64; 7],
+    /// Rows verified after recoveries.
+    pub rows_verified: u64,
+    /// Of those, rows with a field write in flight.
+    pub rows_in_flight: u64,
     /// Keys verified after recoveries.
     pub keys_verified: u64,
     /// Keys with a write in flight at a crash.
@@ -148,7 +156,18 @@ impl RunReport {
 
     /// All operations.
     pub fn operations(&self) -> u64 {
-        self.puts + self.deletes + self.gets + self.scans + self.batches
+        let f = &self.field_ops;
+        self.puts
+            + self.deletes
+            + self.gets
+            + self.scans
+            + self.batches
+            + f[0]
+            + f[1]
+            + f[2]
+            + f[4]
+            + f[5]
+            + f[6]
     }
 
     /// Adds a workload's counters.
@@ -159,6 +178,9 @@ impl RunReport {
         self.scans += c.scans.get();
         self.batches += c.batches.get();
         self.batch_keys += c.batch_keys.get();
+        for (sum, n) in self.field_ops.iter_mut().zip(c.field_counts()) {
+            *sum += n;
+        }
     }
 
     /// Adds one recovery: the reopen took `took`, of which the engine reports
@@ -176,6 +198,8 @@ impl RunReport {
         self.in_flight += v.in_flight;
         self.in_flight_applied += v.in_flight_applied;
         self.batches_checked += v.batches_checked;
+        self.rows_verified += v.rows_verified;
+        self.rows_in_flight += v.rows_in_flight;
         self.add_violations(v.violations);
     }
 
@@ -257,6 +281,16 @@ impl RunReport {
                 s,
                 ", {} write batches acknowledged ({} keys), {} batches checked all-or-nothing",
                 self.batches, self.batch_keys, self.batches_checked
+            );
+        }
+        if self.field_ops.iter().any(|n| *n > 0) || self.rows_verified > 0 {
+            let f = &self.field_ops;
+            let _ = write!(
+                s,
+                ", fields: {} put_row, {} update_fields ({} fields; {} of absent rows), {} \
+                 delete_row, {} get_fields, {} scan_fields, {} rows verified ({} with a field \
+                 write in flight)",
+                f[0], f[2], f[3], f[4], f[1], f[5], f[6], self.rows_verified, self.rows_in_flight
             );
         }
         if self.crash_points > 0 || self.persists_counted > 0 {

@@ -27,6 +27,10 @@ pub struct TierConfig {
     pub io_backend: IoBackend,
 }
 
+/// The engines whose stores have a native schema store (the field workload is on by
+/// default for them). Kept equal to the engines' own answer by a test.
+pub const NATIVE_SCHEMA_ENGINES: &[&str] = &["focus"];
+
 /// A resolved engine.
 #[derive(Clone, Debug)]
 pub struct Target {
@@ -77,6 +81,12 @@ impl Target {
     /// True when the engine keeps data on `tier`.
     pub fn uses(&self, tier: Tier) -> bool {
         self.desc.uses(tier)
+    }
+
+    /// True when the engine's stores offer the schema API natively
+    /// (`KvStore::native_schema_store`; the others get the consolidated adapter).
+    pub fn native_schema(&self) -> bool {
+        NATIVE_SCHEMA_ENGINES.contains(&self.desc.name)
     }
 
     /// The longest value the engine takes (its own limit or the default one).
@@ -131,6 +141,25 @@ mod tests {
         assert!(e.contains("dram"), "{e}");
         assert!(Target::resolve("dram:nosuch").is_err());
         assert!(Target::resolve("Bad Spec").is_err());
+    }
+
+    #[test]
+    fn native_schema_engines_are_those_whose_stores_say_so() {
+        for d in tierkv::ENGINES.iter().filter(|d| !d.volatile) {
+            let t = Target::resolve(d.name).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let tiers = TierConfig {
+                pmem_dir: None,
+                pmem_size: ByteSize(16 << 20),
+                flash_dir: None,
+                flash_size: ByteSize(64 << 20),
+                io_backend: IoBackend::Threads,
+            };
+            let o = t.options(&tiers, DurabilityMode::Volatile, None, None, None);
+            let db = t.open(dir.path(), o).unwrap();
+            let native = db.store().native_schema_store().is_some();
+            assert_eq!(native, t.native_schema(), "{}", d.name);
+        }
     }
 
     #[cfg(feature = "reference-engine")]

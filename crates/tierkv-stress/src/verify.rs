@@ -32,6 +32,7 @@ use tierkv::{Db, Error};
 
 use crate::batch::check_batches;
 use crate::expected_state::{ExpectedState, KeySpace, KeyState, Observed};
+use crate::fields::verify_rows;
 use crate::race::{RaceLog, RaceWindow, ReadStart};
 use crate::value_codec::{self, ValueSizes};
 
@@ -335,6 +336,10 @@ pub struct VerifyOutcome {
     pub scanned: bool,
     /// Write batches of the round checked for all-or-nothing ([`crate::batch`]).
     pub batches_checked: u64,
+    /// Rows of the field workload checked ([`crate::fields`]).
+    pub rows_verified: u64,
+    /// Of those, rows with a field write in flight.
+    pub rows_in_flight: u64,
     /// What was wrong.
     pub violations: Vec<Violation>,
 }
@@ -407,6 +412,13 @@ pub fn verify_store(
     let (batches, torn) = check_batches(state, &observed, context);
     out.batches_checked = batches;
     out.violations.extend(torn);
+    if let Some(fs) = state.fields() {
+        // NOTE: rows resolve only when the keys are fine too (resolve && out.ok()).
+        let rows = verify_rows(db, fs, context, resolve && out.ok());
+        out.rows_verified = rows.rows;
+        out.rows_in_flight = rows.in_flight;
+        out.violations.extend(rows.violations);
+    }
     if resolve && out.ok() {
         state.batches().reset();
         for (id, s) in seen.iter().enumerate() {
@@ -426,7 +438,11 @@ type Seen = Option<(Observed, Option<Vec<u8>>)>;
 /// The full scan of a quiescent store must list exactly what the gets found, in order.
 fn scan_all(db: &Db, space: KeySpace, seen: &[Seen], context: &str, out: &mut VerifyOutcome) {
     let limit = space.count() as usize + 16;
-    let rows = match db.scan::<Vec<u8>, _>((Bound::<Vec<u8>>::Unbounded, Bound::Unbounded), limit) {
+    let all = (
+        Bound::<Vec<u8>>::Unbounded,
+        Bound::Excluded(crate::workload::RESERVED_FROM.to_vec()),
+    );
+    let rows = match db.scan::<Vec<u8>, _>(all, limit) {
         Ok(r) => r,
         Err(Error::Unsupported(_)) => return,
         Err(e) => {

@@ -36,14 +36,21 @@ use tierkv_core::Counter;
 
 use crate::batch::{BatchWrite, MAX_STRESS_BATCH};
 use crate::expected_state::{ExpectedState, KeySpace};
+use crate::fields::{FIELD_SHARE, FieldLocks, SchemaHandle, WriteKind};
 use crate::value_codec::ValueSizes;
 use crate::verify::{Check, Violation, open_read, violation};
+
+mod field_ops;
 
 /// Bytes of values one stress batch writes at most (shared by its puts): under the
 /// smallest engine batch limit of the pools the harness uses, prism's half a PWB (64 KiB of
 /// records in a 4 MiB pool: `the records of a write batch take 75072 bytes, more than half a
 /// PWB of 131072 bytes`); hetermm's batches span log pages since 2026-11-26.
 pub const BATCH_VALUE_BYTES: usize = 24 << 10;
+
+/// The first key of the schema adapters' key space (`tierkv_core::schema::keys`): plain
+/// scans stop before it, since the consolidated adapter keeps rows there.
+pub const RESERVED_FROM: &[u8] = &[tierkv_core::schema::keys::RESERVED];
 
 /// Percentages of each operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -197,6 +204,13 @@ pub trait WriteObserver: Send + Sync {
             self.acked(w.id, w.version, w.delete);
         }
     }
+    /// A field write (`put_row`, `update_fields` of the fields of `mask`, `delete_row`)
+    /// `version` of row `row` is about to be made ([`crate::fields`]).
+    fn announce_field(&self, _row: u32, _version: u32, _kind: WriteKind, _mask: u64) {}
+    /// The field write was acknowledged.
+    fn acked_field(&self, _row: u32, _version: u32) {}
+    /// The field write was refused with `NoSpace` (it must have written nothing).
+    fn refused_field(&self, _row: u32, _version: u32) {}
 }
 
 /// An observer that ignores everything (in-process modes).
@@ -229,6 +243,20 @@ pub struct OpCounts {
     pub refused: Counter,
     /// The longest write (put or delete, refused or not), in microseconds.
     pub max_write_micros: AtomicU64,
+    /// Acknowledged `put_row`s ([`crate::fields`]).
+    pub row_puts: Counter,
+    /// Acknowledged `delete_row`s.
+    pub row_deletes: Counter,
+    /// Acknowledged `update_fields` of an existing row.
+    pub field_updates: Counter,
+    /// Fields set by those updates.
+    pub fields_updated: Counter,
+    /// `update_fields` of an absent row (each must return false and write nothing).
+    pub absent_updates: Counter,
+    /// Checked `get_fields`.
+    pub row_gets: Counter,
+    /// Checked `scan_fields`.
+    pub row_scans: Counter,
 }
 
 impl OpCounts {
@@ -239,6 +267,33 @@ impl OpCounts {
             + self.gets.get()
             + self.scans.get()
             + self.batches.get()
+            + self.field_ops()
+    }
+
+    /// The field workload's counters, in the order of `RunReport::field_ops`: put_row,
+    /// delete_row, update_fields, fields updated, updates of absent rows, get_fields,
+    /// scan_fields.
+    pub fn field_counts(&self) -> [u64; 7] {
+        [
+            &self.row_puts,
+            &self.row_deletes,
+            &self.field_updates,
+            &self.fields_updated,
+            &self.absent_updates,
+            &self.row_gets,
+            &self.row_scans,
+        ]
+        .map(Counter::get)
+    }
+
+    /// Field operations ([`crate::fields`]).
+    pub fn field_ops(&self) -> u64 {
+        self.row_puts.get()
+            + self.row_deletes.get()
+            + self.field_updates.get()
+            + self.absent_updates.get()
+            + self.row_gets.get()
+            + self.row_scans.get()
     }
 }
 
@@ -272,6 +327,8 @@ pub struct Workload<'a> {
     batch_weight: u32,
     /// A write refused with `NoSpace` stays in flight and the workers go on (space mode).
     refusals_allowed: bool,
+    /// The field workload's schema and locks, when it runs ([`crate::fields`]).
+    fields: Option<(SchemaHandle, FieldLocks)>,
     /// Counters of checked operations.
     pub counts: OpCounts,
     violations: Mutex<Vec<Violation>>,
@@ -299,6 +356,16 @@ impl<'a> Workload<'a> {
         let group_keys = (0..cfg.threads.max(1))
             .map(|g| AtomicU32::new((g as u32).wrapping_mul(7919) % n.max(1) as u32))
             .collect();
+        let mut schema_error = None;
+        let fields = state
+            .fields()
+            .and_then(|fs| match SchemaHandle::create(db, fs.config()) {
+                Ok(h) => Some((h, FieldLocks::new(fs.config()))),
+                Err(e) => {
+                    schema_error = Some(format!("create_schema: {e}"));
+                    None
+                }
+            });
         Workload {
             db,
             state,
@@ -309,14 +376,15 @@ impl<'a> Workload<'a> {
             group_keys,
             ops_left: AtomicU64::new(u64::MAX),
             pacer: None,
-            stop: AtomicBool::new(false),
             crashed: AtomicBool::new(false),
             scans: AtomicBool::new(true),
             batch_weight,
             refusals_allowed: false,
+            fields,
             counts: OpCounts::default(),
             violations: Mutex::new(Vec::new()),
-            write_error: Mutex::new(None),
+            stop: AtomicBool::new(schema_error.is_some()),
+            write_error: Mutex::new(schema_error),
         }
     }
 
@@ -443,6 +511,10 @@ impl<'a> Workload<'a> {
         while !self.stopped() && self.take_op() {
             if let Some(p) = self.pacer {
                 p();
+            }
+            if self.fields.is_some() && rng.random_range(0..100) < FIELD_SHARE {
+                self.field_op(&mut rng);
+                continue;
             }
             let id = self.next_key(&mut rng, thread);
             match self.cfg.mix.pick(
@@ -640,8 +712,12 @@ impl<'a> Workload<'a> {
         // checked for order and phantoms only.
         let end = space.count().min(start.saturating_add(SCAN_WINDOW));
         let befores: Vec<_> = (start..end).map(|id| open_read(self.state, id)).collect();
+        // NOTE: keys from 0xFF on belong to the schema adapters (crate::fields).
         let result = self.db.scan::<Vec<u8>, _>(
-            (Bound::Included(start_key.clone()), Bound::Unbounded),
+            (
+                Bound::Included(start_key.clone()),
+                Bound::Excluded(RESERVED_FROM.to_vec()),
+            ),
             limit,
         );
         let windows: Vec<Check> = (start..end)

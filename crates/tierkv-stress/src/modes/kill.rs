@@ -351,8 +351,14 @@ fn parent_round(
     report.deletes += log.acks.1;
     report.batches += log.batch_acks.0;
     report.batch_keys += log.batch_acks.1;
+    for (sum, n) in report.field_ops.iter_mut().zip(log.field_acks) {
+        *sum += n;
+    }
     report.gets += log.counts[2];
     report.scans += log.counts[3];
+    report.field_ops[5] += log.counts[4];
+    report.field_ops[6] += log.counts[5];
+    report.field_ops[4] += log.counts[6];
     if !log.violations.is_empty() || !log.failures.is_empty() || !killed_in_time {
         report.add_violations(log.violations);
         for f in log.failures {

@@ -45,6 +45,7 @@ use rand::Rng;
 use tierkv::DurabilityMode;
 
 use crate::expected_state::{ExpectedState, KeySpace};
+use crate::fields::FieldConfig;
 use crate::target::{Target, TierConfig};
 use crate::workload::WorkloadConfig;
 
@@ -99,6 +100,8 @@ pub struct RunConfig {
     pub persist_points: PersistPointsConfig,
     /// `space` mode's shape.
     pub space_mode: SpaceConfig,
+    /// The field workload's shape, when it runs ([`crate::fields`]).
+    pub fields: Option<FieldConfig>,
 }
 
 /// The shape of a `space` round (see [`space`]).
@@ -132,7 +135,7 @@ pub struct PersistPointsConfig {
 impl RunConfig {
     /// A fresh expected state for this run (racing, with more than one writer per key).
     pub(crate) fn new_state(&self) -> ExpectedState {
-        self.adopt_state(ExpectedState::new(self.space))
+        self.adopt_state(ExpectedState::new(self.space).with_fields(self.fields))
     }
 
     /// `state` prepared for this run's writers.

@@ -92,6 +92,8 @@ struct Cuts {
     images: u64,
     torn: u64,
     keys_verified: u64,
+    rows_verified: u64,
+    rows_in_flight: u64,
     in_flight: u64,
     recoveries: Vec<(Duration, u64)>,
     violations: Vec<Violation>,
@@ -156,9 +158,11 @@ impl Cutter {
         }
         // The expected state at the instant: acknowledged before `before`, anything
         // announced since in flight.
-        let Some(at) = ExpectedState::decode(&self.state.encode()) else {
+        let Some(mut at) = ExpectedState::decode(&self.state.encode()) else {
             return;
         };
+        // The rows with their round's writes: those not acknowledged by now are in flight.
+        at.copy_fields_at_cut(&self.state);
         at.batches().replace(self.state.batches().all());
         for (id, b) in before.iter().enumerate() {
             if let Ok(id) = u32::try_from(id) {
@@ -252,6 +256,8 @@ impl Cutter {
             let mut c = self.cuts.lock();
             c.recoveries.push((took, engine));
             c.keys_verified += v.keys_verified;
+            c.rows_verified += v.rows_verified;
+            c.rows_in_flight += v.rows_in_flight;
             c.in_flight += v.in_flight;
             c.lost += v.violations.len() as u64;
             c.violations.extend(v.violations);
@@ -284,7 +290,7 @@ fn run_workload(
     ops: u64,
     what: String,
     pacer: &(dyn Fn() + Sync),
-) -> anyhow::Result<(crate::workload::WorkloadEnd, [u64; 4])> {
+) -> anyhow::Result<(crate::workload::WorkloadEnd, Counts)> {
     let wl_cfg = WorkloadConfig {
         threads: 1,
         seed,
@@ -295,10 +301,22 @@ fn run_workload(
         .pace_with(pacer);
     let end = wl.run();
     let c = &wl.counts;
+    let fields = c.field_counts();
     Ok((
         end,
-        [c.puts.get(), c.deletes.get(), c.gets.get(), c.scans.get()],
+        Counts {
+            ops: [c.puts.get(), c.deletes.get(), c.gets.get(), c.scans.get()],
+            fields,
+        },
     ))
+}
+
+/// A workload's counters: puts, deletes, gets, scans; and the field operations (as
+/// [`RunReport::field_ops`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Counts {
+    ops: [u64; 4],
+    fields: [u64; 7],
 }
 
 /// Runs the mode.
@@ -315,11 +333,14 @@ pub fn run(cfg: &RunConfig, report: &mut RunReport) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn add_ops(report: &mut RunReport, c: [u64; 4]) {
-    report.puts += c[0];
-    report.deletes += c[1];
-    report.gets += c[2];
-    report.scans += c[3];
+fn add_ops(report: &mut RunReport, c: Counts) {
+    report.puts += c.ops[0];
+    report.deletes += c.ops[1];
+    report.gets += c.ops[2];
+    report.scans += c.ops[3];
+    for (sum, n) in report.field_ops.iter_mut().zip(c.fields) {
+        *sum += n;
+    }
 }
 
 /// One pass (count, then cut); false when it failed.
@@ -422,6 +443,8 @@ fn one_pass(
     report.crash_images += cuts.images;
     report.torn_images += cuts.torn;
     report.keys_verified += cuts.keys_verified;
+    report.rows_verified += cuts.rows_verified;
+    report.rows_in_flight += cuts.rows_in_flight;
     report.in_flight += cuts.in_flight;
     report.acked_lost += cuts.lost;
     for (took, engine) in &cuts.recoveries {

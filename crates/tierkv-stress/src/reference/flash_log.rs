@@ -334,7 +334,8 @@ impl FlashLog {
             | Fault::LoseOnRefusal
             | Fault::RefuseDeletesWhenFull
             | Fault::HangWhenFull
-            | Fault::LoopBatches => w.file.sync(),
+            | Fault::LoopBatches
+            | Fault::LoseFieldUpdates => w.file.sync(),
         }
     }
 

@@ -12,8 +12,8 @@
 //! Variants (after `:`): `correct` (the default), `ack-before-persist` (acknowledges a
 //! write before it is durable), `skip-persist` (skips one persist of its protocol), and
 //! for `reflog` also `lose-race-winner`, `ack-before-move-persist`, `free-while-read`,
-//! `lose-on-refusal`, `refuse-deletes-when-full`, `hang-when-full` and `loop-batches`
-//! (see [`Fault`]). Only `reflog` has write batches (committed by one commit word). Each
+//! `lose-on-refusal`, `refuse-deletes-when-full`, `hang-when-full`, `loop-batches` and
+//! `lose-field-updates` (see [`Fault`]; its schema store is [`racy_rows`]). Only `reflog` has write batches (committed by one commit word). Each
 //! engine module's doc states its protocol and exactly what its broken variants skip.
 //!
 //! Records share one codec ([`record`]), which has a fuzz target.
@@ -23,6 +23,7 @@
 pub mod flash_log;
 mod log_core;
 pub mod pmem_log;
+pub mod racy_rows;
 pub mod record;
 
 use std::sync::Arc;
@@ -65,6 +66,10 @@ pub enum Fault {
     /// `reflog` only: write batches applied as a loop of puts and deletes, one commit
     /// each, while `atomic_batches()` says they are atomic (a crash tears a batch).
     LoopBatches,
+    /// `reflog` only: its schema store updates fields by an unlocked read-modify-write of
+    /// the row ([`racy_rows`]), so concurrent updates of different fields of one row lose
+    /// one of them.
+    LoseFieldUpdates,
 }
 
 /// The variants, default first.
@@ -79,6 +84,7 @@ pub const VARIANTS: &[&str] = &[
     "refuse-deletes-when-full",
     "hang-when-full",
     "loop-batches",
+    "lose-field-updates",
 ];
 
 fn fault_of(desc: &EngineDescriptor, ctx: &EngineContext) -> Result<Fault> {
@@ -92,6 +98,7 @@ fn fault_of(desc: &EngineDescriptor, ctx: &EngineContext) -> Result<Fault> {
         "refuse-deletes-when-full" => Fault::RefuseDeletesWhenFull,
         "hang-when-full" => Fault::HangWhenFull,
         "loop-batches" => Fault::LoopBatches,
+        "lose-field-updates" => Fault::LoseFieldUpdates,
         _ => Fault::None,
     })
 }

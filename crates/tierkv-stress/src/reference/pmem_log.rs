@@ -55,6 +55,8 @@
 //!   with `NoSpace` until the store is reopened.
 //! - `hang-when-full`: the first put that does not fit sleeps forever, holding the writer
 //!   lock (a write that never returns).
+//! - `lose-field-updates`: its schema store updates a row's fields without the row lock
+//!   (`racy_rows.rs`), so one of two concurrent updates of different fields is lost.
 //!
 //! # Batches
 //! A write batch appends the records of all its operations (deletes of absent keys
@@ -372,7 +374,8 @@ impl PmemLog {
             | Fault::LoseOnRefusal
             | Fault::RefuseDeletesWhenFull
             | Fault::HangWhenFull
-            | Fault::LoopBatches => {
+            | Fault::LoopBatches
+            | Fault::LoseFieldUpdates => {
                 self.pool.persist(off, rec.len())?;
                 self.publish(w.half, new_tail, true)?;
             }
@@ -592,6 +595,17 @@ impl KvStore for PmemLog {
     fn atomic_batches(&self) -> bool {
         // NOTE: `loop-batches` claims it too: that is its bug.
         true
+    }
+
+    fn native_schema_store(self: Arc<Self>) -> Option<Arc<dyn tierkv_core::SchemaStore>> {
+        // Only the broken variant has one (the others get the facade's consolidated
+        // adapter); a store that cannot load its catalog gets the adapter too, which
+        // reports the error.
+        if self.fault != Fault::LoseFieldUpdates {
+            return None;
+        }
+        let rows = super::racy_rows::RacyRows::open(self).ok()?;
+        Some(Arc::new(rows))
     }
 
     fn flush(&self) -> Result<()> {

@@ -236,8 +236,13 @@ pub fn batch_flags(engine: &str, mode: &str) -> &'static [&'static str] {
 
 /// The `N write batches acknowledged` counter of a run's verdict (0 when absent).
 pub fn batches_acked(run: &Run) -> u64 {
+    number_before(run, " write batches acknowledged")
+}
+
+/// The number just before `what` in a run's verdict (0 when `what` is absent).
+pub fn number_before(run: &Run, what: &str) -> u64 {
     let v = run.verdict();
-    v.split(" write batches acknowledged")
+    v.split(what)
         .next()
         .filter(|before| before.len() < v.len())
         .and_then(|before| before.rsplit(' ').next())

@@ -21,6 +21,7 @@ use super::{KillPaths, power_loss};
 use crate::batch::BatchWrite;
 use crate::cli::{Mode, StressArgs};
 use crate::expected_state::ExpectedState;
+use crate::fields::WriteKind;
 use crate::modes::RunConfig;
 use crate::modes::media::{InjectedStore, MediaPaths, open_injected};
 use crate::workload::{Workload, WorkloadConfig, WriteObserver};
@@ -82,6 +83,20 @@ impl WriteObserver for Pipe {
     }
     fn acked_batch(&self, writes: &[BatchWrite]) {
         self.send(&Msg::BatchAck(writes.to_vec()));
+    }
+    fn announce_field(&self, row: u32, version: u32, kind: WriteKind, mask: u64) {
+        self.send(&Msg::FieldAnnounce {
+            row,
+            version,
+            kind,
+            mask,
+        });
+    }
+    fn acked_field(&self, row: u32, version: u32) {
+        self.send(&Msg::FieldAck { row, version });
+    }
+    fn refused_field(&self, row: u32, version: u32) {
+        self.send(&Msg::FieldRefused { row, version });
     }
 }
 
@@ -186,6 +201,9 @@ pub fn child_main(args: &StressArgs, work: &Path) -> anyhow::Result<bool> {
                 c.deletes.get(),
                 c.gets.get(),
                 c.scans.get(),
+                c.row_gets.get(),
+                c.row_scans.get(),
+                c.absent_updates.get(),
             ]));
             std::thread::sleep(Duration::from_millis(100));
         }

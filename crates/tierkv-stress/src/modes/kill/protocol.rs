@@ -8,6 +8,7 @@ use tierkv::core::media::flash::CrashMode;
 
 use crate::batch::BatchWrite;
 use crate::expected_state::ExpectedState;
+use crate::fields::WriteKind;
 use crate::verify::Violation;
 
 /// Every protocol line starts with this.
@@ -75,11 +76,36 @@ impl RoundParams {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Msg {
     Ready,
-    Announce { id: u32, version: u32, delete: bool },
-    Ack { id: u32, version: u32, delete: bool },
+    Announce {
+        id: u32,
+        version: u32,
+        delete: bool,
+    },
+    Ack {
+        id: u32,
+        version: u32,
+        delete: bool,
+    },
     BatchAnnounce(Vec<BatchWrite>),
     BatchAck(Vec<BatchWrite>),
-    Counts([u64; 4]),
+    /// A field write announced: row, version, kind, field mask ([`crate::fields`]).
+    FieldAnnounce {
+        row: u32,
+        version: u32,
+        kind: WriteKind,
+        mask: u64,
+    },
+    FieldAck {
+        row: u32,
+        version: u32,
+    },
+    FieldRefused {
+        row: u32,
+        version: u32,
+    },
+    /// puts, deletes, gets, scans, get_fields, scan_fields, updates of absent rows (the
+    /// child's counters).
+    Counts([u64; 7]),
     CutStarted,
     CutDone,
     Violation(Violation),
@@ -112,7 +138,17 @@ impl Msg {
             } => write("A", id, version, delete),
             Msg::BatchAnnounce(ws) => format!("{PREFIX}BP {}", encode_batch(ws)),
             Msg::BatchAck(ws) => format!("{PREFIX}BA {}", encode_batch(ws)),
-            Msg::Counts([a, b, c, d]) => format!("{PREFIX}N {a} {b} {c} {d}"),
+            Msg::FieldAnnounce {
+                row,
+                version,
+                kind,
+                mask,
+            } => format!("{PREFIX}FP {row} {version} {} {mask:x}", kind_tag(*kind)),
+            Msg::FieldAck { row, version } => format!("{PREFIX}FA {row} {version}"),
+            Msg::FieldRefused { row, version } => format!("{PREFIX}FR {row} {version}"),
+            Msg::Counts([a, b, c, d, e, f, g]) => {
+                format!("{PREFIX}N {a} {b} {c} {d} {e} {f} {g}")
+            }
             Msg::CutStarted => format!("{PREFIX}M"),
             Msg::CutDone => format!("{PREFIX}C"),
             Msg::Violation(v) => format!(
@@ -156,6 +192,40 @@ fn parse_batch(rest: &str) -> Option<Vec<BatchWrite>> {
         .collect()
 }
 
+fn kind_tag(k: WriteKind) -> char {
+    match k {
+        WriteKind::Put => 'p',
+        WriteKind::Update => 'u',
+        WriteKind::Delete => 'd',
+    }
+}
+
+fn parse_field(tag: &str, rest: &str) -> Option<Msg> {
+    let mut it = rest.split(' ');
+    let row = it.next()?.parse().ok()?;
+    let version = it.next()?.parse().ok()?;
+    let msg = match tag {
+        "FP" => {
+            let kind = match it.next()? {
+                "p" => WriteKind::Put,
+                "u" => WriteKind::Update,
+                "d" => WriteKind::Delete,
+                _ => return None,
+            };
+            let mask = u64::from_str_radix(it.next()?, 16).ok()?;
+            Msg::FieldAnnounce {
+                row,
+                version,
+                kind,
+                mask,
+            }
+        }
+        "FA" => Msg::FieldAck { row, version },
+        _ => Msg::FieldRefused { row, version },
+    };
+    it.next().is_none().then_some(msg)
+}
+
 fn parse_write(rest: &str) -> Option<(u32, u32, bool)> {
     let mut it = rest.split(' ');
     let id = it.next()?.parse().ok()?;
@@ -196,10 +266,12 @@ pub(super) fn parse_msg(line: &str) -> Msg {
             Some(ws) => Msg::BatchAck(ws),
             None => other(),
         },
+        "FP" | "FA" | "FR" => parse_field(tag, rest).unwrap_or_else(other),
         "N" => {
             let n: Vec<u64> = rest.split(' ').filter_map(|x| x.parse().ok()).collect();
             match n[..] {
-                [a, b, c, d] => Msg::Counts([a, b, c, d]),
+                [a, b, c, d] => Msg::Counts([a, b, c, d, 0, 0, 0]),
+                [a, b, c, d, e, f, g] => Msg::Counts([a, b, c, d, e, f, g]),
                 _ => other(),
             }
         }
@@ -229,7 +301,9 @@ pub(super) struct RoundLog {
     pub(super) acks: (u64, u64),
     /// Acknowledged batches and their keys.
     pub(super) batch_acks: (u64, u64),
-    pub(super) counts: [u64; 4],
+    /// Acknowledged field writes: put_row, delete_row, update_fields, fields updated.
+    pub(super) field_acks: [u64; 4],
+    pub(super) counts: [u64; 7],
     pub(super) violations: Vec<Violation>,
     pub(super) failures: Vec<String>,
 }
@@ -281,6 +355,39 @@ impl RoundLog {
             Msg::BatchAnnounce(_) | Msg::BatchAck(_) => self
                 .failures
                 .push("the child announced a batch with a key outside the key space".to_owned()),
+            Msg::FieldAnnounce {
+                row,
+                version,
+                kind,
+                mask,
+            } => match state.fields().filter(|f| row < f.config().rows) {
+                Some(f) => f.announce_known(row, version, kind, mask),
+                None => self.failures.push(format!(
+                    "the child announced a field write to row {row}, outside the rows"
+                )),
+            },
+            // IMPORTANT: as for single writes, acknowledged after the cut started: in flight.
+            Msg::FieldAck { row, version } if !self.cut_started => {
+                if let Some(f) = state.fields().filter(|f| row < f.config().rows) {
+                    f.commit(row, version);
+                    let w = f.row(row).log.get(&version).copied();
+                    match w {
+                        Some(w) if w.kind == WriteKind::Put => self.field_acks[0] += 1,
+                        Some(w) if w.kind == WriteKind::Delete => self.field_acks[1] += 1,
+                        Some(w) => {
+                            self.field_acks[2] += 1;
+                            self.field_acks[3] += u64::from(w.mask.count_ones());
+                        }
+                        None => {}
+                    }
+                }
+            }
+            Msg::FieldAck { .. } => {}
+            Msg::FieldRefused { row, version } => {
+                if let Some(f) = state.fields().filter(|f| row < f.config().rows) {
+                    f.refuse(row, version);
+                }
+            }
             Msg::Counts(c) => self.counts = c,
             Msg::CutStarted => self.cut_started = true,
             Msg::CutDone => self.cut_done = true,
@@ -322,7 +429,14 @@ mod tests {
                 delete: false
             }
         );
-        assert_eq!(parse_msg("@tks N 1 2 3 4"), Msg::Counts([1, 2, 3, 4]));
+        assert_eq!(
+            parse_msg("@tks N 1 2 3 4"),
+            Msg::Counts([1, 2, 3, 4, 0, 0, 0])
+        );
+        assert_eq!(
+            parse_msg("@tks N 1 2 3 4 5 6 7"),
+            Msg::Counts([1, 2, 3, 4, 5, 6, 7])
+        );
         let v = parse_msg("@tks V round 1, get\tk00000001\tv#2 (acknowledged)\tabsent");
         let Msg::Violation(v) = v else {
             panic!("{v:?}")
@@ -339,6 +453,29 @@ mod tests {
         ] {
             assert_eq!(parse_msg(junk), Msg::Other(junk.to_owned()), "{junk}");
         }
+    }
+
+    #[test]
+    fn field_writes_are_replayed_and_acks_after_the_cut_stay_in_flight() {
+        use crate::fields::FieldConfig;
+        let st = ExpectedState::new(KeySpace::new(4))
+            .with_fields(Some(FieldConfig { fields: 4, rows: 2 }));
+        let mut log = RoundLog::default();
+        log.apply(&st, parse_msg("@tks FP 1 1 p f"));
+        log.apply(&st, parse_msg("@tks FA 1 1"));
+        log.apply(&st, parse_msg("@tks FP 1 2 u 6"));
+        log.apply(&st, parse_msg("@tks M"));
+        log.apply(&st, parse_msg("@tks FA 1 2"));
+        let fs = st.fields().unwrap();
+        let row = fs.row(1);
+        assert_eq!(row.committed, vec![1, 1, 1, 1]);
+        assert!(!row.absent);
+        assert!(row.log.get(&2).is_some_and(|w| !w.acked && w.mask == 6));
+        drop(row);
+        assert_eq!(log.field_acks, [1, 0, 0, 0]);
+        log.apply(&st, parse_msg("@tks FP 9 3 d 0"));
+        assert_eq!(log.failures.len(), 1, "{:?}", log.failures);
+        assert!(matches!(parse_msg("@tks FP 1 2 x 6"), Msg::Other(_)));
     }
 
     #[test]
@@ -472,7 +609,20 @@ mod tests {
                     delete,
                 }
             }),
-            any::<[u64; 4]>().prop_map(Msg::Counts),
+            any::<[u64; 7]>().prop_map(Msg::Counts),
+            (any::<u32>(), any::<u32>(), 0..3u8, any::<u64>()).prop_map(
+                |(row, version, k, mask)| Msg::FieldAnnounce {
+                    row,
+                    version,
+                    kind: [WriteKind::Put, WriteKind::Update, WriteKind::Delete][usize::from(k)],
+                    mask,
+                }
+            ),
+            (any::<u32>(), any::<u32>(), any::<bool>()).prop_map(|(row, version, ack)| if ack {
+                Msg::FieldAck { row, version }
+            } else {
+                Msg::FieldRefused { row, version }
+            }),
             (arb_batch(), any::<bool>()).prop_map(|(ws, ack)| if ack {
                 Msg::BatchAck(ws)
             } else {
