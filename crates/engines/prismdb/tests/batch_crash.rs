@@ -22,7 +22,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tierkv_core::KvStore;
 use tierkv_core::media::pmem::CrashPoint;
-use tierkv_prismdb::batch::record::RECORD_TAG;
+use tierkv_prismdb::batch::record::{RECORD_MAGIC, RECORD_TAG, decode_record};
 use tierkv_testkit::rig::seed;
 use tierkv_testkit::{BatchKit, BatchKitConfig, BatchReport, Ledger, NonAtomicBatches};
 
@@ -50,6 +50,20 @@ fn judge(
         store.shared().alloc.iter_chunks(RECORD_TAG).count(),
         0,
         "{what}: a batch record survived recovery"
+    );
+    // Nor in a freed chunk: a chunk reused for a record run is not cleared first, so a
+    // crash between its allocation and its new record would replay a stale one.
+    let pool = &store.shared().pool;
+    let bytes = pool.read(0, pool.len() as usize).unwrap();
+    let stale = (0..bytes.len().saturating_sub(8))
+        .step_by(8)
+        .filter(|&i| {
+            bytes[i..i + 8] == RECORD_MAGIC.to_le_bytes() && decode_record(&bytes[i..]).is_some()
+        })
+        .count();
+    assert_eq!(
+        stale, 0,
+        "{what}: a freed chunk holds a pending batch record"
     );
     let rolled = counter(&*store, "prismdb_batches_rolled_back");
     let r = kit.check(&*store, ledger, what);
