@@ -10,6 +10,8 @@ need_apt=()
 command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
 # tierkv-server's differential test runs a real redis-server (skipped loudly without it).
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+# Its twemproxy test runs Debian's nutcracker in front of three shards (skipped loudly without it).
+command -v nutcracker >/dev/null 2>&1 || [ -x /usr/sbin/nutcracker ] || need_apt+=(nutcracker)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing ${need_apt[*]}"

@@ -8,8 +8,12 @@
 //! user key, db n>0    INTERNAL | 'd' | n(1) | <key>
 //! element             INTERNAL | 'e' | db(1) | klen(u32 LE) | <key> | generation(u64 LE)
 //!                     | <element suffix: type-specific, see the collection modules>
+//! database map        INTERNAL | 'c' | "dbmap"             (SWAPDB, see crate::dbmap)
 //! INTERNAL            FF FE 74 6B  ("\xFF\xFEtk")
 //! ```
+//!
+//! The `db` byte of a store key is the *physical* database; [`crate::dbmap`] says which
+//! logical database (the one a client SELECTs) it holds.
 //!
 //! Keys a client names may not start with [`INTERNAL`] (refused before any command runs),
 //! so a user key can never collide with an internal one. An element key names its user
@@ -28,6 +32,8 @@ pub const INTERNAL: [u8; 4] = [0xFF, 0xFE, b't', b'k'];
 const SPACE_DB: u8 = b'd';
 /// Sub-space of the elements of collections.
 const SPACE_ELEMENTS: u8 = b'e';
+/// Sub-space of the server's own records (the database map).
+const SPACE_CONFIG: u8 = b'c';
 /// Number of databases (SELECT 0..DATABASES).
 pub const DATABASES: u8 = 16;
 /// Bytes an element key adds around the user key and the element suffix.
@@ -49,6 +55,14 @@ pub fn user_key(db: u8, key: &[u8]) -> Cow<'_, [u8]> {
     k.push(db);
     k.extend_from_slice(key);
     Cow::Owned(k)
+}
+
+/// The store key of the database map ([`crate::dbmap`]).
+pub fn dbmap_key() -> Vec<u8> {
+    let mut k = INTERNAL.to_vec();
+    k.push(SPACE_CONFIG);
+    k.extend_from_slice(b"dbmap");
+    k
 }
 
 /// The prefix under which the user keys of database `db > 0` are stored.

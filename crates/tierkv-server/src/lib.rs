@@ -10,6 +10,7 @@
 //! - [`commands`] (private): one module per command family, one command table;
 //! - [`encoding`]: how values and collections' metadata records are encoded;
 //! - [`keyspace`]: the store keys of databases and of collections' elements;
+//! - [`dbmap`]: which stored database holds each SELECTable one (SWAPDB);
 //! - [`locks`]: the striped lock table that makes commands atomic per key;
 //! - [`expiry`]: key deadlines, lazy removal and the active sweep thread;
 //! - [`reclaim`]: the walk (on the sweep thread) that deletes dead collections' elements;
@@ -41,6 +42,7 @@ pub mod clients;
 pub(crate) mod commands;
 pub mod config;
 pub mod cursors;
+pub mod dbmap;
 pub mod encoding;
 pub mod expiry;
 pub mod glob;

@@ -36,6 +36,7 @@ use tokio::task::JoinSet;
 
 use self::executor::Workers;
 use crate::config::ServerConfig;
+use crate::dbmap::DbMap;
 use crate::expiry::Sweeper;
 use crate::shared::Shared;
 
@@ -83,7 +84,9 @@ impl Server {
         let port = listener.local_addr()?.port();
         let workers = Workers::start(config.worker_count(db.descriptor().volatile))
             .context("starting the worker threads")?;
-        let shared = Arc::new(Shared::new(db, pmem_mode, config, port));
+        let mut shared = Shared::new(db, pmem_mode, config, port);
+        shared.dbmap = DbMap::load(&shared.db).context("reading the database map")?;
+        let shared = Arc::new(shared);
         let sweeper = Sweeper::start(shared.clone()).context("starting the expiry sweep")?;
         Ok(Server {
             listener,

@@ -14,6 +14,7 @@ use tierkv::{Db, DurabilityMode};
 use crate::clients::ClientRegistry;
 use crate::config::ServerConfig;
 use crate::cursors::CursorTable;
+use crate::dbmap::DbMap;
 use crate::expiry::ExpiryQueue;
 use crate::locks::KeyLocks;
 use crate::resp::Batch;
@@ -115,6 +116,8 @@ pub struct Shared {
     generations: AtomicU64,
     /// Wakes clients blocked in BLPOP & co. when a list is pushed to.
     pub waiters: Waiters,
+    /// Which stored database holds each SELECTable one (SWAPDB).
+    pub dbmap: DbMap,
 }
 
 /// The wake-up of blocked clients: a version bumped by every push to a list (under the
@@ -186,6 +189,7 @@ impl Shared {
             clients: ClientRegistry::default(),
             generations: AtomicU64::new(seed ^ u64::from(std::process::id()).rotate_left(40)),
             waiters: Waiters::default(),
+            dbmap: DbMap::default(),
         }
     }
 

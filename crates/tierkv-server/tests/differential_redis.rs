@@ -108,7 +108,7 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
     let f = pick(rng, FIELDS).to_string();
     let v = pick(rng, VALUES).to_string();
     let n = rng.random_range(-5i64..20).to_string();
-    let words: Vec<String> = match rng.random_range(0..110) {
+    let words: Vec<String> = match rng.random_range(0..113) {
         0 => vec!["GET".into(), k],
         1 => vec!["SET".into(), k, v],
         2 => {
@@ -304,7 +304,16 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
         49 => vec!["FLUSHDB".into()],
         50..=69 => list_command(rng, k, k2, v, in_tx),
         70..=85 => set_command(rng, k, k2, in_tx),
-        86..=109 => zset_command(rng, k, k2),
+        // ZSCAN pages are normalised at the top level only (their order is the servers' own).
+        86..=109 => match zset_command(rng, k, k2) {
+            w if in_tx && w[0] == "ZSCAN" => vec!["ZCARD".into(), w[1].clone()],
+            w => w,
+        },
+        110..=112 => vec![
+            "SWAPDB".into(),
+            pick(rng, &["0", "0", "1", "2", "16", "x"]).into(),
+            pick(rng, &["0", "1", "1", "2", "-1"]).into(),
+        ],
         _ => vec!["DBSIZE".into()],
     };
     words

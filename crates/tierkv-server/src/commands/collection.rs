@@ -44,7 +44,7 @@ impl Coll {
         Coll {
             meta,
             deadline: None,
-            prefix: keyspace::element_prefix(ctx.session.db, key, meta.generation),
+            prefix: keyspace::element_prefix(ctx.pdb(), key, meta.generation),
         }
     }
 
@@ -149,7 +149,7 @@ pub(crate) fn load(ctx: &mut Ctx<'_>, key: &[u8], kind: Kind) -> Result<Option<C
         Stored::Meta(meta) if meta.kind == kind => Ok(Some(Coll {
             meta,
             deadline,
-            prefix: keyspace::element_prefix(ctx.session.db, key, meta.generation),
+            prefix: keyspace::element_prefix(ctx.pdb(), key, meta.generation),
         })),
         _ => Err(CmdError::new(msg::WRONGTYPE)),
     }

@@ -73,7 +73,7 @@ pub(crate) fn type_of(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
 
 /// DBSIZE
 pub(crate) fn dbsize(ctx: &mut Ctx<'_>, _args: Args<'_>) -> CmdResult {
-    match key_count(&ctx.shared.db, ctx.session.db)? {
+    match key_count(&ctx.shared.db, ctx.pdb())? {
         Some(n) => ctx.out.int(i64::try_from(n).unwrap_or(i64::MAX)),
         None => {
             return Err(CmdError::new(format!(
@@ -129,7 +129,7 @@ fn copy_value(
     let here = ctx.session.db;
     ctx.session.db = to_db;
     let done = match &source {
-        Some(c) => collection::copy_elements(ctx, c, to_db, to)
+        Some(c) => collection::copy_elements(ctx, c, ctx.pdb(), to)
             .and_then(|copy| collection::save(ctx, to, &copy)),
         None => ctx.store_with_deadline(to, value, deadline),
     };
@@ -228,7 +228,7 @@ fn flushed(ctx: &mut Ctx<'_>) -> CmdResult {
 /// their metadata: the sweep reclaims them. An engine that cannot scan gets an error.
 pub(crate) fn flushdb(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     flush_args(args)?;
-    let db = ctx.session.db;
+    let db = ctx.pdb();
     if db == 0 {
         drop_range(
             ctx,
@@ -248,11 +248,48 @@ pub(crate) fn flushdb(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     flushed(ctx)
 }
 
-/// FLUSHALL [ASYNC | SYNC]: deletes every store key (every database, every element).
+/// FLUSHALL [ASYNC | SYNC]: deletes every store key (every database, every element, the
+/// database map: with every database empty, the identity map is as good as any).
 pub(crate) fn flushall(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     flush_args(args)?;
     drop_range(ctx, (Bound::Unbounded, Bound::Unbounded))?;
+    ctx.shared.dbmap.set(&crate::dbmap::IDENTITY);
     flushed(ctx)
+}
+
+/// SWAPDB index1 index2: exchanges two databases' contents as clients see them, by
+/// exchanging their entries in the database map ([`crate::dbmap`]): one `put` of the map's
+/// key, O(1) whatever the databases hold, made under every key lock (flag `allkeys`), so
+/// no command sees half of it. As in Redis, keys keep their TTLs (they are stored with the
+/// values, which do not move), WATCHed keys are touched (here: every watch fails, as after
+/// FLUSHDB) and clients blocked on a list that the swap fills are woken.
+pub(crate) fn swapdb(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    let index = |arg: &[u8], which: &str| {
+        // Redis reads the index as a C int: anything else is "invalid".
+        super::parse_i64_strict(arg)
+            .filter(|n| i32::try_from(*n).is_ok())
+            .ok_or_else(|| CmdError::new(format!("ERR invalid {which} DB index")))
+            .and_then(|n| {
+                u8::try_from(n)
+                    .ok()
+                    .filter(|n| *n < keyspace::DATABASES)
+                    .ok_or_else(|| CmdError::new("ERR DB index is out of range"))
+            })
+    };
+    let a = index(args.get(1), "first")?;
+    let b = index(args.get(2), "second")?;
+    if a != b {
+        let map = crate::dbmap::swapped(&ctx.shared.dbmap.get(), a, b);
+        let bytes = crate::dbmap::encode(&map);
+        ctx.put_raw(&keyspace::dbmap_key(), &bytes)?;
+        ctx.shared.dbmap.set(&map);
+        ctx.shared
+            .flush_epoch
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        ctx.shared.waiters.notify(a, b"");
+    }
+    ctx.out.ok();
+    Ok(())
 }
 
 /// COPY source destination [DB n] [REPLACE]: copies the value and its deadline (a

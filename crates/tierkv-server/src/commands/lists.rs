@@ -560,7 +560,7 @@ pub(crate) fn drop_unreclaimable(ctx: &mut Ctx<'_>, key: &[u8], stored: &[u8]) -
     let c = Coll {
         meta: m,
         deadline: None,
-        prefix: crate::keyspace::element_prefix(ctx.session.db, key, m.generation),
+        prefix: crate::keyspace::element_prefix(ctx.pdb(), key, m.generation),
     };
     for p in m.head..m.tail {
         c.delete(ctx, &pos_suffix(p))?;

@@ -184,9 +184,15 @@ impl<'a> Ctx<'a> {
         Ok(value)
     }
 
+    /// The physical database ([`crate::dbmap`]) of the selected database: the `db` byte
+    /// of its store keys. Read under the command's key locks, which SWAPDB excludes.
+    pub(crate) fn pdb(&self) -> u8 {
+        self.shared.dbmap.physical(self.session.db)
+    }
+
     /// The store key of the user key `key` in the selected database.
     pub(crate) fn skey<'k>(&self, key: &'k [u8]) -> std::borrow::Cow<'k, [u8]> {
-        keyspace::user_key(self.session.db, key)
+        keyspace::user_key(self.pdb(), key)
     }
 
     /// The stored bytes under the user key `key`: the pending batch's operation on it first.

@@ -13,7 +13,7 @@
 //! # Isolation
 //! EXEC takes, exclusively and in the lock table's global order, the stripes of every key
 //! of every queued command and of every watched key ([`crate::locks`]), or every stripe
-//! when a queued command changes the whole keyspace (flag `allkeys`: FLUSHDB, FLUSHALL).
+//! when a queued command changes the whole keyspace (flag `allkeys`: FLUSHDB, FLUSHALL, SWAPDB).
 //! SCAN and DBSIZE inside EXEC read the store without locks, as they do outside it. It then checks the watches and runs the commands one after another without
 //! releasing anything, so no other client sees a state between two of them and no other
 //! write lands between the WATCH check and the last command.
@@ -36,7 +36,7 @@
 //! the others still run) keeps whatever it wrote before failing in the batch; the
 //! commands here check their arguments before writing. Two cases run without a batch,
 //! writing one by one as every command does on the other engines: an EXEC that holds
-//! FLUSHDB/FLUSHALL, SCAN, KEYS, DBSIZE or RANDOMKEY (these walk the engine's scan, which
+//! FLUSHDB/FLUSHALL/SWAPDB, SCAN, KEYS, DBSIZE or RANDOMKEY (these walk the engine's scan, which
 //! does not see pending writes), and every EXEC on an engine without atomic batches.
 //!
 //! Thread-safety: runs on a worker thread; the session is the connection's own.

@@ -217,7 +217,7 @@ pub(crate) fn db_page(
 /// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
 pub(crate) fn scan(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let o = parse_options(args)?;
-    let db = ctx.session.db;
+    let db = ctx.pdb();
     let prefix = o.pattern.map(glob::literal_prefix).unwrap_or_default();
     let at = cursor_position(ctx, args.get(1))?;
     let mut pos = Some(at.max(keyspace::walk_start(db, &prefix)));
@@ -281,7 +281,7 @@ fn unsupported(ctx: &Ctx<'_>) -> CmdError {
 /// bounded by `max_reply_bytes`).
 pub(crate) fn keys(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let pattern = args.get(1);
-    let db = ctx.session.db;
+    let db = ctx.pdb();
     let prefix = glob::literal_prefix(pattern);
     let bound = ctx.max_reply_bytes();
     let mut found: Vec<Vec<u8>> = Vec::new();
@@ -315,7 +315,7 @@ pub(crate) fn keys(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
 /// RANDOMKEY: a live key chosen by scanning from a random point of the key space (keys
 /// after long gaps are likelier, unlike Redis's uniform choice); null when there is none.
 pub(crate) fn randomkey(ctx: &mut Ctx<'_>, _args: Args<'_>) -> CmdResult {
-    let db = ctx.session.db;
+    let db = ctx.pdb();
     let seed = expiry::now_ms().wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ctx.session.id;
     let start = keyspace::walk_start(db, &seed.to_le_bytes());
     let now = expiry::now_ms();

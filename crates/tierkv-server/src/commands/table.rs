@@ -757,6 +757,16 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         keys::flushall
     ),
     cmd!(
+        "swapdb",
+        3,
+        &["write", "fast", "allkeys"],
+        (0, 0, 0),
+        "server",
+        "4.0.0",
+        "Swaps two Redis databases.",
+        keys::swapdb
+    ),
+    cmd!(
         "keys",
         2,
         &["readonly"],
