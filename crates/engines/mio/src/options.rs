@@ -12,7 +12,7 @@
 //! | `bloom_bits` | 16 | 16 | bits per key |
 //! | `compaction` | zero-copy | `zero_copy` | `zero_copy` (relink, §4.3) or `copy` (merge buffer levels by copying into a new table: the baseline of the WA comparison) |
 //! | `stall_timeout_ms` | - | 3000 | the longest a write waits for room while the background makes progress (`space.rs`) |
-//! | `progress_wait_ms` | - | 400 | a write waiting for room is refused with `NoSpace` once the background made no progress for this long |
+//! | `progress_wait_ms` | - | 400 | a put waiting for room is refused with `NoSpace` once the background made no progress for this long (a delete waits up to `stall_timeout_ms`) |
 //!
 //! Thread safety: plain data.
 

@@ -29,8 +29,9 @@
 //!   it as an unreferenced run, and the open allocates a new one.
 //! - **No fixed timer.** A write that finds no room waits only while the background makes
 //!   progress (a flush, a table moved or merged, an entry lazily copied); when nothing is
-//!   left to drain, or nothing moved for `progress_wait_ms` (400 ms), it is refused with
-//!   `NoSpace` (`stall_timeout_ms`, 3 s, only caps a wait that keeps seeing progress).
+//!   left to drain, or (for a put) nothing moved for `progress_wait_ms` (400 ms), it is
+//!   refused with `NoSpace` (`stall_timeout_ms`, 3 s, caps a wait that keeps seeing
+//!   progress, and a delete's wait).
 //!
 //! Thread safety: the pure functions are plain; [`Sizes`] is immutable.
 

@@ -464,7 +464,12 @@ impl Inner {
                 seen = (p, now);
             }
             let waited = now.duration_since(started);
-            if !self.draining() || now.duration_since(seen.1) >= quiet || waited >= cap {
+            // A delete is not refused for a quiet spell: it gives room back, and a
+            // refusal would leave the pool full. On a loaded machine one step of a
+            // compaction (a lazy copy of a large entry, a merge's publish) can take longer
+            // than `progress_wait_ms`; a delete waits for it up to `stall_timeout_ms`.
+            let quiet_over = need == Need::Put && now.duration_since(seen.1) >= quiet;
+            if !self.draining() || quiet_over || waited >= cap {
                 let c = &self.shared.counters;
                 c.writes_refused.incr();
                 c.stall_micros.add(waited.as_micros() as u64);
