@@ -1,5 +1,5 @@
-//! Builds the [`Stats`] of a store from its counters, the pool's byte counters and the
-//! current version (issue 18, item 11).
+//! Builds the [`Stats`] of a store from its counters and the current version (issue 18,
+//! item 11); the pool's byte counters are added by the facade (`tierkv::Db::stats`).
 //!
 //! Thread safety: reads atomics and clones the version.
 
@@ -12,7 +12,8 @@ pub(crate) fn stats(inner: &Inner) -> Stats {
     let c = &inner.shared.counters;
     let mut s = Stats::default();
     c.ops.fill(&mut s);
-    s.add_media(&inner.shared.pool.counters());
+    // The per-tier byte counters are the media layer's: `tierkv::Db::stats` adds the
+    // pool's (adding them here too counted every byte twice).
     s.recovery_micros = c.recovery_micros.get();
     let v = inner.version();
     let mut dram = v.mem.arena.capacity() as u64;

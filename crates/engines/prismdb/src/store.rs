@@ -323,12 +323,8 @@ impl KvStore for PrismDbStore {
         let sh = &self.sh;
         let mut s = Stats::default();
         sh.counters.ops.fill(&mut s);
-        let mut m = sh.pool.counters();
-        let f = sh.dev.counters();
-        m.flash_bytes_written = f.flash_bytes_written;
-        m.flash_bytes_read = f.flash_bytes_read;
-        m.flash_syncs = f.flash_syncs;
-        s.add_media(&m);
+        // The per-tier byte counters are the media layer's: `tierkv::Db::stats` adds the
+        // pool's and the device's (adding them here too counted every byte twice).
         s.dram_bytes = self.dram_bytes();
         s.recovery_micros = sh.counters.recovery_micros.get();
         let c = &sh.counters;

@@ -237,7 +237,7 @@ fn every_victim_policy_compacts_without_losing_data_and_updates_move_classes() {
         assert_check(&*store);
         println!(
             "victim={victim}: {c} compactions, flash written {}",
-            store.stats().flash_bytes_written
+            store.shared().dev.counters().flash_bytes_written
         );
     }
 }
