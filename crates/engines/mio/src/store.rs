@@ -552,14 +552,16 @@ impl Inner {
     /// A get through the version `v` (which the caller cloned, perhaps long ago: every
     /// table it lists stays readable while it is held, `table.rs`).
     pub(crate) fn get_in(&self, v: &Version, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let _frozen: Vec<_> = self.level_locks.iter().map(|l| l.read()).collect();
         let c = &self.shared.counters.ops;
+        // The MemTables are DRAM arenas no compaction relinks: no level lock for them (a
+        // hot key's get takes no shared lock at all).
         for m in std::iter::once(&v.mem).chain(v.imm.iter()) {
             if let Some(e) = m.arena.get(key)? {
                 c.reads_from_dram.incr();
                 return Ok(self.found(e.value));
             }
         }
+        let _frozen: Vec<_> = self.level_locks.iter().map(|l| l.read()).collect();
         for level in &v.levels {
             for t in level.iter().rev() {
                 if let Some(e) = t.get(key)? {
