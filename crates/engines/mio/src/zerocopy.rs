@@ -21,7 +21,8 @@
 //! the paper's two cases do not cover); and a reader whose version predates the merge
 //! reads the pair without knowing it is merging. So each node move holds its level's lock
 //! exclusively and every reader (get or scan) holds every buffer level's lock shared for
-//! its whole read: it reads a frozen state, in which every node is in exactly one table.
+//! its whole read of the tables (a get searches the DRAM MemTables first, without them):
+//! it reads a frozen state, in which every node is in exactly one table.
 //! That state is right for any version the reader holds: nodes only move from a table into
 //! its next-older neighbour, so a reader that walks its version's tables newest first
 //! still meets the versions of a key newest first (every table between the two in the
