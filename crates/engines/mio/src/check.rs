@@ -17,8 +17,12 @@ use crate::table::{TAG_TABLE, TAG_WAL, Table};
 /// Checks the store; one line per thing checked.
 pub(crate) fn check(inner: &Inner) -> Result<Vec<String>> {
     let mut lines = Vec::new();
-    // Publishers change the directory and the version under the directory lock, and node
-    // moves hold their level's lock: with both held the store stands still.
+    // Publishers change the directory and the version under the directory lock, node
+    // moves hold their level's lock, and a lazy copy or defragmentation step changes the
+    // repository under its mutex (readers of the repository do not stop a lazy copy's
+    // inserts, `lazycopy.rs`): with all three held the store stands still. Lock order:
+    // the repository's mutex, the directory, the level locks.
+    let _repository = inner.repository.lock();
     let st = inner.dir.lock();
     let _frozen: Vec<_> = inner.level_locks.iter().map(|l| l.read()).collect();
     let v = inner.version();

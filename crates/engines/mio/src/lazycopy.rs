@@ -15,16 +15,27 @@
 //! that recovery frees. Only the newest version of each key reaches the repository, and
 //! tombstones are dropped there (nothing older exists).
 //!
-//! Reclamation: each entry is applied holding the repository level's lock exclusively,
-//! and readers hold every level's lock shared for their whole read (`zerocopy.rs`), so no
-//! reader is inside the repository when an unlinked node is freed. The source table's runs
-//! are freed when the last version that lists it is dropped (`table.rs`).
+//! Readers and reclamation: readers never take a lock against the copy itself. A node is
+//! whole and persisted before a single-word store links it (level 0 first), and an unlinked
+//! node keeps its links, so a reader walking the repository meanwhile sees each node
+//! linked or not, and one standing on a node being unlinked walks on through its links;
+//! while a key's new node is linked and its older version not yet unlinked, the reader
+//! meets the newer first (versions are ordered newest first), and the source table, which
+//! its version still lists and it searches before the repository, holds that newer
+//! version anyway. Only the free of an unlinked node excludes readers: it takes the
+//! repository level's lock exclusively, which waits until no reader (they hold every
+//! level's lock shared for their whole read of the tables, `zerocopy.rs`) can still stand
+//! on the node; one that comes later cannot reach it. So an insert of a new key takes no
+//! lock at all (it used to hold the lock exclusively for each entry, and every get waited
+//! behind it). The source table's runs are freed when the last version that lists it is
+//! dropped (`table.rs`).
 //!
 //! Thread safety: run by the last buffer level's compaction thread only.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use parking_lot::RwLock;
 use tierkv_core::Result;
 
 use crate::merge::Merge;
@@ -62,8 +73,15 @@ fn encode_node(e: &Entry, kind: Kind, height: usize, links: &[u64]) -> Vec<u8> {
 }
 
 /// Applies the newest version `e` of a key to the repository whose head is at `head`
-/// (steps 1-2). `height` is the height a new node gets.
-pub fn apply(sh: &Shared, head: u64, e: &Entry, height: usize) -> Result<Applied> {
+/// (steps 1-2). `height` is the height a new node gets. `readers`: the lock readers of the
+/// repository hold shared, taken exclusively around each free (none at recovery).
+pub fn apply(
+    sh: &Shared,
+    head: u64,
+    e: &Entry,
+    height: usize,
+    readers: Option<&RwLock<()>>,
+) -> Result<Applied> {
     let pool = &sh.pool;
     let src = PoolSource(pool);
     let mut preds = [0u64; MAX_HEIGHT];
@@ -136,7 +154,10 @@ pub fn apply(sh: &Shared, head: u64, e: &Entry, height: usize) -> Result<Applied
             }
         }
         pool.crash_point("mio.lazycopy.before_free");
+        // IMPORTANT: no reader may still stand on y: wait for those inside the repository.
+        let no_reader = readers.map(RwLock::write);
         sh.alloc.free(y)?;
+        drop(no_reader);
         out.freed += 1;
     }
     Ok(out)
@@ -165,10 +186,13 @@ impl Inner {
             // The repository node keeps the table node's height (random when the MemTable
             // drew it), which is what the table's cost counted (`space.rs`).
             let height = e.height.clamp(1, MAX_HEIGHT);
-            let a = {
-                let _exclusive = self.level_locks[repo].write();
-                apply(&self.shared, r.meta.head, &e, height)?
-            };
+            let a = apply(
+                &self.shared,
+                r.meta.head,
+                &e,
+                height,
+                Some(&self.level_locks[repo]),
+            )?;
             if a.node_bytes > 0 {
                 self.lazy_done.lock().add(self.sizes.slot(a.node_bytes));
             }
@@ -288,9 +312,9 @@ mod tests {
                     height: 1,
                 };
                 let h = node::random_height(&mut rng);
-                apply(&sh, head, &e, h).unwrap();
+                apply(&sh, head, &e, h, None).unwrap();
                 // Applying the same entry again changes nothing (idempotent re-run).
-                assert_eq!(apply(&sh, head, &e, h).unwrap(), Applied::default());
+                assert_eq!(apply(&sh, head, &e, h, None).unwrap(), Applied::default());
                 match v {
                     Some(_) => model.insert(k, seq),
                     None => model.remove(&k),
