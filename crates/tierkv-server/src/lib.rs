@@ -11,6 +11,7 @@
 //! - [`encoding`]: how values and collections' metadata records are encoded;
 //! - [`keyspace`]: the store keys of databases and of collections' elements;
 //! - [`dbmap`]: which stored database holds each SELECTable one (SWAPDB);
+//! - [`swaplog`]: the recent SWAPDBs, which EXEC checks watched keys against;
 //! - [`locks`]: the striped lock table that makes commands atomic per key;
 //! - [`expiry`]: key deadlines, lazy removal and the active sweep thread;
 //! - [`reclaim`]: the walk (on the sweep thread) that deletes dead collections' elements;
@@ -52,6 +53,7 @@ pub mod reclaim;
 pub mod resp;
 pub mod server;
 pub mod shared;
+pub mod swaplog;
 
 pub use cli::{ServeArgs, run};
 pub use config::{ConfigFile, ServerConfig};

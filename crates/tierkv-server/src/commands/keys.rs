@@ -261,8 +261,9 @@ pub(crate) fn flushall(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
 /// exchanging their entries in the database map ([`crate::dbmap`]): one `put` of the map's
 /// key, O(1) whatever the databases hold, made under every key lock (flag `allkeys`), so
 /// no command sees half of it. As in Redis, keys keep their TTLs (they are stored with the
-/// values, which do not move), WATCHed keys are touched (here: every watch fails, as after
-/// FLUSHDB) and clients blocked on a list that the swap fills are woken.
+/// values, which do not move), WATCHed keys of the two databases that exist in either are
+/// touched (recorded in [`crate::swaplog`], checked by EXEC) and clients blocked on a list
+/// that the swap fills are woken.
 pub(crate) fn swapdb(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let index = |arg: &[u8], which: &str| {
         // Redis reads the index as a C int: anything else is "invalid".
@@ -279,13 +280,15 @@ pub(crate) fn swapdb(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let a = index(args.get(1), "first")?;
     let b = index(args.get(2), "second")?;
     if a != b {
-        let map = crate::dbmap::swapped(&ctx.shared.dbmap.get(), a, b);
+        let before = ctx.shared.dbmap.get();
+        let map = crate::dbmap::swapped(&before, a, b);
         let bytes = crate::dbmap::encode(&map);
         ctx.put_raw(&keyspace::dbmap_key(), &bytes)?;
         ctx.shared.dbmap.set(&map);
+        let physical = [before[usize::from(a)], before[usize::from(b)]];
         ctx.shared
-            .flush_epoch
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            .swaps
+            .record([a, b], physical, crate::expiry::now_ms());
         ctx.shared.waiters.notify(a, b"");
     }
     ctx.out.ok();
