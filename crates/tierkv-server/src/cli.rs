@@ -59,6 +59,10 @@ pub struct ServeArgs {
     /// Flash capacity per directory, e.g. `4GiB`.
     #[arg(long, value_name = "SIZE")]
     pub flash_size: Option<ByteSize>,
+    /// Bind a key prefix to a schema of the store, `PREFIX=SCHEMA` (repeatable): keys
+    /// under the prefix are rows, read and updated with the hash commands.
+    #[arg(long, value_name = "PREFIX=SCHEMA")]
+    pub schema_prefix: Vec<String>,
 }
 
 /// Everything `run` needs, resolved from flags, file and defaults.
@@ -108,6 +112,9 @@ impl ServeArgs {
         if let Some(p) = &self.requirepass {
             config.requirepass = Some(p.clone());
         }
+        config
+            .schema_prefixes
+            .extend(self.schema_prefix.iter().cloned());
         Ok(Resolved {
             dir,
             options,

@@ -110,6 +110,8 @@ pub struct Shared {
     pub flush_epoch: AtomicU64,
     /// The recent SWAPDBs, which EXEC checks its watched keys against.
     pub swaps: crate::swaplog::SwapLog,
+    /// Key prefixes bound to schemas (hashes over rows).
+    pub bindings: crate::bindings::Bindings,
     /// Deadlines set in this run, for the active expiry sweep.
     pub expiry: ExpiryQueue,
     /// The connected clients (CLIENT LIST).
@@ -188,6 +190,7 @@ impl Shared {
             pmem_mode,
             flush_epoch: AtomicU64::new(0),
             swaps: crate::swaplog::SwapLog::default(),
+            bindings: crate::bindings::Bindings::default(),
             expiry: ExpiryQueue::default(),
             clients: ClientRegistry::default(),
             generations: AtomicU64::new(seed ^ u64::from(std::process::id()).rotate_left(40)),
