@@ -60,6 +60,11 @@ fn reserved_prefix(key: &[u8]) -> Option<&'static [u8]> {
     if is_internal(key) {
         return Some(&INTERNAL);
     }
+    adapter_prefix(key)
+}
+
+/// The schema adapters' prefix ([`ADAPTER_PREFIXES`]) `key` starts with.
+pub fn adapter_prefix(key: &[u8]) -> Option<&'static [u8]> {
     ADAPTER_PREFIXES
         .iter()
         .find(|p| key.starts_with(&p[..]))
