@@ -156,6 +156,9 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
         if db.created() { "created" } else { "reopened" }
     );
     eprintln!("tierkv serve: durability: {}", durability(&db, mode));
+    for spec in &r.config.schema_prefixes {
+        eprintln!("tierkv serve: schema prefix {spec} (keys under the prefix are rows)");
+    }
     let rt = runtime(&r.config)?;
     rt.block_on(async move {
         let server = Server::bind(db, mode, r.config).await?;

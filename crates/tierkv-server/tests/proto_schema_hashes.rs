@@ -401,3 +401,40 @@ fn reserved_adapter_keys_are_refused_and_hidden() {
     drop(c);
     h.shutdown().unwrap();
 }
+
+/// EXEC after WATCH of a row: `true` when it ran.
+fn exec_ran(c: &mut redis::Connection) -> bool {
+    let _: () = cmd("MULTI").query(c).unwrap();
+    let _: Value = cmd("SET").arg("tx").arg("1").query(c).unwrap();
+    !matches!(cmd("EXEC").query::<Value>(c).unwrap(), Value::Nil)
+}
+
+/// WATCH of a bound key sees the row's writes and deletion, and SWAPDB fails it only when
+/// the row exists in one of the two databases (as for any key).
+#[test]
+fn watch_covers_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = serve(dir.path(), "dram:btree", true);
+    let mut c = client(&h);
+    let mut other = client(&h);
+    let _: () = common::run(&mut c, "WATCH user:1");
+    let _: i64 = common::run(&mut other, "HSET user:1 name x");
+    assert!(!exec_ran(&mut c), "a row write fails the watch");
+    let _: () = common::run(&mut c, "WATCH user:1");
+    let _: i64 = common::run(&mut other, "DEL user:1");
+    assert!(!exec_ran(&mut c), "a row deletion fails the watch");
+    let _: () = common::run(&mut c, "WATCH user:1");
+    let _: () = common::run(&mut other, "SWAPDB 0 1");
+    assert!(exec_ran(&mut c), "no row in either database");
+    let _: () = common::run(&mut other, "SELECT 1");
+    let _: i64 = common::run(&mut other, "HSET user:1 name in-db-1");
+    let _: () = common::run(&mut c, "WATCH user:1");
+    let _: () = common::run(&mut other, "SWAPDB 0 1");
+    assert!(
+        !exec_ran(&mut c),
+        "the swap brings a row into the watched database"
+    );
+    assert_eq!(c.hget::<_, _, String>("user:1", "name").unwrap(), "in-db-1");
+    drop((c, other));
+    h.shutdown().unwrap();
+}

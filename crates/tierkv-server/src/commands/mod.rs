@@ -339,8 +339,12 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// True when `key` exists (not counted as a hit or miss: WATCH bookkeeping).
+    /// True when `key` exists (not counted as a hit or miss: WATCH bookkeeping); a key
+    /// under a prefix bound to a schema exists when its row does.
     pub(crate) fn exists_quiet(&self, key: &[u8]) -> Result<bool, CmdError> {
+        if let Some(exists) = rows::bound_exists(self, key)? {
+            return Ok(exists);
+        }
         Ok(match self.read(key)? {
             Some(v) => self.live(key, v)?.is_some(),
             None => false,

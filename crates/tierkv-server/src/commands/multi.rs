@@ -166,6 +166,13 @@ fn touched_by_swaps(ctx: &Ctx<'_>, w: &Watched) -> Result<bool, CmdError> {
     };
     for swap in swaps {
         for p in swap.physical {
+            if let Some(row) = super::rows::row_in(ctx, &w.key, p)? {
+                // A row has no TTL: it existed at the swap if it exists now.
+                if row {
+                    return Ok(true);
+                }
+                continue;
+            }
             let Some(v) = ctx.read_raw(&crate::keyspace::user_key(p, &w.key))? else {
                 continue;
             };

@@ -124,17 +124,20 @@ impl RowRef<'_> {
     }
 }
 
-/// The row of the bound key `key` (in the selected database).
-fn row_of<'s>(ctx: &Ctx<'s>, key: &[u8]) -> Result<Option<RowRef<'s>>, CmdError> {
+/// The row of the bound key `key` in the physical database `db`.
+fn row_of_in<'s>(ctx: &Ctx<'s>, key: &[u8], db: u8) -> Option<RowRef<'s>> {
     let shared = ctx.shared;
-    let (Some(b), Some(store)) = (shared.bindings.of(key), shared.bindings.store()) else {
-        return Ok(None);
-    };
-    Ok(Some(RowRef {
+    let (b, store) = (shared.bindings.of(key)?, shared.bindings.store()?);
+    Some(RowRef {
         schema: &b.schema,
         store,
-        key: ctx.skey(key).into_owned(),
-    }))
+        key: keyspace::user_key(db, key).into_owned(),
+    })
+}
+
+/// The row of the bound key `key` (in the selected database).
+fn row_of<'s>(ctx: &Ctx<'s>, key: &[u8]) -> Result<Option<RowRef<'s>>, CmdError> {
+    Ok(row_of_in(ctx, key, ctx.pdb()))
 }
 
 /// [`row_of`] for a handler [`route`] chose: the key is bound.
@@ -496,6 +499,12 @@ pub(crate) fn bound_delete(ctx: &Ctx<'_>, key: &[u8]) -> Result<Option<i64>, Cmd
     row.store.delete_row(row.id(), &row.key)?;
     ctx.shared.locks.touch(key);
     Ok(Some(1))
+}
+
+/// Whether the bound `key` has a row in the physical database `db`; `None` for a key that
+/// is not bound (WATCH across SWAPDB).
+pub(crate) fn row_in(ctx: &Ctx<'_>, key: &[u8], db: u8) -> Result<Option<bool>, CmdError> {
+    row_of_in(ctx, key, db).map(|row| row.exists()).transpose()
 }
 
 /// Whether the bound `key` exists; `None` for a key that is not bound.
