@@ -206,7 +206,7 @@ mod tests {
         std::fs::write(
             &cfg,
             "dir = \"/from/file\"\n[server]\nmax_clients = 5\nrequirepass = \"filepw\"\n\
-             [store]\nengine = \"dram:btree\"\n",
+             schema_prefixes = [\"user:=users\"]\n[store]\nengine = \"dram:btree\"\n",
         )
         .unwrap();
         let cli = Cli::parse_from([
@@ -221,6 +221,10 @@ mod tests {
             "64MiB",
             "--pmem-mode",
             "volatile",
+            "--schema-prefix",
+            "item:=items",
+            "--schema-prefix",
+            "o:=orders",
         ]);
         let r = cli.serve.resolve().unwrap();
         assert_eq!(r.dir, PathBuf::from("/from/file"));
@@ -230,6 +234,11 @@ mod tests {
         assert_eq!(r.options.pmem.size, ByteSize::mib(64));
         assert_eq!(r.options.pmem.mode, DurabilityMode::Volatile);
         assert_eq!(r.config.bind.to_string(), crate::config::DEFAULT_BIND);
+        assert_eq!(
+            r.config.schema_prefixes,
+            ["user:=users", "item:=items", "o:=orders"],
+            "the flags add to the file's bindings"
+        );
     }
 
     #[test]
