@@ -59,6 +59,10 @@ pub struct ServeArgs {
     /// Flash capacity per directory, e.g. `4GiB`.
     #[arg(long, value_name = "SIZE")]
     pub flash_size: Option<ByteSize>,
+    /// Bind a key prefix to a schema of the store, `PREFIX=SCHEMA` (repeatable): keys
+    /// under the prefix are rows, read and updated with the hash commands.
+    #[arg(long, value_name = "PREFIX=SCHEMA")]
+    pub schema_prefix: Vec<String>,
 }
 
 /// Everything `run` needs, resolved from flags, file and defaults.
@@ -108,6 +112,9 @@ impl ServeArgs {
         if let Some(p) = &self.requirepass {
             config.requirepass = Some(p.clone());
         }
+        config
+            .schema_prefixes
+            .extend(self.schema_prefix.iter().cloned());
         Ok(Resolved {
             dir,
             options,
@@ -149,6 +156,9 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
         if db.created() { "created" } else { "reopened" }
     );
     eprintln!("tierkv serve: durability: {}", durability(&db, mode));
+    for spec in &r.config.schema_prefixes {
+        eprintln!("tierkv serve: schema prefix {spec} (keys under the prefix are rows)");
+    }
     let rt = runtime(&r.config)?;
     rt.block_on(async move {
         let server = Server::bind(db, mode, r.config).await?;
@@ -196,7 +206,7 @@ mod tests {
         std::fs::write(
             &cfg,
             "dir = \"/from/file\"\n[server]\nmax_clients = 5\nrequirepass = \"filepw\"\n\
-             [store]\nengine = \"dram:btree\"\n",
+             schema_prefixes = [\"user:=users\"]\n[store]\nengine = \"dram:btree\"\n",
         )
         .unwrap();
         let cli = Cli::parse_from([
@@ -211,6 +221,10 @@ mod tests {
             "64MiB",
             "--pmem-mode",
             "volatile",
+            "--schema-prefix",
+            "item:=items",
+            "--schema-prefix",
+            "o:=orders",
         ]);
         let r = cli.serve.resolve().unwrap();
         assert_eq!(r.dir, PathBuf::from("/from/file"));
@@ -220,6 +234,11 @@ mod tests {
         assert_eq!(r.options.pmem.size, ByteSize::mib(64));
         assert_eq!(r.options.pmem.mode, DurabilityMode::Volatile);
         assert_eq!(r.config.bind.to_string(), crate::config::DEFAULT_BIND);
+        assert_eq!(
+            r.config.schema_prefixes,
+            ["user:=users", "item:=items", "o:=orders"],
+            "the flags add to the file's bindings"
+        );
     }
 
     #[test]

@@ -67,6 +67,8 @@ pub struct ServerConfig {
     /// On SIGTERM, how long a connection may take to hand its last replies to a client
     /// that does not read them.
     pub shutdown_grace_secs: u64,
+    /// Key prefixes bound to schemas, each `PREFIX=SCHEMA` (see [`crate::bindings`]).
+    pub schema_prefixes: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -83,6 +85,7 @@ impl Default for ServerConfig {
             output_soft_limit: ByteSize::kib(256),
             max_reply_bytes: ByteSize::mib(256),
             shutdown_grace_secs: 10,
+            schema_prefixes: Vec::new(),
         }
     }
 }

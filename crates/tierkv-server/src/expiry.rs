@@ -200,9 +200,13 @@ fn walk_step(shared: &Shared, from: Bound<Vec<u8>>) -> Option<Bound<Vec<u8>>> {
     let full = rows.len() == WALK_PAGE;
     let mut last = None;
     for (k, v) in rows {
-        if k.starts_with(&keyspace::elements_start()) {
-            // Elements carry user bytes, never a deadline: jump over them.
-            return Some(match keyspace::successor(&keyspace::elements_start()) {
+        // Elements and the schema adapters' catalog and rows carry user bytes, never a
+        // deadline (a row's bytes could look like an expiry envelope): jump over them.
+        let elements = keyspace::elements_start();
+        let skip = keyspace::adapter_prefix(&k)
+            .or_else(|| k.starts_with(&elements).then_some(elements.as_slice()));
+        if let Some(prefix) = skip {
+            return Some(match keyspace::successor(prefix) {
                 Some(after) => Bound::Included(after),
                 None => Bound::Unbounded,
             });

@@ -25,6 +25,7 @@
 //! Thread-safety: pure functions.
 
 use std::borrow::Cow;
+use std::ops::Bound;
 
 /// The first bytes of every internal key.
 pub const INTERNAL: [u8; 4] = [0xFF, 0xFE, b't', b'k'];
@@ -42,6 +43,63 @@ pub const ELEMENT_OVERHEAD: usize = INTERNAL.len() + 2 + 4 + 8;
 /// True when `key` lies in the reserved internal range.
 pub fn is_internal(key: &[u8]) -> bool {
     key.starts_with(&INTERNAL)
+}
+
+/// The ranges the schema adapters of `tierkv-core` write in the store's one keyspace
+/// (`tierkv::core::schema::keys`: the catalog, consolidated rows, scattered fields), in key
+/// order. Walks of database 0 jump over them and FLUSHDB/FLUSHALL leave them alone (a
+/// schema's rows are removed through the schema API, see `crate::commands::rows`).
+pub const ADAPTER_PREFIXES: [[u8; 2]; 3] = [
+    [tierkv::core::schema::keys::RESERVED, b'C'],
+    [tierkv::core::schema::keys::RESERVED, b'F'],
+    [tierkv::core::schema::keys::RESERVED, b'R'],
+];
+
+/// The reserved prefix `key` starts with: [`INTERNAL`] or one of [`ADAPTER_PREFIXES`].
+fn reserved_prefix(key: &[u8]) -> Option<&'static [u8]> {
+    if is_internal(key) {
+        return Some(&INTERNAL);
+    }
+    adapter_prefix(key)
+}
+
+/// The schema adapters' prefix ([`ADAPTER_PREFIXES`]) `key` starts with.
+pub fn adapter_prefix(key: &[u8]) -> Option<&'static [u8]> {
+    ADAPTER_PREFIXES
+        .iter()
+        .find(|p| key.starts_with(&p[..]))
+        .map(|p| &p[..])
+}
+
+/// True when a client may not name `key`: it is internal or the schema adapters'.
+pub fn is_reserved(key: &[u8]) -> bool {
+    reserved_prefix(key).is_some()
+}
+
+/// A range of store keys.
+pub type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+
+/// The ranges of store keys outside every key starting with one of `excluded` (prefixes
+/// in key order, none a prefix of another), in key order.
+pub fn ranges_outside(excluded: &[&[u8]]) -> Vec<KeyRange> {
+    let mut out = Vec::new();
+    let mut from = Bound::Unbounded;
+    for p in excluded {
+        out.push((from, Bound::Excluded(p.to_vec())));
+        match successor(p) {
+            Some(after) => from = Bound::Included(after),
+            None => return out,
+        }
+    }
+    out.push((from, Bound::Unbounded));
+    out
+}
+
+/// The ranges that hold database 0's user keys (everything but the reserved ranges).
+pub fn db0_ranges() -> Vec<KeyRange> {
+    let mut excluded: Vec<&[u8]> = ADAPTER_PREFIXES.iter().map(|p| &p[..]).collect();
+    excluded.push(&INTERNAL);
+    ranges_outside(&excluded)
 }
 
 /// The store key of the user key `key` in database `db`.
@@ -77,7 +135,7 @@ pub fn db_prefix(db: u8) -> Vec<u8> {
 /// another database or an internal key.
 pub fn user_key_of(db: u8, stored: &[u8]) -> Option<&[u8]> {
     if db == 0 {
-        return (!is_internal(stored)).then_some(stored);
+        return (!is_reserved(stored)).then_some(stored);
     }
     let p = db_prefix(db);
     stored.strip_prefix(p.as_slice())
@@ -90,10 +148,11 @@ pub fn walk_start(db: u8, from: &[u8]) -> Vec<u8> {
 
 /// Where a walk of database `db` goes on (inclusive) after the store key `k` that is not
 /// one of its keys (`None`: the walk is over). Database 0 skips the internal range; the
-/// others end at the end of their prefix.
+/// others end at the end of their prefix. Database 0 also skips the schema adapters'
+/// ranges ([`ADAPTER_PREFIXES`]).
 pub fn walk_skip(db: u8, k: &[u8]) -> Option<Vec<u8>> {
-    if db == 0 && is_internal(k) {
-        return successor(&INTERNAL);
+    if db == 0 {
+        return reserved_prefix(k).and_then(successor);
     }
     None
 }
@@ -212,5 +271,26 @@ mod tests {
         assert_eq!(user_key_of(0, b"k"), Some(&b"k"[..]));
         assert_eq!(successor(b"a\xFF"), Some(b"b".to_vec()));
         assert_eq!(successor(b"\xFF"), None);
+    }
+
+    #[test]
+    fn database_0_skips_the_schema_adapters_ranges() {
+        let catalog = tierkv::core::schema::keys::CATALOG_KEY;
+        assert!(is_reserved(catalog) && !is_reserved(b"\xFFA"));
+        assert_eq!(user_key_of(0, catalog), None);
+        assert_eq!(walk_skip(0, catalog), Some(b"\xFFD".to_vec()));
+        let ranges = db0_ranges();
+        assert_eq!(ranges.len(), 5);
+        let inside = |k: &[u8]| {
+            ranges
+                .iter()
+                .any(|r| std::ops::RangeBounds::contains(r, &k.to_vec()))
+        };
+        for k in [&b""[..], b"a", b"\xFFA", b"\xFFD", b"\xFFS", b"\xFF\xFF"] {
+            assert!(inside(k), "{k:?}");
+        }
+        for k in [catalog, b"\xFFR\x01\0\0\0row", b"\xFFF", &INTERNAL[..]] {
+            assert!(!inside(k), "{k:?}");
+        }
     }
 }

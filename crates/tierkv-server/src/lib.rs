@@ -10,7 +10,9 @@
 //! - [`commands`] (private): one module per command family, one command table;
 //! - [`encoding`]: how values and collections' metadata records are encoded;
 //! - [`keyspace`]: the store keys of databases and of collections' elements;
+//! - [`bindings`]: key prefixes bound to schemas (hashes over rows, issue 20);
 //! - [`dbmap`]: which stored database holds each SELECTable one (SWAPDB);
+//! - [`swaplog`]: the recent SWAPDBs, which EXEC checks watched keys against;
 //! - [`locks`]: the striped lock table that makes commands atomic per key;
 //! - [`expiry`]: key deadlines, lazy removal and the active sweep thread;
 //! - [`reclaim`]: the walk (on the sweep thread) that deletes dead collections' elements;
@@ -37,6 +39,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod bindings;
 pub mod cli;
 pub mod clients;
 pub(crate) mod commands;
@@ -52,6 +55,7 @@ pub mod reclaim;
 pub mod resp;
 pub mod server;
 pub mod shared;
+pub mod swaplog;
 
 pub use cli::{ServeArgs, run};
 pub use config::{ConfigFile, ServerConfig};

@@ -86,6 +86,8 @@ impl Server {
             .context("starting the worker threads")?;
         let mut shared = Shared::new(db, pmem_mode, config, port);
         shared.dbmap = DbMap::load(&shared.db).context("reading the database map")?;
+        shared.bindings =
+            crate::bindings::Bindings::resolve(&shared.db, &shared.config.schema_prefixes)?;
         let shared = Arc::new(shared);
         let sweeper = Sweeper::start(shared.clone()).context("starting the expiry sweep")?;
         Ok(Server {

@@ -108,6 +108,10 @@ pub struct Shared {
     pub pmem_mode: DurabilityMode,
     /// Bumped by FLUSHDB/FLUSHALL: a change of every key, as WATCH sees it.
     pub flush_epoch: AtomicU64,
+    /// The recent SWAPDBs, which EXEC checks its watched keys against.
+    pub swaps: crate::swaplog::SwapLog,
+    /// Key prefixes bound to schemas (hashes over rows).
+    pub bindings: crate::bindings::Bindings,
     /// Deadlines set in this run, for the active expiry sweep.
     pub expiry: ExpiryQueue,
     /// The connected clients (CLIENT LIST).
@@ -185,6 +189,8 @@ impl Shared {
             port,
             pmem_mode,
             flush_epoch: AtomicU64::new(0),
+            swaps: crate::swaplog::SwapLog::default(),
+            bindings: crate::bindings::Bindings::default(),
             expiry: ExpiryQueue::default(),
             clients: ClientRegistry::default(),
             generations: AtomicU64::new(seed ^ u64::from(std::process::id()).rotate_left(40)),
@@ -256,6 +262,10 @@ pub struct Watched {
     pub version: u64,
     /// [`Shared::flush_epoch`] then.
     pub epoch: u64,
+    /// The (logical) database it was watched in.
+    pub db: u8,
+    /// [`crate::swaplog::SwapLog::seq`] then.
+    pub swaps: u64,
     /// Whether the key existed (a key that expires after WATCH fails EXEC, as in Redis).
     pub existed: bool,
 }

@@ -20,10 +20,9 @@
 
 mod common;
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use common::redis_server::{redis_binary, start_redis};
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -42,58 +41,6 @@ const VALUES: &[&str] = &[
     "1.5",
 ];
 const FLOATS: &[&str] = &["0.5", "-1.25", "3", "2.75", "-0.5", "abc"];
-
-struct Redis {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn redis_binary() -> Option<String> {
-    if let Ok(p) = std::env::var("REDIS_SERVER") {
-        return Some(p);
-    }
-    ["/usr/bin/redis-server", "/usr/local/bin/redis-server"]
-        .iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .map(|p| (*p).to_string())
-}
-
-fn start_redis(bin: &str) -> Redis {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new(bin)
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let r = Redis { child, port };
-    let t = Instant::now();
-    loop {
-        if let Ok(c) = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-            && let Ok(mut con) = c.get_connection()
-            && redis::cmd("PING").query::<String>(&mut con).is_ok()
-        {
-            return r;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "redis-server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 fn pick<'a>(rng: &mut ChaCha8Rng, from: &[&'a str]) -> &'a str {
     from.choose(rng).copied().unwrap_or("x")

@@ -172,7 +172,7 @@ fn keyspace_section(s: &Shared, t: &mut String) {
     t.push_str("# Keyspace\r\n");
     // Like Redis, an empty database is not listed; neither is one that cannot be counted.
     for db in 0..crate::keyspace::DATABASES {
-        if let Ok(Some(n)) = key_count(&s.db, s.dbmap.physical(db))
+        if let Ok(Some(n)) = key_count(s, s.dbmap.physical(db))
             && n > 0
         {
             line(

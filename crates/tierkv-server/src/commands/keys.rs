@@ -27,6 +27,10 @@ pub(crate) fn del(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let mut removed = 0;
     let mut delete_all = |ctx: &mut Ctx<'_>| {
         for key in args.iter_from(1) {
+            if let Some(n) = super::rows::bound_delete(ctx, key)? {
+                removed += n;
+                continue;
+            }
             // NOTE: `delete` does not say whether the key existed; DEL must.
             if let Some(v) = ctx.load(key)? {
                 super::lists::drop_unreclaimable(ctx, key, &v)?;
@@ -49,7 +53,11 @@ pub(crate) fn del(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
 pub(crate) fn exists(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let mut n = 0;
     for key in args.iter_from(1) {
-        if ctx.load(key)?.is_some() {
+        let exists = match super::rows::bound_exists(ctx, key)? {
+            Some(e) => e,
+            None => ctx.load(key)?.is_some(),
+        };
+        if exists {
             n += 1;
         }
     }
@@ -59,6 +67,10 @@ pub(crate) fn exists(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
 
 /// TYPE key
 pub(crate) fn type_of(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    if let Some(exists) = super::rows::bound_exists(ctx, args.get(1))? {
+        ctx.out.simple(if exists { "hash" } else { "none" });
+        return Ok(());
+    }
     let t = match ctx.load(args.get(1))? {
         None => "none",
         Some(v) => match encoding::decode(&v)? {
@@ -73,7 +85,7 @@ pub(crate) fn type_of(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
 
 /// DBSIZE
 pub(crate) fn dbsize(ctx: &mut Ctx<'_>, _args: Args<'_>) -> CmdResult {
-    match key_count(&ctx.shared.db, ctx.pdb())? {
+    match key_count(ctx.shared, ctx.pdb())? {
         Some(n) => ctx.out.int(i64::try_from(n).unwrap_or(i64::MAX)),
         None => {
             return Err(CmdError::new(format!(
@@ -87,8 +99,12 @@ pub(crate) fn dbsize(ctx: &mut Ctx<'_>, _args: Args<'_>) -> CmdResult {
 }
 
 /// The number of keys of database `dbi`, when it can be known (see the module doc).
-pub(crate) fn key_count(db: &tierkv::Db, dbi: u8) -> Result<Option<u64>, tierkv::Error> {
-    match count_by_scan(db, dbi) {
+pub(crate) fn key_count(
+    shared: &crate::shared::Shared,
+    dbi: u8,
+) -> Result<Option<u64>, tierkv::Error> {
+    let db = &shared.db;
+    match count_by_scan(shared, dbi) {
         Ok(n) => Ok(Some(n)),
         // The engine's counter counts every store key: it is database 0's count only while
         // nothing else is stored (no other database, no collection elements).
@@ -100,11 +116,11 @@ pub(crate) fn key_count(db: &tierkv::Db, dbi: u8) -> Result<Option<u64>, tierkv:
     }
 }
 
-fn count_by_scan(db: &tierkv::Db, dbi: u8) -> Result<u64, tierkv::Error> {
+fn count_by_scan(shared: &crate::shared::Shared, dbi: u8) -> Result<u64, tierkv::Error> {
     let mut n = 0u64;
     let mut pos = Some(Vec::new());
     while let Some(from) = pos.take() {
-        let page = super::scan::db_page(db, dbi, from, COUNT_PAGE)?;
+        let page = super::scan::db_page(shared, dbi, from, COUNT_PAGE)?;
         n += page.rows.len() as u64;
         pos = page.next;
     }
@@ -229,16 +245,10 @@ fn flushed(ctx: &mut Ctx<'_>) -> CmdResult {
 pub(crate) fn flushdb(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     flush_args(args)?;
     let db = ctx.pdb();
+    super::rows::flush_rows(ctx, &[db])?;
     if db == 0 {
-        drop_range(
-            ctx,
-            (
-                Bound::Unbounded,
-                Bound::Excluded(keyspace::INTERNAL.to_vec()),
-            ),
-        )?;
-        if let Some(after) = keyspace::successor(&keyspace::INTERNAL) {
-            drop_range(ctx, (Bound::Included(after), Bound::Unbounded))?;
+        for range in keyspace::db0_ranges() {
+            drop_range(ctx, range)?;
         }
     } else {
         let prefix = keyspace::db_prefix(db);
@@ -249,10 +259,17 @@ pub(crate) fn flushdb(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
 }
 
 /// FLUSHALL [ASYNC | SYNC]: deletes every store key (every database, every element, the
-/// database map: with every database empty, the identity map is as good as any).
+/// database map: with every database empty, the identity map is as good as any) but the
+/// schema adapters' ranges (the catalog; rows of bound prefixes go through the schema API,
+/// rows of schemas not bound stay).
 pub(crate) fn flushall(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     flush_args(args)?;
-    drop_range(ctx, (Bound::Unbounded, Bound::Unbounded))?;
+    let all: Vec<u8> = (0..keyspace::DATABASES).collect();
+    super::rows::flush_rows(ctx, &all)?;
+    let adapter: Vec<&[u8]> = keyspace::ADAPTER_PREFIXES.iter().map(|p| &p[..]).collect();
+    for range in keyspace::ranges_outside(&adapter) {
+        drop_range(ctx, range)?;
+    }
     ctx.shared.dbmap.set(&crate::dbmap::IDENTITY);
     flushed(ctx)
 }
@@ -261,8 +278,9 @@ pub(crate) fn flushall(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
 /// exchanging their entries in the database map ([`crate::dbmap`]): one `put` of the map's
 /// key, O(1) whatever the databases hold, made under every key lock (flag `allkeys`), so
 /// no command sees half of it. As in Redis, keys keep their TTLs (they are stored with the
-/// values, which do not move), WATCHed keys are touched (here: every watch fails, as after
-/// FLUSHDB) and clients blocked on a list that the swap fills are woken.
+/// values, which do not move), WATCHed keys of the two databases that exist in either are
+/// touched (recorded in [`crate::swaplog`], checked by EXEC) and clients blocked on a list
+/// that the swap fills are woken.
 pub(crate) fn swapdb(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let index = |arg: &[u8], which: &str| {
         // Redis reads the index as a C int: anything else is "invalid".
@@ -279,13 +297,15 @@ pub(crate) fn swapdb(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let a = index(args.get(1), "first")?;
     let b = index(args.get(2), "second")?;
     if a != b {
-        let map = crate::dbmap::swapped(&ctx.shared.dbmap.get(), a, b);
+        let before = ctx.shared.dbmap.get();
+        let map = crate::dbmap::swapped(&before, a, b);
         let bytes = crate::dbmap::encode(&map);
         ctx.put_raw(&keyspace::dbmap_key(), &bytes)?;
         ctx.shared.dbmap.set(&map);
+        let physical = [before[usize::from(a)], before[usize::from(b)]];
         ctx.shared
-            .flush_epoch
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            .swaps
+            .record([a, b], physical, crate::expiry::now_ms());
         ctx.shared.waiters.notify(a, b"");
     }
     ctx.out.ok();

@@ -35,6 +35,7 @@ pub(crate) mod keys;
 pub(crate) mod lists;
 pub(crate) mod multi;
 pub(crate) mod packed_hashes;
+pub(crate) mod rows;
 pub(crate) mod scan;
 pub(crate) mod sets;
 pub(crate) mod strings;
@@ -338,8 +339,12 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// True when `key` exists (not counted as a hit or miss: WATCH bookkeeping).
+    /// True when `key` exists (not counted as a hit or miss: WATCH bookkeeping); a key
+    /// under a prefix bound to a schema exists when its row does.
     pub(crate) fn exists_quiet(&self, key: &[u8]) -> Result<bool, CmdError> {
+        if let Some(exists) = rows::bound_exists(self, key)? {
+            return Ok(exists);
+        }
         Ok(match self.read(key)? {
             Some(v) => self.live(key, v)?.is_some(),
             None => false,
@@ -501,6 +506,11 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, args: Args<'_>) {
         return;
     }
     if ctx.session.tx.is_some() && !spec.has_flag("multi_now") {
+        if let Some(e) = rows::refuse_in_multi(ctx, spec, args) {
+            multi::flag_error(ctx);
+            ctx.out.error(&e);
+            return;
+        }
         multi::queue(ctx, args);
         return;
     }
@@ -529,11 +539,12 @@ pub(crate) fn refuse(ctx: &mut Ctx<'_>, error: &[u8]) {
 /// Runs a checked command whose locks are held.
 pub(crate) fn run_locked(ctx: &mut Ctx<'_>, spec: &CommandSpec, args: Args<'_>) {
     let mark = ctx.out.mark();
-    if spec.keys(args).any(keyspace::is_internal) {
+    if spec.keys(args).any(keyspace::is_reserved) {
         ctx.out.error(RESERVED);
         return;
     }
-    if let Err(e) = (spec.handler)(ctx, args) {
+    let handler = rows::route(ctx, spec, args).unwrap_or(spec.handler);
+    if let Err(e) = handler(ctx, args) {
         ctx.out.truncate(mark);
         ctx.out.error(&e.0);
     }
@@ -541,7 +552,8 @@ pub(crate) fn run_locked(ctx: &mut Ctx<'_>, spec: &CommandSpec, args: Args<'_>) 
 
 /// The reply to a key in the reserved internal range.
 const RESERVED: &str = "ERR keys starting with the bytes FF FE 74 6B (\"\\xff\\xfetk\") are \
-     reserved for tierkv serve's internal keys";
+     reserved for tierkv serve's internal keys, and keys starting with FF 43, FF 46 or FF 52 \
+     (\"\\xffC\", \"\\xffF\", \"\\xffR\") for the schema catalog and rows";
 
 /// Redis's reply to an unknown command: the name and the first arguments, quoted, up to
 /// 128 characters of arguments in all.

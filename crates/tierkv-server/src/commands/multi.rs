@@ -19,11 +19,13 @@
 //! write lands between the WATCH check and the last command.
 //!
 //! # WATCH
-//! WATCH records, per key, the version of its stripe, the flush epoch and whether the key
-//! existed. EXEC fails (null array) if any stripe version moved (a write to that key —
-//! by anyone, the watcher included — or to a key sharing its stripe: a spurious abort,
-//! never a missed change), if a FLUSHDB/FLUSHALL happened, or if a key that existed has
-//! expired since. EXEC and DISCARD forget all watches, as does UNWATCH.
+//! WATCH records, per key, the version of its stripe, the flush epoch, the database, the
+//! number of the last SWAPDB ([`crate::swaplog`]) and whether the key existed. EXEC fails
+//! (null array) if any stripe version moved (a write to that key — by anyone, the watcher
+//! included, in any database — or to a key sharing its stripe: a spurious abort, never a
+//! missed change), if a FLUSHDB/FLUSHALL happened, if a SWAPDB exchanged the key's
+//! database while the key existed in one of the two (Redis 7.0), or if a key that existed
+//! has expired since (looked up in the database it was watched in). EXEC and DISCARD forget all watches, as does UNWATCH.
 //!
 //! # Crash atomicity
 //! On an engine with atomic write batches ([`tierkv::Db::atomic_batches`]: `prism`,
@@ -109,11 +111,14 @@ pub(crate) fn watch(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
             continue;
         }
         let version = ctx.shared.locks.version(key);
+        let swaps = ctx.shared.swaps.seq();
         let existed = ctx.exists_quiet(key)?;
         ctx.session.watched.push(Watched {
             key: key.to_vec(),
             version,
             epoch,
+            db: ctx.session.db,
+            swaps,
             existed,
         });
     }
@@ -138,11 +143,46 @@ fn watches_hold(ctx: &mut Ctx<'_>, watched: &[Watched]) -> Result<bool, CmdError
         if w.epoch != epoch || ctx.shared.locks.version(&w.key) != w.version {
             return Ok(false);
         }
-        if w.existed && !ctx.exists_quiet(&w.key)? {
+        if touched_by_swaps(ctx, w)? {
+            return Ok(false);
+        }
+        let here = std::mem::replace(&mut ctx.session.db, w.db);
+        let exists = ctx.exists_quiet(&w.key);
+        ctx.session.db = here;
+        if w.existed && !exists? {
             return Ok(false);
         }
     }
     Ok(true)
+}
+
+/// True when a SWAPDB since the WATCH of `w` exchanged its database while the key existed
+/// in one of the two (Redis 7.0's `touchAllWatchedKeysInDb`; see [`crate::swaplog`] for
+/// why the stored entries now tell what existed at the swap). Called with the key's
+/// stripe held and its version unchanged since WATCH.
+fn touched_by_swaps(ctx: &Ctx<'_>, w: &Watched) -> Result<bool, CmdError> {
+    let Some(swaps) = ctx.shared.swaps.since(w.swaps, w.db) else {
+        return Ok(true);
+    };
+    for swap in swaps {
+        for p in swap.physical {
+            if let Some(row) = super::rows::row_in(ctx, &w.key, p)? {
+                // A row has no TTL: it existed at the swap if it exists now.
+                if row {
+                    return Ok(true);
+                }
+                continue;
+            }
+            let Some(v) = ctx.read_raw(&crate::keyspace::user_key(p, &w.key))? else {
+                continue;
+            };
+            let (deadline, _) = crate::encoding::split_expiry(&v)?;
+            if !crate::expiry::expired(deadline, swap.at_ms) {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
 }
 
 /// EXEC

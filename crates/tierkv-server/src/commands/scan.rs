@@ -183,13 +183,25 @@ pub(crate) struct DbPage {
 /// Reads up to `want` store pairs from the store key `from` on and keeps the user keys of
 /// database `db` (internal keys skipped by jumping over their range).
 pub(crate) fn db_page(
-    store: &tierkv::Db,
+    shared: &crate::shared::Shared,
     db: u8,
     from: Vec<u8>,
     want: usize,
 ) -> Result<DbPage, tierkv::Error> {
     let from = from.max(keyspace::walk_start(db, b""));
-    let rows = store.scan((Bound::Included(from), Bound::Unbounded), want)?;
+    let mut page = plain_page(&shared.db, db, &from, want)?;
+    super::rows::merge_rows(&shared.bindings, db, &from, &mut page, want)?;
+    Ok(page)
+}
+
+/// [`db_page`] over the store's own keys (no rows of bound prefixes).
+fn plain_page(
+    store: &tierkv::Db,
+    db: u8,
+    from: &[u8],
+    want: usize,
+) -> Result<DbPage, tierkv::Error> {
+    let rows = store.scan((Bound::Included(from.to_vec()), Bound::Unbounded), want)?;
     let (full, examined) = (rows.len() == want, rows.len());
     let mut page = DbPage {
         rows: Vec::with_capacity(rows.len()),
@@ -227,7 +239,7 @@ pub(crate) fn scan(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
         && let Some(from) = pos.take()
     {
         let want = (o.count - examined).min(PAGE);
-        let page = db_page(&ctx.shared.db, db, from, want).map_err(|e| scan_error(ctx, e))?;
+        let page = db_page(ctx.shared, db, from, want).map_err(|e| scan_error(ctx, e))?;
         examined += page.examined.max(1);
         pos = page.next;
         for (k, v) in page.rows {
@@ -289,7 +301,7 @@ pub(crate) fn keys(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let mut pos = Some(keyspace::walk_start(db, &prefix));
     let now = expiry::now_ms();
     'walk: while let Some(from) = pos.take() {
-        let page = db_page(&ctx.shared.db, db, from, PAGE * 32).map_err(|e| scan_error(ctx, e))?;
+        let page = db_page(ctx.shared, db, from, PAGE * 32).map_err(|e| scan_error(ctx, e))?;
         pos = page.next;
         for (k, v) in page.rows {
             if !k.starts_with(&prefix) {
@@ -322,7 +334,7 @@ pub(crate) fn randomkey(ctx: &mut Ctx<'_>, _args: Args<'_>) -> CmdResult {
     for from in [start, Vec::new()] {
         let mut pos = Some(from);
         while let Some(from) = pos.take() {
-            let page = db_page(&ctx.shared.db, db, from, PAGE).map_err(|e| scan_error(ctx, e))?;
+            let page = db_page(ctx.shared, db, from, PAGE).map_err(|e| scan_error(ctx, e))?;
             pos = page.next;
             for (k, v) in page.rows {
                 let (deadline, _) = encoding::split_expiry(&v)?;

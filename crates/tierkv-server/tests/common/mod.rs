@@ -11,6 +11,7 @@
 )]
 
 pub mod proc;
+pub mod redis_server;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
