@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use tierkv::core::api::options::DEFAULT_MAX_VALUE_LEN;
-use tierkv::{ByteSize, DurabilityMode, Options};
+use tierkv::{ByteSize, DurabilityMode, EmulatedLatency, Options};
 
 use crate::keys::KeyFormat;
 use crate::peer::{MediaSettings, TargetSpec, default_targets, parse_targets};
@@ -127,6 +127,12 @@ pub struct BenchArgs {
     /// msync]
     #[arg(long, value_name = "MODE")]
     pub pmem_mode: Option<DurabilityMode>,
+    /// Emulated pmem latency on DRAM-speed pools, e.g. `200,100`: nanoseconds added per
+    /// 64-byte line read and per persist (Optane-like media on /dev/shm; printed in the
+    /// report). tierkv engines only: the RocksDB peer's files do not go through a pool.
+    /// Not with `--pmem-mode dax`. [default: off]
+    #[arg(long, value_name = "READ_NS,PERSIST_NS", value_parser = parse_latency)]
+    pub pmem_latency: Option<EmulatedLatency>,
     /// Directory for flash files (each engine gets a subdirectory). [default: each engine's
     /// data directory]
     #[arg(long, value_name = "DIR")]
@@ -175,6 +181,22 @@ fn parse_layout(s: &str) -> Result<SchemaLayout, String> {
     s.parse()
 }
 
+/// `--pmem-latency READ_NS,PERSIST_NS`: nanoseconds per 64-byte line read, per persist.
+pub fn parse_latency(s: &str) -> Result<EmulatedLatency, String> {
+    let bad = || {
+        format!(
+            "--pmem-latency {s:?}: expected READ_NS,PERSIST_NS, two whole numbers of \
+             nanoseconds (e.g. `200,100`)"
+        )
+    };
+    let (read, persist) = s.split_once(',').ok_or_else(bad)?;
+    let ns = |t: &str| t.trim().parse::<u32>().map_err(|_| bad());
+    Ok(EmulatedLatency {
+        read_ns_per_line: ns(read)?,
+        persist_ns: ns(persist)?,
+    })
+}
+
 impl BenchArgs {
     /// The arguments of a bare `tierkv bench`.
     pub fn defaults() -> Self {
@@ -196,6 +218,7 @@ impl BenchArgs {
             pmem_path: None,
             pmem_size: None,
             pmem_mode: None,
+            pmem_latency: None,
             flash_path: None,
             flash_size: None,
             json: None,
@@ -288,8 +311,16 @@ impl BenchArgs {
             dram: self.dram.unwrap_or(defaults.dram_budget),
             pmem_size: self.pmem_size.unwrap_or(DEFAULT_PMEM_SIZE),
             pmem_mode,
+            pmem_latency: self.pmem_latency.unwrap_or_default(),
             flash_size: self.flash_size.unwrap_or(defaults.flash.size),
         };
+        if media.pmem_latency.is_on() && pmem_mode == DurabilityMode::Dax {
+            return Err(
+                "--pmem-latency emulates persistent memory on DRAM; it cannot be combined with \
+                 --pmem-mode dax (real persistent memory)"
+                    .into(),
+            );
+        }
         let settings = RunSettings {
             records: self.records,
             quota: self.quota()?,
@@ -371,7 +402,9 @@ impl BenchArgs {
             pmem_size: plan.media.pmem_size.bytes(),
             pmem_mode: plan.media.pmem_mode.to_string(),
             pmem_durability: plan.media.pmem_mode.guarantee().to_owned(),
-            pmem_emulated_latency: false,
+            pmem_emulated_latency: plan.media.pmem_latency.is_on(),
+            pmem_latency_read_ns_per_line: plan.media.pmem_latency.read_ns_per_line,
+            pmem_latency_persist_ns: plan.media.pmem_latency.persist_ns,
             flash_path: match &plan.layout.flash_root {
                 Some(f) => format!("{}/{}/<engine>", path(f), plan.layout.run),
                 None => format!("{}/<engine>/flash", path(&plan.layout.run_dir())),
@@ -558,6 +591,42 @@ mod tests {
         assert_eq!(c.pmem_path, "/tmp/p");
         assert!(c.flash_path.starts_with("/tmp/f/run-"), "{}", c.flash_path);
         assert_eq!(c.seed, 7);
+    }
+
+    #[test]
+    fn emulated_latency_reaches_the_engines_options_and_the_report() {
+        let a = parse(&["--pmem-latency", "200,100", "--pmem-mode", "volatile"]).unwrap();
+        let plan = a.plan().unwrap();
+        let want = EmulatedLatency {
+            read_ns_per_line: 200,
+            persist_ns: 100,
+        };
+        assert_eq!(plan.media.pmem_latency, want);
+        let place = crate::peer::TargetPlacement {
+            data_dir: "/tmp/d".into(),
+            pmem_dir: "/tmp/p".into(),
+            flash_dir: "/tmp/f".into(),
+        };
+        let spec: tierkv::EngineSpec = "focus".parse().unwrap();
+        assert_eq!(plan.media.options(&spec, &place).pmem.latency, want);
+        let c = a.config(&plan);
+        assert!(c.pmem_emulated_latency);
+        assert_eq!(
+            (c.pmem_latency_read_ns_per_line, c.pmem_latency_persist_ns),
+            (200, 100)
+        );
+        // Off unless asked for.
+        let plan = parse(&[]).unwrap().plan().unwrap();
+        assert!(!plan.media.pmem_latency.is_on());
+        for bad in ["200", "a,1", "1,-2", "200,100,3", ""] {
+            let e = parse(&["--pmem-latency", bad]).unwrap_err().to_string();
+            assert!(e.contains("READ_NS,PERSIST_NS"), "{bad:?}: {e}");
+        }
+        let e = parse(&["--pmem-latency", "200,0", "--pmem-mode", "dax"])
+            .unwrap()
+            .plan()
+            .unwrap_err();
+        assert!(e.contains("dax"), "{e}");
     }
 
     #[test]

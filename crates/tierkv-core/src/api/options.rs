@@ -342,6 +342,12 @@ impl Options {
         self.pmem.mode = mode;
         self
     }
+    /// Sets the emulated pmem latency (off by default).
+    #[must_use]
+    pub fn pmem_latency(mut self, latency: EmulatedLatency) -> Self {
+        self.pmem.latency = latency;
+        self
+    }
     /// Adds a flash directory.
     #[must_use]
     pub fn flash_dir(mut self, dir: impl Into<PathBuf>) -> Self {

@@ -21,7 +21,8 @@ use std::sync::Arc;
 
 use tierkv::core::schema::{Consolidated, Scattered};
 use tierkv::{
-    ByteSize, Db, DurabilityMode, EngineSpec, Options, SchemaStore, Stats, Tier, WriteBatch,
+    ByteSize, Db, DurabilityMode, EmulatedLatency, EngineSpec, Options, SchemaStore, Stats, Tier,
+    WriteBatch,
 };
 
 use crate::schema::SchemaLayout;
@@ -267,6 +268,9 @@ pub struct MediaSettings {
     pub pmem_size: ByteSize,
     /// Pmem durability mode.
     pub pmem_mode: DurabilityMode,
+    /// Emulated pmem latency of the engines' pools (off by default). The RocksDB peer's
+    /// files on the pmem path do not go through a pool and are not slowed.
+    pub pmem_latency: EmulatedLatency,
     /// Flash capacity.
     pub flash_size: ByteSize,
 }
@@ -280,6 +284,7 @@ impl MediaSettings {
             .pmem_dir(&place.pmem_dir)
             .pmem_size(self.pmem_size)
             .pmem_mode(self.pmem_mode)
+            .pmem_latency(self.pmem_latency)
             .flash_dir(&place.flash_dir)
             .flash_size(self.flash_size)
     }

@@ -432,6 +432,7 @@ mod tests {
             dram: ByteSize::mib(16),
             pmem_size: ByteSize::mib(64),
             pmem_mode: DurabilityMode::Volatile,
+            pmem_latency: Default::default(),
             flash_size: ByteSize::gib(1),
         };
         RocksDbPeer::open(&place, &media, placement).unwrap()

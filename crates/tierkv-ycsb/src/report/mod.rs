@@ -65,8 +65,12 @@ pub struct RunConfig {
     pub pmem_mode: String,
     /// What that mode survives.
     pub pmem_durability: String,
-    /// Emulated pmem latency (always off: the harness does not set it).
+    /// Emulated pmem latency on (`--pmem-latency`).
     pub pmem_emulated_latency: bool,
+    /// Nanoseconds added per 64-byte line read from an engine's pool.
+    pub pmem_latency_read_ns_per_line: u32,
+    /// Nanoseconds added per persist of an engine's pool.
+    pub pmem_latency_persist_ns: u32,
     /// The flash root (`--flash-path` or each data directory's `flash/`).
     pub flash_path: String,
     /// `--flash-size` in bytes.
@@ -200,9 +204,13 @@ pub fn header(config: &RunConfig, targets: &[TargetLine]) -> String {
         "  dram budget: {} per engine; emulated pmem latency: {}",
         ByteSize(config.dram),
         if config.pmem_emulated_latency {
-            "on"
+            format!(
+                "+{} ns per 64-byte line read, +{} ns per persist (engines' pools only; the \
+                 RocksDB peer's files are not slowed)",
+                config.pmem_latency_read_ns_per_line, config.pmem_latency_persist_ns
+            )
         } else {
-            "off"
+            "off".to_owned()
         }
     ));
     for t in targets {

@@ -35,6 +35,8 @@ pub(crate) fn sample_config() -> RunConfig {
         pmem_mode: "volatile".into(),
         pmem_durability: "NOT durable".into(),
         pmem_emulated_latency: false,
+        pmem_latency_read_ns_per_line: 0,
+        pmem_latency_persist_ns: 0,
         flash_path: "<data>/flash".into(),
         flash_size: 4 << 30,
         json: None,
