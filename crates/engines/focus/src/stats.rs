@@ -114,6 +114,7 @@ impl FocusStore {
                 ("cache_misses", cc.misses.get()),
                 ("cache_admissions", cc.admissions.get()),
                 ("cache_rejections", cc.rejections.get()),
+                ("cache_requests_dropped", cc.requests_dropped.get()),
                 ("cache_evictions", cc.evictions.get()),
                 ("cache_eviction_rounds", cc.eviction_rounds.get()),
                 ("cache_rows", cache.rows() as u64),
