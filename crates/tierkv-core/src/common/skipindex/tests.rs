@@ -106,7 +106,7 @@ fn hot(prefix: u8, i: u8) -> [u8; 2] {
 
 /// Racing threads on 4 hot keys of each kind: counters bumped by `compute` from two
 /// threads (no increment may be lost), stable keys only ever replaced (a reader must never
-/// find one absent), churn keys inserted and removed; readers and scanners check every
+/// find one absent), churn keys inserted and removed by two threads; readers and scanners check every
 /// value they see belongs to its key and every scan is in key order and holds the stable
 /// keys.
 #[test]
@@ -130,20 +130,22 @@ fn racing_writers_and_readers_keep_each_key_linearizable() {
                 }
             }));
         }
-        writers.push(s.spawn(|| {
-            for r in 0..ROUNDS {
-                let i = (r % u64::from(HOT)) as u8;
-                idx.insert(&hot(b's', i), Arc::new((i, r)));
-                match r % 3 {
-                    0 => drop(idx.insert(&hot(b'x', i), Arc::new((i, r)))),
-                    1 => drop(idx.remove(&hot(b'x', i))),
-                    _ => drop(idx.compute(&hot(b'x', i), &mut |cur| match cur {
-                        Some(_) => None,
-                        None => Some(Arc::new((i, r))),
-                    })),
+        for _ in 0..2 {
+            writers.push(s.spawn(|| {
+                for r in 0..ROUNDS {
+                    let i = (r % u64::from(HOT)) as u8;
+                    idx.insert(&hot(b's', i), Arc::new((i, r)));
+                    match r % 3 {
+                        0 => drop(idx.insert(&hot(b'x', i), Arc::new((i, r)))),
+                        1 => drop(idx.remove(&hot(b'x', i))),
+                        _ => drop(idx.compute(&hot(b'x', i), &mut |cur| match cur {
+                            Some(_) => None,
+                            None => Some(Arc::new((i, r))),
+                        })),
+                    }
                 }
-            }
-        }));
+            }));
+        }
         let readers: Vec<_> = (0..2)
             .map(|_| {
                 s.spawn(|| {
@@ -190,10 +192,16 @@ fn racing_writers_and_readers_keep_each_key_linearizable() {
     }
     // Churn key i ends present iff its last op (round ROUNDS - HOT + i) left it so; count
     // what is there instead of predicting, and check `len` is exact at rest.
-    let mut n = 0;
-    idx.for_each(&mut |_, _| n += 1);
-    assert_eq!(idx.len(), n);
-    assert!(n >= 2 * usize::from(HOT));
+    let mut seen = Vec::new();
+    idx.for_each(&mut |k, _| seen.push(k.to_vec()));
+    assert_eq!(idx.len(), seen.len());
+    assert!(seen.len() >= 2 * usize::from(HOT));
+    for p in [b'c', b's', b'x'] {
+        for i in 0..HOT {
+            let k = hot(p, i);
+            assert_eq!(idx.get(&k).is_some(), seen.contains(&k.to_vec()), "{k:?}");
+        }
+    }
 }
 
 /// Values still in the index are dropped with it (the cell owns its value).
