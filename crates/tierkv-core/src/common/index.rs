@@ -4,18 +4,19 @@
 //! addresses in them. Both select one by the same variant name, so a HeterMM index can be
 //! measured against itself holding everything in DRAM:
 //!
-//! | variant    | structure                                  | ordered | crate       |
-//! |------------|--------------------------------------------|---------|-------------|
-//! | `btree`    | lock-free skip list, a writer lock per key ([`SkipIndex`]) | yes | crossbeam-skiplist |
-//! | `hash`     | sharded hash map, a reader-writer lock per shard | no | dashmap |
-//! | `lockfree` | lock-free hash map (epoch reclamation), blocking resizes | no | papaya |
+//! | variant    | structure                                            | ordered | crates |
+//! |------------|------------------------------------------------------|---------|--------|
+//! | `btree`    | lock-free hash map + lock-free skip list, one writer lock per key ([`SkipIndex`]) | yes | papaya, crossbeam-skiplist |
+//! | `hash`     | sharded hash map, a reader-writer lock per shard     | no      | dashmap |
+//! | `lockfree` | lock-free hash map (epoch reclamation), blocking resizes | no  | papaya |
 //!
-//! `btree` keeps its name (users and tests pass it) but is a skip list, not a B-tree: its
-//! reads take no lock and its writers lock only their key ([`super::skipindex`] says why
-//! this structure). `hash` readers take their shard's read lock (a lock word shared by a
-//! sixteenth-or-so of the keys, not one global lock). [`BTreeIndex`], the `std` B-tree behind
-//! one reader-writer lock that `btree` used to be, is kept for callers that scan far more
-//! than they write (the `focus` engine) and is not a variant.
+//! `btree` keeps its name (users and tests pass it) but is not a B-tree: a lock-free hash
+//! map finds a key's cell and a lock-free skip list keeps the keys in order; its reads take
+//! no lock and its writers lock only their key ([`super::skipindex`] says why this
+//! structure). `hash` readers take their shard's read lock (dashmap: 4x the CPU count of
+//! shards, rounded up to a power of two; no global lock, but a shared lock word).
+//! [`BTreeIndex`], the `std` B-tree behind one reader-writer lock that `btree` used to be,
+//! is not a variant; the `focus` engine uses it directly.
 //!
 //! Every operation is linearizable: an update replaces the value in one step, so a
 //! concurrent reader sees the old or the new value, never an absent key.

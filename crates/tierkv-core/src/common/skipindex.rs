@@ -71,7 +71,7 @@ use crossbeam_skiplist::base::SkipList;
 use parking_lot::Mutex;
 
 use super::index::ConcurrentIndex;
-use super::treekey::TreeKey;
+use super::treekey::{KeyHasher, TreeKey};
 use crate::api::error::Result;
 
 /// The cell of one key (module doc, "The cell").
@@ -98,6 +98,21 @@ impl<V> Slot<V> {
         // every guard pinned before the swap — `guard` is pinned now, so the pointee lives
         // at least as long as `guard`.
         unsafe { self.value.load(Ordering::Acquire, guard).as_ref() }
+    }
+
+    /// Takes the value out of a slot no other thread has seen.
+    #[expect(
+        unsafe_code,
+        reason = "takes ownership of the value of an unshared slot"
+    )]
+    fn take(&self) -> Option<V> {
+        // SAFETY: the caller's slot was never published, so this thread alone holds its
+        // pointer, which came from `Owned::new`; nulling it first leaves the slot empty.
+        let v = self.value.swap(Shared::null(), Ordering::Relaxed, unsafe {
+            epoch::unprotected()
+        });
+        // SAFETY: as above: the only owner of a pointer from `Owned::new`.
+        (!v.is_null()).then(|| *unsafe { v.into_owned() }.into_box())
     }
 
     /// Replaces the value with `new` (null for none) under the writer lock; returns whether
@@ -131,13 +146,13 @@ impl<V> Drop for Slot<V> {
     }
 }
 
-type FastHasher = BuildHasherDefault<std::hash::DefaultHasher>;
+type FastHasher = BuildHasherDefault<KeyHasher>;
 
 /// The `btree` variant: per-key cells in a lock-free hash map (points) and a lock-free
 /// skip list (order); module doc.
 pub struct SkipIndex<V> {
     /// Key → its vacant or live slot.
-    points: papaya::HashMap<Box<[u8]>, Arc<Slot<V>>, FastHasher>,
+    points: papaya::HashMap<TreeKey, Arc<Slot<V>>, FastHasher>,
     /// Key → its live slot, in key order.
     order: SkipList<TreeKey, Arc<Slot<V>>>,
     /// Live keys (invariant 6).
@@ -162,7 +177,7 @@ impl<V: Clone + Send + Sync + 'static> SkipIndex<V> {
     /// `compute` with both epochs pinned by the caller: `f` runs once, under the key's lock.
     fn compute_in(
         &self,
-        key: &[u8],
+        key: &TreeKey,
         f: &mut dyn FnMut(Option<&V>) -> Option<V>,
         points: &papaya::LocalGuard<'_>,
         guard: &Guard,
@@ -171,7 +186,7 @@ impl<V: Clone + Send + Sync + 'static> SkipIndex<V> {
             let slot = match self.points.get(key, points) {
                 Some(s) => s,
                 None => match self.points.try_insert_with(
-                    key.into(),
+                    key.clone(),
                     || Arc::new(Slot::vacant()),
                     points,
                 ) {
@@ -193,7 +208,7 @@ impl<V: Clone + Send + Sync + 'static> SkipIndex<V> {
                         // Vacant → live: into the order (invariant 4).
                         self.live.fetch_add(1, Ordering::Relaxed);
                         self.order
-                            .insert(TreeKey::new(key), slot.clone(), guard)
+                            .insert(key.clone(), slot.clone(), guard)
                             .release(guard);
                     }
                 }
@@ -201,7 +216,7 @@ impl<V: Clone + Send + Sync + 'static> SkipIndex<V> {
                     *dead = true;
                     if slot.swap(Shared::null(), guard) {
                         self.live.fetch_sub(1, Ordering::Relaxed);
-                        if let Some(e) = self.order.get(&TreeKey::new(key), guard)
+                        if let Some(e) = self.order.get(key, guard)
                             && Arc::ptr_eq(e.value(), slot)
                         {
                             e.remove();
@@ -214,6 +229,30 @@ impl<V: Clone + Send + Sync + 'static> SkipIndex<V> {
                 }
             }
             return old;
+        }
+    }
+
+    /// Inserts `key` → `value` as a slot born live when the key is absent (no lookup first
+    /// and no vacant step: the slot is live from its first moment in the hash map, and
+    /// locked, uncontended, until it is in the order too); otherwise an ordinary insert.
+    fn insert_new(&self, key: TreeKey, value: V, points: &papaya::LocalGuard<'_>, guard: &Guard) {
+        let slot = Arc::new(Slot {
+            writer: Mutex::new(false),
+            value: Atomic::new(value),
+        });
+        let unpublished = slot.writer.lock();
+        match self.points.try_insert(key.clone(), slot.clone(), points) {
+            Ok(_) => {
+                self.live.fetch_add(1, Ordering::Relaxed);
+                self.order.insert(key, slot.clone(), guard).release(guard);
+                drop(unpublished);
+            }
+            Err(taken) => {
+                drop(unpublished);
+                drop(taken.not_inserted);
+                let mut value = slot.take();
+                self.compute_in(&key, &mut |_| value.take(), points, guard);
+            }
         }
     }
 
@@ -234,7 +273,7 @@ impl<V: Clone + Send + Sync + 'static> SkipIndex<V> {
 impl<V: Clone + Send + Sync + 'static> ConcurrentIndex<V> for SkipIndex<V> {
     fn get(&self, key: &[u8]) -> Option<V> {
         let points = self.points.guard();
-        let slot = self.points.get(key, &points)?;
+        let slot = self.points.get(&TreeKey::new(key), &points)?;
         // Vacant or dead: absent at some moment of this call (invariant 3).
         slot.load(&epoch::pin()).cloned()
     }
@@ -242,19 +281,25 @@ impl<V: Clone + Send + Sync + 'static> ConcurrentIndex<V> for SkipIndex<V> {
     fn insert(&self, key: &[u8], value: V) -> Option<V> {
         let mut value = Some(value);
         let points = self.points.guard();
-        self.compute_in(key, &mut |_| value.take(), &points, &epoch::pin())
+        self.compute_in(
+            &TreeKey::new(key),
+            &mut |_| value.take(),
+            &points,
+            &epoch::pin(),
+        )
     }
 
     fn remove(&self, key: &[u8]) -> Option<V> {
         let points = self.points.guard();
         // No slot, no key: nothing to create and drop again.
-        self.points.get(key, &points)?;
-        self.compute_in(key, &mut |_| None, &points, &epoch::pin())
+        let key = TreeKey::new(key);
+        self.points.get(&key, &points)?;
+        self.compute_in(&key, &mut |_| None, &points, &epoch::pin())
     }
 
     fn compute(&self, key: &[u8], f: &mut dyn FnMut(Option<&V>) -> Option<V>) -> Option<V> {
         let points = self.points.guard();
-        self.compute_in(key, f, &points, &epoch::pin())
+        self.compute_in(&TreeKey::new(key), f, &points, &epoch::pin())
     }
 
     fn scan(&self, start: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, V)>> {
@@ -284,15 +329,17 @@ impl<V: Clone + Send + Sync + 'static> ConcurrentIndex<V> for SkipIndex<V> {
     }
 
     fn insert_sorted(&self, items: &mut dyn Iterator<Item = (&[u8], V)>) {
-        // NOTE: neither structure builds in bulk; the guards are re-pinned now and then so
-        // that a long build does not hold back reclamation.
+        // NOTE: neither structure builds in bulk. Each key goes in as a slot born live (no
+        // lookup first, no lock), the hash map is sized once for the keys the iterator
+        // promises (no resize copies), and the guards are re-pinned now and then so that a
+        // long build does not hold back reclamation.
         let mut items = items.peekable();
+        self.points.pin().reserve(items.size_hint().0);
         while items.peek().is_some() {
             let points = self.points.guard();
             let guard = epoch::pin();
             for (k, v) in items.by_ref().take(1024) {
-                let mut v = Some(v);
-                self.compute_in(k, &mut |_| v.take(), &points, &guard);
+                self.insert_new(TreeKey::new(k), v, &points, &guard);
             }
         }
     }

@@ -6,6 +6,8 @@
 //! `memcmp` calls were a fifth of building a tree from 4,000,000 sorted keys. Longer keys are
 //! on the heap. Invariant: a `TreeKey` orders and compares exactly like its bytes.
 
+use std::hash::{Hash, Hasher};
+
 /// A key of an ordered index, ordered like its bytes.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) enum TreeKey {
@@ -64,6 +66,55 @@ impl Ord for TreeKey {
 impl PartialOrd for TreeKey {
     fn partial_cmp(&self, other: &TreeKey) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
+    }
+}
+
+impl Hash for TreeKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        match self {
+            // Equal keys have equal variants (the length decides) and equal padded bytes.
+            TreeKey::Inline { bytes, len } => {
+                let (lo, hi) = bytes.split_at(8);
+                state.write_u64(le_u64(lo));
+                state.write_u64(le_u64(hi) ^ u64::from(*len));
+            }
+            TreeKey::Heap(b) => state.write(b),
+        }
+    }
+}
+
+/// The little-endian value of up to 8 bytes (zero-extended).
+fn le_u64(b: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    w[..b.len().min(8)].copy_from_slice(&b[..b.len().min(8)]);
+    u64::from_le_bytes(w)
+}
+
+/// A fast hasher for [`TreeKey`]s (FxHash's multiply-rotate per word, then a MurmurHash3
+/// finalizer so that every bit of the result depends on every input bit); not resistant
+/// to chosen keys, like the `std` hasher with its fixed default keys that it replaces.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            self.write_u64(le_u64(chunk));
+        }
+        self.write_u64(bytes.len() as u64);
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn finish(&self) -> u64 {
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
     }
 }
 

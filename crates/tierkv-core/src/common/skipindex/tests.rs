@@ -233,3 +233,35 @@ fn insert_sorted_builds_the_map_in_order() {
         vec![1000, 1001, 1002]
     );
 }
+
+/// Times a bulk build of 1,000,000 8-byte keys (what recovery does) and 1,000,000 updates,
+/// against the locked `std` B-tree. By hand:
+/// `cargo test --release -p tierkv-core --lib -- --ignored bulk_build_timing --nocapture`.
+#[test]
+#[ignore = "a timing, not a check"]
+fn bulk_build_timing() {
+    use crate::common::index::BTreeIndex;
+    use std::time::Instant;
+    let keys: Vec<[u8; 8]> = (0u64..1_000_000).map(|i| i.to_le_bytes()).collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    let run = |name: &str, idx: &dyn ConcurrentIndex<u64>| {
+        let t = Instant::now();
+        idx.insert_sorted(&mut sorted.iter().enumerate().map(|(i, k)| (&k[..], i as u64)));
+        let built = t.elapsed();
+        let t = Instant::now();
+        for (i, k) in keys.iter().enumerate() {
+            idx.insert(k, i as u64);
+        }
+        let updated = t.elapsed();
+        let t = Instant::now();
+        let found = keys.iter().filter(|k| idx.get(&k[..]).is_some()).count();
+        println!(
+            "{name}: build {built:?}, 1M updates {updated:?}, 1M gets {:?} ({found} found)",
+            t.elapsed()
+        );
+        assert_eq!(found, keys.len());
+    };
+    run("locked std B-tree", &BTreeIndex::<u64>::default());
+    run("btree variant", &SkipIndex::<u64>::default());
+}
