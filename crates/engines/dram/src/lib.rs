@@ -5,8 +5,10 @@
 //! benchmarks. It takes the same index choice as HeterMM, so a HeterMM index can be compared
 //! with itself holding everything in DRAM:
 //!
-//! - `dram:btree` (default): ordered, scans supported;
-//! - `dram:hash`: dashmap, scans return [`Error::Unsupported`];
+//! - `dram:btree` (default): ordered, scans supported (despite the name, a lock-free hash
+//!   map plus a lock-free skip list with a writer lock per key,
+//!   `tierkv_core::common::skipindex`);
+//! - `dram:hash`: dashmap (a reader-writer lock per shard), scans return [`Error::Unsupported`];
 //! - `dram:lockfree`: papaya's lock-free map, scans return [`Error::Unsupported`].
 //!
 //! **Volatile by definition**: a put is "acknowledged" when it is in the index, and nothing

@@ -4,3 +4,5 @@
 pub(crate) mod falloc;
 pub mod index;
 pub mod prefetch;
+pub mod skipindex;
+mod treekey;
