@@ -205,6 +205,14 @@ impl ExpectedState {
         self.fields = other.fields().map(FieldState::copy_at_cut);
     }
 
+    /// Takes the field state back to what was acknowledged in `before` (see
+    /// [`FieldState::rewind_to`]).
+    pub fn rewind_fields(&mut self, before: Option<&FieldState>) {
+        if let (Some(f), Some(b)) = (self.fields.as_mut(), before) {
+            f.rewind_to(b);
+        }
+    }
+
     /// The round's write batches.
     pub fn batches(&self) -> &BatchLog {
         &self.batches

@@ -47,6 +47,7 @@ use tierkv::core::media::pmem::{CrashImageOptions, CrashPoint, PmemPool};
 use super::RunConfig;
 use super::power::{self, LiveStore, RoundPaths, carry_over, open_store};
 use crate::expected_state::ExpectedState;
+use crate::fields::FieldState;
 use crate::report::RunReport;
 use crate::verify::{Violation, unrecoverable, verify_store};
 use crate::workload::{NoObserver, Workload, WorkloadConfig};
@@ -147,7 +148,11 @@ impl Cutter {
         if self.cuts.lock().violations.len() >= 8 {
             return; // enough to explain the failure
         }
+        // IMPORTANT: what was acknowledged is read before the images: the cut may fall on
+        // a background thread while the workload goes on, and a write acknowledged after
+        // an image may be missing from it.
         let before = self.state.snapshot();
+        let fields_before = self.state.fields().map(FieldState::copy_at_cut);
         let mut images = Vec::new();
         for tear_words in [false, true] {
             let seed = self.seed ^ number.wrapping_mul(0x9e37_79b9) ^ u64::from(tear_words);
@@ -163,6 +168,7 @@ impl Cutter {
         };
         // The rows with their round's writes: those not acknowledged by now are in flight.
         at.copy_fields_at_cut(&self.state);
+        at.rewind_fields(fields_before.as_ref());
         at.batches().replace(self.state.batches().all());
         for (id, b) in before.iter().enumerate() {
             if let Ok(id) = u32::try_from(id) {
