@@ -396,8 +396,8 @@ impl BenchArgs {
             value_bytes: s.values.encoded_len(),
             dram: plan.media.dram.bytes(),
             pmem_path: match &plan.layout.pmem_root {
-                PmemRoot::Dir(d) => path(d),
-                PmemRoot::InDataDir => format!("{}/<engine>/pmem", path(&plan.layout.run_dir())),
+                PmemRoot::Dir(d) if *d != plan.layout.dir => path(d),
+                _ => format!("{}/<engine>/pmem", path(&plan.layout.run_dir())),
             },
             pmem_size: plan.media.pmem_size.bytes(),
             pmem_mode: plan.media.pmem_mode.to_string(),
@@ -406,8 +406,10 @@ impl BenchArgs {
             pmem_latency_read_ns_per_line: plan.media.pmem_latency.read_ns_per_line,
             pmem_latency_persist_ns: plan.media.pmem_latency.persist_ns,
             flash_path: match &plan.layout.flash_root {
-                Some(f) => format!("{}/{}/<engine>", path(f), plan.layout.run),
-                None => format!("{}/<engine>/flash", path(&plan.layout.run_dir())),
+                Some(f) if *f != plan.layout.dir => {
+                    format!("{}/{}/<engine>", path(f), plan.layout.run)
+                }
+                _ => format!("{}/<engine>/flash", path(&plan.layout.run_dir())),
             },
             flash_size: plan.media.flash_size.bytes(),
             json: self.json.as_deref().map(path),

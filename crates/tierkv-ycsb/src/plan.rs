@@ -100,13 +100,15 @@ impl Layout {
     pub fn placement(&self, index: usize, label: &str) -> TargetPlacement {
         let name = format!("{:02}-{}", index + 1, sanitize(label));
         let data_dir = self.run_dir().join(&name);
+        // NOTE: a root given as the data directory itself (`--flash-path` = `--dir`) must
+        // not put the tier's files in the store's directory, which has to start empty.
+        let own = |root: Option<PathBuf>, sub: &str| match root.map(|d| d.join(&name)) {
+            Some(d) if d != data_dir => d,
+            _ => data_dir.join(sub),
+        };
         TargetPlacement {
-            pmem_dir: self
-                .pmem_run_dir()
-                .map_or_else(|| data_dir.join("pmem"), |d| d.join(&name)),
-            flash_dir: self
-                .flash_run_dir()
-                .map_or_else(|| data_dir.join("flash"), |d| d.join(&name)),
+            pmem_dir: own(self.pmem_run_dir(), "pmem"),
+            flash_dir: own(self.flash_run_dir(), "flash"),
             data_dir,
         }
     }
@@ -302,6 +304,19 @@ mod tests {
     fn without_shm_or_flash_path_everything_stays_in_the_data_directory() {
         let l = Layout::new("d".into(), PmemRoot::InDataDir, None, false);
         let p = l.placement(0, "x");
+        assert_eq!(p.pmem_dir, p.data_dir.join("pmem"));
+        assert_eq!(p.flash_dir, p.data_dir.join("flash"));
+    }
+
+    #[test]
+    fn a_tier_root_equal_to_the_data_root_gets_its_own_subdirectory() {
+        let l = Layout::new(
+            "/work/b".into(),
+            PmemRoot::Dir("/work/b".into()),
+            Some("/work/b".into()),
+            false,
+        );
+        let p = l.placement(0, "focus");
         assert_eq!(p.pmem_dir, p.data_dir.join("pmem"));
         assert_eq!(p.flash_dir, p.data_dir.join("flash"));
     }
