@@ -17,6 +17,9 @@ pub(crate) enum Point {
     HsitRelocateCas,
     /// The persist of `Hsit::relocate`, after its CAS won.
     HsitRelocatePersist,
+    /// The persist of `Hsit::publish` (a put's or a delete's new pointer), after its CAS
+    /// won (the entry is left dirty).
+    HsitPublishPersist,
     /// The start of the key index's `remove`.
     IndexRemove,
     /// PWB reclamation, after a chunk of moved records is written and before their HSIT

@@ -28,6 +28,16 @@ fn location(store: &PrismStore, key: &[u8]) -> Location {
     core.hsit.load(slot).unwrap().location().unwrap()
 }
 
+/// A store where each of `keys` was put (a 900-byte value) and flushed to its own chunk.
+fn flushed_one_by_one(keys: &[&str]) -> crate::test_support::StoreFixture {
+    let fx = store_fixture(SPEC);
+    for k in keys {
+        fx.store.put(k.as_bytes(), &value(k, 900)).unwrap();
+        fx.store.flush().unwrap();
+    }
+    fx
+}
+
 /// GC on the (only) Value Storage, needed or not; a failure poisons (as `gc_now` does).
 fn gc_now(store: &PrismStore) -> tierkv_core::Result<bool> {
     let core = store.core();
@@ -74,12 +84,8 @@ fn gc_during_reclamation_leaves_no_chunk_a_victim_forever() {
 /// make GC invalidate the copy the HSIT entry now points to.
 #[test]
 fn failed_relocate_persist_never_invalidates_the_copy_hsit_points_to() {
-    let fx = store_fixture(SPEC);
+    let fx = flushed_one_by_one(&["a", "b"]);
     let store = &fx.store;
-    store.put(b"a", &value("a", 900)).unwrap();
-    store.flush().unwrap();
-    store.put(b"b", &value("b", 900)).unwrap();
-    store.flush().unwrap();
     fail_next(Point::HsitRelocatePersist);
     assert!(
         gc_now(store).is_err(),
@@ -99,17 +105,15 @@ fn failed_relocate_persist_never_invalidates_the_copy_hsit_points_to() {
     assert!(matches!(store.put(b"c", b"v"), Err(Error::Poisoned(_))));
 }
 
-/// Defect 3 of issue 21: a delete whose key-index removal fails leaves a "none" pointer
-/// behind an index entry; a later put of that key must not wait forever for the removal.
-#[test]
-fn put_after_a_failed_index_removal_does_not_hang() {
+/// A store whose delete of `k` failed at `point`; asserts that a put of `k` (on its own
+/// thread) is then refused as poisoned within 5 s (a put that hangs is left running).
+fn put_after_a_failed_delete(point: Point) -> crate::test_support::StoreFixture {
     let fx = store_fixture(SPEC);
-    let store = fx.store.clone();
-    store.put(b"k", &value("k", 100)).unwrap();
-    fail_next(Point::IndexRemove);
-    assert!(store.delete(b"k").is_err());
+    fx.store.put(b"k", &value("k", 100)).unwrap();
+    fail_next(point);
+    assert!(fx.store.delete(b"k").is_err());
     let (tx, rx) = crossbeam::channel::bounded(1);
-    let s = store.clone();
+    let s = Arc::clone(&fx.store);
     std::thread::spawn(move || {
         let _ = tx.send(s.put(b"k", &value("k", 200)));
     });
@@ -118,10 +122,60 @@ fn put_after_a_failed_index_removal_does_not_hang() {
         Ok(other) => panic!("put after the failed delete returned {other:?}"),
         Err(_) => panic!("put after the failed delete still waits after 5 s"),
     }
+    fx
+}
+
+/// Defect 3 of issue 21: a delete whose key-index removal fails leaves a "none" pointer
+/// behind an index entry; a later put of that key must not wait forever for the removal.
+#[test]
+fn put_after_a_failed_index_removal_does_not_hang() {
+    let fx = put_after_a_failed_delete(Point::IndexRemove);
+    let store = &fx.store;
     assert!(matches!(store.put(b"other", b"v"), Err(Error::Poisoned(_))));
     // Reads still work.
     let _ = store.get(b"k").unwrap();
-    drop(Arc::clone(&store));
+}
+
+/// Defect 3 of issue 21, the persist case: a delete whose pointer persist fails leaves a
+/// dirty "none" pointer behind an index entry (a later load helps it to pmem, so the key
+/// looks deleted but the index still maps it); a later put of the key must not wait
+/// forever for the removal.
+#[test]
+fn put_after_a_delete_whose_pointer_persist_failed_does_not_hang() {
+    let fx = put_after_a_failed_delete(Point::HsitPublishPersist);
+    let store = &fx.store;
+    // What it would have waited on: the index still maps the key to a slot whose pointer
+    // (helped to pmem by the load) is none.
+    let core = store.core();
+    let slot = core
+        .index
+        .get(b"k")
+        .unwrap()
+        .expect("the index still maps the key");
+    assert!(core.load_for_use(slot).unwrap().is_none());
+    assert_eq!(store.get(b"k").unwrap(), None);
+}
+
+/// Defect 1 of issue 21, the `tierkv check` side: a chunk left in GC's victim state
+/// outside a GC step (its space would leak until reopen) is a problem the store's check
+/// reports, naming the chunk.
+#[test]
+fn store_check_reports_a_chunk_stuck_as_gc_victim() {
+    let fx = flushed_one_by_one(&["a"]);
+    let store = &fx.store;
+    store.check().unwrap();
+    let Location::Flash(p) = location(store, b"a") else {
+        panic!("a is on flash after the flush");
+    };
+    let chunk = ValueLocation::unpack(p).chunk;
+    assert!(store.core().storages[0].strand_as_victim(chunk));
+    let e = store.check().unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains(&format!("chunk {chunk} is a GC victim outside a GC step")),
+        "{text}"
+    );
+    assert!(matches!(e, Error::Corruption { .. }), "{e:?}");
 }
 
 /// Defect 5 of issue 21: PWB reclamation whose HSIT move fails part-way through a chunk

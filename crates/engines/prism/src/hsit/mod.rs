@@ -288,6 +288,7 @@ impl<V: Clone + Send + Sync + 'static> Hsit<V> {
         if let Err(actual) = self.pool.cas_u64(off, expected.raw(), new.dirty().raw())? {
             return Ok(Err(ForwardPointer::from_raw(actual)));
         }
+        crate::faults::fail_at(crate::faults::Point::HsitPublishPersist)?;
         self.pool.persist(off, HSIT_ENTRY_LEN as usize)?;
         let _ = self.pool.cas_u64(off, new.dirty().raw(), new.raw())?;
         Ok(Ok(()))

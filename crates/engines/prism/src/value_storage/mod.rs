@@ -581,6 +581,17 @@ impl ValueStorage {
             .collect()
     }
 
+    /// Test only: leaves sealed chunk `c` in GC's victim state, as the reclaimer/GC race
+    /// of issue 21 (defect 1) used to. False if `c` was not sealed.
+    #[cfg(test)]
+    pub(crate) fn strand_as_victim(&self, c: u32) -> bool {
+        self.table.transition(
+            c,
+            chunk_table::ChunkState::Sealed,
+            chunk_table::ChunkState::Victim,
+        )
+    }
+
     /// True if the value at `loc` is marked valid (for `check`).
     pub fn is_valid(&self, loc: ValueLocation) -> Result<bool> {
         self.check_location(loc)?;
