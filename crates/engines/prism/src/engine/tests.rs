@@ -204,3 +204,30 @@ fn reclamation_failing_part_way_leaves_no_valid_garbage() {
         assert_eq!(store.get(k.as_bytes()).unwrap(), Some(value(k, 700)));
     }
 }
+
+/// Defect 5 of issue 21: the DRAM use a store reports counts the key index's search layer
+/// (one DRAM entry per leaf, with its anchor), which grows with the keys.
+#[test]
+fn reported_dram_use_counts_the_key_index_search_layer() {
+    let fx = store_fixture(SPEC);
+    let store = &fx.store;
+    let core = store.core();
+    let before = core.index.dram_bytes();
+    for i in 0..2000u32 {
+        store.put(format!("key{i:06}").as_bytes(), b"v").unwrap();
+    }
+    let layer = core.index.dram_bytes();
+    assert!(
+        layer > before,
+        "the search layer did not grow ({layer} bytes)"
+    );
+    let c = core.component_stats();
+    let others = core.hsit.dram_bytes()
+        + core
+            .storages
+            .iter()
+            .map(|s| s.stats().dram_bytes)
+            .sum::<u64>();
+    assert_eq!(c.dram_bytes, others + layer);
+    assert!(store.stats().dram_bytes >= c.dram_bytes);
+}
