@@ -3,8 +3,8 @@
 //!
 //! # The loop
 //! 1. Parse what is buffered. Complete commands (a whole pipelined burst, up to
-//!    `max_batch_commands`) become one [`Job`], run off the reactor (by the worker pool,
-//!    [`super::executor`]), and
+//!    `max_batch_commands`) become one [`Job`], run off the reactor by the worker pool
+//!    (or here, on a volatile engine: [`super::executor`]), and
 //!    their replies are written back in one `write`.
 //! 2. Only when no complete command is buffered, read more from the socket.
 //!

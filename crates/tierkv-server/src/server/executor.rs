@@ -1,7 +1,8 @@
 //! Running commands off the reactor threads: the worker pool.
 //!
 //! The store's calls block (a pmem persist, an fdatasync on flash, a key lock), so they
-//! never run on a tokio reactor thread. A connection hands each pipelined burst to the
+//! never run on a tokio reactor thread (except on a volatile engine: "Inline execution"
+//! below). A connection hands each pipelined burst to the
 //! pool as one [`Job`] (the burst's commands, the connection's session, its output buffer);
 //! a worker thread runs it and sends it back with the replies written. One hand-off per
 //! burst, not per command, is what makes pipelining pay: with `redis-benchmark -P 16` a
