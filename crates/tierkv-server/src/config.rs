@@ -54,6 +54,12 @@ pub struct ServerConfig {
     /// engine, four per core for a persistent one (whose writes wait on their device, so
     /// more of them should be able to wait at once).
     pub workers: usize,
+    /// Run each burst's commands on the network thread that read it instead of handing
+    /// it to a worker thread (`true`/`false`; unset: `true` for a volatile engine, whose
+    /// calls never wait on a device and whose commands are all short, `false` for a
+    /// persistent one). Inline execution saves the two thread hand-offs of a burst (see
+    /// the crate README's "Threads and performance"); no worker threads are started.
+    pub inline_commands: Option<bool>,
     /// Most bytes of arguments in one command (the query buffer bound).
     pub max_request_bytes: ByteSize,
     /// Most commands of one pipelined burst run as one job.
@@ -80,6 +86,7 @@ impl Default for ServerConfig {
             protected_mode: true,
             io_threads: 0,
             workers: 0,
+            inline_commands: None,
             max_request_bytes: ByteSize::mib(64),
             max_batch_commands: 1024,
             output_soft_limit: ByteSize::kib(256),
@@ -158,6 +165,12 @@ impl ServerConfig {
         }
     }
 
+    /// True when commands run on the network threads for an engine that is `volatile`
+    /// or not ([`ServerConfig::inline_commands`]).
+    pub fn inline(&self, volatile: bool) -> bool {
+        self.inline_commands.unwrap_or(volatile)
+    }
+
     /// [`ServerConfig::shutdown_grace_secs`] as a duration.
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_secs(self.shutdown_grace_secs)
@@ -225,6 +238,17 @@ mod tests {
         assert_eq!(f.server.max_clients, 3);
         assert_eq!(f.server.max_request_bytes, ByteSize::mib(1));
         assert_eq!(f.store_options().unwrap().engine, "dram:hash");
+    }
+
+    #[test]
+    fn commands_run_inline_for_volatile_engines_unless_configured() {
+        let d = ServerConfig::default();
+        assert!(d.inline(true) && !d.inline(false));
+        for (text, want) in [("true", true), ("false", false)] {
+            let f = ConfigFile::parse(&format!("[server]\ninline_commands = {text}\n")).unwrap();
+            assert_eq!(f.server.inline(true), want);
+            assert_eq!(f.server.inline(false), want);
+        }
     }
 
     #[test]

@@ -82,8 +82,12 @@ impl Server {
             .await
             .with_context(|| format!("listening on {}", config.bind))?;
         let port = listener.local_addr()?.port();
-        let workers = Workers::start(config.worker_count(db.descriptor().volatile))
-            .context("starting the worker threads")?;
+        let volatile = db.descriptor().volatile;
+        let workers = if config.inline(volatile) {
+            Workers::inline()
+        } else {
+            Workers::start(config.worker_count(volatile)).context("starting the worker threads")?
+        };
         let mut shared = Shared::new(db, pmem_mode, config, port);
         shared.dbmap = DbMap::load(&shared.db).context("reading the database map")?;
         shared.bindings =

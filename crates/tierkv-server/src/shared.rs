@@ -130,14 +130,29 @@ pub struct Shared {
 /// move: a push that landed after the check always moves it, so no wake-up is missed.
 /// Every push wakes every blocked client, which re-runs its command (a spurious wake-up
 /// costs one look at its keys).
+///
+/// # Waking only when someone waits
+/// The version is an atomic counter; the tokio `watch` channel that wakes the waiting
+/// connections is sent to only while a connection is waiting ([`Waiters::wait`] counts
+/// them): a send wakes every receiver through eight mutex-guarded lists, which cost 4% of
+/// the server's CPU under `redis-benchmark -t lpush` when nobody waited. No wake-up is
+/// lost: a pusher bumps the version and then reads the count; a waiter subscribes, then
+/// raises the count, then reads the version (all sequentially consistent). In the single
+/// order of those operations either the pusher's count read comes after the waiter's
+/// raise (it sends, and the waiter, subscribed before, sees the send), or before it (then
+/// the pusher's bump precedes the waiter's version read, which sees the version moved).
 #[derive(Debug)]
 pub struct Waiters {
+    version: AtomicU64,
+    waiting: AtomicUsize,
     tx: tokio::sync::watch::Sender<u64>,
 }
 
 impl Default for Waiters {
     fn default() -> Waiters {
         Waiters {
+            version: AtomicU64::new(0),
+            waiting: AtomicUsize::new(0),
             tx: tokio::sync::watch::Sender::new(0),
         }
     }
@@ -146,17 +161,37 @@ impl Default for Waiters {
 impl Waiters {
     /// A list under `key` of database `db` got elements.
     pub fn notify(&self, _db: u8, _key: &[u8]) {
-        self.tx.send_modify(|v| *v = v.wrapping_add(1));
+        self.version.fetch_add(1, Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.tx.send_modify(|v| *v = v.wrapping_add(1));
+        }
     }
 
     /// The current version.
     pub fn version(&self) -> u64 {
-        *self.tx.borrow()
+        self.version.load(Ordering::SeqCst)
     }
 
-    /// A receiver to wait on.
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.tx.subscribe()
+    /// Waits (asynchronously) until the version differs from `seen`; returns an error
+    /// only when the channel is gone (the server is stopping).
+    pub async fn wait(&self, seen: u64) -> Result<(), tokio::sync::watch::error::RecvError> {
+        // Subscribe first, then count ourselves, then look (the type's doc says why).
+        let mut rx = self.tx.subscribe();
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let _count = WaitingGuard(&self.waiting);
+        while self.version() == seen {
+            rx.changed().await?;
+        }
+        Ok(())
+    }
+}
+
+/// Lowers the count of waiting connections when a wait ends, however it ends.
+struct WaitingGuard<'a>(&'a AtomicUsize);
+
+impl Drop for WaitingGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

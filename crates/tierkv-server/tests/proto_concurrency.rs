@@ -14,7 +14,28 @@ const CLIENTS: usize = 8;
 
 #[test]
 fn concurrent_incr_append_and_hset_lose_no_update() {
-    let srv = common::start("dram:hash");
+    incr_append_hset_race(common::start("dram:hash"));
+}
+
+/// The same race with the commands handed to worker threads instead of run on the
+/// network threads (the default for a volatile engine is inline).
+#[test]
+fn concurrent_incr_append_and_hset_lose_no_update_on_workers() {
+    let config = tierkv_server::ServerConfig {
+        inline_commands: Some(false),
+        ..common::test_config()
+    };
+    incr_append_hset_race(common::start_with(
+        tierkv::Options::default().engine("dram:hash"),
+        config,
+    ));
+}
+
+#[expect(
+    clippy::unwrap_used,
+    reason = "the body of two tests: a failure is a test failure"
+)]
+fn incr_append_hset_race(srv: common::TestServer) {
     std::thread::scope(|s| {
         for t in 0..CLIENTS {
             let srv = &srv;

@@ -168,7 +168,9 @@ fn blocking_timeouts_and_multi() {
 
 #[test]
 fn blocked_clients_hold_no_worker() {
-    // Two workers, six clients blocked forever: the server still serves everyone else.
+    // Six clients blocked forever hold no thread (two network threads; commands run on
+    // them for dram, on two workers for a persistent engine): the server still serves
+    // everyone else.
     let srv = common::start("dram:btree");
     let addr = srv.addr;
     let waiters: Vec<_> = (0..6)

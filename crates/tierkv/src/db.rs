@@ -204,6 +204,13 @@ impl Db {
         self.store.get(key)
     }
 
+    /// Calls `f` with the value under `key`, if any, lent by the engine where it can
+    /// (no copy; [`KvStore::get_with`]); returns whether the key was there.
+    pub fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        self.limits.check_key(key)?;
+        self.store.get_with(key, f)
+    }
+
     /// Stores `value` under `key`; returns once durable.
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
         self.limits.check_key(key)?;

@@ -37,6 +37,19 @@ pub type KvPair = (Vec<u8>, Vec<u8>);
 pub trait KvStore: Send + Sync {
     /// The value stored under `key`, if any.
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Calls `f` with the value under `key`, if any, lent where the engine can lend it
+    /// (no copy, no allocation); returns whether the key was there. The default reads
+    /// with [`KvStore::get`]. A server that copies values straight into a reply (the
+    /// `dram` engine under `tierkv serve`'s LRANGE) saves an allocation and a copy per read.
+    fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        Ok(match self.get(key)? {
+            Some(v) => {
+                f(&v);
+                true
+            }
+            None => false,
+        })
+    }
     /// Stores `value` under `key`; returns once durable.
     fn put(&self, key: &[u8], value: &[u8]) -> Result<()>;
     /// Removes `key` (no error when it is absent); returns once durable.

@@ -39,6 +39,18 @@ pub const INDEX_VARIANTS: &[&str] = &["btree", "hash", "lockfree"];
 pub trait ConcurrentIndex<V>: Send + Sync {
     /// The value under `key`.
     fn get(&self, key: &[u8]) -> Option<V>;
+    /// Calls `f` with the value under `key`, borrowed where the index can lend it (no
+    /// clone); returns whether the key was there. The default clones through
+    /// [`ConcurrentIndex::get`].
+    fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&V)) -> bool {
+        match self.get(key) {
+            Some(v) => {
+                f(&v);
+                true
+            }
+            None => false,
+        }
+    }
     /// Sets `key` to `value`; returns the previous value.
     fn insert(&self, key: &[u8], value: V) -> Option<V>;
     /// Removes `key`; returns the previous value.
@@ -77,7 +89,7 @@ where
 {
     match variant {
         "btree" => Ok(Box::new(SkipIndex::default())),
-        "hash" => Ok(Box::new(HashIndex::default())),
+        "hash" => Ok(Box::new(HashIndex::<V>::default())),
         "lockfree" => Ok(Box::new(LockFreeIndex::default())),
         other => Err(Error::invalid(format!(
             "no index named {other:?} (indexes: {})",
@@ -171,22 +183,30 @@ impl<V: Clone + Send + Sync> ConcurrentIndex<V> for BTreeIndex<V> {
 
 type FastHasher = BuildHasherDefault<std::hash::DefaultHasher>;
 
-/// An unordered index: dashmap's sharded hash map.
-pub struct HashIndex<V> {
-    map: dashmap::DashMap<Box<[u8]>, V>,
+/// An unordered index: dashmap's sharded hash map, hashing keys with `S` (by default
+/// std's keyed SipHash; an engine may pick a faster keyed hasher).
+pub struct HashIndex<V, S = std::hash::RandomState> {
+    map: dashmap::DashMap<Box<[u8]>, V, S>,
 }
 
-impl<V> Default for HashIndex<V> {
+impl<V, S: std::hash::BuildHasher + Default + Clone> Default for HashIndex<V, S> {
     fn default() -> Self {
         HashIndex {
-            map: dashmap::DashMap::new(),
+            map: dashmap::DashMap::with_hasher(S::default()),
         }
     }
 }
 
-impl<V: Clone + Send + Sync> ConcurrentIndex<V> for HashIndex<V> {
+impl<V, S> ConcurrentIndex<V> for HashIndex<V, S>
+where
+    V: Clone + Send + Sync,
+    S: std::hash::BuildHasher + Clone + Send + Sync,
+{
     fn get(&self, key: &[u8]) -> Option<V> {
         self.map.get(key).map(|r| r.value().clone())
+    }
+    fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&V)) -> bool {
+        self.map.get(key).map(|r| f(r.value())).is_some()
     }
     fn insert(&self, key: &[u8], value: V) -> Option<V> {
         if let Some(mut slot) = self.map.get_mut(key) {

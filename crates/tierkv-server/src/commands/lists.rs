@@ -96,24 +96,36 @@ pub(crate) fn pop(ctx: &Ctx<'_>, c: &mut Coll, end: End) -> Result<Vec<u8>, CmdE
 fn read_all(ctx: &Ctx<'_>, c: &Coll) -> Result<Vec<Vec<u8>>, CmdError> {
     let mut all = Vec::new();
     read_range(ctx, c, 0, len_of(c) - 1, |v| {
-        all.push(v);
+        all.push(v.to_vec());
         Ok(())
     })?;
     Ok(all)
 }
 
 /// Calls `f` with the elements at indexes `a..=b` in order: one range scan per page on an
-/// ordered engine, a point read per element on the others.
+/// ordered engine, a point read per element on the others (each value lent by the engine,
+/// the element keys built in one buffer).
 fn read_range(
     ctx: &Ctx<'_>,
     c: &Coll,
     a: i64,
     b: i64,
-    mut f: impl FnMut(Vec<u8>) -> CmdResult,
+    mut f: impl FnMut(&[u8]) -> CmdResult,
 ) -> CmdResult {
     if !ctx.shared.db.ordered() {
+        let mut key = c.elem(ctx, &pos_suffix(c.meta.head + a))?;
+        let at = key.len() - 8;
         for i in a..=b {
-            f(at(ctx, c, i)?)?;
+            if let Some(suffix) = key.get_mut(at..) {
+                suffix.copy_from_slice(&pos_suffix(c.meta.head + i));
+            }
+            let mut result = Ok(());
+            if !ctx.read_raw_with(&key, &mut |v| result = f(v))? {
+                return Err(CmdError::new(
+                    "ERR list element missing: the store is inconsistent",
+                ));
+            }
+            result?;
         }
         return Ok(());
     }
@@ -129,7 +141,7 @@ fn read_range(
             ));
         }
         for (_, v) in rows {
-            f(v)?;
+            f(&v)?;
         }
         next += want as i64;
     }
@@ -271,7 +283,7 @@ pub(crate) fn lrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     ctx.out.array(usize::try_from(b - a + 1).unwrap_or(0));
     let mut out = std::mem::take(ctx.out);
     let result = read_range(ctx, &c, a, b, |v| {
-        out.bulk(&v);
+        out.bulk(v);
         if out.exceeds(mark, bound) {
             return Err(reply_too_large(bound));
         }

@@ -5,7 +5,7 @@
 //! Arity is Redis's: `n > 0` means exactly `n` arguments (the name included), `n < 0` at
 //! least `-n`. Key positions are Redis's (first, last, step); `last < 0` counts from the end.
 //! A command with the `write` flag locks its keys exclusively, any other shared.
-//! The hottest commands come first (the lookup is a linear scan of ~40 names).
+//! Lookup by name is a hash map built from this table once ([`super::lookup`]).
 //!
 //! Thread-safety: immutable static data.
 

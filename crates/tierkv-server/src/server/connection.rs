@@ -3,8 +3,8 @@
 //!
 //! # The loop
 //! 1. Parse what is buffered. Complete commands (a whole pipelined burst, up to
-//!    `max_batch_commands`) become one [`Job`], run off the reactor (by the worker pool,
-//!    [`super::executor`]), and
+//!    `max_batch_commands`) become one [`Job`], run off the reactor by the worker pool
+//!    (or here, on a volatile engine: [`super::executor`]), and
 //!    their replies are written back in one `write`.
 //! 2. Only when no complete command is buffered, read more from the socket.
 //!
@@ -181,8 +181,9 @@ impl Connection {
     /// element, its timeout passes (the command then answers its timeout), the client
     /// leaves, or the server stops. Bytes the client sends meanwhile are kept for after.
     async fn wait_blocked(&mut self, block: &mut crate::shared::Block) -> Result<(), Close> {
-        let mut rx = self.shared.waiters.subscribe();
-        let seen = block.seen;
+        let shared = self.shared.clone();
+        let woken = shared.waiters.wait(block.seen);
+        tokio::pin!(woken);
         let deadline = block.deadline.map(Instant::from_std);
         let sleep = async {
             match deadline {
@@ -194,7 +195,7 @@ impl Connection {
         loop {
             self.inbuf.reserve(READ_CHUNK);
             tokio::select! {
-                r = rx.wait_for(|v| *v != seen) => {
+                r = &mut woken => {
                     r.map_err(|_| Close::Done)?;
                     break;
                 }
