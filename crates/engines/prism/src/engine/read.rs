@@ -27,7 +27,7 @@ use tierkv_core::{Error, KvPair, Result, Tier};
 
 use super::core::Core;
 use crate::hsit::entry::{ForwardPointer, Location};
-use crate::svc::ScanChainId;
+use crate::svc::{CachedValue, ScanChainId};
 use crate::value_storage::ValueLocation;
 
 /// Reads of one slot that found its value moving before giving up with an error.
@@ -103,22 +103,24 @@ impl Core {
         Ok(v)
     }
 
-    /// The SVC's copy of the value at `packed`, if it has one; a scan's hit joins the
-    /// scan's chain.
+    /// The SVC's copy of the value at `packed`, if it has one. A point read's hit is
+    /// touched at once; a scan's is added to `scan_hits`, touched with the scan's chain
+    /// in one message at the end of the batch.
     fn read_cached(
         &self,
         slot: u64,
         packed: u64,
-        scan: Option<ScanChainId>,
+        scan_hits: Option<&mut Vec<Arc<CachedValue>>>,
         guard: &Guard,
     ) -> Option<Vec<u8>> {
         let cv = self.hsit.cache().get(slot, packed, guard)?;
-        match scan {
-            Some(chain) => self.svc.touch_in_scan(&cv, chain),
+        self.counters.ops.reads_from_dram.incr();
+        let value = cv.value().to_vec();
+        match scan_hits {
+            Some(hits) => hits.push(cv),
             None => self.svc.touch(&cv),
         }
-        self.counters.ops.reads_from_dram.incr();
-        Some(cv.value().to_vec())
+        Some(value)
     }
 
     /// Accepts a flash read of `slot` made while HSIT held `fp`, admits it to the SVC.
@@ -195,6 +197,7 @@ impl Core {
         let chain = self.svc.new_scan_chain();
         let mut values: Vec<Option<Vec<u8>>> = Vec::with_capacity(rows.len());
         let mut pending = Vec::new();
+        let mut hits = Vec::new();
         for (row, (_, slot)) in rows.iter().enumerate() {
             let slot = *slot;
             let fp = self.load_for_use(slot)?;
@@ -202,7 +205,7 @@ impl Core {
                 Location::None => None,
                 Location::Pwb(off) => Some(self.read_pwb(slot, off)?),
                 Location::Flash(p) => {
-                    let hit = self.read_cached(slot, p, Some(chain), guard);
+                    let hit = self.read_cached(slot, p, Some(&mut hits), guard);
                     if hit.is_none() {
                         let loc = ValueLocation::unpack(p);
                         pending.push(Pending { row, slot, fp, loc });
@@ -212,6 +215,7 @@ impl Core {
             };
             values.push(v);
         }
+        self.svc.touch_in_scan(hits, chain);
         if !pending.is_empty() {
             self.fetch_pending(&rows, &pending, &mut values, chain, guard)?;
         }

@@ -11,8 +11,9 @@
 //!   validity bitmap (the commit word), one-byte fingerprints and its *anchor* (the
 //!   smallest key it may hold, fixed for its life). Keys up to 40 bytes are inline; longer
 //!   ones live in key blobs.
-//! - **Search layer in DRAM** (`search_layer.rs`): anchor -> leaf, updated synchronously
-//!   by the split that creates a leaf.
+//! - **Search layer in DRAM** (`search_layer.rs`): anchor -> leaf in a lock-free skip
+//!   list, updated synchronously by the split that creates a leaf; a lookup writes no
+//!   shared cache line.
 //! - **Version locks in DRAM** (`leaf.rs`): writers lock one leaf; readers validate
 //!   optimistically (seqlock) and never block writers of other leaves.
 //! - **Slot heap** (`heap.rs`): nodes and blobs are slots of allocator chunks the index
@@ -22,10 +23,9 @@
 //! - **Room for a batch's inserts** (`reserve.rs`): a bound on the slots N inserts may
 //!   allocate (splits and split anchors per target leaf), reserved before a batch commits.
 //!
-//! Deviations from PACTree, and why: the search layer is a `BTreeMap` behind a
-//! reader-writer lock updated inside the split rather than a lock-free trie updated by a
-//! background thread (one less thread, no "search layer lags behind" case for readers;
-//! its lock is held for one lookup or one insert, never across a persist); version locks
+//! Deviations from PACTree, and why: the search layer is a lock-free skip list updated
+//! inside the split rather than a lock-free trie updated by a background thread (one less
+//! thread, no "search layer lags behind" case for readers); version locks
 //! are in DRAM, not on pmem (no pmem write per lock, nothing to reset after a crash); no
 //! merges while the store is open (a leaf thinned by deletes stays on the list and is
 //! reused by later inserts in its key range); recovery merges runs of sparse adjacent
@@ -72,6 +72,7 @@ mod tests;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
+use crossbeam_epoch::Guard;
 use tierkv_core::media::pmem::{PmemAllocator, PmemPool};
 use tierkv_core::{Error, Result, Tier};
 
@@ -219,8 +220,9 @@ impl PersistentKeyIndex {
     /// The HSIT slot stored under `key`.
     pub fn get(&self, key: &[u8]) -> Result<Option<u64>> {
         check_key(key)?;
+        let guard = crossbeam_epoch::pin();
         loop {
-            let found = self.find_leaf(key)?;
+            let found = self.find_leaf(key, &guard)?;
             let node = NodeRef::new(&self.pool, found.leaf.off);
             let hit = found.leaf.read_optimistic(|| {
                 let header = node.header()?;
@@ -336,8 +338,8 @@ impl PersistentKeyIndex {
         check::check(self)
     }
 
-    fn find_leaf(&self, key: &[u8]) -> Result<Found> {
-        self.layer.find(key).ok_or_else(|| {
+    fn find_leaf<'g>(&'g self, key: &[u8], guard: &'g Guard) -> Result<Found<'g>> {
+        self.layer.find(key, guard).ok_or_else(|| {
             Error::corruption(Tier::Dram, 0, "key index search layer has no head leaf")
         })
     }

@@ -135,10 +135,11 @@ impl PersistentKeyIndex {
     fn try_room(&self, keys: &[&[u8]]) -> Result<Option<InsertRoom>> {
         let mut room = InsertRoom::default();
         let mut targets: HashMap<u64, Target> = HashMap::new();
+        let guard = crossbeam_epoch::pin();
         for &key in keys {
             check_key(key)?;
             let class = long_class(key.len())?;
-            let found = self.find_leaf(key)?;
+            let found = self.find_leaf(key, &guard)?;
             let t = targets.entry(found.leaf.off).or_insert_with(|| Target {
                 splits: found.splits,
                 leaf: found.leaf.clone(),

@@ -78,8 +78,9 @@ struct LeafView {
 
 /// A consistent view of the leaf covering `key`.
 fn leaf_view(index: &PersistentKeyIndex, key: &[u8]) -> Result<LeafView> {
+    let guard = crossbeam_epoch::pin();
     loop {
-        let found = index.find_leaf(key)?;
+        let found = index.find_leaf(key, &guard)?;
         let node = NodeRef::new(&index.pool, found.leaf.off);
         let live = found.leaf.read_optimistic(|| {
             let header = node.header()?;

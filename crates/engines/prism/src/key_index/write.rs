@@ -55,8 +55,9 @@ impl PersistentKeyIndex {
         key: &[u8],
         mut step: impl FnMut(&Locked<'_, '_>) -> Result<Step<T>>,
     ) -> Result<T> {
+        let pin = crossbeam_epoch::pin();
         loop {
-            let found = self.find_leaf(key)?;
+            let found = self.find_leaf(key, &pin)?;
             let guard = found.leaf.lock();
             if !found.still_covers() {
                 continue;

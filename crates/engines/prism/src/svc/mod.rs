@@ -25,8 +25,13 @@
 //! Thread safety: every method takes `&self` and may be called from any thread. List
 //! maintenance happens only on the background thread (`prism-svc`), fed by a bounded
 //! queue: `admit` and `remove` wait for room in the queue (so the cache stays bounded),
-//! `touch` never waits (a touch that finds the queue full is dropped and counted: it is a
-//! hint). Senders do not wake the thread for each message: it drains the queue once per
+//! touches never wait (a touch that finds the queue full is dropped and counted: it is a
+//! hint). Hits do not go to the queue one by one (the paper's per-thread queues): a point
+//! read's touch goes into the calling thread's shard of [`TOUCH_SHARDS`] buffers, handed
+//! over as one message per [`TOUCH_BATCH`] touches or taken by the thread when its queue is
+//! empty, and a scan's hits go as one message per scan ([`ScanAwareValueCache::touch_in_scan`]).
+//! A touch applied after its value left the cache, or before its admission was applied, is
+//! ignored. Senders do not wake the thread for each message: it drains the queue once per
 //! tick while there is traffic (see `worker`), so a read that hits or admits costs one
 //! queue push, not a futex wake-up and two context switches; only a full queue, a barrier,
 //! `close`, or a message to a thread asleep after a quiet spell wakes it at once. The
@@ -46,7 +51,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 
-use crossbeam::channel::{self, Sender, TrySendError};
+use crossbeam::channel::{self, SendError, Sender, TrySendError};
+use crossbeam::utils::CachePadded;
 use parking_lot::Mutex;
 use tierkv_core::{Counter, Error, Result};
 
@@ -62,6 +68,21 @@ pub const ENTRY_OVERHEAD: u64 = (std::mem::size_of::<CachedValue>() + 32 + 64) a
 
 /// Messages the queue holds before `admit` and `remove` wait.
 pub const QUEUE_DEPTH: usize = 4096;
+
+/// Buffers of point-read touches (a thread keeps to one, chosen round-robin at first use).
+pub const TOUCH_SHARDS: usize = 16;
+
+/// Touches a buffer holds before the thread that fills it queues them as one message.
+pub const TOUCH_BATCH: usize = 64;
+
+/// The touch buffer of the calling thread.
+fn touch_shard() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % TOUCH_SHARDS;
+    }
+    SHARD.with(|s| *s)
+}
 
 /// Identifies the entries one scan brought into the cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -182,6 +203,24 @@ pub(crate) struct Shared {
     pub(crate) poisoned: Mutex<Option<String>>,
     /// The thread sleeps until woken (no traffic for a while): senders must unpark it.
     pub(crate) asleep: AtomicBool,
+    /// Point-read touches not yet queued, per shard.
+    touches: [CachePadded<Mutex<Vec<Arc<CachedValue>>>>; TOUCH_SHARDS],
+}
+
+impl Shared {
+    /// Every buffered touch, emptying the buffers; `None` when there is none.
+    pub(crate) fn take_touches(&self) -> Option<Vec<Arc<CachedValue>>> {
+        let mut all = Vec::new();
+        for shard in &self.touches {
+            let mut buf = shard.lock();
+            if all.is_empty() {
+                all = std::mem::take(&mut *buf);
+            } else {
+                all.append(&mut buf);
+            }
+        }
+        (!all.is_empty()).then_some(all)
+    }
 }
 
 /// The Scan-aware Value Cache.
@@ -237,33 +276,48 @@ impl ScanAwareValueCache {
         v
     }
 
-    /// Records an access to a cached value (②), without waiting.
+    /// Records an access to a cached value (②), without waiting: into the calling
+    /// thread's buffer, queued with the buffer once it is full.
     pub fn touch(&self, v: &Arc<CachedValue>) {
         self.shared.hits.incr();
         if self.closed.load(Ordering::Acquire) {
             return;
         }
-        // A touch already waiting in the queue stands for this one (the read of the flag
-        // first keeps a hot value's cache line shared).
+        // A touch already waiting stands for this one (the read of the flag first keeps a
+        // hot value's cache line shared).
         if v.touch_queued.load(Ordering::Relaxed) || v.touch_queued.swap(true, Ordering::AcqRel) {
             self.shared.touches_coalesced.incr();
             return;
         }
-        if !self.send(Msg::Touch(v.clone()), false) {
-            v.touch_queued.store(false, Ordering::Release);
-            self.shared.touches_dropped.incr();
+        let full = {
+            let mut buf = self.shared.touches[touch_shard()].lock();
+            buf.push(v.clone());
+            (buf.len() >= TOUCH_BATCH)
+                .then(|| std::mem::replace(&mut *buf, Vec::with_capacity(TOUCH_BATCH)))
+        };
+        if let Some(batch) = full
+            && let Err(Msg::Touches(lost)) = self.send(Msg::Touches(batch), false)
+        {
+            for v in &lost {
+                v.touch_queued.store(false, Ordering::Release);
+            }
+            self.shared.touches_dropped.add(lost.len() as u64);
         }
     }
 
-    /// Records an access to a cached value by the scan `chain` (②), which also moves the
-    /// value to that scan's chain (§4.4), without waiting.
-    pub fn touch_in_scan(&self, v: &Arc<CachedValue>, chain: ScanChainId) {
-        self.shared.hits.incr();
+    /// Records the accesses of the scan `chain` to the cached values `hits` (②), which
+    /// also moves them to that scan's chain (§4.4), without waiting: one message.
+    pub fn touch_in_scan(&self, hits: Vec<Arc<CachedValue>>, chain: ScanChainId) {
+        if hits.is_empty() {
+            return;
+        }
+        let n = hits.len() as u64;
+        self.shared.hits.add(n);
         if self.closed.load(Ordering::Acquire) {
             return;
         }
-        if !self.send(Msg::TouchInScan(v.clone(), chain), false) {
-            self.shared.touches_dropped.incr();
+        if self.send(Msg::TouchInScan(hits, chain), false).is_err() {
+            self.shared.touches_dropped.add(n);
         }
     }
 
@@ -276,8 +330,8 @@ impl ScanAwareValueCache {
 
     /// Queues `m` for the thread. A full queue wakes the thread and, with `wait`, waits for
     /// room (else the message is dropped); a thread asleep after a quiet spell is woken.
-    /// False if the message was not queued.
-    fn send(&self, m: Msg, wait: bool) -> bool {
+    /// The message back if it was not queued.
+    fn send(&self, m: Msg, wait: bool) -> std::result::Result<(), Msg> {
         match self.tx.try_send(m) {
             Ok(()) => {
                 // IMPORTANT: pairs with the fence in `worker::run` between its `asleep`
@@ -287,13 +341,17 @@ impl ScanAwareValueCache {
                 if self.shared.asleep.load(Ordering::Relaxed) {
                     self.worker_thread.unpark();
                 }
-                true
+                Ok(())
             }
             Err(TrySendError::Full(m)) => {
                 self.worker_thread.unpark();
-                wait && self.tx.send(m).is_ok()
+                if wait {
+                    self.tx.send(m).map_err(|SendError(m)| m)
+                } else {
+                    Err(m)
+                }
             }
-            Err(TrySendError::Disconnected(_)) => false,
+            Err(TrySendError::Disconnected(m)) => Err(m),
         }
     }
 
@@ -302,10 +360,14 @@ impl ScanAwareValueCache {
         ScanChainId(self.next_chain.fetch_add(1, Ordering::Relaxed))
     }
 
-    /// Waits until the thread has handled everything queued before this call (and run the
-    /// evictions it caused). Returns at once after `close` or a panic of the thread.
+    /// Waits until the thread has handled everything queued or buffered before this call
+    /// (and run the evictions it caused). Returns at once after `close` or a panic of the
+    /// thread.
     pub fn quiesce(&self) {
         let (tx, rx) = channel::bounded(1);
+        if let Some(touches) = self.shared.take_touches() {
+            let _ = self.send(Msg::Touches(touches), true);
+        }
         if !self.closed.load(Ordering::Acquire) && self.tx.send(Msg::Barrier(tx)).is_ok() {
             self.worker_thread.unpark();
             let _ = rx.recv();
@@ -425,6 +487,70 @@ mod tests {
         assert_eq!(Arc::strong_count(&v), refs, "nothing queued");
         let s = svc.stats();
         assert_eq!((s.hits, s.touches_coalesced), (3, 2));
+    }
+
+    #[test]
+    fn a_full_touch_buffer_is_queued_by_the_toucher_and_applied() {
+        let (cb, _) = collector();
+        let svc = ScanAwareValueCache::new(1 << 20, cb).unwrap();
+        let vs: Vec<_> = (0..TOUCH_BATCH as u64)
+            .map(|i| svc.admit(i, None, value(10, 1), None))
+            .collect();
+        svc.quiesce();
+        // All from this thread, so into one buffer: the last touch fills it and queues it.
+        for v in &vs {
+            svc.touch(v);
+        }
+        assert!(svc.shared.touches.iter().all(|b| b.lock().is_empty()));
+        // The thread applies them without a barrier (it clears each flag as it goes).
+        let t = std::time::Instant::now();
+        while vs.iter().any(|v| v.touch_queued.load(Ordering::Acquire)) {
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(10),
+                "touches not applied"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let s = svc.stats();
+        assert_eq!((s.hits, s.touches_dropped), (TOUCH_BATCH as u64, 0));
+        // A touch short of a full buffer waits in it until the thread or a barrier takes it.
+        svc.touch(&vs[0]);
+        svc.quiesce();
+        assert!(!vs[0].touch_queued.load(Ordering::Acquire));
+        assert!(svc.shared.touches.iter().all(|b| b.lock().is_empty()));
+        assert_eq!(svc.stats().lists.active_len, TOUCH_BATCH);
+    }
+
+    #[test]
+    fn a_scans_hits_join_its_chain_in_one_message() {
+        let (cb, got) = collector();
+        let svc = ScanAwareValueCache::new(4 * (10 + 1 + ENTRY_OVERHEAD), cb).unwrap();
+        let hits: Vec<_> = [b"c", b"a", b"b"]
+            .iter()
+            .enumerate()
+            .map(|(i, k)| svc.admit(i as u64, Some(&k[..]), value(10, i as u8), None))
+            .collect();
+        svc.quiesce();
+        let chain = svc.new_scan_chain();
+        svc.touch_in_scan(hits, chain);
+        svc.touch_in_scan(Vec::new(), chain);
+        assert_eq!(svc.stats().hits, 3);
+        svc.quiesce();
+        // Applied: all three accessed, so active, then the active list past its half of
+        // the capacity demoted its tail.
+        let lists = svc.stats().lists;
+        assert_eq!((lists.active_len, lists.inactive_len), (2, 1));
+        // More values push every chain member out; the first to go hands the whole chain,
+        // sorted by key, and dissolves it.
+        for i in 0..8u8 {
+            svc.admit(10 + u64::from(i), Some(&[b'x', i]), value(10, i), None);
+        }
+        svc.quiesce();
+        let g = got.lock();
+        let with_chain: Vec<_> = g.iter().filter(|b| !b.chain.is_empty()).collect();
+        assert_eq!(with_chain.len(), 1, "{g:?}");
+        let keys: Vec<&[u8]> = with_chain[0].chain.iter().filter_map(|m| m.key()).collect();
+        assert_eq!(keys, vec![&b"a"[..], b"b", b"c"]);
     }
 
     #[test]

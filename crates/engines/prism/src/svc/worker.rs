@@ -3,6 +3,9 @@
 //! message to the [`TwoQueue`], rebalances (demotion and eviction) once per batch, hands the
 //! evictions to the callback and publishes the gauges.
 //!
+//! Point-read touches also reach it through per-thread-shard buffers (`Shared::touches`),
+//! which it empties whenever its queue is empty.
+//!
 //! Pacing: while messages come, the thread drains the queue, then sleeps for a [`TICK`] so
 //! the next ones gather into a batch; senders do not wake it. With every read of a small
 //! machine sending a message, a thread woken per message cost a futex wake-up in the
@@ -32,8 +35,10 @@ use super::{CachedValue, EvictFn, ScanChainId, Shared};
 /// Messages from the cache handle to its thread.
 pub(crate) enum Msg {
     Admit(Arc<CachedValue>),
-    Touch(Arc<CachedValue>),
-    TouchInScan(Arc<CachedValue>, ScanChainId),
+    /// Point-read touches (a full buffer, or every buffer when the queue was empty).
+    Touches(Vec<Arc<CachedValue>>),
+    /// One scan's hits.
+    TouchInScan(Vec<Arc<CachedValue>>, ScanChainId),
     Remove(Arc<CachedValue>),
     Barrier(Sender<()>),
     Stop,
@@ -54,7 +59,20 @@ pub(crate) fn run(rx: Receiver<Msg>, capacity: u64, evict: EvictFn, shared: Arc<
     let mut empty_ticks = 0;
     loop {
         let mut drained = false;
-        while let Ok(first) = rx.try_recv() {
+        // The buffered touches are taken once per tick, when the queue is empty, so that a
+        // touch seldom overtakes the admission of its value (it would be ignored: a hint
+        // lost) and a trickle of touches does not keep the thread from sleeping.
+        let mut touches_taken = false;
+        let mut next = || {
+            rx.try_recv().ok().or_else(|| {
+                if touches_taken {
+                    return None;
+                }
+                touches_taken = true;
+                shared.take_touches().map(Msg::Touches)
+            })
+        };
+        while let Some(first) = next() {
             drained = true;
             let batch = std::iter::once(first).chain(rx.try_iter().take(BATCH - 1));
             let mut barriers = Vec::new();
@@ -112,13 +130,19 @@ fn step(
     for m in batch {
         match m {
             Msg::Admit(v) => q.admit(v),
-            Msg::Touch(v) => {
-                // Release the flag first: a touch after this point is queued again.
-                v.touch_queued
-                    .store(false, std::sync::atomic::Ordering::Release);
-                q.access(&v);
+            Msg::Touches(vs) => {
+                for v in vs {
+                    // Release the flag first: a touch after this point is buffered again.
+                    v.touch_queued
+                        .store(false, std::sync::atomic::Ordering::Release);
+                    q.access(&v);
+                }
             }
-            Msg::TouchInScan(v, c) => q.join_chain(&v, c),
+            Msg::TouchInScan(vs, c) => {
+                for v in vs {
+                    q.join_chain(&v, c);
+                }
+            }
             Msg::Remove(v) => {
                 q.remove(&v);
                 shared.removals.incr();
