@@ -67,6 +67,7 @@ pub mod dram;
 mod flush;
 pub mod format;
 pub mod geometry;
+mod groupsync;
 pub mod invalid;
 pub mod mem;
 pub mod nvm;

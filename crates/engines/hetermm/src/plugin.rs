@@ -60,7 +60,8 @@
 //!         // Was: `map.insert(key.to_vec(), value.to_vec())`.
 //!         let addr = hm.set_value(&g, old, key, value)?;
 //!         map.insert(key.to_vec(), addr);
-//!         Ok(())
+//!         drop(map);
+//!         hm.complete(&g) // the log's persist, after the lock
 //!     }
 //!     fn delete(&self, hm: &M, key: &[u8]) -> Result<()> {
 //!         let g = hm.pin()?;
@@ -177,6 +178,16 @@ pub trait HeterMemory: Send + Sync {
         value: &[u8],
     ) -> Result<LogicalAddress>;
 
+    /// Makes the operation's `set_value` durable: call it once the index's lock is released,
+    /// before the put returns (the paper's writer releases the bucket lock before it
+    /// persists). `set_value` only prepares its log entry; this writes and persists it,
+    /// grouped with concurrent writers' persists. The guard's drop does it too, so an index
+    /// that never calls it is correct but persists under its lock. A reader that finds the
+    /// new version meanwhile waits for this persist. Does nothing by default.
+    fn complete(&self, _g: &Self::Guard<'_>) -> Result<()> {
+        Ok(())
+    }
+
     /// Removes the value at `addr` (the key's current address): call it, then remove the
     /// key from the index.
     fn remove_value(&self, g: &Self::Guard<'_>, addr: LogicalAddress, key: &[u8]) -> Result<()>;
@@ -226,6 +237,10 @@ impl HeterMemory for HeterMem {
     ) -> Result<LogicalAddress> {
         self.write_value(g, addr.map(|a| a.0), key, value)
             .map(LogicalAddress)
+    }
+
+    fn complete(&self, g: &Guard<'_>) -> Result<()> {
+        HeterMem::complete(self, g)
     }
 
     fn remove_value(&self, g: &Guard<'_>, addr: LogicalAddress, key: &[u8]) -> Result<()> {
@@ -374,7 +389,10 @@ impl<M: HeterMemory> PluggedIndex<M> for CoreIndex {
     fn put(&self, hm: &M, key: &[u8], value: &[u8]) -> Result<()> {
         let g = hm.pin()?;
         hm.reserve(&g, key.len(), value.len())?;
-        self.install(key, |cur| hm.set_value(&g, cur, key, value))
+        self.install(key, |cur| hm.set_value(&g, cur, key, value))?;
+        // IMPORTANT: the log entry is persisted here, after the index's per-key lock (the
+        // `hash` variant's shard lock) is released, and before the put returns.
+        hm.complete(&g)
     }
 
     fn delete(&self, hm: &M, key: &[u8]) -> Result<()> {

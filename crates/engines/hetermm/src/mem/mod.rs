@@ -248,7 +248,8 @@ impl RoomPasses {
 pub enum HookPoint {
     /// At the start of a write attempt (after a lost attempt's entry was retracted).
     Write,
-    /// After a write attempt's log entry is committed.
+    /// After a write attempt's log entry is committed (a put's: prepared; it is written
+    /// once the index's lock is released, `access.rs` `complete`).
     Logged,
     /// In `flush_oldest`, before a run is taken for the block (the value is empty).
     Flushing,
