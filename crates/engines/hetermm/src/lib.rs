@@ -75,6 +75,8 @@ pub mod oplog;
 pub mod options;
 pub mod plugin;
 pub mod policy;
+#[cfg(test)]
+mod reader_tests;
 mod recovery;
 #[cfg(test)]
 mod regressions;

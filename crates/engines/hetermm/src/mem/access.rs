@@ -473,7 +473,10 @@ impl HeterMem {
     fn write_pending(&self, p: Pending<'_>) -> Result<()> {
         let ts = p.entry.ts();
         let record = p.record;
-        if let Err(e) = p.entry.write(&self.nvm) {
+        let written = self
+            .run_hook(HookPoint::Persisting, &[])
+            .and_then(|()| p.entry.write(&self.nvm));
+        if let Err(e) = written {
             self.health.poison(format!(
                 "hetermm: a put's log entry could not be written: {e}"
             ));

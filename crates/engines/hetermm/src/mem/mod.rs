@@ -251,6 +251,9 @@ pub enum HookPoint {
     /// After a write attempt's log entry is committed (a put's: prepared; it is written
     /// once the index's lock is released, `access.rs` `complete`).
     Logged,
+    /// A put's log entry is about to be written, its index lock released (the value is
+    /// empty).
+    Persisting,
     /// In `flush_oldest`, before a run is taken for the block (the value is empty).
     Flushing,
     /// In `flush_oldest`, once the block's directory word is durable (the value is empty).
