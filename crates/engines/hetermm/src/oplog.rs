@@ -4,7 +4,9 @@
 //! directory with a sequence number) are cut into pages of 2^k bytes. Each thread appends to its own
 //! page (Algorithm 2: a page is handed to a thread, which then appends without contention),
 //! writing every entry in two steps — data with ts = 0, persist; ts, persist — so a torn
-//! entry is never replayed (`format::log`). Each block keeps `max_address`, the highest
+//! entry is never replayed (`format::log`). A put prepares its entry under the index's lock
+//! ([`LogTicket::prepare`]) and writes it after ([`PreparedEntry::write`]); persists of
+//! concurrent writers are grouped (`groupsync.rs`). Each block keeps `max_address`, the highest
 //! logical address its entries cover.
 //!
 //! **Reclamation** (§5.3.1): the oldest block is reclaimed once every page of it has been

@@ -18,6 +18,11 @@
 //!   address it returns. A lock-free index that loses a race calls `set_value` again in
 //!   the same guard; only the address of the *last* call for a key may be installed (the
 //!   earlier records are reclaimed).
+//! - **Completion.** `set_value` prepares the write's log entry; call
+//!   [`HeterMemory::complete`] once the index's lock is released, before the put returns:
+//!   it persists the entry (grouped with concurrent writers'), so no reader or writer of
+//!   another key waits behind the persist under your lock. The guard's drop completes a
+//!   write you did not.
 //! - **An optional hint.** An index that reads many values at once (a scan) may call
 //!   [`HeterMemory::prefetch_value`] for each address first: the values lie scattered over
 //!   DRAM pages and pmem blocks, and prefetching lets their cache misses overlap (YCSB's

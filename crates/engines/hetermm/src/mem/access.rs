@@ -2,12 +2,15 @@
 //!
 //! - **get**: Eq. 1 — above off_DRAM the record is read from its DRAM page (seqlock);
 //!   below it the read cache is asked first, then the pmem block (checksum-verified), and
-//!   one in SampleFreq such reads is admitted to the cache.
+//!   one in SampleFreq such reads is admitted to the cache. A DRAM version whose log entry
+//!   is not durable yet is waited for (FORMAT.md § Readers and in-flight puts).
 //! - **set**: a record above off_ReadOnly is updated in place if the value fits; anything
 //!   else gets a new record at a new logical address from the thread's page (Algorithm 2),
 //!   after sealing the old record if it is still in DRAM. The operation-log entry is then
-//!   written and made durable before the call returns.
-//! - **delete**: seals the record, logs the delete, and registers its invalidation.
+//!   prepared; [`HeterMem::complete`] writes and persists it once the index's lock is
+//!   released, before the put returns (FORMAT.md § Writes).
+//! - **delete**: seals the record, logs the delete (persisted under the index's lock), and
+//!   registers its invalidation.
 //!
 //! Every timestamp is taken while the index's own synchronization (or the record's lock,
 //! for in-place updates) orders it after the version it replaces (invariant 5 in `mod.rs`).
