@@ -118,6 +118,12 @@ impl OpLog {
         }
     }
 
+    /// The log with its persists grouped (`on`) or each writer's on its own.
+    pub fn grouped(mut self, on: bool) -> OpLog {
+        self.sync = GroupSync::new(on);
+        self
+    }
+
     fn pages_per_block(&self) -> u64 {
         self.geo.pages_per_block()
     }

@@ -92,7 +92,7 @@ impl HeterMem {
         let (page, at) = (self.dram_page(addr)?, self.geo.page_offset(addr));
         loop {
             let (value, meta) = dram_record::read_value_and_meta(page, at, key)?;
-            if self.oplog.is_none() || dram_record::is_logged(meta) {
+            if self.oplog.is_none() || !self.opts.durable_reads || dram_record::is_logged(meta) {
                 return Ok(value);
             }
             self.counters.reads_waited.incr();
