@@ -4,7 +4,9 @@
 //! directory with a sequence number) are cut into pages of 2^k bytes. Each thread appends to its own
 //! page (Algorithm 2: a page is handed to a thread, which then appends without contention),
 //! writing every entry in two steps — data with ts = 0, persist; ts, persist — so a torn
-//! entry is never replayed (`format::log`). Each block keeps `max_address`, the highest
+//! entry is never replayed (`format::log`). A put prepares its entry under the index's lock
+//! ([`LogTicket::prepare`]) and writes it after ([`PreparedEntry::write`]); persists of
+//! concurrent writers are grouped (`groupsync.rs`). Each block keeps `max_address`, the highest
 //! logical address its entries cover.
 //!
 //! **Reclamation** (§5.3.1): the oldest block is reclaimed once every page of it has been
@@ -31,6 +33,7 @@ use crate::format::batch;
 use crate::format::dir::{DirEntry, MAX_LOG_SEQ};
 use crate::format::log::{self, EntryKind, LogHeader, Place};
 use crate::geometry::Geometry;
+use crate::groupsync::GroupSync;
 use crate::nvm::Nvm;
 use crate::threads::MAX_THREADS;
 
@@ -92,6 +95,8 @@ pub struct OpLog {
     geo: Geometry,
     state: Mutex<LogState>,
     threads: Box<[Mutex<ThreadLog>]>,
+    /// Group commit of the entries' persists.
+    pub sync: GroupSync,
     /// Counters.
     pub counters: LogCounters,
 }
@@ -108,8 +113,15 @@ impl OpLog {
             threads: (0..MAX_THREADS)
                 .map(|_| Mutex::new(ThreadLog::default()))
                 .collect(),
+            sync: GroupSync::default(),
             counters: LogCounters::default(),
         }
+    }
+
+    /// The log with its persists grouped (`on`) or each writer's on its own.
+    pub fn grouped(mut self, on: bool) -> OpLog {
+        self.sync = GroupSync::new(on);
+        self
     }
 
     fn pages_per_block(&self) -> u64 {
@@ -472,13 +484,20 @@ pub struct LogTicket<'a> {
     len: u64,
 }
 
-impl LogTicket<'_> {
+impl<'a> LogTicket<'a> {
     /// Writes the entry (two steps: everything with ts = 0, persisted; then ts, persisted).
     /// Fails only if the pool fails.
-    pub fn commit(mut self, nvm: &Nvm, e: &NewEntry<'_>) -> Result<()> {
+    pub fn commit(self, nvm: &Nvm, e: &NewEntry<'_>) -> Result<()> {
+        self.prepare(e)?.write(nvm)
+    }
+
+    /// Places the entry in the ticket's page and encodes it, writing nothing yet: a put
+    /// prepares its entry under the index's lock (its timestamp is taken there) and writes
+    /// it with [`PreparedEntry::write`] once the lock is released (FORMAT.md § Writes).
+    /// The page stays the thread's until then.
+    pub fn prepare(self, e: &NewEntry<'_>) -> Result<PreparedEntry<'a>> {
         let len = log::entry_len(e.key.len() as u64, e.value.len() as u64);
-        let t = &mut *self.t;
-        let block = match &t.block {
+        let block = match &self.t.block {
             Some(b) if len <= self.len => b.clone(),
             _ => {
                 return Err(Error::invalid(
@@ -487,21 +506,66 @@ impl LogTicket<'_> {
             }
         };
         let geo = self.log.geo;
-        let off = block.off + ((t.page - block.first_page) << geo.page_bits) + t.next;
-        block.max_address.fetch_max(e.at.address, Ordering::AcqRel);
+        let off = block.off + ((self.t.page - block.first_page) << geo.page_bits) + self.t.next;
         let bytes = log::encode_entry(block.seq, e.at, e.kind, e.key, e.value);
+        Ok(PreparedEntry {
+            log: self.log,
+            t: self.t,
+            block,
+            off,
+            len,
+            ts: e.ts,
+            kind: e.kind,
+            address: e.at.address,
+            bytes,
+        })
+    }
+}
+
+/// An entry placed in its thread's page and encoded, not yet written
+/// ([`LogTicket::prepare`]); it holds the page.
+pub struct PreparedEntry<'a> {
+    log: &'a OpLog,
+    t: parking_lot::MutexGuard<'a, ThreadLog>,
+    block: Arc<LogBlock>,
+    off: u64,
+    len: u64,
+    ts: u64,
+    kind: EntryKind,
+    address: u64,
+    bytes: Vec<u8>,
+}
+
+impl PreparedEntry<'_> {
+    /// The entry's timestamp.
+    pub fn ts(&self) -> u64 {
+        self.ts
+    }
+
+    /// Writes the entry in two steps — everything with ts = 0, persisted; then ts,
+    /// persisted — each persist grouped with concurrent writers' ([`GroupSync`]). Fails
+    /// only if the pool fails.
+    pub fn write(mut self, nvm: &Nvm) -> Result<()> {
+        let off = self.off;
+        self.block
+            .max_address
+            .fetch_max(self.address, Ordering::AcqRel);
         // IMPORTANT: step 1 — everything but the timestamp (which stays 0), persisted.
-        nvm.pool.write(off, &bytes)?;
-        nvm.pool.persist(off, bytes.len())?;
-        if e.kind == EntryKind::Batch {
+        nvm.pool.write(off, &self.bytes)?;
+        self.log.sync.persist(&nvm.pool, off, self.bytes.len())?;
+        if self.kind == EntryKind::Batch {
             nvm.pool.crash_point("hetermm.batch.entry_written");
         }
         // IMPORTANT: step 2 — the timestamp commits the entry.
-        nvm.pool.store_u64(off, e.ts)?;
-        nvm.pool.persist(off, 8)?;
-        t.next += len;
-        t.unsettled = Some(Unsettled { block, off });
-        self.log.counters.bytes.add(len);
+        nvm.pool.store_u64(off, self.ts)?;
+        self.log.sync.persist(&nvm.pool, off, 8)?;
+        let t = &mut *self.t;
+        t.next += self.len;
+        t.unsettled = Some(Unsettled {
+            block: self.block.clone(),
+            off,
+        });
+        self.log.counters.bytes.add(self.len);
         self.log.counters.entries.incr();
         Ok(())
     }

@@ -15,6 +15,8 @@
 //! | `reorg_threshold` | 0.5 | 0.5 | a block more invalid than this is reorganised |
 //! | `recovery_threads` | 16 | cores | threads of the parallel recovery |
 //! | `log_blocks` | - | auto | live log blocks before the oldest is compressed (§5.3.1) |
+//! | `durable_reads` | - | on | a get that finds a DRAM version whose log entry is not durable yet waits for it (FORMAT.md § Readers and in-flight puts); `off` returns it at once, as the paper does — a crash may then take back a value a reader returned |
+//! | `group_commit` | - | on | concurrent writers' log persists are grouped where it pays (emulated persist latency; tracked mode; `groupsync.rs`); `off`: each writer persists its own |
 //!
 //! Why smaller pages and blocks: with k = 20 and m = 30 one block is 1 GiB, so a 1 GiB pool
 //! would hold a single block and nothing could be reorganised; and every client thread owns
@@ -73,6 +75,10 @@ pub struct HeterOptions {
     pub recovery_threads: usize,
     /// Live log blocks before compression (0 = derived from the DRAM and pool sizes).
     pub log_blocks: u64,
+    /// Log persists of concurrent writers grouped (`groupsync.rs`).
+    pub group_commit: bool,
+    /// Gets wait for a DRAM version's log entry to be durable (`mem/access.rs`).
+    pub durable_reads: bool,
     /// DRAM for pages and the read cache (from `Options::dram_budget`).
     pub dram_budget: u64,
     /// Logical block numbers the store may use (0 = all the block table holds). Not an
@@ -93,6 +99,8 @@ impl Default for HeterOptions {
             reorg_threshold: DEFAULT_REORG_THRESHOLD,
             recovery_threads: 0,
             log_blocks: 0,
+            group_commit: true,
+            durable_reads: true,
             max_blocks: 0,
             dram_budget: 256 << 20,
         }
@@ -129,6 +137,8 @@ impl HeterOptions {
             reorg_threshold: p.take("reorg_threshold", d.reorg_threshold)?,
             recovery_threads: p.take("recovery_threads", d.recovery_threads)?,
             log_blocks: p.take("log_blocks", d.log_blocks)?,
+            group_commit: p.take("group_commit", Switch(d.group_commit))?.0,
+            durable_reads: p.take("durable_reads", Switch(d.durable_reads))?.0,
             max_blocks: d.max_blocks,
             dram_budget,
         };
@@ -218,8 +228,10 @@ mod tests {
         let o = parse("hetermm").unwrap();
         assert_eq!(o.sample_freq, 100);
         assert_eq!(o.reorg_threshold, 0.5);
-        assert!(o.oplog && o.read_cache);
+        assert!(o.oplog && o.read_cache && o.group_commit && o.durable_reads);
         assert_eq!((o.page_bits, o.block_bits_for(1 << 30)), (15, 21));
+        let o = parse("hetermm@group_commit=off,durable_reads=off").unwrap();
+        assert!(!o.group_commit && !o.durable_reads);
         assert_eq!(o.block_bits, None);
     }
 

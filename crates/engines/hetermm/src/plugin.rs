@@ -18,6 +18,11 @@
 //!   address it returns. A lock-free index that loses a race calls `set_value` again in
 //!   the same guard; only the address of the *last* call for a key may be installed (the
 //!   earlier records are reclaimed).
+//! - **Completion.** `set_value` prepares the write's log entry; call
+//!   [`HeterMemory::complete`] once the index's lock is released, before the put returns:
+//!   it persists the entry (grouped with concurrent writers'), so no reader or writer of
+//!   another key waits behind the persist under your lock. The guard's drop completes a
+//!   write you did not.
 //! - **An optional hint.** An index that reads many values at once (a scan) may call
 //!   [`HeterMemory::prefetch_value`] for each address first: the values lie scattered over
 //!   DRAM pages and pmem blocks, and prefetching lets their cache misses overlap (YCSB's
@@ -60,7 +65,8 @@
 //!         // Was: `map.insert(key.to_vec(), value.to_vec())`.
 //!         let addr = hm.set_value(&g, old, key, value)?;
 //!         map.insert(key.to_vec(), addr);
-//!         Ok(())
+//!         drop(map);
+//!         hm.complete(&g) // the log's persist, after the lock
 //!     }
 //!     fn delete(&self, hm: &M, key: &[u8]) -> Result<()> {
 //!         let g = hm.pin()?;
@@ -177,6 +183,16 @@ pub trait HeterMemory: Send + Sync {
         value: &[u8],
     ) -> Result<LogicalAddress>;
 
+    /// Makes the operation's `set_value` durable: call it once the index's lock is released,
+    /// before the put returns (the paper's writer releases the bucket lock before it
+    /// persists). `set_value` only prepares its log entry; this writes and persists it,
+    /// grouped with concurrent writers' persists. The guard's drop does it too, so an index
+    /// that never calls it is correct but persists under its lock. A reader that finds the
+    /// new version meanwhile waits for this persist. Does nothing by default.
+    fn complete(&self, _g: &Self::Guard<'_>) -> Result<()> {
+        Ok(())
+    }
+
     /// Removes the value at `addr` (the key's current address): call it, then remove the
     /// key from the index.
     fn remove_value(&self, g: &Self::Guard<'_>, addr: LogicalAddress, key: &[u8]) -> Result<()>;
@@ -226,6 +242,10 @@ impl HeterMemory for HeterMem {
     ) -> Result<LogicalAddress> {
         self.write_value(g, addr.map(|a| a.0), key, value)
             .map(LogicalAddress)
+    }
+
+    fn complete(&self, g: &Guard<'_>) -> Result<()> {
+        HeterMem::complete(self, g)
     }
 
     fn remove_value(&self, g: &Guard<'_>, addr: LogicalAddress, key: &[u8]) -> Result<()> {
@@ -374,7 +394,10 @@ impl<M: HeterMemory> PluggedIndex<M> for CoreIndex {
     fn put(&self, hm: &M, key: &[u8], value: &[u8]) -> Result<()> {
         let g = hm.pin()?;
         hm.reserve(&g, key.len(), value.len())?;
-        self.install(key, |cur| hm.set_value(&g, cur, key, value))
+        self.install(key, |cur| hm.set_value(&g, cur, key, value))?;
+        // IMPORTANT: the log entry is persisted here, after the index's per-key lock (the
+        // `hash` variant's shard lock) is released, and before the put returns.
+        hm.complete(&g)
     }
 
     fn delete(&self, hm: &M, key: &[u8]) -> Result<()> {

@@ -43,6 +43,9 @@ pub struct HeterCounters {
     pub reorg_micros: Counter,
     /// Blocks moved down the pool to defragment it.
     pub relocations: Counter,
+    /// Reads that found a DRAM version whose log entry was still being persisted, and
+    /// waited for it.
+    pub reads_waited: Counter,
     /// Writers that had to wait for a free DRAM page.
     pub page_waits: Counter,
     /// Waits of a writer for the log to shrink below its limit (200 µs each).
@@ -100,6 +103,7 @@ impl HeterMem {
         counter("reorg_micros", c.reorg_micros.get());
         counter("relocations", c.relocations.get());
         counter("page_waits", c.page_waits.get());
+        counter("reads_waited_for_log", c.reads_waited.get());
         counter("alarms", c.alarms.get());
         counter("log_waits", c.log_waits.get());
         counter("room_passes", c.room_passes.get());
@@ -117,6 +121,8 @@ impl HeterMem {
             counter("log_compressions", log.counters.compressed.get());
             counter("log_entries_copied", log.counters.copied.get());
             counter("log_entries_retracted", log.counters.retracted.get());
+            counter("log_persist_requests", log.sync.requests.get());
+            counter("log_persists", log.sync.persists.get());
             counter("spanning_batches", log.counters.spanning_batches.get());
             counter("batch_parts", log.counters.batch_parts.get());
         }

@@ -99,6 +99,33 @@ fn write_header_and_data(
 /// Reads the value of the record at `at`, checking that it belongs to `key` (an index
 /// entry pointing at another key's record is corruption).
 pub fn read_value(page: &Page, at: u64, key: &[u8]) -> Result<Vec<u8>> {
+    read_value_and_meta(page, at, key).map(|(v, _)| v)
+}
+
+/// True when a meta word says the version's log entry is durable.
+pub fn is_logged(meta: u64) -> bool {
+    meta & META_LOGGED != 0
+}
+
+/// Waits until the meta word of the record at `at` is no longer `seen` (the version was
+/// logged, updated or sealed), or `give_up()` says to stop; returns false then.
+pub fn wait_for_change(page: &Page, at: u64, seen: u64, give_up: impl Fn() -> bool) -> bool {
+    let Some(meta) = page.get(base(at)) else {
+        return false;
+    };
+    let mut spins = 0u32;
+    while meta.load(Ordering::Acquire) == seen {
+        spins += 1;
+        if spins.is_multiple_of(1024) && give_up() {
+            return false;
+        }
+        backoff(spins);
+    }
+    true
+}
+
+/// [`read_value`], and the meta word the value was read under.
+pub fn read_value_and_meta(page: &Page, at: u64, key: &[u8]) -> Result<(Vec<u8>, u64)> {
     let b = base(at);
     let meta = word(page, b)?;
     let mut spins = 0u32;
@@ -129,7 +156,7 @@ pub fn read_value(page: &Page, at: u64, key: &[u8]) -> Result<Vec<u8>> {
         }
         bytes.truncate(end);
         bytes.drain(..klen);
-        return Ok(bytes);
+        return Ok((bytes, m1));
     }
 }
 
@@ -263,16 +290,29 @@ pub fn update_in_place(
 }
 
 /// Sets the `logged` bit of the record at `at` if it still carries timestamp `ts` (its
-/// log entry is durable).
+/// log entry is durable), sealed or not: a put's entry is written after the index's lock is
+/// released, so a later writer of the key may have sealed the record meanwhile, and a
+/// reader holding its address waits for this bit (`mem/access.rs`). An in-place update in
+/// progress is waited for (it gives the record a newer timestamp, or leaves it as it was).
 pub fn set_logged(page: &Page, at: u64, ts: u64) {
-    if let Some(meta) = page.get(base(at)) {
-        let want = ts << TS_SHIFT;
-        let _ = meta.compare_exchange(
-            want,
-            want | META_LOGGED,
-            Ordering::AcqRel,
-            Ordering::Relaxed,
-        );
+    let Some(meta) = page.get(base(at)) else {
+        return;
+    };
+    let mut spins = 0u32;
+    loop {
+        let m = meta.load(Ordering::Acquire);
+        if m >> TS_SHIFT != ts || m & META_LOGGED != 0 {
+            return;
+        }
+        if m & META_LOCKED == 0
+            && meta
+                .compare_exchange_weak(m, m | META_LOGGED, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            return;
+        }
+        spins += 1;
+        backoff(spins);
     }
 }
 

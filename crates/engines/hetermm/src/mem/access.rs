@@ -2,12 +2,15 @@
 //!
 //! - **get**: Eq. 1 — above off_DRAM the record is read from its DRAM page (seqlock);
 //!   below it the read cache is asked first, then the pmem block (checksum-verified), and
-//!   one in SampleFreq such reads is admitted to the cache.
+//!   one in SampleFreq such reads is admitted to the cache. A DRAM version whose log entry
+//!   is not durable yet is waited for (FORMAT.md § Readers and in-flight puts).
 //! - **set**: a record above off_ReadOnly is updated in place if the value fits; anything
 //!   else gets a new record at a new logical address from the thread's page (Algorithm 2),
 //!   after sealing the old record if it is still in DRAM. The operation-log entry is then
-//!   written and made durable before the call returns.
-//! - **delete**: seals the record, logs the delete, and registers its invalidation.
+//!   prepared; [`HeterMem::complete`] writes and persists it once the index's lock is
+//!   released, before the put returns (FORMAT.md § Writes).
+//! - **delete**: seals the record, logs the delete (persisted under the index's lock), and
+//!   registers its invalidation.
 //!
 //! Every timestamp is taken while the index's own synchronization (or the record's lock,
 //! for in-place updates) orders it after the version it replaces (invariant 5 in `mod.rs`).
@@ -20,6 +23,7 @@ use tierkv_core::{Error, Result, Tier};
 
 use super::HookPoint;
 use super::guard::Outcome;
+use super::guard::Pending;
 use super::{Guard, HeterMem};
 use crate::dram::record as dram_record;
 use crate::format::log::{EntryKind, Place};
@@ -35,8 +39,7 @@ impl HeterMem {
         slot.reads.fetch_add(1, Ordering::Relaxed);
         let ops = &self.counters.ops;
         if addr >= self.off_dram() {
-            let value =
-                dram_record::read_value(self.dram_page(addr)?, self.geo.page_offset(addr), key)?;
+            let value = self.read_durable_dram(addr, key)?;
             ops.reads_from_dram.incr();
             ops.user_bytes_read.add(value.len() as u64);
             return Ok(value);
@@ -76,6 +79,28 @@ impl HeterMem {
             );
         }
         Ok(value)
+    }
+
+    /// The value of the DRAM record at `addr` once its log entry is durable (FORMAT.md §
+    /// Readers and in-flight puts): a put's entry is written after the index's lock is
+    /// released, so a reader may find a version whose entry is still being persisted; it
+    /// waits for that persist (only a reader of that very key, and at most one grouped
+    /// persist) rather than return a value that a crash could still take away after the
+    /// reader returned it. With the log off nothing waits (no write is durable before its
+    /// flush). A poisoned store ends the wait with its error.
+    fn read_durable_dram(&self, addr: u64, key: &[u8]) -> Result<Vec<u8>> {
+        let (page, at) = (self.dram_page(addr)?, self.geo.page_offset(addr));
+        loop {
+            let (value, meta) = dram_record::read_value_and_meta(page, at, key)?;
+            if self.oplog.is_none() || !self.opts.durable_reads || dram_record::is_logged(meta) {
+                return Ok(value);
+            }
+            self.counters.reads_waited.incr();
+            let poisoned = || self.health.poisoned.get().is_some();
+            if !dram_record::wait_for_change(page, at, meta, poisoned) {
+                self.health.check_writable()?;
+            }
+        }
     }
 
     /// Hints that the record at `addr` is read soon: its first lines, in its DRAM page or,
@@ -122,13 +147,47 @@ impl HeterMem {
         key: &[u8],
         value: &[u8],
     ) -> Result<u64> {
-        self.retract_lost_attempt(g, key, old)?;
+        self.settle_earlier_attempt(g, key, old)?;
         let r = self.write_value_inner(g, old, key, value);
         match r {
             Ok(addr) => g.record(key, old, Outcome::Installed(addr)),
-            Err(_) => g.record(key, old, Outcome::Unchanged),
+            Err(_) => {
+                // A failure after the entry was prepared: an in-place update is visible
+                // and is logged; a new record is not installed and its entry never written.
+                if let Some(p) = g.take_pending() {
+                    if p.in_place {
+                        self.write_pending(p)?;
+                    } else {
+                        g.forget_logged();
+                    }
+                }
+                g.record(key, old, Outcome::Unchanged);
+            }
         }
         r
+    }
+
+    /// Settles what an earlier call of this operation left (a lock-free index's attempt
+    /// that lost its race, or another key's write): its prepared entry is dropped if the
+    /// attempt lost and was out of place (its record was never installed, so nobody saw
+    /// it), and written otherwise (an in-place update took effect when it was made; its
+    /// timestamp is older than the seal of whatever replaced it). An entry already written
+    /// by a lost attempt is withdrawn.
+    fn settle_earlier_attempt(&self, g: &Guard<'_>, key: &[u8], old: Option<u64>) -> Result<()> {
+        if g.has_pending() {
+            let lost = g.attempt_lost(key, old);
+            if let Some(p) = g.take_pending() {
+                if lost && !p.in_place {
+                    drop(p);
+                    if let Some(log) = &self.oplog {
+                        log.counters.retracted.incr();
+                    }
+                    return Ok(());
+                }
+                return self.write_pending(p);
+            }
+        }
+        self.retract_lost_attempt(g, key, old)
     }
 
     /// A lock-free index calls `set_value` (or `remove_value`) again for a key when its
@@ -171,13 +230,14 @@ impl HeterMem {
             // IMPORTANT: the log page first — an in-place update is visible at once, so
             // the entry that makes it durable must not be able to fail for lack of space.
             if a >= self.off_read_only() {
-                let ticket = self.log_ticket(g, key.len(), value.len())?;
+                // The ticket borrows the guard's memory, which outlives the guard.
+                let ticket = g.mem().log_ticket(g, key.len(), value.len())?;
                 if let Some(ts) = self.try_in_place(a, key, value)? {
                     let at = Place {
                         address: a,
                         record: a,
                     };
-                    if let Err(e) = self.commit_log(g, ticket, put_entry(ts, key, value, at)) {
+                    if let Err(e) = self.defer_log(g, ticket, put_entry(ts, key, value, at), true) {
                         self.health.poison(format!(
                             "hetermm: an in-place update could not be logged: {e}"
                         ));
@@ -198,7 +258,11 @@ impl HeterMem {
             address: old.map_or(addr, |o| o.max(addr)),
             record: addr,
         };
-        if let Err(e) = self.log(g, put_entry(ts, key, value, at)) {
+        let deferred = g
+            .mem()
+            .log_ticket(g, key.len(), value.len())
+            .and_then(|t| self.defer_log(g, t, put_entry(ts, key, value, at), false));
+        if let Err(e) = deferred {
             g.invalidate(addr, addr);
             return Err(e);
         }
@@ -215,6 +279,8 @@ impl HeterMem {
         self.check_payload(key, value)?;
         self.reserve(g, key.len(), value.len())?;
         let (addr, _) = self.new_record(g, key, value, || ts)?;
+        // Its entry, in the old log, is durable: readers need not wait for it.
+        dram_record::set_logged(self.dram_page(addr)?, self.geo.page_offset(addr), ts);
         self.counters.out_of_place.incr();
         Ok(addr)
     }
@@ -277,7 +343,7 @@ impl HeterMem {
     /// Deletes the record at `old` (the key's current address). Its invalidation waits in
     /// the guard until the removal is known to stand (`guard.rs`).
     pub fn delete_value(&self, g: &Guard<'_>, old: u64, key: &[u8]) -> Result<()> {
-        self.retract_lost_attempt(g, key, Some(old))?;
+        self.settle_earlier_attempt(g, key, Some(old))?;
         let r = self.delete_value_inner(g, old, key);
         match r {
             Ok(frontier) => g.record(key, Some(old), Outcome::Removed(frontier)),
@@ -355,11 +421,72 @@ impl HeterMem {
             return Ok(());
         };
         ticket.commit(&self.nvm, &e)?;
-        let record = e.at.record;
-        let put = e.kind == EntryKind::Put;
+        let (put, record) = (e.kind == EntryKind::Put, e.at.record);
         g.note_logged(e.key, put.then_some(record));
         if put && record >= self.off_dram() {
             dram_record::set_logged(self.dram_page(record)?, self.geo.page_offset(record), e.ts);
+        }
+        Ok(())
+    }
+
+    /// A put's entry, prepared under the index's lock and kept in the guard until
+    /// [`HeterMem::complete`] writes it, after the lock (FORMAT.md § Writes). With no
+    /// ticket (the log is off, or recovery replays the old log) nothing is logged, and the
+    /// record counts as durable as far as readers are concerned.
+    fn defer_log<'a>(
+        &self,
+        g: &Guard<'a>,
+        ticket: Option<LogTicket<'a>>,
+        e: NewEntry<'_>,
+        in_place: bool,
+    ) -> Result<()> {
+        let record = e.at.record;
+        let Some(ticket) = ticket else {
+            if record >= self.off_dram() {
+                dram_record::set_logged(
+                    self.dram_page(record)?,
+                    self.geo.page_offset(record),
+                    e.ts,
+                );
+            }
+            return Ok(());
+        };
+        let entry = ticket.prepare(&e)?;
+        g.defer(Pending {
+            entry,
+            record,
+            in_place,
+        });
+        g.note_logged(e.key, Some(record));
+        Ok(())
+    }
+
+    /// Writes the put's log entry this operation prepared, if any (two persists, grouped
+    /// with concurrent writers'), and marks its record durable for readers. Called once
+    /// the index's lock is released and before the put is acknowledged; the guard's drop
+    /// calls it too. A failure poisons the store: the record is already visible.
+    pub fn complete(&self, g: &Guard<'_>) -> Result<()> {
+        match g.take_pending() {
+            Some(p) => self.write_pending(p),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes a prepared entry and marks its record durable for readers.
+    fn write_pending(&self, p: Pending<'_>) -> Result<()> {
+        let ts = p.entry.ts();
+        let record = p.record;
+        let written = self
+            .run_hook(HookPoint::Persisting, &[])
+            .and_then(|()| p.entry.write(&self.nvm));
+        if let Err(e) = written {
+            self.health.poison(format!(
+                "hetermm: a put's log entry could not be written: {e}"
+            ));
+            return Err(e);
+        }
+        if record >= self.off_dram() {
+            dram_record::set_logged(self.dram_page(record)?, self.geo.page_offset(record), ts);
         }
         Ok(())
     }

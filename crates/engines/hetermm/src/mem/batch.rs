@@ -387,6 +387,13 @@ impl BatchWriter<'_> {
         if let Some(log) = &mem.oplog {
             log.settle(g.slot());
         }
+        // Readers that found the batch's records wait for this (`access.rs`).
+        for a in self.applied.iter().filter(|a| a.kind == EntryKind::Put) {
+            if a.record >= mem.off_dram() {
+                let page = mem.dram_page(a.record)?;
+                crate::dram::record::set_logged(page, mem.geo.page_offset(a.record), a.ts);
+            }
+        }
         let c = &mem.counters;
         c.batches.incr();
         // The read cache's policy weighs reads against writes per thread (`policy.rs`).

@@ -38,6 +38,7 @@ use std::marker::PhantomData;
 
 use super::HeterMem;
 use crate::invalid::Invalidation;
+use crate::oplog::PreparedEntry;
 
 /// What a `set_value` did for a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,6 +61,17 @@ struct Effect {
 /// A logged attempt: its key and where it left the key (`None`: deleted).
 type Attempt = (Box<[u8]>, Option<u64>);
 
+/// A put's log entry, prepared under the index's lock and written after it
+/// ([`HeterMem::complete`]).
+pub struct Pending<'a> {
+    /// The entry, holding the thread's log page.
+    pub entry: PreparedEntry<'a>,
+    /// The record it makes durable.
+    pub record: u64,
+    /// True for an in-place update (its change was visible at once).
+    pub in_place: bool,
+}
+
 /// An operation in progress on a [`HeterMem`] (see the module doc).
 pub struct Guard<'a> {
     mem: &'a HeterMem,
@@ -71,6 +83,8 @@ pub struct Guard<'a> {
     /// The key of the last log entry this operation wrote and the address that attempt left
     /// the key at (`None`: deleted), while it may still be retracted (`access.rs`).
     logged: RefCell<Option<Attempt>>,
+    /// The put's log entry, until it is written after the index's lock is released.
+    pending: RefCell<Option<Pending<'a>>>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -83,8 +97,14 @@ impl<'a> Guard<'a> {
             effects: RefCell::new(Vec::new()),
             reserved: Cell::new(None),
             logged: RefCell::new(None),
+            pending: RefCell::new(None),
             _not_send: PhantomData,
         }
+    }
+
+    /// The memory this operation runs on (borrowed for the guard's whole life).
+    pub fn mem(&self) -> &'a HeterMem {
+        self.mem
     }
 
     /// The thread's slot index.
@@ -112,9 +132,29 @@ impl<'a> Guard<'a> {
         self.reserved.get().map(|(_, len)| len)
     }
 
+    /// Keeps a put's prepared log entry until [`HeterMem::complete`] (or the drop) writes it.
+    pub fn defer(&self, p: Pending<'a>) {
+        *self.pending.borrow_mut() = Some(p);
+    }
+
+    /// True while a prepared log entry waits to be written.
+    pub fn has_pending(&self) -> bool {
+        self.pending.borrow().is_some()
+    }
+
+    /// Takes the prepared log entry, if any.
+    pub fn take_pending(&self) -> Option<Pending<'a>> {
+        self.pending.borrow_mut().take()
+    }
+
     /// Notes that an attempt wrote a log entry for `key`, leaving it at `left`.
     pub fn note_logged(&self, key: &[u8], left: Option<u64>) {
         *self.logged.borrow_mut() = Some((key.into(), left));
+    }
+
+    /// Forgets the last logged attempt (its prepared entry was dropped, never written).
+    pub fn forget_logged(&self) {
+        *self.logged.borrow_mut() = None;
     }
 
     /// True when a new attempt for `key` starting from `old` means that this operation's
@@ -192,6 +232,9 @@ impl<'a> Guard<'a> {
 
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
+        // IMPORTANT: an index that did not call `complete` still gets its put's entry
+        // written before the operation ends (an error poisons the store there).
+        let _ = self.mem.complete(self);
         self.mem.release_reservation(self);
         if self.logged.borrow_mut().take().is_some()
             && let Some(log) = &self.mem.oplog

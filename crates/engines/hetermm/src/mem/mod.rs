@@ -248,8 +248,12 @@ impl RoomPasses {
 pub enum HookPoint {
     /// At the start of a write attempt (after a lost attempt's entry was retracted).
     Write,
-    /// After a write attempt's log entry is committed.
+    /// After a write attempt's log entry is committed (a put's: prepared; it is written
+    /// once the index's lock is released, `access.rs` `complete`).
     Logged,
+    /// A put's log entry is about to be written, its index lock released (the value is
+    /// empty).
+    Persisting,
     /// In `flush_oldest`, before a run is taken for the block (the value is empty).
     Flushing,
     /// In `flush_oldest`, once the block's directory word is durable (the value is empty).
@@ -425,7 +429,9 @@ impl HeterMem {
             threads: SlotTable::new(),
             regions,
             clock: AtomicU64::new(1),
-            oplog: opts.oplog.then(|| OpLog::new(geo, next_log_seq)),
+            oplog: opts
+                .oplog
+                .then(|| OpLog::new(geo, next_log_seq).grouped(opts.group_commit)),
             cache: opts.read_cache.then(|| ReadCache::new(geo, pages)),
             counters: HeterCounters::default(),
             health: Health::default(),
