@@ -84,8 +84,9 @@ pub struct Outcome {
     pub tables_written: u64,
 }
 
-/// Runs one compaction of `part`; `None` when there was nothing to do. `force` ignores
-/// pinning (writers are waiting for space).
+/// Runs one compaction of `part`; `None` when there was nothing to do. `force`: writers
+/// are waiting for space, so a chosen range with nothing but pinned objects is demoted
+/// whole (as above the high watermark).
 ///
 /// When flash has no room for the output beyond its reserve (FORMAT.md §3 "Room on
 /// flash"), a write-triggered compaction is planned again with the fast tier's tombstones
@@ -233,16 +234,18 @@ fn plan(
     // promotes; below the low watermark it only promotes (no table is rewritten).
     let demote =
         trigger == Trigger::Write || Partition::fullness_of(&st.slabs, sh) >= sh.opts.low_watermark;
+    // NOTE: pins hold under pressure too (writers waiting): ignoring them there demoted
+    // the hot set with the cold, and the next reads of the hottest keys went to flash.
+    // Only a range with nothing unpinned is taken whole.
     let mut victims = if demote {
-        pick_victims(sh, part, &st, cand, &probs, force || tombs_only, tombs_only)?
+        pick_victims(sh, part, &st, cand, &probs, tombs_only, tombs_only)?
     } else {
         Vec::new()
     };
     if victims.is_empty()
         && trigger == Trigger::Write
-        && !force
         && !tombs_only
-        && Partition::fullness_of(&st.slabs, sh) >= sh.opts.high_watermark
+        && (force || Partition::fullness_of(&st.slabs, sh) >= sh.opts.high_watermark)
     {
         victims = pick_victims(sh, part, &st, cand, &probs, true, false)?;
     }
