@@ -33,12 +33,11 @@ use std::time::Instant;
 use parking_lot::MutexGuard;
 use tierkv_core::media::flash::FlashFile;
 
-use rand::Rng;
 use tierkv_core::{Error, Result};
 
 use crate::format::{decode_object, object_len};
 use crate::manifest::{ManifestData, TableEntry, commit_file, manifest_name};
-use crate::mapper::{is_pinned, pin_probabilities};
+use crate::mapper::{is_pinned, pin_draw, pin_probabilities};
 use crate::partition::{Partition, State};
 use crate::policy::{Candidate, choose};
 use crate::shared::Shared;
@@ -279,7 +278,6 @@ fn pick_victims(
     tombs_only: bool,
 ) -> Result<Vec<Victim>> {
     let tracker = part.tracker.lock();
-    let mut rng = rand::rng();
     let mut out = Vec::new();
     let mut bytes = 0u64;
     let range = st.index.range(cand.lo.clone()..);
@@ -290,7 +288,7 @@ fn pick_victims(
         if tombs_only && !loc.tomb {
             continue;
         }
-        if !loc.tomb && !ignore_pins && is_pinned(probs, tracker.clock(k), rng.random::<f64>()) {
+        if !loc.tomb && !ignore_pins && is_pinned(probs, tracker.clock(k), pin_draw(k)) {
             continue;
         }
         let slot = sh
@@ -420,7 +418,7 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>
 
 fn is_hot(part: &Partition, key: &[u8], probs: &[f64; 4]) -> bool {
     let clock = part.tracker.lock().clock(key);
-    is_pinned(probs, clock, rand::rng().random::<f64>())
+    is_pinned(probs, clock, pin_draw(key))
 }
 
 /// Writes `k = v` to the fast tier unless a fast-tier version exists; true if published.
