@@ -548,9 +548,11 @@ impl Partition {
                 .flat_map(|x| [key_pos(x.min_key(), skip), key_pos(x.max_key(), skip)]),
         );
         pos.sort_by(f64::total_cmp);
-        let mut b = Buckets::from_positions(skip, &pos, (pos.len() / n).max(1));
+        let prefix = lo.get(..skip).unwrap_or_default();
+        let mut b = Buckets::from_positions(prefix, &pos, (pos.len() / n).max(1));
         // Candidate ranges start at the tables' first keys (`compaction::candidates`).
-        b.cut_at(t.iter().map(|x| key_pos(x.min_key(), skip)));
+        let cuts: Vec<f64> = t.iter().map(|x| b.pos(x.min_key())).collect();
+        b.cut_at(cuts);
         for (k, loc) in &st.index {
             if let Some(x) = b.at(k) {
                 x.nvm += 1.0;

@@ -65,7 +65,10 @@ fn approx_picks_the_full_cold_range_that_precise_picks() {
             .collect()
     };
     let fresh = |j: usize, n: usize| spans.get(j).unwrap().iter().take(n).cloned();
-    let (sparse, cold, hot) = (0, 1, 2);
+    // The full cold range is the partition's last, which ends at the next partition's
+    // bound ("k2", outside the keys' common prefix "k0").
+    let last = spans.len() - 1;
+    let (sparse, cold, hot) = (0, last, 1);
     for k in fresh(sparse, 2) {
         store.put(&k, &value).unwrap();
     }
