@@ -33,12 +33,11 @@ use std::time::Instant;
 use parking_lot::MutexGuard;
 use tierkv_core::media::flash::FlashFile;
 
-use rand::Rng;
 use tierkv_core::{Error, Result};
 
 use crate::format::{decode_object, object_len};
 use crate::manifest::{ManifestData, TableEntry, commit_file, manifest_name};
-use crate::mapper::{is_pinned, pin_probabilities};
+use crate::mapper::{is_pinned, pin_draw, pin_probabilities};
 use crate::partition::{Partition, State};
 use crate::policy::{Candidate, choose};
 use crate::shared::Shared;
@@ -84,8 +83,9 @@ pub struct Outcome {
     pub tables_written: u64,
 }
 
-/// Runs one compaction of `part`; `None` when there was nothing to do. `force` ignores
-/// pinning (writers are waiting for space).
+/// Runs one compaction of `part`; `None` when there was nothing to do. `force`: writers
+/// are waiting for space, so a chosen range with nothing but pinned objects is demoted
+/// whole (as above the high watermark).
 ///
 /// When flash has no room for the output beyond its reserve (FORMAT.md §3 "Room on
 /// flash"), a write-triggered compaction is planned again with the fast tier's tombstones
@@ -233,16 +233,18 @@ fn plan(
     // promotes; below the low watermark it only promotes (no table is rewritten).
     let demote =
         trigger == Trigger::Write || Partition::fullness_of(&st.slabs, sh) >= sh.opts.low_watermark;
+    // NOTE: pins hold under pressure too (writers waiting): ignoring them there demoted
+    // the hot set with the cold, and the next reads of the hottest keys went to flash.
+    // Only a range with nothing unpinned is taken whole.
     let mut victims = if demote {
-        pick_victims(sh, part, &st, cand, &probs, force || tombs_only, tombs_only)?
+        pick_victims(sh, part, &st, cand, &probs, tombs_only, tombs_only)?
     } else {
         Vec::new()
     };
     if victims.is_empty()
         && trigger == Trigger::Write
-        && !force
         && !tombs_only
-        && Partition::fullness_of(&st.slabs, sh) >= sh.opts.high_watermark
+        && (force || Partition::fullness_of(&st.slabs, sh) >= sh.opts.high_watermark)
     {
         victims = pick_victims(sh, part, &st, cand, &probs, true, false)?;
     }
@@ -276,7 +278,6 @@ fn pick_victims(
     tombs_only: bool,
 ) -> Result<Vec<Victim>> {
     let tracker = part.tracker.lock();
-    let mut rng = rand::rng();
     let mut out = Vec::new();
     let mut bytes = 0u64;
     let range = st.index.range(cand.lo.clone()..);
@@ -287,7 +288,7 @@ fn pick_victims(
         if tombs_only && !loc.tomb {
             continue;
         }
-        if !loc.tomb && !ignore_pins && is_pinned(probs, tracker.clock(k), rng.random::<f64>()) {
+        if !loc.tomb && !ignore_pins && is_pinned(probs, tracker.clock(k), pin_draw(k)) {
             continue;
         }
         let slot = sh
@@ -417,7 +418,7 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>
 
 fn is_hot(part: &Partition, key: &[u8], probs: &[f64; 4]) -> bool {
     let clock = part.tracker.lock().clock(key);
-    is_pinned(probs, clock, rand::rng().random::<f64>())
+    is_pinned(probs, clock, pin_draw(key))
 }
 
 /// Writes `k = v` to the fast tier unless a fast-tier version exists; true if published.

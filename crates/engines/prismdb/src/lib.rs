@@ -38,6 +38,13 @@
 //!   resurface the key; tombstones are dropped with the flash versions they hide.
 //! - Table indexes and filters are in DRAM, not on NVM (`table/mod.rs`).
 //! - Tracker per partition behind a mutex instead of TBB's concurrent map (`tracker.rs`).
+//! - approx-MSC's popular bit (§6's `pop_bitmap`, set by gets) is set when any access
+//!   raises a tracked key's clock from 0, so a key written once (a load) is cold, as
+//!   precise-MSC and the mapper see it (`msc.rs`); bucket edges include the candidate
+//!   ranges' first keys.
+//! - The mapper's probabilistic boundary draws per key (a hash), not per compaction, so the
+//!   same keys of a partly pinned clock value stay pinned (`mapper.rs`).
+//! - Scans read flash tables ahead in growing runs of blocks (`table/mod.rs`).
 //! - A full store (the paper does not consider one): slots and chunks of the fast tier are
 //!   reserved for tombstones (`slab.rs`), tables are bounded by a 32nd of the flash device,
 //!   compactions that grow flash use leave a reserve for one table's rewrite, and when

@@ -40,7 +40,8 @@ pub struct Loc {
     pub tomb: bool,
     /// The key may also be on flash (counted in its bucket's overlap).
     pub on_flash: bool,
-    /// Tracked (counted in its bucket's popular keys).
+    /// Popular: accessed again while tracked (its clock was raised from 0), not evicted
+    /// since; counted in its bucket's popular keys (approx-MSC, `msc.rs`).
     pub popular: AtomicBool,
     /// A promoted copy of a flash value (replaced by any write in flight; DRAM only).
     pub promoted: bool,
@@ -286,15 +287,18 @@ impl Partition {
         Ok(v.map(|(v, _)| v))
     }
 
-    /// Records an access in the tracker and keeps the popular flags and counts in step.
+    /// Records an access in the tracker and keeps the popular flags and counts in step: a
+    /// key becomes popular when its clock is raised from 0 (a first access only enters it
+    /// at 0, which the mapper never pins: counting those made every freshly loaded range
+    /// look popular, and approx-MSC chose at random), and stops being popular when evicted.
     pub fn touch(&self, key: &[u8]) {
         let t = self.tracker.lock().touch(key);
-        if !t.inserted && t.evicted.is_none() {
+        if !t.raised && t.evicted.is_none() {
             return;
         }
         let st = self.state.read();
         let mut buckets = self.buckets.lock();
-        if t.inserted
+        if t.raised
             && let Some(loc) = st.index.get(key)
             && !loc.popular.swap(true, Ordering::Relaxed)
             && let Some(b) = buckets.at(key)
@@ -481,7 +485,7 @@ impl Partition {
             st.slabs.free(off, class)?;
             return Ok(false);
         }
-        let popular = self.tracker.lock().clock(key).is_some();
+        let popular = self.tracker.lock().clock(key).is_some_and(|c| c > 0);
         let loc = Loc {
             off,
             ts,
@@ -544,7 +548,11 @@ impl Partition {
                 .flat_map(|x| [key_pos(x.min_key(), skip), key_pos(x.max_key(), skip)]),
         );
         pos.sort_by(f64::total_cmp);
-        let mut b = Buckets::from_positions(skip, &pos, (pos.len() / n).max(1));
+        let prefix = lo.get(..skip).unwrap_or_default();
+        let mut b = Buckets::from_positions(prefix, &pos, (pos.len() / n).max(1));
+        // Candidate ranges start at the tables' first keys (`compaction::candidates`).
+        let cuts: Vec<f64> = t.iter().map(|x| b.pos(x.min_key())).collect();
+        b.cut_at(cuts);
         for (k, loc) in &st.index {
             if let Some(x) = b.at(k) {
                 x.nvm += 1.0;

@@ -23,6 +23,9 @@ pub struct Touch {
     pub inserted: bool,
     /// The key evicted to make room, if any.
     pub evicted: Option<Vec<u8>>,
+    /// True when the key was tracked at clock 0 and is now at [`CLOCK_MAX`]: an access
+    /// after its first while tracked (approx-MSC's popular bit is set then, `msc.rs`).
+    pub raised: bool,
 }
 
 /// A clock tracker.
@@ -103,9 +106,14 @@ impl Tracker {
     pub fn touch(&mut self, key: &[u8]) -> Touch {
         if let Some(&i) = self.map.get(key) {
             if let Some(s) = self.slots.get_mut(i) {
+                let raised = s.1 == 0;
                 self.hist[usize::from(s.1)] -= 1;
                 s.1 = CLOCK_MAX;
                 self.hist[usize::from(CLOCK_MAX)] += 1;
+                return Touch {
+                    raised,
+                    ..Touch::default()
+                };
             }
             return Touch::default();
         }
@@ -115,7 +123,7 @@ impl Tracker {
             self.slots.push((key.to_vec(), 0));
             return Touch {
                 inserted: true,
-                evicted: None,
+                ..Touch::default()
             };
         }
         let evicted = self.evict_one();
@@ -128,6 +136,7 @@ impl Tracker {
         Touch {
             inserted: true,
             evicted,
+            raised: false,
         }
     }
 
@@ -168,10 +177,12 @@ mod tests {
     #[test]
     fn clock_values_follow_the_papers_rules() {
         let mut t = Tracker::new(3);
-        assert!(t.touch(b"a").inserted);
+        let first = t.touch(b"a");
+        assert!(first.inserted && !first.raised);
         assert_eq!(t.clock(b"a"), Some(0));
-        t.touch(b"a");
+        assert!(t.touch(b"a").raised);
         assert_eq!(t.clock(b"a"), Some(3));
+        assert!(!t.touch(b"a").raised, "already at 3");
         t.touch(b"b");
         t.touch(b"c");
         assert_eq!(t.histogram(), [2, 0, 0, 1]);
