@@ -752,3 +752,120 @@ fn a_delete_that_finds_a_key_an_uncommitted_batch_removed_waits_for_its_commit()
         assert_eq!(reopened.get(b"other").unwrap().as_deref(), Some(&b"x"[..]));
     }
 }
+
+/// Stress space seed 3271 (2026-11-26, twice): the reclaimer stopped with `free_chunk of
+/// offset …, which is not the start of a tagged chunk allocation`, and a saved pool named a
+/// block at two runs, both generation 1 — two compact copies of one record, each made from
+/// the block's generation-0 copy.
+///
+/// Cause: `BlockTable::publish` inserted a new block's cell into the table with its info,
+/// released the table's map, and only then locked the cell to store the info a second
+/// time. A reclaimer that found the block through the map in between (the flusher
+/// preempted there, or waiting for the cell's lock while the reclaimer held it) reorganised
+/// it — compact copy published at generation 1, old run unpublished and freed, cell and
+/// base swapped — before that second store, which put the cell back to the freed run at
+/// generation 0 (the base stayed on the copy). From then on the flusher's marks for the
+/// block were skipped (base and cell disagree; before 2582305 they went into the freed
+/// run), and the next reorganisation copied the block again out of the freed run: a second
+/// generation-1 copy, which recovery refuses, and a second free of the run, which the
+/// allocator refuses. Since bbd7d0a `publish` writes the cell once, complete, before it can
+/// be found.
+///
+/// The interleaving: block 0 (eight records of 200 bytes: sparse) is flushed; inside
+/// `publish`, once its cell can be found, the hook reorganises it; then the flush goes on.
+#[test]
+fn a_reorganisation_racing_the_publish_of_its_block_is_not_undone() {
+    use crate::format::dir::DirEntry;
+    use crate::nvm::blocks::Layout;
+    let rig = Rig::new("");
+    let mem = rig.mem.clone();
+    let addrs: Vec<u64> = (0..8u8)
+        .map(|i| rig.put(&[b'k', i], &[i; 200], None))
+        .collect();
+    // Two chunks held below the run the flush takes, freed after it: a later compact copy
+    // lands in this hole, as in the fragmented stress pool, not in a run freed above it.
+    let hole = mem
+        .nvm
+        .alloc_compact(2 * mem.nvm.sb.chunk_size, false)
+        .unwrap();
+    // (the run the flush published, the hook's reorganisation)
+    type Seen = Option<(u64, Result<bool>)>;
+    let seen: Arc<std::sync::Mutex<Seen>> = Arc::new(std::sync::Mutex::new(None));
+    {
+        let (weak, seen) = (Arc::downgrade(&mem), seen.clone());
+        *mem.blocks.publish_hook.lock() = Some(Arc::new(move |b| {
+            let Some(mem) = weak.upgrade() else { return };
+            let mut seen = seen.lock().unwrap();
+            if b == 0 && seen.is_none() {
+                let run = mem.blocks.info(0).map(|c| c.lock().off).unwrap_or_default();
+                *seen = Some((run, mem.reorganise(0, Reason::Sparse)));
+            }
+        }));
+    }
+    rig.flush_oldest();
+    *mem.blocks.publish_hook.lock() = None;
+    let (run, raced) = seen.lock().unwrap().take().expect("the hook ran");
+    assert!(
+        matches!(raced, Ok(true)),
+        "the racing reorganisation: {raced:?}"
+    );
+    assert!(
+        hole < run,
+        "the hole ({hole}) is below the flushed run ({run})"
+    );
+    mem.nvm.free_run(hole).unwrap();
+
+    // What the store holds after the flush, a second reorganisation, and a recovery.
+    let mut wrong = Vec::new();
+    let info = *mem.blocks.info(0).unwrap().lock();
+    if info.off == run || info.generation != 1 || !matches!(info.layout, Layout::Compact { .. }) {
+        wrong.push(format!(
+            "block 0's cell names the run at {} (generation {}, {:?}); the flush published \
+             it at {run} and the reorganisation moved it",
+            info.off, info.generation, info.layout
+        ));
+    }
+    if mem.blocks.base(0) != Some((info.off, true)) {
+        wrong.push(format!(
+            "block 0's base is {:?}, its cell says {}",
+            mem.blocks.base(0),
+            info.off
+        ));
+    }
+    // The copy holds valid records only: nothing to do.
+    match mem.reorganise(0, Reason::Sparse) {
+        Ok(false) => {}
+        other => wrong.push(format!("a second reorganisation of block 0: {other:?}")),
+    }
+    for &a in &addrs {
+        if let Err(e) = crate::nvm::read::locate(rig.pool.as_ref(), &mem.blocks, &mem.geo, a)
+            .and_then(|l| crate::nvm::read::read_record(rig.pool.as_ref(), &l).map(drop))
+        {
+            wrong.push(format!("the record at {a:#x}: {e}"));
+        }
+    }
+    let copies: Vec<(u64, DirEntry)> = mem
+        .nvm
+        .published()
+        .unwrap()
+        .into_iter()
+        .filter(|(_, e)| matches!(e, DirEntry::Data { block_no: 0, .. }))
+        .collect();
+    if copies.len() != 1 {
+        wrong.push(format!("the directory names block 0 at {copies:?}"));
+    }
+    let path = rig.dir.path().join("image");
+    std::fs::write(
+        &path,
+        rig.pool.crash_image(5, CrashImageOptions::lines()).unwrap(),
+    )
+    .unwrap();
+    if let Err(e) = open_memory(
+        PmemPool::open(&pool_config(path)).unwrap(),
+        options(""),
+        false,
+    ) {
+        wrong.push(format!("recovery: {e}"));
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

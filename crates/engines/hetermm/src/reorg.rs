@@ -148,7 +148,8 @@ impl HeterMem {
         let old = *info;
         // The cell must name the run the directory says is this block's current copy; a
         // cell handed an older run would publish a second copy of one generation and free
-        // that run twice (`nvm/blocks.rs` `publish`).
+        // that run twice (a check: the one known way, a publish that stored the cell again
+        // after a reorganisation had swapped it, is gone: `nvm/blocks.rs` `publish`).
         let named = self.nvm.dir_entry(old.off)?;
         let expected = DirEntry::Data {
             block_no: b,

@@ -70,11 +70,19 @@ impl BlockInfo {
 /// One block's lock and state.
 pub type BlockCell = Arc<Mutex<BlockInfo>>;
 
+/// A test hook of [`BlockTable::publish`]: sees the block number (`regressions.rs`).
+#[cfg(test)]
+pub type PublishHook = Arc<dyn Fn(u64) + Send + Sync>;
+
 /// The blocks array and the block bookkeeping.
 pub struct BlockTable {
     radix: Box<[OnceLock<Box<[AtomicU64]>>]>,
     infos: Mutex<BTreeMap<u64, BlockCell>>,
     capacity: u64,
+    /// Runs in [`BlockTable::publish`] once the block's cell can be found by other threads
+    /// (the reclaimer), before `publish` returns: where the flusher may be preempted.
+    #[cfg(test)]
+    pub publish_hook: Mutex<Option<PublishHook>>,
 }
 
 impl Default for BlockTable {
@@ -90,6 +98,8 @@ impl BlockTable {
             radix: (0..1usize << TOP_BITS).map(|_| OnceLock::new()).collect(),
             infos: Mutex::new(BTreeMap::new()),
             capacity: capacity.min(MAX_BLOCKS),
+            #[cfg(test)]
+            publish_hook: Mutex::new(None),
         }
     }
 
@@ -127,10 +137,19 @@ impl BlockTable {
     /// recovery). A block is published once: later copies are swapped in by the reclaimer
     /// under the block's lock ([`BlockTable::swap_base`]).
     ///
-    /// IMPORTANT: publishing a block that is already published is refused, as corruption.
-    /// Overwriting its cell would hand it back a run that a reorganisation has since freed;
-    /// the next reorganisation would then publish a second copy of the same generation and
-    /// free that run a second time (a run with two owners).
+    /// IMPORTANT: the cell goes into the table complete, and nothing here writes it again:
+    /// once the map's lock is released the reclaimer can find the block and reorganise it
+    /// (swap the cell to a compact copy, free this run). Until bbd7d0a `publish` locked the
+    /// cell after releasing the map's lock and stored `info` a second time: a reorganisation
+    /// that ran in between was undone — the cell named the freed run at generation 0 again
+    /// (the base stayed on the copy) — and the next one copied the block again out of the
+    /// freed run, published a second generation-1 copy (which recovery refuses) and freed
+    /// the run twice (stress space seed 3271, 2026-11-26; `regressions.rs`
+    /// `a_reorganisation_racing_the_publish_of_its_block_is_not_undone`).
+    ///
+    /// Publishing a block that is already published is refused, as corruption (a check: no
+    /// path is known to do it). Overwriting its cell would hand it back a run that a
+    /// reorganisation may have freed since, with the same two consequences.
     pub fn publish(&self, b: u64, info: BlockInfo) -> Result<()> {
         let w = self.word(b, true).ok_or_else(|| {
             Error::no_space(
@@ -166,6 +185,13 @@ impl BlockTable {
                 Ordering::Release,
             );
             infos.insert(b, Arc::new(Mutex::new(info)));
+        }
+        #[cfg(test)]
+        {
+            let hook = self.publish_hook.lock().clone();
+            if let Some(h) = hook {
+                h(b);
+            }
         }
         Ok(())
     }
