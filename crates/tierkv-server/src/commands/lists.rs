@@ -13,7 +13,8 @@
 //! write batch, which bounds them by the batch limit (10 000 operations).
 //!
 //! Every write runs inside [`Ctx::batched`] (elements and metadata crash-atomic where the
-//! engine has atomic batches).
+//! engine has atomic batches); pushes and pops inside [`Ctx::batched_meta_last`], which
+//! skips the batch on a volatile engine (elements first, metadata last).
 //!
 //! Thread-safety: handlers run concurrently on worker threads under the key locks.
 
@@ -165,7 +166,7 @@ fn rewrite_from(ctx: &Ctx<'_>, c: &mut Coll, from: i64, rest: &[Vec<u8>]) -> Cmd
 
 fn push_generic(ctx: &mut Ctx<'_>, args: Args<'_>, end: End, only_existing: bool) -> CmdResult {
     let key = args.get(1);
-    let n = ctx.batched(|ctx| {
+    let n = ctx.batched_meta_last(|ctx| {
         let c = if only_existing {
             collection::load(ctx, key, Kind::List)?
         } else {
@@ -208,7 +209,7 @@ pub(crate) fn rpushx(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
 fn pop_generic(ctx: &mut Ctx<'_>, args: Args<'_>, end: End) -> CmdResult {
     let key = args.get(1);
     let count = super::pop_count(args)?;
-    ctx.batched(|ctx| {
+    ctx.batched_meta_last(|ctx| {
         let Some(mut c) = collection::load(ctx, key, Kind::List)? else {
             match count {
                 Some(_) => ctx.out.null_array(),
