@@ -65,6 +65,50 @@ fn list_commands_on_ordered_and_unordered_engines() {
     }
 }
 
+/// LRANGE over more than one page of element reads (256), on an unordered engine (one
+/// multi-key read per page) and an ordered one (range scans), alone and inside MULTI
+/// (where the transaction's own pending writes are read first).
+#[test]
+fn long_ranges_read_across_pages_alike() {
+    let all: Vec<String> = (0..700).map(|i| format!("v{i}")).collect();
+    for engine in ["dram:hash", "dram:btree"] {
+        let srv = common::start(engine);
+        let mut c = srv.client();
+        let mut push = cmd("RPUSH");
+        push.arg("l").arg(&all);
+        assert_eq!(push.query::<i64>(&mut c).unwrap(), 700, "{engine}");
+        let got: Vec<String> = words(&mut c, "LRANGE l 0 -1");
+        assert_eq!(got, all, "{engine}");
+        let got: Vec<String> = words(&mut c, "LRANGE l 255 600");
+        assert_eq!(got, all[255..=600], "{engine}");
+        let got: Vec<String> = words(&mut c, "LRANGE l -3 -1");
+        assert_eq!(got, all[697..], "{engine}");
+        // Inside a transaction, after a pending push and a pending LSET.
+        let (n, ok, got): (i64, String, Vec<String>) = redis::pipe()
+            .atomic()
+            .cmd("LPUSH")
+            .arg("l")
+            .arg("first")
+            .cmd("LSET")
+            .arg("l")
+            .arg(300)
+            .arg("changed")
+            .cmd("LRANGE")
+            .arg("l")
+            .arg(0)
+            .arg(-1)
+            .query(&mut c)
+            .unwrap();
+        assert_eq!((n, ok.as_str()), (701, "OK"), "{engine}");
+        let mut want = vec!["first".to_string()];
+        want.extend(all.iter().cloned());
+        want[300] = "changed".into();
+        assert_eq!(got, want, "{engine}");
+        let got: Vec<String> = words(&mut c, "LRANGE l 0 -1");
+        assert_eq!(got, want, "{engine}");
+    }
+}
+
 /// The committed write batches so far (INFO `tierkv_atomic_batches`).
 fn atomic_batches(c: &mut redis::Connection) -> u64 {
     let info: String = cmd("INFO").arg("stats").query(c).unwrap();

@@ -255,6 +255,25 @@ impl KvStore for DramStore {
         Ok(len.is_some())
     }
 
+    /// Each key as [`DramStore::get_with`] reads it (lock-free, none or all of each batch
+    /// per key), the open check and the counters once per call.
+    fn get_many_with(&self, keys: &[&[u8]], f: &mut dyn FnMut(usize, &[u8])) -> Result<usize> {
+        self.check_open()?;
+        let (mut found, mut bytes) = (0usize, 0usize);
+        for (i, key) in keys.iter().enumerate() {
+            self.limits.check_key(key)?;
+            if let Some(n) = self.read_with(key, &mut |v| f(i, v)) {
+                found += 1;
+                bytes += n;
+            }
+        }
+        if found > 0 {
+            self.ops.reads_from_dram.add(found as u64);
+            self.ops.user_bytes_read.add(bytes as u64);
+        }
+        Ok(found)
+    }
+
     fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
         self.check_open()?;
         self.limits.check_key(key)?;

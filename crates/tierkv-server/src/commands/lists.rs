@@ -103,9 +103,15 @@ fn read_all(ctx: &Ctx<'_>, c: &Coll) -> Result<Vec<Vec<u8>>, CmdError> {
     Ok(all)
 }
 
+/// The error of a list element that its metadata counts but the store does not hold.
+fn missing() -> CmdError {
+    CmdError::new("ERR list element missing: the store is inconsistent")
+}
+
 /// Calls `f` with the elements at indexes `a..=b` in order: one range scan per page on an
-/// ordered engine, a point read per element on the others (each value lent by the engine,
-/// the element keys built in one buffer).
+/// ordered engine, on the others one [`tierkv::Db::get_many_with`] per page (each value
+/// lent by the engine, the page's element keys built in one buffer), or inside a write
+/// batch a point read per element (the batch's own writes first).
 fn read_range(
     ctx: &Ctx<'_>,
     c: &Coll,
@@ -116,17 +122,47 @@ fn read_range(
     if !ctx.shared.db.ordered() {
         let mut key = c.elem(ctx, &pos_suffix(c.meta.head + a))?;
         let at = key.len() - 8;
-        for i in a..=b {
-            if let Some(suffix) = key.get_mut(at..) {
-                suffix.copy_from_slice(&pos_suffix(c.meta.head + i));
+        if ctx.pending.borrow().is_some() {
+            for i in a..=b {
+                if let Some(suffix) = key.get_mut(at..) {
+                    suffix.copy_from_slice(&pos_suffix(c.meta.head + i));
+                }
+                let mut result = Ok(());
+                if !ctx.read_raw_with(&key, &mut |v| result = f(v))? {
+                    return Err(missing());
+                }
+                result?;
             }
-            let mut result = Ok(());
-            if !ctx.read_raw_with(&key, &mut |v| result = f(v))? {
-                return Err(CmdError::new(
-                    "ERR list element missing: the store is inconsistent",
-                ));
+            return Ok(());
+        }
+        let (klen, mut buf) = (key.len(), Vec::new());
+        key.truncate(at);
+        let mut next = a;
+        while next <= b {
+            let want = usize::try_from(b - next + 1)
+                .unwrap_or(usize::MAX)
+                .min(collection::PAGE);
+            buf.clear();
+            for i in 0..want as i64 {
+                buf.extend_from_slice(&key);
+                buf.extend_from_slice(&pos_suffix(c.meta.head + next + i));
             }
+            let keys: Vec<&[u8]> = buf.chunks_exact(klen).collect();
+            let (mut result, mut expect) = (Ok(()), 0);
+            let found = ctx.shared.db.get_many_with(&keys, &mut |i, v| {
+                if i != expect {
+                    result = Err(missing());
+                }
+                expect = i + 1;
+                if result.is_ok() {
+                    result = f(v);
+                }
+            })?;
             result?;
+            if found != want {
+                return Err(missing());
+            }
+            next += want as i64;
         }
         return Ok(());
     }
@@ -137,9 +173,7 @@ fn read_range(
             .min(collection::PAGE);
         let rows = c.page(ctx, &pos_suffix(c.meta.head + next), want)?;
         if rows.len() != want {
-            return Err(CmdError::new(
-                "ERR list element missing: the store is inconsistent",
-            ));
+            return Err(missing());
         }
         for (_, v) in rows {
             f(&v)?;
