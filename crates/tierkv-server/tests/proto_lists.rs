@@ -12,6 +12,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use redis::{Commands, Value, cmd};
+use tierkv::{Limits, Options};
 
 fn words<T: redis::FromRedisValue>(c: &mut redis::Connection, w: &str) -> T {
     common::run(c, w)
@@ -61,6 +62,248 @@ fn list_commands_on_ordered_and_unordered_engines() {
         assert!(e.starts_with("WRONGTYPE"), "{engine}: {e}");
         assert_eq!(c.del::<_, i64>("m").unwrap(), 1, "{engine}");
         assert_eq!(words::<i64>(&mut c, "LLEN m"), 0, "{engine}");
+    }
+}
+
+/// LRANGE over more than one page of element reads (256), on an unordered engine (one
+/// multi-key read per page) and an ordered one (range scans), alone and inside MULTI
+/// (where the transaction's own pending writes are read first).
+#[test]
+fn long_ranges_read_across_pages_alike() {
+    let all: Vec<String> = (0..700).map(|i| format!("v{i}")).collect();
+    for engine in ["dram:hash", "dram:btree"] {
+        let srv = common::start(engine);
+        let mut c = srv.client();
+        let mut push = cmd("RPUSH");
+        push.arg("l").arg(&all);
+        assert_eq!(push.query::<i64>(&mut c).unwrap(), 700, "{engine}");
+        let got: Vec<String> = words(&mut c, "LRANGE l 0 -1");
+        assert_eq!(got, all, "{engine}");
+        let got: Vec<String> = words(&mut c, "LRANGE l 255 600");
+        assert_eq!(got, all[255..=600], "{engine}");
+        let got: Vec<String> = words(&mut c, "LRANGE l -3 -1");
+        assert_eq!(got, all[697..], "{engine}");
+        // Inside a transaction, after a pending push and a pending LSET.
+        let (n, ok, got): (i64, String, Vec<String>) = redis::pipe()
+            .atomic()
+            .cmd("LPUSH")
+            .arg("l")
+            .arg("first")
+            .cmd("LSET")
+            .arg("l")
+            .arg(300)
+            .arg("changed")
+            .cmd("LRANGE")
+            .arg("l")
+            .arg(0)
+            .arg(-1)
+            .query(&mut c)
+            .unwrap();
+        assert_eq!((n, ok.as_str()), (701, "OK"), "{engine}");
+        let mut want = vec!["first".to_string()];
+        want.extend(all.iter().cloned());
+        want[300] = "changed".into();
+        assert_eq!(got, want, "{engine}");
+        let got: Vec<String> = words(&mut c, "LRANGE l 0 -1");
+        assert_eq!(got, want, "{engine}");
+    }
+}
+
+/// The committed write batches so far (INFO `tierkv_atomic_batches`).
+fn atomic_batches(c: &mut redis::Connection) -> u64 {
+    let info: String = cmd("INFO").arg("stats").query(c).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("tierkv_atomic_batches:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// A server over a new store of `engine` whose keys are limited to 1 KiB.
+fn small_keys(engine: &str) -> common::TestServer {
+    let options = Options::default().engine(engine).limits(Limits {
+        max_key_len: 1024,
+        max_value_len: 64 << 10,
+    });
+    common::start_with(options, common::test_config())
+}
+
+/// Pushes and pops skip the write batch on a volatile engine (nothing to make
+/// crash-atomic there) and keep it where it makes them crash-atomic (prism): one batch
+/// per command.
+#[test]
+fn pushes_and_pops_write_a_batch_only_where_it_is_crash_atomic() {
+    for (engine, batched) in [("dram:hash", false), ("dram:btree", false), ("prism", true)] {
+        let srv = common::start(engine);
+        let mut c = srv.client();
+        let before = atomic_batches(&mut c);
+        assert_eq!(words::<i64>(&mut c, "LPUSH l b a"), 2, "{engine}");
+        assert_eq!(words::<i64>(&mut c, "RPUSH l c d e"), 5, "{engine}");
+        assert_eq!(words::<i64>(&mut c, "LPUSHX l z"), 6, "{engine}");
+        assert_eq!(words::<i64>(&mut c, "RPUSHX nope x"), 0, "{engine}");
+        assert_eq!(words::<String>(&mut c, "LPOP l"), "z", "{engine}");
+        let popped: Vec<String> = words(&mut c, "RPOP l 2");
+        assert_eq!(popped, ["e", "d"], "{engine}");
+        let all: Vec<String> = words(&mut c, "LRANGE l 0 -1");
+        assert_eq!(all, ["a", "b", "c"], "{engine}");
+        // Five commands wrote (RPUSHX of a missing key writes nothing).
+        let batches = atomic_batches(&mut c) - before;
+        assert_eq!(batches, if batched { 5 } else { 0 }, "{engine}");
+    }
+}
+
+/// A push refused (its key fits the key limit, its elements' store keys do not: the
+/// arguments themselves are checked against the value limit before any command runs)
+/// changes nothing, on the batch-less path of a volatile engine as with a batch (prism),
+/// and the lists around it are untouched.
+#[test]
+fn a_refused_push_changes_nothing() {
+    let long = "k".repeat(1010);
+    for engine in ["dram:hash", "dram:btree", "prism"] {
+        let srv = small_keys(engine);
+        let mut c = srv.client();
+        assert_eq!(words::<i64>(&mut c, "RPUSH l b c"), 2, "{engine}");
+        // On `dram:hash` DBSIZE counts every store key, elements too: nothing may be added.
+        let size: i64 = words(&mut c, "DBSIZE");
+        for push in ["LPUSH", "RPUSH"] {
+            let e = common::error_of(&mut c, cmd(push).arg(&long).arg("a1").arg("a2"));
+            assert!(
+                e.contains("over the store's key limit"),
+                "{engine} {push}: {e}"
+            );
+        }
+        assert_eq!(c.exists::<_, i64>(&long).unwrap(), 0, "{engine}");
+        assert_eq!(words::<i64>(&mut c, "DBSIZE"), size, "{engine}");
+        assert_eq!(words::<i64>(&mut c, "LPUSH l a"), 3, "{engine}");
+        assert_eq!(words::<i64>(&mut c, "RPUSH l d"), 4, "{engine}");
+        let all: Vec<String> = words(&mut c, "LRANGE l 0 -1");
+        assert_eq!(all, ["a", "b", "c", "d"], "{engine}");
+        let popped: Vec<String> = words(&mut c, "LPOP l 10");
+        assert_eq!(popped, ["a", "b", "c", "d"], "{engine}");
+        assert_eq!(words::<i64>(&mut c, "EXISTS l"), 0, "{engine}");
+    }
+}
+
+/// One random command on the lists `a` and `b`.
+fn random_list_command(rng: &mut impl rand::Rng) -> redis::Cmd {
+    let key = |rng: &mut dyn rand::RngCore| {
+        if rng.next_u32().is_multiple_of(2) {
+            "a"
+        } else {
+            "b"
+        }
+    };
+    let elem = |rng: &mut dyn rand::RngCore| format!("e{}", rng.next_u32() % 6);
+    let idx = |rng: &mut dyn rand::RngCore| i64::from(rng.next_u32() % 15) - 7;
+    let mut c;
+    match rng.random_range(0..14) {
+        0..=2 => {
+            c = cmd(["LPUSH", "RPUSH", "LPUSHX", "RPUSHX"][rng.random_range(0..4)]);
+            c.arg(key(rng));
+            for _ in 0..rng.random_range(1..4) {
+                c.arg(elem(rng));
+            }
+        }
+        3..=4 => {
+            c = cmd(if rng.random_bool(0.5) { "LPOP" } else { "RPOP" });
+            c.arg(key(rng));
+            if rng.random_bool(0.4) {
+                c.arg(rng.random_range(0..4));
+            }
+        }
+        5..=6 => {
+            c = cmd("LRANGE");
+            c.arg(key(rng)).arg(idx(rng)).arg(idx(rng));
+        }
+        7 => {
+            c = cmd("LINDEX");
+            c.arg(key(rng)).arg(idx(rng));
+        }
+        8 => {
+            c = cmd("LSET");
+            c.arg(key(rng)).arg(idx(rng)).arg(elem(rng));
+        }
+        9 => {
+            c = cmd("LREM");
+            c.arg(key(rng)).arg(idx(rng) / 3).arg(elem(rng));
+        }
+        10 => {
+            c = cmd("LTRIM");
+            c.arg(key(rng)).arg(idx(rng)).arg(idx(rng));
+        }
+        11 => {
+            c = cmd("LINSERT");
+            c.arg(key(rng))
+                .arg(if rng.random_bool(0.5) {
+                    "BEFORE"
+                } else {
+                    "AFTER"
+                })
+                .arg(elem(rng))
+                .arg(elem(rng));
+        }
+        12 => {
+            c = cmd("LMOVE");
+            c.arg(key(rng)).arg(key(rng));
+            for _ in 0..2 {
+                c.arg(if rng.random_bool(0.5) {
+                    "LEFT"
+                } else {
+                    "RIGHT"
+                });
+            }
+        }
+        _ => {
+            c = cmd(if rng.random_bool(0.5) { "LLEN" } else { "LPOS" });
+            c.arg(key(rng));
+            if rng.random_bool(0.5) {
+                c.arg(elem(rng));
+            } else {
+                c.arg("nothing");
+            }
+        }
+    }
+    c
+}
+
+/// The same random list commands give the same replies on an unordered volatile engine
+/// (point reads, pushes and pops without a batch), an ordered volatile one (range reads)
+/// and prism (batches).
+#[test]
+fn lists_reply_alike_on_every_engine() {
+    use rand::SeedableRng;
+    let seed = common::seed();
+    let engines = ["dram:hash", "dram:btree", "prism"];
+    let servers: Vec<_> = engines.iter().map(|e| common::start(e)).collect();
+    let mut clients: Vec<_> = servers.iter().map(common::TestServer::client).collect();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    for i in 0..1000 {
+        let c = random_list_command(&mut rng);
+        let replies: Vec<String> = clients
+            .iter_mut()
+            .map(|con| format!("{:?}", c.query::<Value>(con)))
+            .collect();
+        for (e, r) in engines.iter().zip(&replies).skip(1) {
+            assert_eq!(
+                r,
+                &replies[0],
+                "seed {seed}, command {i} ({:?}): {e} differs from {}",
+                String::from_utf8_lossy(&c.get_packed_command()),
+                engines[0]
+            );
+        }
+    }
+    // The lists themselves, whole.
+    for key in ["a", "b"] {
+        let lists: Vec<Vec<String>> = clients
+            .iter_mut()
+            .map(|con| cmd("LRANGE").arg(key).arg(0).arg(-1).query(con).unwrap())
+            .collect();
+        assert!(
+            lists.iter().all(|l| l == &lists[0]),
+            "seed {seed}: {lists:?}"
+        );
     }
 }
 

@@ -211,6 +211,17 @@ impl Db {
         self.store.get_with(key, f)
     }
 
+    /// Calls `f(i, value)` for each `keys[i]` that is present, in order, values lent
+    /// where the engine can lend them; returns how many were present. Each key is read as
+    /// by [`Db::get_with`], with no isolation across the keys (see
+    /// [`KvStore::get_many_with`]; [`Db::multi_get`] sees none or all of each batch).
+    pub fn get_many_with(&self, keys: &[&[u8]], f: &mut dyn FnMut(usize, &[u8])) -> Result<usize> {
+        for k in keys {
+            self.limits.check_key(k)?;
+        }
+        self.store.get_many_with(keys, f)
+    }
+
     /// Stores `value` under `key`; returns once durable.
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
         self.limits.check_key(key)?;

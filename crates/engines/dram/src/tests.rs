@@ -113,6 +113,45 @@ fn stats_count_bytes_and_dram() {
     assert_eq!(s.stats().dram_bytes, 0);
 }
 
+/// `get_many_with` lends the present keys' values in order with their indexes, skips
+/// the missing ones, counts what `get_with` would count, and checks the limits and the
+/// open state like it.
+#[test]
+fn get_many_with_reads_like_get_with_per_key() {
+    for variant in INDEX_VARIANTS.iter().copied() {
+        let s = store(variant);
+        s.put(b"a", b"1").unwrap();
+        s.put(b"c", b"333").unwrap();
+        let keys: [&[u8]; 4] = [b"a", b"b", b"c", b"a"];
+        let mut seen = Vec::new();
+        let found = s
+            .get_many_with(&keys, &mut |i, v| seen.push((i, v.to_vec())))
+            .unwrap();
+        assert_eq!(found, 3, "{variant}");
+        assert_eq!(
+            seen,
+            [(0, b"1".to_vec()), (2, b"333".to_vec()), (3, b"1".to_vec())],
+            "{variant}"
+        );
+        let st = s.stats();
+        assert_eq!(
+            (st.reads_from_dram, st.user_bytes_read),
+            (3, 5),
+            "{variant}"
+        );
+        let empty: [&[u8]; 1] = [b""];
+        assert!(
+            s.get_many_with(&empty, &mut |_, _| ()).is_err(),
+            "{variant}"
+        );
+        s.close().unwrap();
+        assert!(matches!(
+            s.get_many_with(&keys, &mut |_, _| ()),
+            Err(Error::Closed)
+        ));
+    }
+}
+
 #[test]
 fn batch_model_with_isolated_multi_get_on_every_index() {
     for variant in INDEX_VARIANTS {

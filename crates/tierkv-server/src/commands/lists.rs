@@ -13,7 +13,8 @@
 //! write batch, which bounds them by the batch limit (10 000 operations).
 //!
 //! Every write runs inside [`Ctx::batched`] (elements and metadata crash-atomic where the
-//! engine has atomic batches).
+//! engine has atomic batches); pushes and pops inside [`Ctx::batched_meta_last`], which
+//! skips the batch on a volatile engine (elements first, metadata last).
 //!
 //! Thread-safety: handlers run concurrently on worker threads under the key locks.
 
@@ -102,9 +103,15 @@ fn read_all(ctx: &Ctx<'_>, c: &Coll) -> Result<Vec<Vec<u8>>, CmdError> {
     Ok(all)
 }
 
+/// The error of a list element that its metadata counts but the store does not hold.
+fn missing() -> CmdError {
+    CmdError::new("ERR list element missing: the store is inconsistent")
+}
+
 /// Calls `f` with the elements at indexes `a..=b` in order: one range scan per page on an
-/// ordered engine, a point read per element on the others (each value lent by the engine,
-/// the element keys built in one buffer).
+/// ordered engine, on the others one [`tierkv::Db::get_many_with`] per page (each value
+/// lent by the engine, the page's element keys built in one buffer), or inside a write
+/// batch a point read per element (the batch's own writes first).
 fn read_range(
     ctx: &Ctx<'_>,
     c: &Coll,
@@ -115,17 +122,47 @@ fn read_range(
     if !ctx.shared.db.ordered() {
         let mut key = c.elem(ctx, &pos_suffix(c.meta.head + a))?;
         let at = key.len() - 8;
-        for i in a..=b {
-            if let Some(suffix) = key.get_mut(at..) {
-                suffix.copy_from_slice(&pos_suffix(c.meta.head + i));
+        if ctx.pending.borrow().is_some() {
+            for i in a..=b {
+                if let Some(suffix) = key.get_mut(at..) {
+                    suffix.copy_from_slice(&pos_suffix(c.meta.head + i));
+                }
+                let mut result = Ok(());
+                if !ctx.read_raw_with(&key, &mut |v| result = f(v))? {
+                    return Err(missing());
+                }
+                result?;
             }
-            let mut result = Ok(());
-            if !ctx.read_raw_with(&key, &mut |v| result = f(v))? {
-                return Err(CmdError::new(
-                    "ERR list element missing: the store is inconsistent",
-                ));
+            return Ok(());
+        }
+        let (klen, mut buf) = (key.len(), Vec::new());
+        key.truncate(at);
+        let mut next = a;
+        while next <= b {
+            let want = usize::try_from(b - next + 1)
+                .unwrap_or(usize::MAX)
+                .min(collection::PAGE);
+            buf.clear();
+            for i in 0..want as i64 {
+                buf.extend_from_slice(&key);
+                buf.extend_from_slice(&pos_suffix(c.meta.head + next + i));
             }
+            let keys: Vec<&[u8]> = buf.chunks_exact(klen).collect();
+            let (mut result, mut expect) = (Ok(()), 0);
+            let found = ctx.shared.db.get_many_with(&keys, &mut |i, v| {
+                if i != expect {
+                    result = Err(missing());
+                }
+                expect = i + 1;
+                if result.is_ok() {
+                    result = f(v);
+                }
+            })?;
             result?;
+            if found != want {
+                return Err(missing());
+            }
+            next += want as i64;
         }
         return Ok(());
     }
@@ -136,9 +173,7 @@ fn read_range(
             .min(collection::PAGE);
         let rows = c.page(ctx, &pos_suffix(c.meta.head + next), want)?;
         if rows.len() != want {
-            return Err(CmdError::new(
-                "ERR list element missing: the store is inconsistent",
-            ));
+            return Err(missing());
         }
         for (_, v) in rows {
             f(&v)?;
@@ -165,7 +200,7 @@ fn rewrite_from(ctx: &Ctx<'_>, c: &mut Coll, from: i64, rest: &[Vec<u8>]) -> Cmd
 
 fn push_generic(ctx: &mut Ctx<'_>, args: Args<'_>, end: End, only_existing: bool) -> CmdResult {
     let key = args.get(1);
-    let n = ctx.batched(|ctx| {
+    let n = ctx.batched_meta_last(|ctx| {
         let c = if only_existing {
             collection::load(ctx, key, Kind::List)?
         } else {
@@ -208,7 +243,7 @@ pub(crate) fn rpushx(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
 fn pop_generic(ctx: &mut Ctx<'_>, args: Args<'_>, end: End) -> CmdResult {
     let key = args.get(1);
     let count = super::pop_count(args)?;
-    ctx.batched(|ctx| {
+    ctx.batched_meta_last(|ctx| {
         let Some(mut c) = collection::load(ctx, key, Kind::List)? else {
             match count {
                 Some(_) => ctx.out.null_array(),
