@@ -58,6 +58,8 @@ pub mod lazycopy;
 pub mod merge;
 pub mod node;
 pub mod options;
+#[cfg(test)]
+mod read_windows;
 mod recovery;
 mod report;
 pub mod skiplist;
