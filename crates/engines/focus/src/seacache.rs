@@ -22,8 +22,9 @@
 //!   `ratio = (ratio + window_hits / 256) / 2`; unknown until the first window.
 //! - **Admission** ([`admit`]): everything while the ratio is unknown (as LRU); then a row
 //!   of a schema whose ratio exceeds `hit_threshold` (0.5, §VI-A) always, else with
-//!   probability `ratio / hit_threshold` — a schema whose rows are rarely read again is
-//!   rarely admitted, but never shut out, so its ratio can recover.
+//!   probability `ratio / hit_threshold`, at least [`MIN_ADMISSION`] (5%) — a schema whose
+//!   rows are rarely read again is rarely admitted, but never shut out, so its ratio can
+//!   recover (a ratio of 0 admits 5% of the requests, not none).
 //! - **Eviction** ([`lifetime`]): when pages in use pass 90% of the pool, schemas are
 //!   visited from the lowest hit ratio up and rows idle longer than the schema's lifetime
 //!   are evicted, until use falls to `evict_target` (80%, §V-C3). The lifetime is
@@ -63,6 +64,10 @@ pub const EVICT_TRIGGER: f64 = 0.9;
 /// R_W by hit-ratio decile (ours: the shape of Fig. 16b).
 pub const R_W: [f64; 10] = [0.5, 0.75, 1.0, 1.5, 2.0, 2.0, 1.5, 1.0, 0.75, 0.5];
 
+/// The least admission probability of a schema below the hit threshold: a schema is never
+/// shut out, so that its hit ratio can recover.
+pub const MIN_ADMISSION: f64 = 0.05;
+
 /// SeaCache's configuration.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CacheConfig {
@@ -84,7 +89,10 @@ pub fn admit(ratio: Option<f64>, hit_threshold: f64, draw: f64) -> bool {
     match ratio {
         None => true,
         Some(r) if r > hit_threshold => true,
-        Some(r) => draw < r / hit_threshold.max(f64::MIN_POSITIVE),
+        // NOTE: the floor: at ratio 0 (a first window read before the cache thread had
+        // admitted anything) `r / threshold` is 0, nothing was ever admitted again, and the
+        // ratio stayed 0 for good — a dead cache (0 of 5.0M reads from DRAM in a C run).
+        Some(r) => draw < (r / hit_threshold.max(f64::MIN_POSITIVE)).max(MIN_ADMISSION),
     }
 }
 
@@ -739,6 +747,26 @@ mod tests {
             .filter(|i| admit(Some(0.25), 0.5, *i as f64 / draws as f64))
             .count();
         assert_eq!(admitted, 5_000);
+    }
+
+    #[test]
+    fn a_schema_whose_first_window_had_no_hits_is_still_admitted() {
+        // A first window read before the cache thread admitted anything leaves ratio 0;
+        // its rows must still be admitted sometimes, or no hit can ever raise it again.
+        let draws = 10_000;
+        let admitted = (0..draws)
+            .filter(|i| admit(Some(0.0), 0.5, *i as f64 / draws as f64))
+            .count();
+        assert_eq!(admitted, (MIN_ADMISSION * draws as f64) as usize);
+        let stats = SchemaStats::new();
+        for _ in 0..WINDOW {
+            stats.record(false);
+        }
+        assert_eq!(stats.ratio(), Some(0.0));
+        assert!(
+            admit(stats.ratio(), 0.5, 0.01),
+            "ratio 0 shuts the schema out"
+        );
     }
 
     #[test]
