@@ -13,8 +13,11 @@
 //!                where inner is a complete stored value of any other type (an escaped
 //!                or plain string, or a hash); never another 'x'
 //!   type 'm'     (format 2, version byte 2) a collection's metadata record ([`Meta`]):
-//!                kind(1: h l s z) generation(u64 LE) count(u64 LE) head(i64 LE)
-//!                tail(i64 LE); its elements are sub-keys ([`crate::keyspace`])
+//!                kind(1: h l L s z) generation(u64 LE) count(u64 LE) head(i64 LE)
+//!                tail(i64 LE); its elements are sub-keys ([`crate::keyspace`]); kind
+//!                `l` is a list of layout 1 (one sub-key per element), `L` one of layout
+//!                2 (elements in chunks of 32, [`crate::list_chunk`]), written for every
+//!                list created since
 //! ```
 //! Format 2 adds the `m` type; every format-1 value reads unchanged (a format-1 hash is
 //! rewritten per element by its first write on an ordered engine).
@@ -89,6 +92,11 @@ impl std::error::Error for DecodeError {}
 
 fn bad(what: impl Into<String>) -> DecodeError {
     DecodeError(what.into())
+}
+
+/// A [`DecodeError`] for another decoder of stored bytes (list chunks).
+pub(crate) fn decode_error(what: impl Into<String>) -> DecodeError {
+    bad(what)
 }
 
 /// True when `v` is an expiry envelope (a cheap test of its header).
@@ -410,7 +418,14 @@ pub struct Meta {
     pub head: i64,
     /// One past a list's last position.
     pub tail: i64,
+    /// A list whose elements are kept in chunks ([`crate::list_chunk`], kind byte `L`)
+    /// rather than one per sub-key (kind byte `l`, the layout of lists created before
+    /// chunks existed, still read and written as such). False for the other kinds.
+    pub chunked: bool,
 }
+
+/// The kind byte of a list of layout 2 (chunked).
+const CHUNKED_LIST: u8 = b'L';
 
 /// Size of a metadata body.
 const META_BODY: usize = 1 + 8 * 4;
@@ -424,6 +439,7 @@ impl Meta {
             count: 0,
             head: 0,
             tail: 0,
+            chunked: kind == Kind::List,
         }
     }
 
@@ -436,16 +452,21 @@ impl Meta {
             w.copy_from_slice(body.get(1 + 8 * i..9 + 8 * i).unwrap_or(&[0; 8]));
             w
         };
-        let kind = body
-            .first()
-            .and_then(|&b| Kind::of(b))
-            .ok_or_else(|| bad("metadata of an unknown kind"))?;
+        let byte = body.first().copied().unwrap_or(0);
+        let chunked = byte == CHUNKED_LIST;
+        let kind = if chunked {
+            Some(Kind::List)
+        } else {
+            Kind::of(byte)
+        }
+        .ok_or_else(|| bad("metadata of an unknown kind"))?;
         let m = Meta {
             kind,
             generation: u64::from_le_bytes(word(0)),
             count: u64::from_le_bytes(word(1)),
             head: i64::from_le_bytes(word(2)),
             tail: i64::from_le_bytes(word(3)),
+            chunked,
         };
         if m.count == 0 {
             return Err(bad("metadata of an empty collection"));
@@ -462,7 +483,11 @@ impl Meta {
         v.extend_from_slice(&TAG);
         v.push(TYPE_META);
         v.push(META_VERSION);
-        v.push(self.kind.byte());
+        v.push(if self.chunked && self.kind == Kind::List {
+            CHUNKED_LIST
+        } else {
+            self.kind.byte()
+        });
         v.extend_from_slice(&self.generation.to_le_bytes());
         v.extend_from_slice(&self.count.to_le_bytes());
         v.extend_from_slice(&self.head.to_le_bytes());
@@ -496,9 +521,16 @@ mod tests {
             count: 3,
             head: -1,
             tail: 2,
+            chunked: false,
         };
         let v = m.encode();
         assert_eq!(decode(&v).unwrap(), Stored::Meta(m));
+        assert_eq!(v.get(HEADER_LEN), Some(&b'l'));
+        let chunked = Meta { chunked: true, ..m };
+        let c = chunked.encode();
+        assert_eq!(c.get(HEADER_LEN), Some(&b'L'));
+        assert_eq!(decode(&c).unwrap(), Stored::Meta(chunked));
+        assert!(Meta::new(Kind::List, 1).chunked && !Meta::new(Kind::Set, 1).chunked);
         let wrapped = wrap_expiry(9, &v);
         assert_eq!(decode(&wrapped).unwrap(), Stored::Meta(m));
         let mut torn = m;

@@ -10,6 +10,7 @@
 //! - [`commands`] (private): one module per command family, one command table;
 //! - [`encoding`]: how values and collections' metadata records are encoded;
 //! - [`keyspace`]: the store keys of databases and of collections' elements;
+//! - [`list_chunk`]: how a list keeps 32 neighbouring elements in one store value;
 //! - [`bindings`]: key prefixes bound to schemas (hashes over rows, issue 20);
 //! - [`dbmap`]: which stored database holds each SELECTable one (SWAPDB);
 //! - [`swaplog`]: the recent SWAPDBs, which EXEC checks watched keys against;
@@ -50,6 +51,7 @@ pub mod encoding;
 pub mod expiry;
 pub mod glob;
 pub mod keyspace;
+pub mod list_chunk;
 pub mod locks;
 pub mod reclaim;
 pub mod resp;

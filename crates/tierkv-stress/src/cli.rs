@@ -161,7 +161,8 @@ pub struct StressArgs {
     /// Directory for flash directories. Default: inside the working directory.
     #[arg(long, value_name = "DIR")]
     pub flash_path: Option<PathBuf>,
-    /// Flash capacity. Default: 1GiB; 64MiB in space mode.
+    /// Flash capacity. Default: 1GiB; 64MiB in space and persist-points modes (persist-points
+    /// copies the whole flash directory into each of its thousands of crash images).
     #[arg(long, value_name = "SIZE")]
     pub flash_size: Option<ByteSize>,
     /// Flash I/O back end: auto, uring or threads.
@@ -290,11 +291,13 @@ pub(crate) fn config(args: &StressArgs, seed: u64, work_dir: PathBuf) -> anyhow:
             ByteSize(64 << 20)
         }),
         flash_dir: args.flash_path.clone(),
-        flash_size: args.flash_size.unwrap_or(if space_mode {
-            ByteSize(64 << 20)
-        } else {
-            ByteSize(1 << 30)
-        }),
+        flash_size: args
+            .flash_size
+            .unwrap_or(if space_mode || args.mode == Mode::PersistPoints {
+                ByteSize(64 << 20)
+            } else {
+                ByteSize(1 << 30)
+            }),
         io_backend: args.io_backend,
     };
     let sizes = ValueSizes::up_to(max_value);

@@ -39,8 +39,10 @@ pub(crate) struct Coll {
 
 impl Coll {
     /// A new, empty collection of `kind` under `key` in the selected database.
+    /// A list is chunked (layout 2) unless the store's value limit is below a full chunk.
     pub(crate) fn create(ctx: &Ctx<'_>, key: &[u8], kind: Kind) -> Coll {
-        let meta = Meta::new(kind, ctx.new_generation());
+        let mut meta = Meta::new(kind, ctx.new_generation());
+        meta.chunked &= ctx.max_value_len() >= crate::list_chunk::MAX_CHUNK_BYTES;
         Coll {
             meta,
             deadline: None,

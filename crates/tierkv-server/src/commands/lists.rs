@@ -2,15 +2,16 @@
 //! LREM, LTRIM, LINSERT, LPOS, LMOVE, RPOPLPUSH (and, in [`super::blocking`], BLPOP, BRPOP,
 //! BLMOVE) — Redis 7.0's replies and errors.
 //!
-//! A list is a metadata record ([`crate::encoding::Meta`], kind `l`) whose `head` and
-//! `tail` are the positions of its first element and one past its last, and one element
-//! per position: `<prefix> | position` where the position is a signed 64-bit number made
-//! order-preserving (sign bit flipped, big-endian), so elements sort in list order. The
-//! element at index `i` is at position `head + i`. A push at either end writes one
-//! element and the metadata; a pop deletes one; LINDEX/LSET/LRANGE address positions
-//! directly (point reads, so lists work on every engine, ordered or not). LREM, LINSERT
-//! rewrite the elements from the change to the end (O(n), as in Kvrocks) in the same
-//! write batch, which bounds them by the batch limit (10 000 operations).
+//! A list is a metadata record ([`crate::encoding::Meta`], kind `L`, or `l` for a list
+//! created before chunks) whose `head` and `tail` are the positions of its first element
+//! and one past its last; a position is a signed 64-bit number, and the element at index
+//! `i` is at position `head + i`. Where the elements of each position are stored is
+//! [`super::list_slots`]'s business: 32 neighbouring positions share one chunk (layout 2),
+//! or each has its own sub-key (layout 1). A push at either end rewrites one chunk and the
+//! metadata; a pop likewise; LINDEX/LSET/LRANGE address positions directly (point reads,
+//! so lists work on every engine, ordered or not). LREM, LINSERT rewrite the elements from
+//! the change to the end (O(n), as in Kvrocks) in the same write batch, which bounds them
+//! by the batch limit (10 000 operations).
 //!
 //! Every write runs inside [`Ctx::batched`] (elements and metadata crash-atomic where the
 //! engine has atomic batches); pushes and pops inside [`Ctx::batched_meta_last`], which
@@ -19,6 +20,7 @@
 //! Thread-safety: handlers run concurrently on worker threads under the key locks.
 
 use super::collection::{self, Coll};
+use super::list_slots::{self, Slots, missing};
 use super::strings::reply_too_large;
 use super::{CmdError, CmdResult, Ctx, is, msg, parse_int};
 use crate::encoding::Kind;
@@ -56,19 +58,13 @@ fn len_of(c: &Coll) -> i64 {
     c.meta.tail - c.meta.head
 }
 
-/// The element at index `i` (0-based from the head) of `c`.
-fn at(ctx: &Ctx<'_>, c: &Coll, i: i64) -> Result<Vec<u8>, CmdError> {
-    c.get(ctx, &pos_suffix(c.meta.head + i))?
-        .ok_or_else(|| CmdError::new("ERR list element missing: the store is inconsistent"))
-}
-
-/// Pushes `value` at `end`.
-pub(crate) fn push(ctx: &Ctx<'_>, c: &mut Coll, end: End, value: &[u8]) -> CmdResult {
+/// Pushes `value` at `end` (written when `slots` is flushed).
+fn push_in(ctx: &Ctx<'_>, slots: &mut Slots, c: &mut Coll, end: End, value: &[u8]) -> CmdResult {
     let p = match end {
         End::Left => c.meta.head - 1,
         End::Right => c.meta.tail,
     };
-    c.put(ctx, &pos_suffix(p), value)?;
+    slots.put(ctx, c, p, value)?;
     match end {
         End::Left => c.meta.head = p,
         End::Right => c.meta.tail = p + 1,
@@ -77,19 +73,28 @@ pub(crate) fn push(ctx: &Ctx<'_>, c: &mut Coll, end: End, value: &[u8]) -> CmdRe
     Ok(())
 }
 
-/// Pops the element at `end` (the list is not empty).
-pub(crate) fn pop(ctx: &Ctx<'_>, c: &mut Coll, end: End) -> Result<Vec<u8>, CmdError> {
-    let i = match end {
-        End::Left => 0,
-        End::Right => len_of(c) - 1,
+/// Pops the element at `end` (the list is not empty; written when `slots` is flushed).
+fn pop_in(ctx: &Ctx<'_>, slots: &mut Slots, c: &mut Coll, end: End) -> Result<Vec<u8>, CmdError> {
+    let p = match end {
+        End::Left => c.meta.head,
+        End::Right => c.meta.tail - 1,
     };
-    let v = at(ctx, c, i)?;
-    c.delete(ctx, &pos_suffix(c.meta.head + i))?;
+    let v = slots.at(ctx, c, p)?;
+    slots.delete(ctx, c, p)?;
     match end {
         End::Left => c.meta.head += 1,
         End::Right => c.meta.tail -= 1,
     }
     c.meta.count -= 1;
+    Ok(v)
+}
+
+/// Pops the element at `end` of `c` (not empty) and writes its elements; the caller saves
+/// the metadata.
+pub(crate) fn pop(ctx: &Ctx<'_>, c: &mut Coll, end: End) -> Result<Vec<u8>, CmdError> {
+    let mut slots = Slots::new();
+    let v = pop_in(ctx, &mut slots, c, end)?;
+    slots.flush(ctx)?;
     Ok(v)
 }
 
@@ -103,12 +108,8 @@ fn read_all(ctx: &Ctx<'_>, c: &Coll) -> Result<Vec<Vec<u8>>, CmdError> {
     Ok(all)
 }
 
-/// The error of a list element that its metadata counts but the store does not hold.
-fn missing() -> CmdError {
-    CmdError::new("ERR list element missing: the store is inconsistent")
-}
-
-/// Calls `f` with the elements at indexes `a..=b` in order: one range scan per page on an
+/// Calls `f` with the elements at indexes `a..=b` in order. A chunked list: one read per
+/// chunk ([`list_slots::read_chunked`]). A list of layout 1: one range scan per page on an
 /// ordered engine, on the others one [`tierkv::Db::get_many_with`] per page (each value
 /// lent by the engine, the page's element keys built in one buffer), or inside a write
 /// batch a point read per element (the batch's own writes first).
@@ -119,6 +120,9 @@ fn read_range(
     b: i64,
     mut f: impl FnMut(&[u8]) -> CmdResult,
 ) -> CmdResult {
+    if c.meta.chunked {
+        return list_slots::read_chunked(ctx, c, c.meta.head + a, c.meta.head + b, &mut f);
+    }
     if !ctx.shared.db.ordered() {
         let mut key = c.elem(ctx, &pos_suffix(c.meta.head + a))?;
         let at = key.len() - 8;
@@ -183,16 +187,19 @@ fn read_range(
     Ok(())
 }
 
-/// Replaces the elements from index `from` on by `rest`.
+/// Replaces the elements from index `from` on by `rest` (elements written; the caller
+/// saves the metadata).
 fn rewrite_from(ctx: &Ctx<'_>, c: &mut Coll, from: i64, rest: &[Vec<u8>]) -> CmdResult {
+    let mut slots = Slots::new();
     let start = c.meta.head + from;
     for (i, v) in rest.iter().enumerate() {
-        c.put(ctx, &pos_suffix(start + i as i64), v)?;
+        slots.put(ctx, c, start + i as i64, v)?;
     }
     let new_tail = start + rest.len() as i64;
     for p in new_tail..c.meta.tail {
-        c.delete(ctx, &pos_suffix(p))?;
+        slots.delete(ctx, c, p)?;
     }
+    slots.flush(ctx)?;
     c.meta.tail = new_tail;
     c.meta.count = u64::try_from(new_tail - c.meta.head).unwrap_or(0);
     Ok(())
@@ -209,9 +216,11 @@ fn push_generic(ctx: &mut Ctx<'_>, args: Args<'_>, end: End, only_existing: bool
         let Some(mut c) = c else {
             return Ok(0);
         };
+        let mut slots = Slots::new();
         for v in args.iter_from(2) {
-            push(ctx, &mut c, end, v)?;
+            push_in(ctx, &mut slots, &mut c, end, v)?;
         }
+        slots.flush(ctx)?;
         collection::save(ctx, key, &c)?;
         Ok(len_of(&c))
     })?;
@@ -259,9 +268,11 @@ fn pop_generic(ctx: &mut Ctx<'_>, args: Args<'_>, end: End) -> CmdResult {
         };
         let n = n.min(len_of(&c));
         let mut popped = Vec::new();
+        let mut slots = Slots::new();
         for _ in 0..n {
-            popped.push(pop(ctx, &mut c, end)?);
+            popped.push(pop_in(ctx, &mut slots, &mut c, end)?);
         }
+        slots.flush(ctx)?;
         if n > 0 {
             collection::save(ctx, key, &c)?;
         }
@@ -340,7 +351,7 @@ pub(crate) fn lindex(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let c = collection::load(ctx, args.get(1), Kind::List)?;
     match c.and_then(|c| resolve(i, len_of(&c)).map(|i| (c, i))) {
         Some((c, i)) => {
-            let v = at(ctx, &c, i)?;
+            let v = Slots::new().at(ctx, &c, c.meta.head + i)?;
             ctx.out.bulk(&v);
         }
         None => ctx.out.null(),
@@ -357,7 +368,9 @@ pub(crate) fn lset(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
             return Err(CmdError::new("ERR no such key"));
         };
         let i = resolve(i, len_of(&c)).ok_or_else(|| CmdError::new("ERR index out of range"))?;
-        c.put(ctx, &pos_suffix(c.meta.head + i), args.get(3))?;
+        let mut slots = Slots::new();
+        slots.put(ctx, &c, c.meta.head + i, args.get(3))?;
+        slots.flush(ctx)?;
         // The metadata is unchanged, but WATCH must see the write.
         collection::save(ctx, key, &c)
     })?;
@@ -423,9 +436,11 @@ pub(crate) fn ltrim(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
         };
         let (a, b) = clamp(start, stop, len_of(&c)).unwrap_or((len_of(&c), len_of(&c) - 1));
         let (head, tail) = (c.meta.head, c.meta.tail);
+        let mut slots = Slots::new();
         for p in (head..head + a).chain(head + b + 1..tail) {
-            c.delete(ctx, &pos_suffix(p))?;
+            slots.delete(ctx, &c, p)?;
         }
+        slots.flush(ctx)?;
         c.meta.head = head + a;
         c.meta.tail = (head + b + 1).max(c.meta.head);
         c.meta.count = u64::try_from(c.meta.tail - c.meta.head).unwrap_or(0);
@@ -511,9 +526,10 @@ pub(crate) fn lpos(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
         };
         let mut skip = rank.unsigned_abs() - 1;
         let limit = if maxlen == 0 { len } else { maxlen.min(len) };
+        let mut slots = Slots::new();
         for step in 0..limit {
             let idx = if rank > 0 { step } else { len - 1 - step };
-            if at(ctx, &c, idx)? == target {
+            if slots.at(ctx, &c, c.meta.head + idx)? == target {
                 if skip > 0 {
                     skip -= 1;
                     continue;
@@ -554,14 +570,18 @@ pub(crate) fn move_one(
             return Ok(None);
         };
         if src == dst {
-            let v = pop(ctx, &mut s, from)?;
-            push(ctx, &mut s, to, &v)?;
+            let mut slots = Slots::new();
+            let v = pop_in(ctx, &mut slots, &mut s, from)?;
+            push_in(ctx, &mut slots, &mut s, to, &v)?;
+            slots.flush(ctx)?;
             collection::save(ctx, src, &s)?;
             return Ok(Some(v));
         }
         let mut d = collection::load_or_create(ctx, dst, Kind::List)?;
         let v = pop(ctx, &mut s, from)?;
-        push(ctx, &mut d, to, &v)?;
+        let mut slots = Slots::new();
+        push_in(ctx, &mut slots, &mut d, to, &v)?;
+        slots.flush(ctx)?;
         collection::save(ctx, src, &s)?;
         collection::save(ctx, dst, &d)?;
         Ok(Some(v))
@@ -592,8 +612,9 @@ pub(crate) fn rpoplpush(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
 }
 
 /// On an engine that cannot scan, the sweep cannot find a deleted list's elements: DEL
-/// deletes them itself (O(length)), addressing them by position. (An overwrite or expiry
-/// of a list there leaves them: a documented leak of unordered persistent engines.)
+/// deletes them itself (O(length / 32) for a chunked list, O(length) for one of layout
+/// 1), addressing them by position. (An overwrite or expiry of a list there leaves them:
+/// a documented leak of unordered persistent engines.)
 pub(crate) fn drop_unreclaimable(ctx: &mut Ctx<'_>, key: &[u8], stored: &[u8]) -> CmdResult {
     if ctx.shared.db.ordered() {
         return Ok(());
@@ -609,10 +630,7 @@ pub(crate) fn drop_unreclaimable(ctx: &mut Ctx<'_>, key: &[u8], stored: &[u8]) -
         deadline: None,
         prefix: crate::keyspace::element_prefix(ctx.pdb(), key, m.generation),
     };
-    for p in m.head..m.tail {
-        c.delete(ctx, &pos_suffix(p))?;
-    }
-    Ok(())
+    list_slots::delete_all(ctx, &c)
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ pub(crate) mod expire;
 pub(crate) mod hashes;
 pub(crate) mod info;
 pub(crate) mod keys;
+pub(crate) mod list_slots;
 pub(crate) mod lists;
 pub(crate) mod multi;
 pub(crate) mod packed_hashes;
