@@ -51,24 +51,27 @@ pub struct Background {
 impl Background {
     /// Starts the threads.
     pub fn start(mem: Arc<HeterMem>) -> Result<Background> {
-        let shared = Arc::new(Shared::default());
-        let mut handles = Vec::new();
+        // IMPORTANT: the handles are the `Background`'s as soon as each thread runs, so that
+        // a failure to spawn the next one stops and joins those already running (its drop)
+        // rather than detaching them, still working on a store whose open failed.
+        let bg = Background {
+            mem,
+            shared: Arc::new(Shared::default()),
+            handles: Mutex::new(Vec::new()),
+        };
         for (name, body) in [
             ("hetermm:flush", flusher as fn(&HeterMem, &Shared)),
             ("hetermm:reorg", reclaimer),
         ] {
-            let (m, s) = (mem.clone(), shared.clone());
+            let (m, s) = (bg.mem.clone(), bg.shared.clone());
+            crate::recovery::open_hook(crate::recovery::OpenPoint::Spawning)?;
             let h = std::thread::Builder::new()
                 .name(name.into())
                 .spawn(move || body(&m, &s))
                 .map_err(|e| Error::io("spawn thread", name, e))?;
-            handles.push(h);
+            bg.handles.lock().push(h);
         }
-        Ok(Background {
-            mem,
-            shared,
-            handles: Mutex::new(handles),
-        })
+        Ok(bg)
     }
 
     /// Asks the flusher for a forced flush and waits for it.

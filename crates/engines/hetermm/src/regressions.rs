@@ -869,3 +869,149 @@ fn a_reorganisation_racing_the_publish_of_its_block_is_not_undone() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// Task h22 (suspected last session): an open that failed after the log replay had begun
+/// dropped its half-open store, and the drop closed it — a forced flush that persisted the
+/// records replayed so far, moved the flush frontier and retired the old log blocks, with
+/// the entries not replayed yet in them: acknowledged writes were gone at the next open.
+/// A store whose open failed writes nothing now; its next open replays the whole log again.
+///
+/// Each failure point of the open after the replay began: after the second batch of
+/// replayed records, once the index is built, and at the very end.
+#[test]
+fn an_open_that_fails_after_the_replay_began_loses_no_acknowledged_write() {
+    use crate::recovery::{OPEN_HOOK, OpenPoint, REPLAY_BATCH};
+    let keys = 3 * REPLAY_BATCH + 17;
+    let key = |i: usize| format!("key{i:05}").into_bytes();
+    let value = |i: usize| format!("value of {i}").into_bytes();
+    for point in [OpenPoint::Replayed, OpenPoint::Built, OpenPoint::Opened] {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = PmemPool::create(&pool_config(dir.path().join("pool"))).unwrap();
+        let index = CoreIndex::new("btree").unwrap();
+        let store =
+            HeterStore::open(pool.clone(), options(""), Limits::default(), index, true).unwrap();
+        for i in 0..keys {
+            store.put(&key(i), &value(i)).unwrap();
+        }
+        // A crash now: every put is acknowledged, in the log, and (most of them) in DRAM.
+        let path = dir.path().join("image");
+        std::fs::write(
+            &path,
+            pool.crash_image(7, CrashImageOptions::lines()).unwrap(),
+        )
+        .unwrap();
+        store.close().unwrap();
+        drop((store, pool));
+
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        OPEN_HOOK.with(|h| {
+            let calls = calls.clone();
+            *h.borrow_mut() = Some(Box::new(move |at| {
+                if at != point {
+                    return Ok(());
+                }
+                // The second batch, so that some records were replayed and others not yet.
+                if calls.fetch_add(1, Ordering::SeqCst) + 1 == 2 || point != OpenPoint::Replayed {
+                    return Err(Error::corruption(Tier::Pmem, 0, "injected in open"));
+                }
+                Ok(())
+            }));
+        });
+        let failed = HeterStore::open(
+            PmemPool::open(&pool_config(path.clone())).unwrap(),
+            options(""),
+            Limits::default(),
+            CoreIndex::new("btree").unwrap(),
+            false,
+        );
+        OPEN_HOOK.with(|h| h.borrow_mut().take());
+        assert!(failed.is_err(), "{point:?}: the open did not fail");
+        drop(failed);
+        if point == OpenPoint::Replayed {
+            assert!(
+                calls.load(Ordering::SeqCst) >= 2,
+                "fewer than two batches were replayed"
+            );
+        }
+
+        let store = HeterStore::open(
+            PmemPool::open(&pool_config(path)).unwrap(),
+            options(""),
+            Limits::default(),
+            CoreIndex::new("btree").unwrap(),
+            false,
+        )
+        .unwrap_or_else(|e| panic!("{point:?}: the store does not reopen: {e}"));
+        let lost: Vec<usize> = (0..keys)
+            .filter(|&i| store.get(&key(i)).unwrap() != Some(value(i)))
+            .collect();
+        assert!(
+            lost.is_empty(),
+            "{point:?}: {} acknowledged writes lost after a failed open, the first {:?}",
+            lost.len(),
+            &lost[..lost.len().min(5)]
+        );
+        store.close().unwrap();
+    }
+}
+
+/// Task h22, found while reading the open path: when the second background thread could not
+/// be spawned, the first one's handle was dropped — the thread was detached, not stopped —
+/// and went on flushing a store that had failed to open, holding the pool (and its file's
+/// lock: the pool could not be opened again by this process).
+#[test]
+fn an_open_whose_second_thread_cannot_start_stops_the_first() {
+    use crate::recovery::{OPEN_HOOK, OpenPoint};
+    let dir = tempfile::tempdir().unwrap();
+    let config = pool_config(dir.path().join("pool"));
+    let pool = PmemPool::create(&config).unwrap();
+    let store = HeterStore::open(
+        pool,
+        options(""),
+        Limits::default(),
+        CoreIndex::new("btree").unwrap(),
+        true,
+    )
+    .unwrap();
+    store.put(b"k", b"v").unwrap();
+    store.close().unwrap();
+    drop(store);
+    let mut spawned = 0;
+    OPEN_HOOK.with(|h| {
+        *h.borrow_mut() = Some(Box::new(move |at| {
+            if at == OpenPoint::Spawning {
+                spawned += 1;
+                if spawned == 2 {
+                    return Err(Error::io(
+                        "spawn thread",
+                        "hetermm:reorg",
+                        std::io::Error::other("injected"),
+                    ));
+                }
+            }
+            Ok(())
+        }));
+    });
+    let failed = HeterStore::open(
+        PmemPool::open(&config).unwrap(),
+        options(""),
+        Limits::default(),
+        CoreIndex::new("btree").unwrap(),
+        false,
+    );
+    OPEN_HOOK.with(|h| h.borrow_mut().take());
+    assert!(failed.is_err(), "the open did not fail");
+    drop(failed);
+    let pool = PmemPool::open(&config)
+        .unwrap_or_else(|e| panic!("the pool is still held after the failed open: {e}"));
+    let store = HeterStore::open(
+        pool,
+        options(""),
+        Limits::default(),
+        CoreIndex::new("btree").unwrap(),
+        false,
+    )
+    .unwrap();
+    assert_eq!(store.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+    store.close().unwrap();
+}
