@@ -6,7 +6,8 @@
 //! Errors: pmem running out (`NoSpace`) *stalls* the flusher — writers that need a page get
 //! `NoSpace` while it lasts, reads go on, and the flusher keeps retrying (deletes and
 //! reorganisation may free space). Any other error, or a panic, *poisons* the store: every
-//! later write fails until it is reopened (STYLE §5).
+//! later write fails until it is reopened (STYLE §5), reads go on, and both threads stop
+//! working on pmem (they idle until the store is closed; `flush.rs`, `reorg.rs`).
 //!
 //! Thread safety: `Send + Sync`; forced-flush requests are a counter pair under a mutex.
 
@@ -64,7 +65,7 @@ impl Background {
             ("hetermm:reorg", reclaimer),
         ] {
             let (m, s) = (bg.mem.clone(), bg.shared.clone());
-            crate::recovery::open_hook(crate::recovery::OpenPoint::Spawning)?;
+            crate::recovery::open_hook(crate::recovery::OpenPoint::Spawning, &bg.mem)?;
             let h = std::thread::Builder::new()
                 .name(name.into())
                 .spawn(move || body(&m, &s))
@@ -192,6 +193,12 @@ fn flusher(mem: &HeterMem, shared: &Shared) {
 
 fn reclaimer(mem: &HeterMem, shared: &Shared) {
     while !shared.stop.load(Ordering::Acquire) {
+        // Like the flusher: no reorganisation once a failure poisoned the store (`reorg.rs`
+        // `reorganise`); it waits to be stopped.
+        if mem.health.poisoned.get().is_some() {
+            mem.wake_reclaimer.wait(REORG_IDLE * 10);
+            continue;
+        }
         match mem.reclaimer_step() {
             Ok(true) => continue,
             Ok(false) => {}

@@ -246,11 +246,13 @@ fn threads(mem: &HeterMem) -> usize {
 /// Replayed records written under one pinned operation.
 pub(crate) const REPLAY_BATCH: usize = 256;
 
-/// Where a test makes an open fail (`regressions.rs`): before each background thread is
-/// spawned, after each batch of replayed records, once the index is built, and at the end of
+/// Where a test makes an open fail (`regressions.rs`), or installs a hook on the new memory:
+/// once the memory is open, before each background thread is spawned, after each batch of replayed records, once the index is built, and at the end of
 /// [`crate::HeterStore::open`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OpenPoint {
+    /// The memory is open (its blocks published), nothing recovered yet.
+    Memory,
     /// A background thread is about to be spawned (`background.rs`).
     Spawning,
     /// A batch of [`REPLAY_BATCH`] replayed records is in DRAM.
@@ -264,7 +266,7 @@ pub enum OpenPoint {
 /// A test hook of the opening thread (a thread-local, so that tests running in parallel do
 /// not see each other's): an error it returns fails the open there.
 #[cfg(test)]
-pub type OpenHook = Box<dyn FnMut(OpenPoint) -> Result<()>>;
+pub type OpenHook = Box<dyn FnMut(OpenPoint, &HeterMem) -> Result<()>>;
 
 #[cfg(test)]
 thread_local! {
@@ -274,14 +276,14 @@ thread_local! {
 }
 
 /// Runs the opening thread's test hook (in tests; nothing otherwise).
-pub fn open_hook(point: OpenPoint) -> Result<()> {
+pub fn open_hook(point: OpenPoint, mem: &HeterMem) -> Result<()> {
     #[cfg(test)]
     {
-        if let Some(r) = OPEN_HOOK.with(|h| h.borrow_mut().as_mut().map(|f| f(point))) {
+        if let Some(r) = OPEN_HOOK.with(|h| h.borrow_mut().as_mut().map(|f| f(point, mem))) {
             return r;
         }
     }
-    let _ = point;
+    let _ = (point, mem);
     Ok(())
 }
 
@@ -397,7 +399,7 @@ pub fn replay_and_build(
             mem.counters.replayed_entries.incr();
         }
         drop(g);
-        open_hook(OpenPoint::Replayed)
+        open_hook(OpenPoint::Replayed, mem)
     });
     mem.replaying.store(false, Ordering::Release);
     written?;
@@ -421,7 +423,7 @@ pub fn replay_and_build(
     let built = index.recover_sorted(mem, &mut merged);
     mem.recovering.store(false, Ordering::Release);
     built?;
-    open_hook(OpenPoint::Built)?;
+    open_hook(OpenPoint::Built, mem)?;
     let losers = std::mem::take(&mut *mem.recovery_losers.lock());
     mem.apply_marks(&losers)?;
     mem.counters

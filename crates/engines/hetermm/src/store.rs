@@ -55,6 +55,7 @@ impl HeterStore {
         let started = Instant::now();
         let (mem, plan) = recovery::open_memory(pool, opts, created)?;
         let mem = Arc::new(mem);
+        recovery::open_hook(recovery::OpenPoint::Memory, &mem)?;
         let found = recovery::find(&mem, &plan)?;
         mem.flusher.lock().old_logs = plan.logs.iter().map(|(off, _)| *off).collect();
         let replayed = found.replays();
@@ -72,7 +73,7 @@ impl HeterStore {
         // IMPORTANT: if any step from here fails, `store` is dropped half open, and its
         // `close` does nothing but stop the threads (`opened` is still false).
         recovery::replay_and_build(&store.mem, &*store.index, found)?;
-        recovery::open_hook(recovery::OpenPoint::Opened)?;
+        recovery::open_hook(recovery::OpenPoint::Opened, &store.mem)?;
         store.opened.store(true, Ordering::Release);
         // The replayed records are durable in the old log blocks until a forced flush has
         // persisted them; the flusher does it while the store already serves (the flush

@@ -102,6 +102,12 @@ impl Health {
     /// Fails if the store is closed or poisoned.
     pub fn check_writable(&self) -> Result<()> {
         self.check_open()?;
+        self.check_not_poisoned()
+    }
+
+    /// Fails if the store is poisoned (closed or not): the flusher's and the reclaimer's
+    /// work on pmem checks this (a close's last flush runs after `closed` is set).
+    pub fn check_not_poisoned(&self) -> Result<()> {
         match self.poisoned.get() {
             Some(why) => Err(Error::Poisoned(why.clone())),
             None => Ok(()),
@@ -267,6 +273,9 @@ pub enum HookPoint {
     /// In a write batch's commit, every operation applied in DRAM, before its log entry is
     /// written (the value is empty).
     BatchApplied,
+    /// In `reorganise`, once the block's compact copy is published and before the old
+    /// copy's directory word is cleared (the value is the block number, little-endian).
+    Unpublishing,
 }
 
 /// A test hook: sees the point and the value written (empty for a delete); an error it
