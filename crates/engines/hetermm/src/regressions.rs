@@ -1217,3 +1217,77 @@ fn a_forced_flush_that_fails_after_publishing_is_not_retried_by_the_next_step() 
     }
     store.close().unwrap();
 }
+
+/// Task h22 (issue 22 item 6, "`dram_bytes` leaves out the index and the cache map"): both
+/// are counted, and now the DRAM budget covers them too — free pages are withheld for the
+/// index's bytes (`dram/mod.rs`), so the write region is smaller and the flusher flushes
+/// earlier. A store of many small keys, loaded and then updated with larger values: the
+/// pages it touched plus its index stay within the budget (before, the write region took
+/// every page and the index came on top: 701,312 bytes of a 524,288-byte budget).
+///
+/// (Pages are never given back to the system: pages touched before the index grew are
+/// still allocated, so a load whose index grows after the write region has filled DRAM
+/// ends above the budget by what the index grew since.)
+#[test]
+fn the_index_counts_against_the_dram_budget() {
+    let budget = 128 * 4096u64;
+    let spec: EngineSpec = "hetermm@page_bits=12,block_bits=15".parse().unwrap();
+    let opts = HeterOptions::from_params(spec.params(), budget).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let pool = PmemPool::create(&pool_config(dir.path().join("pool"))).unwrap();
+    let store = HeterStore::open(
+        pool,
+        opts,
+        Limits::default(),
+        CoreIndex::new("btree").unwrap(),
+        true,
+    )
+    .unwrap();
+    let mem = store.memory().clone();
+    assert_eq!(
+        mem.pages.count() as u64 * 4096,
+        budget,
+        "the pages fill the budget"
+    );
+    let keys = 2800u32;
+    let key = |i: u32| format!("k{i:07}").into_bytes();
+    for i in 0..keys {
+        store.put(&key(i), &[0; 8]).unwrap();
+    }
+    let index = store.stats().counters["hetermm_index_bytes"];
+    assert!(
+        index >= u64::from(keys) * (8 + 64),
+        "the index's {index} bytes for {keys} keys"
+    );
+    let want = index.div_ceil(4096) as usize;
+    assert!(want <= mem.pages.count() - mem.min_write_pages);
+    eventually("the pages withheld for the index", || {
+        mem.pages.withheld() == want
+    });
+    let flushes = store.stats().counters["hetermm_flushes"];
+    for round in 1..=3u8 {
+        for i in 0..keys {
+            store.put(&key(i), &[round; 100]).unwrap();
+        }
+    }
+    let s = store.stats();
+    assert!(
+        s.counters["hetermm_flushes"] > flushes,
+        "the updates were flushed"
+    );
+    let touched = mem.pages.allocated() as u64 * 4096;
+    assert_eq!(
+        s.dram_bytes,
+        touched + index,
+        "dram_bytes: the pages and the index"
+    );
+    assert!(
+        s.dram_bytes <= budget,
+        "{} bytes of DRAM ({touched} in pages, {index} the index) over a budget of {budget}",
+        s.dram_bytes
+    );
+    for i in 0..keys {
+        assert_eq!(store.get(&key(i)).unwrap(), Some(vec![3; 100]));
+    }
+    store.close().unwrap();
+}
