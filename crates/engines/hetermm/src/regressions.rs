@@ -904,16 +904,24 @@ fn image_with_logged_puts(dir: &tempfile::TempDir, keys: usize) -> std::path::Pa
 /// the entries not replayed yet in them: acknowledged writes were gone at the next open.
 /// A store whose open failed writes nothing now; its next open replays the whole log again.
 ///
-/// Each failure point of the open after the replay began: after the second batch of
-/// replayed records, once the index is built, and at the very end. Before the fix only the
-/// first lost writes (273 of 785): at the other two every entry had been replayed, so the
-/// close's forced flush persisted them all before it retired the old logs — a failure
-/// there lost nothing, but wrote to a store that had not opened.
+/// Each failure point of the open: once the memory is open (directory read, blocks
+/// published, the reserve taken: no store exists yet, so nothing closes — its runs are
+/// collected by the next open), after the second batch of replayed records, once the index
+/// is built, and at the very end. Before the fix only the replay point lost writes (273 of
+/// 785): at the last two every entry had been replayed, so the close's forced flush
+/// persisted them all before it retired the old logs — a failure there lost nothing, but
+/// wrote to a store that had not opened.
 #[test]
 fn an_open_that_fails_after_the_replay_began_loses_no_acknowledged_write() {
     use crate::recovery::{OPEN_HOOK, OpenPoint, REPLAY_BATCH};
     let keys = 3 * REPLAY_BATCH + 17;
-    for point in [OpenPoint::Replayed, OpenPoint::Built, OpenPoint::Opened] {
+    let points = [
+        OpenPoint::Memory,
+        OpenPoint::Replayed,
+        OpenPoint::Built,
+        OpenPoint::Opened,
+    ];
+    for point in points {
         let dir = tempfile::tempdir().unwrap();
         let path = image_with_logged_puts(&dir, keys);
         let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
