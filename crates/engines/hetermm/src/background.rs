@@ -6,7 +6,8 @@
 //! Errors: pmem running out (`NoSpace`) *stalls* the flusher — writers that need a page get
 //! `NoSpace` while it lasts, reads go on, and the flusher keeps retrying (deletes and
 //! reorganisation may free space). Any other error, or a panic, *poisons* the store: every
-//! later write fails until it is reopened (STYLE §5).
+//! later write fails until it is reopened (STYLE §5), reads go on, and both threads stop
+//! working on pmem (they idle until the store is closed; `flush.rs`, `reorg.rs`).
 //!
 //! Thread safety: `Send + Sync`; forced-flush requests are a counter pair under a mutex.
 
@@ -51,24 +52,27 @@ pub struct Background {
 impl Background {
     /// Starts the threads.
     pub fn start(mem: Arc<HeterMem>) -> Result<Background> {
-        let shared = Arc::new(Shared::default());
-        let mut handles = Vec::new();
+        // IMPORTANT: the handles are the `Background`'s as soon as each thread runs, so that
+        // a failure to spawn the next one stops and joins those already running (its drop)
+        // rather than detaching them, still working on a store whose open failed.
+        let bg = Background {
+            mem,
+            shared: Arc::new(Shared::default()),
+            handles: Mutex::new(Vec::new()),
+        };
         for (name, body) in [
             ("hetermm:flush", flusher as fn(&HeterMem, &Shared)),
             ("hetermm:reorg", reclaimer),
         ] {
-            let (m, s) = (mem.clone(), shared.clone());
+            let (m, s) = (bg.mem.clone(), bg.shared.clone());
+            crate::recovery::open_hook(crate::recovery::OpenPoint::Spawning, &bg.mem)?;
             let h = std::thread::Builder::new()
                 .name(name.into())
                 .spawn(move || body(&m, &s))
                 .map_err(|e| Error::io("spawn thread", name, e))?;
-            handles.push(h);
+            bg.handles.lock().push(h);
         }
-        Ok(Background {
-            mem,
-            shared,
-            handles: Mutex::new(handles),
-        })
+        Ok(bg)
     }
 
     /// Asks the flusher for a forced flush and waits for it.
@@ -189,6 +193,12 @@ fn flusher(mem: &HeterMem, shared: &Shared) {
 
 fn reclaimer(mem: &HeterMem, shared: &Shared) {
     while !shared.stop.load(Ordering::Acquire) {
+        // Like the flusher: no reorganisation once a failure poisoned the store (`reorg.rs`
+        // `reorganise`); it waits to be stopped.
+        if mem.health.poisoned.get().is_some() {
+            mem.wake_reclaimer.wait(REORG_IDLE * 10);
+            continue;
+        }
         match mem.reclaimer_step() {
             Ok(true) => continue,
             Ok(false) => {}

@@ -63,6 +63,11 @@ pub struct FlushState {
 impl HeterMem {
     /// One round of background work; returns whether it did anything.
     pub fn flusher_step(&self, st: &mut FlushState) -> Result<bool> {
+        // IMPORTANT: no step on a poisoned store (see `flush_oldest`); the flusher thread
+        // looks only between rounds, and a forced flush that failed is followed by a round.
+        self.health.check_not_poisoned()?;
+        // The index and the cache map count against the DRAM budget (`dram/mod.rs`).
+        self.pages.withhold(self.withheld_target());
         if self.nvm.reserve.dipped() && self.room.pending() && self.serving.load(Ordering::Acquire)
         {
             return self.room_pass(st).map(|()| true);
@@ -194,6 +199,10 @@ impl HeterMem {
 
     /// Persists and frees the oldest DRAM block (the caller checked it is complete).
     pub fn flush_oldest(&self, st: &mut FlushState) -> Result<()> {
+        // IMPORTANT: never on a poisoned store. A flush that failed after its block's
+        // directory word was durable, retried, would publish the block again under a second
+        // generation-0 word, which recovery refuses (`background.rs`).
+        self.health.check_not_poisoned()?;
         let started = Instant::now();
         let b = self.geo.block_of(self.off_dram());
         // Nothing is handed out past the table (`check_block_number`); never publish there.
@@ -395,6 +404,8 @@ impl HeterMem {
     /// Forced flush (`flush()`, close, recovery): closes the tail block (its unused pages
     /// become a hole), persists every DRAM block, and lets the log go.
     pub fn flush_all(&self, st: &mut FlushState) -> Result<()> {
+        // Not even with nothing left to flush: no frontier move, no log retired.
+        self.health.check_not_poisoned()?;
         self.counters.forced_flushes.incr();
         let ppb = self.geo.pages_per_block();
         let np = self.regions.next_page.load(Ordering::SeqCst);
@@ -450,7 +461,7 @@ impl HeterMem {
             let ppb = self.geo.pages_per_block() as usize;
             let min_write = (self.opts.overlap_blocks as usize + 2) * ppb + self.free_pages;
             let target =
-                policy::cache_target(window, cache.target(), self.pages.count(), min_write);
+                policy::cache_target(window, cache.target(), self.pages.usable(), min_write);
             if target != cache.target() {
                 cache.set_target(target);
                 self.counters.cache_resizes.incr();

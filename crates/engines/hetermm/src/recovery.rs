@@ -244,7 +244,48 @@ fn threads(mem: &HeterMem) -> usize {
 }
 
 /// Replayed records written under one pinned operation.
-const REPLAY_BATCH: usize = 256;
+pub(crate) const REPLAY_BATCH: usize = 256;
+
+/// Where a test makes an open fail (`regressions.rs`), or installs a hook on the new memory:
+/// once the memory is open, before each background thread is spawned, after each batch of replayed records, once the index is built, and at the end of
+/// [`crate::HeterStore::open`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenPoint {
+    /// The memory is open (its blocks published), nothing recovered yet.
+    Memory,
+    /// A background thread is about to be spawned (`background.rs`).
+    Spawning,
+    /// A batch of [`REPLAY_BATCH`] replayed records is in DRAM.
+    Replayed,
+    /// The index is built from the recovered and the replayed records.
+    Built,
+    /// Everything is done but the store is not serving yet.
+    Opened,
+}
+
+/// A test hook of the opening thread (a thread-local, so that tests running in parallel do
+/// not see each other's): an error it returns fails the open there.
+#[cfg(test)]
+pub type OpenHook = Box<dyn FnMut(OpenPoint, &HeterMem) -> Result<()>>;
+
+#[cfg(test)]
+thread_local! {
+    /// The opening thread's hook, if set.
+    pub static OPEN_HOOK: std::cell::RefCell<Option<OpenHook>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs the opening thread's test hook (in tests; nothing otherwise).
+pub fn open_hook(point: OpenPoint, mem: &HeterMem) -> Result<()> {
+    #[cfg(test)]
+    {
+        if let Some(r) = OPEN_HOOK.with(|h| h.borrow_mut().as_mut().map(|f| f(point, mem))) {
+            return r;
+        }
+    }
+    let _ = (point, mem);
+    Ok(())
+}
 
 /// The bytes of a replayed value prefetched before the batch is written (the rest of a
 /// long value is read sequentially, which the hardware prefetches on its own).
@@ -357,7 +398,8 @@ pub fn replay_and_build(
             }
             mem.counters.replayed_entries.incr();
         }
-        Ok(())
+        drop(g);
+        open_hook(OpenPoint::Replayed, mem)
     });
     mem.replaying.store(false, Ordering::Release);
     written?;
@@ -381,6 +423,7 @@ pub fn replay_and_build(
     let built = index.recover_sorted(mem, &mut merged);
     mem.recovering.store(false, Ordering::Release);
     built?;
+    open_hook(OpenPoint::Built, mem)?;
     let losers = std::mem::take(&mut *mem.recovery_losers.lock());
     mem.apply_marks(&losers)?;
     mem.counters

@@ -869,3 +869,436 @@ fn a_reorganisation_racing_the_publish_of_its_block_is_not_undone() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+fn logged_key(i: usize) -> Vec<u8> {
+    format!("key{i:05}").into_bytes()
+}
+
+fn logged_value(i: usize) -> Vec<u8> {
+    format!("value of {i}").into_bytes()
+}
+
+/// The crash image (in `dir`, returned) of a store that acknowledged `keys` puts, all still
+/// in its log (and most in DRAM): a store whose open replays them.
+fn image_with_logged_puts(dir: &tempfile::TempDir, keys: usize) -> std::path::PathBuf {
+    let pool = PmemPool::create(&pool_config(dir.path().join("pool"))).unwrap();
+    let index = CoreIndex::new("btree").unwrap();
+    let store =
+        HeterStore::open(pool.clone(), options(""), Limits::default(), index, true).unwrap();
+    for i in 0..keys {
+        store.put(&logged_key(i), &logged_value(i)).unwrap();
+    }
+    let path = dir.path().join("image");
+    std::fs::write(
+        &path,
+        pool.crash_image(7, CrashImageOptions::lines()).unwrap(),
+    )
+    .unwrap();
+    store.close().unwrap();
+    path
+}
+
+/// Task h22 (suspected last session): an open that failed after the log replay had begun
+/// dropped its half-open store, and the drop closed it — a forced flush that persisted the
+/// records replayed so far, moved the flush frontier and retired the old log blocks, with
+/// the entries not replayed yet in them: acknowledged writes were gone at the next open.
+/// A store whose open failed writes nothing now; its next open replays the whole log again.
+///
+/// Each failure point of the open: once the memory is open (directory read, blocks
+/// published, the reserve taken: no store exists yet, so nothing closes — its runs are
+/// collected by the next open), after the second batch of replayed records, once the index
+/// is built, and at the very end. Before the fix only the replay point lost writes (273 of
+/// 785): at the last two every entry had been replayed, so the close's forced flush
+/// persisted them all before it retired the old logs — a failure there lost nothing, but
+/// wrote to a store that had not opened.
+#[test]
+fn an_open_that_fails_after_the_replay_began_loses_no_acknowledged_write() {
+    use crate::recovery::{OPEN_HOOK, OpenPoint, REPLAY_BATCH};
+    let keys = 3 * REPLAY_BATCH + 17;
+    let points = [
+        OpenPoint::Memory,
+        OpenPoint::Replayed,
+        OpenPoint::Built,
+        OpenPoint::Opened,
+    ];
+    for point in points {
+        let dir = tempfile::tempdir().unwrap();
+        let path = image_with_logged_puts(&dir, keys);
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        OPEN_HOOK.with(|h| {
+            let calls = calls.clone();
+            *h.borrow_mut() = Some(Box::new(move |at, _| {
+                if at != point {
+                    return Ok(());
+                }
+                // The second batch, so that some records were replayed and others not yet.
+                if calls.fetch_add(1, Ordering::SeqCst) + 1 == 2 || point != OpenPoint::Replayed {
+                    return Err(Error::corruption(Tier::Pmem, 0, "injected in open"));
+                }
+                Ok(())
+            }));
+        });
+        let failed = HeterStore::open(
+            PmemPool::open(&pool_config(path.clone())).unwrap(),
+            options(""),
+            Limits::default(),
+            CoreIndex::new("btree").unwrap(),
+            false,
+        );
+        OPEN_HOOK.with(|h| h.borrow_mut().take());
+        assert!(failed.is_err(), "{point:?}: the open did not fail");
+        drop(failed);
+        if point == OpenPoint::Replayed {
+            assert!(
+                calls.load(Ordering::SeqCst) >= 2,
+                "fewer than two batches were replayed"
+            );
+        }
+
+        let store = HeterStore::open(
+            PmemPool::open(&pool_config(path)).unwrap(),
+            options(""),
+            Limits::default(),
+            CoreIndex::new("btree").unwrap(),
+            false,
+        )
+        .unwrap_or_else(|e| panic!("{point:?}: the store does not reopen: {e}"));
+        let lost: Vec<usize> = (0..keys)
+            .filter(|&i| store.get(&logged_key(i)).unwrap() != Some(logged_value(i)))
+            .collect();
+        assert!(
+            lost.is_empty(),
+            "{point:?}: {} acknowledged writes lost after a failed open, the first {:?}",
+            lost.len(),
+            &lost[..lost.len().min(5)]
+        );
+        store.close().unwrap();
+    }
+}
+
+/// Task h22, found while reading the open path: when the second background thread could not
+/// be spawned, the first one's handle was dropped — the thread was detached, not stopped —
+/// and went on flushing a store that had failed to open, holding the pool (and its file's
+/// lock: the pool could not be opened again by this process).
+#[test]
+fn an_open_whose_second_thread_cannot_start_stops_the_first() {
+    use crate::recovery::{OPEN_HOOK, OpenPoint};
+    let dir = tempfile::tempdir().unwrap();
+    let config = pool_config(dir.path().join("pool"));
+    let pool = PmemPool::create(&config).unwrap();
+    let store = HeterStore::open(
+        pool,
+        options(""),
+        Limits::default(),
+        CoreIndex::new("btree").unwrap(),
+        true,
+    )
+    .unwrap();
+    store.put(b"k", b"v").unwrap();
+    store.close().unwrap();
+    drop(store);
+    let mut spawned = 0;
+    OPEN_HOOK.with(|h| {
+        *h.borrow_mut() = Some(Box::new(move |at, _| {
+            if at == OpenPoint::Spawning {
+                spawned += 1;
+                if spawned == 2 {
+                    return Err(Error::io(
+                        "spawn thread",
+                        "hetermm:reorg",
+                        std::io::Error::other("injected"),
+                    ));
+                }
+            }
+            Ok(())
+        }));
+    });
+    let failed = HeterStore::open(
+        PmemPool::open(&config).unwrap(),
+        options(""),
+        Limits::default(),
+        CoreIndex::new("btree").unwrap(),
+        false,
+    );
+    OPEN_HOOK.with(|h| h.borrow_mut().take());
+    assert!(failed.is_err(), "the open did not fail");
+    drop(failed);
+    let pool = PmemPool::open(&config)
+        .unwrap_or_else(|e| panic!("the pool is still held after the failed open: {e}"));
+    let store = HeterStore::open(
+        pool,
+        options(""),
+        Limits::default(),
+        CoreIndex::new("btree").unwrap(),
+        false,
+    )
+    .unwrap();
+    assert_eq!(store.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+    store.close().unwrap();
+}
+
+/// The blocks the directory names twice with one generation (recovery refuses those).
+fn blocks_named_twice(mem: &HeterMem) -> Vec<(u64, u16)> {
+    use crate::format::dir::DirEntry;
+    let mut seen = std::collections::BTreeMap::new();
+    for (_, e) in mem.nvm.published().unwrap() {
+        if let DirEntry::Data {
+            block_no,
+            generation,
+            ..
+        } = e
+        {
+            *seen.entry((block_no, generation)).or_insert(0) += 1;
+        }
+    }
+    seen.into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(bg, _)| bg)
+        .collect()
+}
+
+/// Task h22 (issue 22, suspected last session): a reorganisation that failed after its
+/// compact copy was published (clearing the old copy's directory word failed) poisoned the
+/// store, but the reclaimer went on: the block was still the old copy in memory and still
+/// sparse, so it was reorganised again — a second copy under the same generation, which
+/// recovery refuses ("block N is named at … and at …"). A poisoned store's reclaimer does
+/// nothing now; reads go on, writes fail with the poison error, and it reopens with every
+/// acknowledged write.
+///
+/// The pool offers no fault injection (a persist fails only when msync does, and then the
+/// pool refuses every later mutation, so a second copy could not be written — the danger is
+/// a failure that poisons the store and not the pool), so the hook fails the step.
+#[test]
+fn a_poisoned_store_does_not_reorganise_a_block_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = PmemPool::create(&pool_config(dir.path().join("pool"))).unwrap();
+    let store = HeterStore::open(
+        pool.clone(),
+        options(""),
+        Limits::default(),
+        CoreIndex::new("btree").unwrap(),
+        true,
+    )
+    .unwrap();
+    let failed: Arc<std::sync::Mutex<Option<u64>>> = Arc::default();
+    let hook: TestHook = {
+        let failed = failed.clone();
+        Arc::new(move |point, value| {
+            if point == HookPoint::Unpublishing {
+                let mut f = failed.lock().unwrap();
+                if f.is_none() {
+                    *f = Some(u64::from_le_bytes(value.try_into().unwrap()));
+                    return Err(Error::corruption(Tier::Pmem, 0, "injected in reorganise"));
+                }
+            }
+            Ok(())
+        })
+    };
+    *store.memory().hook.lock() = Some(hook);
+    let key = |i: usize| format!("key{i:04}").into_bytes();
+    let mut model = std::collections::BTreeMap::new();
+    for i in 0..200 {
+        store.put(&key(i), &[1; 300]).unwrap();
+        model.insert(key(i), vec![1u8; 300]);
+    }
+    store.flush().unwrap();
+    // Four keys in five again: their blocks in pmem are 80% invalid once this is flushed.
+    // The reclaimer may fail (and poison the store) before these are done.
+    for i in (0..200).filter(|i| i % 5 != 0) {
+        match store.put(&key(i), &[2; 300]) {
+            Ok(()) => model.insert(key(i), vec![2u8; 300]),
+            Err(Error::Poisoned(_)) => break,
+            Err(e) => panic!("put: {e}"),
+        };
+    }
+    match store.flush() {
+        Ok(()) | Err(Error::Poisoned(_)) => {}
+        Err(e) => panic!("flush: {e}"),
+    }
+    eventually("the failed reorganisation", || {
+        store.memory().health.poisoned.get().is_some()
+    });
+    let b = failed.lock().unwrap().expect("a reorganisation failed");
+    // Time for the reclaimer's next steps (it sleeps 10 ms when idle).
+    std::thread::sleep(Duration::from_millis(300));
+    let twice = blocks_named_twice(store.memory());
+    assert!(
+        twice.is_empty(),
+        "block {b}'s reorganisation failed; the directory names (block, generation) {twice:?} twice"
+    );
+    assert!(matches!(store.put(b"k", b"v"), Err(Error::Poisoned(_))));
+    assert_eq!(
+        store.get(&key(1)).as_ref().ok(),
+        Some(&model.get(&key(1)).cloned())
+    );
+    assert!(matches!(store.close(), Err(Error::Poisoned(_))));
+    drop(store);
+    let path = dir.path().join("image");
+    std::fs::write(
+        &path,
+        pool.crash_image(11, CrashImageOptions::lines()).unwrap(),
+    )
+    .unwrap();
+    let store = HeterStore::open(
+        PmemPool::open(&pool_config(path)).unwrap(),
+        options(""),
+        Limits::default(),
+        CoreIndex::new("btree").unwrap(),
+        false,
+    )
+    .unwrap_or_else(|e| panic!("the store does not reopen: {e}"));
+    for (k, v) in &model {
+        assert_eq!(store.get(k).unwrap().as_ref(), Some(v));
+    }
+    store.close().unwrap();
+}
+
+/// Task h22, found while reading the flusher: after a forced flush failed and poisoned the
+/// store, the flusher went on with the same round's steps before it looked at the poison —
+/// and after recovery the first of them retries that forced flush (the old logs still
+/// stand), publishing the block it had published already under a second generation-0
+/// word, which recovery refuses. Flushing and reorganising now refuse a poisoned store
+/// themselves.
+#[test]
+fn a_forced_flush_that_fails_after_publishing_is_not_retried_by_the_next_step() {
+    use crate::recovery::{OPEN_HOOK, OpenPoint};
+    let keys = 500;
+    let dir = tempfile::tempdir().unwrap();
+    let path = image_with_logged_puts(&dir, keys);
+    // Armed once the store serves: the forced flush after recovery fails after publishing.
+    let armed = Arc::new(AtomicBool::new(false));
+    OPEN_HOOK.with(|h| {
+        let armed = armed.clone();
+        *h.borrow_mut() = Some(Box::new(move |at, mem| {
+            match at {
+                OpenPoint::Memory => {
+                    let armed = armed.clone();
+                    let hook: TestHook = Arc::new(move |point, _| {
+                        if point == HookPoint::Published && armed.swap(false, Ordering::SeqCst) {
+                            return Err(Error::corruption(Tier::Pmem, 0, "injected in flush"));
+                        }
+                        Ok(())
+                    });
+                    *mem.hook.lock() = Some(hook);
+                }
+                OpenPoint::Opened => armed.store(true, Ordering::SeqCst),
+                _ => {}
+            }
+            Ok(())
+        }));
+    });
+    let pool = PmemPool::open(&pool_config(path)).unwrap();
+    let opened = HeterStore::open(
+        pool.clone(),
+        options(""),
+        Limits::default(),
+        CoreIndex::new("btree").unwrap(),
+        false,
+    );
+    OPEN_HOOK.with(|h| h.borrow_mut().take());
+    let store = opened.unwrap();
+    eventually("the failed forced flush", || {
+        store.memory().health.poisoned.get().is_some()
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let twice = blocks_named_twice(store.memory());
+    assert!(
+        twice.is_empty(),
+        "the directory names (block, generation) {twice:?} twice"
+    );
+    assert!(matches!(store.close(), Err(Error::Poisoned(_))));
+    drop(store);
+    let path = dir.path().join("image2");
+    std::fs::write(
+        &path,
+        pool.crash_image(13, CrashImageOptions::lines()).unwrap(),
+    )
+    .unwrap();
+    drop(pool);
+    let store = HeterStore::open(
+        PmemPool::open(&pool_config(path)).unwrap(),
+        options(""),
+        Limits::default(),
+        CoreIndex::new("btree").unwrap(),
+        false,
+    )
+    .unwrap_or_else(|e| panic!("the store does not reopen: {e}"));
+    for i in 0..keys {
+        assert_eq!(store.get(&logged_key(i)).unwrap(), Some(logged_value(i)));
+    }
+    store.close().unwrap();
+}
+
+/// Task h22 (issue 22 item 6, "`dram_bytes` leaves out the index and the cache map"): both
+/// are counted, and now the DRAM budget covers them too — free pages are withheld for the
+/// index's bytes (`dram/mod.rs`), so the write region is smaller and the flusher flushes
+/// earlier. A store of many small keys, loaded and then updated with larger values: the
+/// pages it touched plus its index stay within the budget (before, the write region took
+/// every page and the index came on top: 701,312 bytes of a 524,288-byte budget).
+///
+/// (Pages are never given back to the system: pages touched before the index grew are
+/// still allocated, so a load whose index grows after the write region has filled DRAM
+/// ends above the budget by what the index grew since.)
+#[test]
+fn the_index_counts_against_the_dram_budget() {
+    let budget = 128 * 4096u64;
+    let spec: EngineSpec = "hetermm@page_bits=12,block_bits=15".parse().unwrap();
+    let opts = HeterOptions::from_params(spec.params(), budget).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let pool = PmemPool::create(&pool_config(dir.path().join("pool"))).unwrap();
+    let store = HeterStore::open(
+        pool,
+        opts,
+        Limits::default(),
+        CoreIndex::new("btree").unwrap(),
+        true,
+    )
+    .unwrap();
+    let mem = store.memory().clone();
+    assert_eq!(
+        mem.pages.count() as u64 * 4096,
+        budget,
+        "the pages fill the budget"
+    );
+    let keys = 2800u32;
+    let key = |i: u32| format!("k{i:07}").into_bytes();
+    for i in 0..keys {
+        store.put(&key(i), &[0; 8]).unwrap();
+    }
+    let index = store.stats().counters["hetermm_index_bytes"];
+    assert!(
+        index >= u64::from(keys) * (8 + 64),
+        "the index's {index} bytes for {keys} keys"
+    );
+    let want = index.div_ceil(4096) as usize;
+    assert!(want <= mem.pages.count() - mem.min_write_pages);
+    eventually("the pages withheld for the index", || {
+        mem.pages.withheld() == want
+    });
+    let flushes = store.stats().counters["hetermm_flushes"];
+    for round in 1..=3u8 {
+        for i in 0..keys {
+            store.put(&key(i), &[round; 100]).unwrap();
+        }
+    }
+    let s = store.stats();
+    assert!(
+        s.counters["hetermm_flushes"] > flushes,
+        "the updates were flushed"
+    );
+    let touched = mem.pages.allocated() as u64 * 4096;
+    assert_eq!(
+        s.dram_bytes,
+        touched + index,
+        "dram_bytes: the pages and the index"
+    );
+    assert!(
+        s.dram_bytes <= budget,
+        "{} bytes of DRAM ({touched} in pages, {index} the index) over a budget of {budget}",
+        s.dram_bytes
+    );
+    for i in 0..keys {
+        assert_eq!(store.get(&key(i)).unwrap(), Some(vec![3; 100]));
+    }
+    store.close().unwrap();
+}

@@ -58,6 +58,7 @@ impl HeterMem {
     /// One step of the reclaimer: defragment if a run could not be allocated, else
     /// reorganise the most invalid block over the threshold; returns whether it did work.
     pub fn reclaimer_step(&self) -> Result<bool> {
+        self.health.check_not_poisoned()?;
         if self.defrag.pending() {
             let request = self.defrag.begin();
             if self.relocate_one()? {
@@ -119,6 +120,11 @@ impl HeterMem {
     pub fn reorganise(&self, b: u64, reason: Reason) -> Result<bool> {
         // One reorganisation at a time: two of one block would both free its old run.
         let _one = self.reorg_lock.lock();
+        // IMPORTANT: never on a poisoned store. A reorganisation that failed after its copy
+        // was published left the block's cell naming the old copy (still sparse, its word
+        // maybe still set): a second one would publish another copy under the same
+        // generation, which recovery refuses.
+        self.health.check_not_poisoned()?;
         let started = Instant::now();
         let Some(cell) = self.blocks.info(b) else {
             return Ok(false);
@@ -223,6 +229,7 @@ impl HeterMem {
                 return Err(self.nvm.free_after(off, e));
             }
             pool.crash_point("hetermm.reorg.copy_published");
+            self.run_hook(crate::mem::HookPoint::Unpublishing, &b.to_le_bytes())?;
             self.nvm.set_dir_entry(old.off, DirEntry::None)?;
             pool.crash_point("hetermm.reorg.old_unpublished");
             let live: u64 = kept

@@ -34,6 +34,9 @@ pub struct HeterStore {
     bg: Background,
     limits: Limits,
     closed: AtomicBool,
+    /// Set once `open` has completed. Until then `close` (and so the drop of a store whose
+    /// open failed) only stops the threads: it must not flush (see `close`).
+    opened: AtomicBool,
     /// The gate (shared by write batches, exclusive for `multi_get`) and the key stripes
     /// that order overlapping batches (`batch.rs`).
     batch_locks: crate::batch::BatchLocks,
@@ -52,6 +55,7 @@ impl HeterStore {
         let started = Instant::now();
         let (mem, plan) = recovery::open_memory(pool, opts, created)?;
         let mem = Arc::new(mem);
+        recovery::open_hook(recovery::OpenPoint::Memory, &mem)?;
         let found = recovery::find(&mem, &plan)?;
         mem.flusher.lock().old_logs = plan.logs.iter().map(|(off, _)| *off).collect();
         let replayed = found.replays();
@@ -63,9 +67,21 @@ impl HeterStore {
             index,
             limits,
             closed: AtomicBool::new(false),
+            opened: AtomicBool::new(false),
             batch_locks: crate::batch::BatchLocks::new(),
         };
+        {
+            let index = store.index.clone();
+            let _ = store
+                .mem
+                .index_gauge
+                .set(Arc::new(move || index.dram_bytes()));
+        }
+        // IMPORTANT: if any step from here fails, `store` is dropped half open, and its
+        // `close` does nothing but stop the threads (`opened` is still false).
         recovery::replay_and_build(&store.mem, &*store.index, found)?;
+        recovery::open_hook(recovery::OpenPoint::Opened, &store.mem)?;
+        store.opened.store(true, Ordering::Release);
         // The replayed records are durable in the old log blocks until a forced flush has
         // persisted them; the flusher does it while the store already serves (the flush
         // frontier and the log stay where they are until then: `flush.rs`).
@@ -188,6 +204,16 @@ impl KvStore for HeterStore {
         }
         self.mem.health.closed.store(true, Ordering::Release);
         self.mem.pages.wake_all();
+        // IMPORTANT: a store whose open failed (this is its drop) writes nothing more. Its
+        // replay may have stopped part-way: a forced flush would persist the records
+        // replayed so far, move the flush frontier and retire the old log blocks — with the
+        // entries not replayed yet in them. Stopping the threads leaves the pool as a crash
+        // during the replay would (what they did meanwhile is crash-consistent), and the
+        // next open replays the whole log again.
+        if !self.opened.load(Ordering::Acquire) {
+            self.bg.stop();
+            return Ok(());
+        }
         // In-flight operations finish before the threads stop and the last flush runs.
         self.mem.threads.synchronize();
         self.bg.stop();
