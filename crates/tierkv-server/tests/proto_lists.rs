@@ -194,14 +194,20 @@ fn random_list_command(rng: &mut impl rand::Rng) -> redis::Cmd {
             "b"
         }
     };
-    let elem = |rng: &mut dyn rand::RngCore| format!("e{}", rng.next_u32() % 6);
+    // Elements 0-2 fit a chunk slot; 3-5 are longer than a slot holds (stored on their own).
+    let elem = |rng: &mut dyn rand::RngCore| match rng.next_u32() % 6 {
+        n @ 0..=2 => format!("e{n}"),
+        n => format!("e{n}{}", "-".repeat(40)),
+    };
     let idx = |rng: &mut dyn rand::RngCore| i64::from(rng.next_u32() % 15) - 7;
     let mut c;
     match rng.random_range(0..14) {
         0..=2 => {
             c = cmd(["LPUSH", "RPUSH", "LPUSHX", "RPUSHX"][rng.random_range(0..4)]);
             c.arg(key(rng));
-            for _ in 0..rng.random_range(1..4) {
+            // Now and then a long push, so lists span several chunks of 32.
+            let n = if rng.random_bool(0.1) { 40 } else { 3 };
+            for _ in 0..rng.random_range(1..=n) {
                 c.arg(elem(rng));
             }
         }
@@ -269,14 +275,20 @@ fn random_list_command(rng: &mut impl rand::Rng) -> redis::Cmd {
 
 /// The same random list commands give the same replies on an unordered volatile engine
 /// (point reads, pushes and pops without a batch), an ordered volatile one (range reads)
-/// and prism (batches).
+/// and prism (batches), and as redis-server's when there is one.
 #[test]
 fn lists_reply_alike_on_every_engine() {
     use rand::SeedableRng;
     let seed = common::seed();
-    let engines = ["dram:hash", "dram:btree", "prism"];
+    let mut engines = vec!["dram:hash", "dram:btree", "prism"];
     let servers: Vec<_> = engines.iter().map(|e| common::start(e)).collect();
     let mut clients: Vec<_> = servers.iter().map(common::TestServer::client).collect();
+    // With a redis-server at hand (CI installs one), Redis is the reference.
+    let redis = common::redis_server::redis_binary().map(|b| common::redis_server::start_redis(&b));
+    if let Some(r) = &redis {
+        engines.insert(0, "redis-server");
+        clients.insert(0, r.client());
+    }
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     for i in 0..1000 {
         let c = random_list_command(&mut rng);
