@@ -52,6 +52,11 @@ fn dbsize_counts_by_a_walk_on_every_engine() {
             2501,
             "{engine}"
         );
+        let _: () = common::run(&mut c, "SWAPDB 1 5");
+        let info: String = cmd("INFO").arg("keyspace").query(&mut c).unwrap();
+        assert!(info.contains("db0:keys=2501,"), "{engine}: {info}");
+        assert!(info.contains("db5:keys=1,"), "{engine}: {info}");
+        assert!(!info.contains("db1:"), "{engine}: {info}");
     }
 }
 

@@ -117,6 +117,39 @@ pub(crate) fn key_count(
     }
 }
 
+/// The number of keys of every *physical* database (indexed by it), when they can be known:
+/// on an unordered engine one walk counts them all (INFO keyspace would otherwise walk
+/// the whole store once per database), on an ordered one a scan per database.
+pub(crate) fn key_counts(
+    shared: &crate::shared::Shared,
+) -> Result<[Option<u64>; keyspace::DATABASES as usize], tierkv::Error> {
+    let mut counts = [None; keyspace::DATABASES as usize];
+    if shared.db.ordered() || !shared.bindings.is_empty() {
+        for (db, n) in (0u8..).zip(counts.iter_mut()) {
+            *n = key_count(shared, db)?;
+        }
+        return Ok(counts);
+    }
+    let mut cursor = 0;
+    let mut n = [0u64; keyspace::DATABASES as usize];
+    loop {
+        let page = shared.db.scan_cursor(cursor, COUNT_PAGE)?;
+        for (k, _) in &page.entries {
+            if let Some(c) = keyspace::db_of(k).and_then(|db| n.get_mut(usize::from(db))) {
+                *c += 1;
+            }
+        }
+        cursor = page.next;
+        if cursor == 0 {
+            break;
+        }
+    }
+    for (c, n) in counts.iter_mut().zip(n) {
+        *c = Some(n);
+    }
+    Ok(counts)
+}
+
 fn count_by_cursor(shared: &crate::shared::Shared, dbi: u8) -> Result<u64, tierkv::Error> {
     let (mut n, mut cursor) = (0u64, 0u64);
     loop {
