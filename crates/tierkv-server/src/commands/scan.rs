@@ -490,9 +490,8 @@ fn randomkey_by_cursor(ctx: &mut Ctx<'_>, db: u8, seed: u64) -> CmdResult {
                 live.push(k);
             }
         }
-        if !live.is_empty() {
-            let pick = (seed >> 17) as usize % live.len();
-            ctx.out.bulk(&live[pick]);
+        if let Some(k) = live.get((seed >> 17) as usize % live.len().max(1)) {
+            ctx.out.bulk(k);
             return Ok(());
         }
         cursor = page.next;
