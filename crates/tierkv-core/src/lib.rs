@@ -27,6 +27,6 @@ pub use api::schema::{
 pub use api::size::ByteSize;
 pub use api::spec::{EngineParams, EngineSpec, Switch};
 pub use api::stats::{Counter, MediaCounters, OpCounters, Stats};
-pub use api::store::{EngineContext, EngineDescriptor, KvPair, KvStore};
+pub use api::store::{EngineContext, EngineDescriptor, KvCursorPage, KvPair, KvStore};
 pub use format::manifest::Manifest;
 pub use media::Media;

@@ -9,12 +9,14 @@
 //! 2. *Lazily*: that same read deletes the key;
 //! 3. *Actively*: the [`Sweeper`], a thread owned by the server (started at bind, joined at
 //!    shutdown before the store is closed), pops due deadlines from the [`ExpiryQueue`]
-//!    (filled by every write that sets a TTL in this run) and, on engines that can scan,
-//!    also walks the whole keyspace a page per tick, so that keys given a TTL before a
-//!    restart are found too (the element space of collections is jumped over: elements
-//!    hold user bytes, never a deadline). On an engine that cannot scan, such keys are
-//!    removed lazily only (documented in the README). The same thread runs the walk that
-//!    reclaims the elements of deleted collections ([`crate::reclaim`]).
+//!    (filled by every write that sets a TTL in this run) and also walks the whole
+//!    keyspace a page per tick, so that keys given a TTL before a restart are found too
+//!    (the element space of collections is jumped over: elements hold user bytes, never a
+//!    deadline). On an unordered engine the walk goes by cursor
+//!    ([`tierkv::Db::scan_cursor`], whole index shards of at least [`WALK_PAGE`] store
+//!    keys per tick) and skips the element keys it meets instead of jumping over them.
+//!    The same thread runs the walk that reclaims the elements of deleted collections
+//!    ([`crate::reclaim`]).
 //!
 //! Every removal re-reads the key under its exclusive lock and deletes only if the stored
 //! deadline has passed, so a key rewritten meanwhile (stale queue entry) survives.
@@ -169,6 +171,7 @@ impl Drop for Sweeper {
 
 fn sweep(shared: &Shared, stop: &Receiver<()>) {
     let mut walk: Option<Bound<Vec<u8>>> = Some(Bound::Unbounded);
+    let mut cursor = 0u64;
     let mut reclaim = crate::reclaim::Reclaimer::default();
     loop {
         match stop.recv_timeout(TICK) {
@@ -180,9 +183,40 @@ fn sweep(shared: &Shared, stop: &Receiver<()>) {
                 eprintln!("tierkv serve: expiring a key failed: {e}");
             }
         }
-        walk = walk.and_then(|from| walk_step(shared, from));
+        if shared.db.ordered() {
+            walk = walk.and_then(|from| walk_step(shared, from));
+        } else {
+            cursor = walk_cursor_step(shared, cursor);
+        }
         reclaim.tick(shared);
     }
+}
+
+/// One page of the keyspace walk by cursor (unordered engines): removes the expired keys
+/// among the store keys of whole shards from `cursor` on (element keys and the schema
+/// adapters' keys skipped); returns the next cursor (0: the pass is over, the next starts).
+fn walk_cursor_step(shared: &Shared, cursor: u64) -> u64 {
+    let page = match shared.db.scan_cursor(cursor, WALK_PAGE) {
+        Ok(page) => page,
+        Err(e) => {
+            eprintln!("tierkv serve: the expiry walk failed: {e}");
+            return 0;
+        }
+    };
+    let now = now_ms();
+    let elements = keyspace::elements_start();
+    for (k, v) in page.entries {
+        if keyspace::adapter_prefix(&k).is_some() || k.starts_with(&elements) {
+            continue;
+        }
+        let deadline = encoding::split_expiry(&v).ok().and_then(|(d, _)| d);
+        if expired(deadline, now)
+            && let Err(e) = remove_if_expired(shared, &k)
+        {
+            eprintln!("tierkv serve: expiring a key failed: {e}");
+        }
+    }
+    page.next
 }
 
 /// One page of the keyspace walk; the next position, or `None` when the engine cannot

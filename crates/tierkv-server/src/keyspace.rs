@@ -141,6 +141,18 @@ pub fn user_key_of(db: u8, stored: &[u8]) -> Option<&[u8]> {
     stored.strip_prefix(p.as_slice())
 }
 
+/// The database whose user key the store key `stored` is (`None`: an internal key); the
+/// inverse of [`user_key`] over the databases ([`user_key_of`] for each).
+pub fn db_of(stored: &[u8]) -> Option<u8> {
+    if !is_reserved(stored) {
+        return Some(0);
+    }
+    match stored.strip_prefix(&INTERNAL) {
+        Some([SPACE_DB, db, ..]) if *db > 0 && *db < DATABASES => Some(*db),
+        _ => None,
+    }
+}
+
 /// Where a walk of database `db` starting at user key `from` begins in the store.
 pub fn walk_start(db: u8, from: &[u8]) -> Vec<u8> {
     user_key(db, from).into_owned()
@@ -269,6 +281,11 @@ mod tests {
         assert_eq!(user_key_of(2, &k1), None);
         assert_eq!(user_key_of(0, &k1), None);
         assert_eq!(user_key_of(0, b"k"), Some(&b"k"[..]));
+        assert_eq!(db_of(b"k"), Some(0));
+        assert_eq!(db_of(&k1), Some(1));
+        assert_eq!(db_of(&user_key(15, b"")), Some(15));
+        assert_eq!(db_of(&element_prefix(1, b"k", 7)), None);
+        assert_eq!(db_of(&dbmap_key()), None);
         assert_eq!(successor(b"a\xFF"), Some(b"b".to_vec()));
         assert_eq!(successor(b"\xFF"), None);
     }

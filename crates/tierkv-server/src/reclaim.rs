@@ -23,8 +23,16 @@
 //! overwrite of a collection by another type bumps nothing; the rest bounds how long its
 //! elements wait). The first pass runs at start, for garbage left by a crash.
 //!
-//! On an engine that cannot scan (no per-element collections live there but lists'), the
-//! walk stops for good.
+//! # Unordered engines
+//! An engine whose index is unordered cannot scan the element space; the walk goes over
+//! the whole store by cursor instead ([`tierkv::Db::scan_cursor`]: whole index shards,
+//! at least [`PAGE`] store keys per page, [`PAGES_PER_TICK`] pages per tick) and looks at
+//! the element keys it meets. The elements of one collection are spread over the shards,
+//! so liveness is decided per element key, by the same check under the same lock (cached
+//! per prefix within a page); the argument above holds unchanged (a dead generation never
+//! comes back, so an element found dead stays dead). A pass costs O(store keys) there.
+//! With this walk, DEL of a collection is O(1) on every engine (lists used to delete
+//! their elements one by one there, and an overwrite or expiry leaked them).
 //!
 //! Thread-safety: runs on the sweep thread; takes key locks like a command.
 
@@ -53,6 +61,8 @@ pub const REST: Duration = Duration::from_secs(5);
 pub struct Reclaimer {
     /// Where the walk goes on; `None` once the engine turned out not to scan.
     pos: Option<Vec<u8>>,
+    /// Where the walk goes on on an unordered engine (a store cursor; 0 starts a pass).
+    cursor: u64,
     /// [`Reclaimer::hint`] when the current pass began.
     pass_hint: u64,
     /// Whether the current pass deleted anything.
@@ -65,6 +75,7 @@ impl Default for Reclaimer {
     fn default() -> Reclaimer {
         Reclaimer {
             pos: Some(keyspace::elements_start()),
+            cursor: 0,
             pass_hint: 0,
             pass_deleted: false,
             rest_until: None,
@@ -93,16 +104,22 @@ impl Reclaimer {
             self.pass_hint = Self::hint(shared);
             self.pass_deleted = false;
         }
-        let Some(from) = self.pos.take() else {
-            return;
-        };
         let before = shared.expiry.reclaimed_elements.load(Ordering::Relaxed);
-        let (next, wrapped) = match step(shared, from) {
-            Some(next) => next,
-            None => return,
+        let wrapped = if shared.db.ordered() {
+            let Some(from) = self.pos.take() else {
+                return;
+            };
+            let Some((next, wrapped)) = step(shared, from) else {
+                return;
+            };
+            self.pos = Some(next);
+            wrapped
+        } else {
+            let (next, wrapped) = cursor_step(shared, self.cursor);
+            self.cursor = next;
+            wrapped
         };
         self.pass_deleted |= shared.expiry.reclaimed_elements.load(Ordering::Relaxed) != before;
-        self.pos = Some(next);
         if wrapped {
             if !self.pass_deleted && Self::hint(shared) == self.pass_hint {
                 self.rest_until = Some(Instant::now() + REST);
@@ -145,6 +162,51 @@ fn step(shared: &Shared, mut from: Vec<u8>) -> Option<(Vec<u8>, bool)> {
         }
     }
     Some((from, false))
+}
+
+/// Up to [`PAGES_PER_TICK`] pages of the walk by cursor (unordered engines) from
+/// `cursor`: the next cursor and whether the pass ended (the next one then starts at 0).
+fn cursor_step(shared: &Shared, mut cursor: u64) -> (u64, bool) {
+    for _ in 0..PAGES_PER_TICK {
+        match cursor_page(shared, cursor) {
+            Ok(0) => return (0, true),
+            Ok(next) => cursor = next,
+            Err(e) => {
+                eprintln!("tierkv serve: reclaiming elements failed: {e}");
+                return (0, true);
+            }
+        }
+    }
+    (cursor, false)
+}
+
+/// One page of the walk by cursor: deletes the dead element keys among the store keys of
+/// whole shards from `cursor` on; returns the next cursor (0: the pass is over).
+fn cursor_page(shared: &Shared, cursor: u64) -> Result<u64, tierkv::Error> {
+    let page = shared.db.scan_cursor(cursor, PAGE)?;
+    let mut alive: std::collections::HashMap<Vec<u8>, bool> = std::collections::HashMap::new();
+    let mut dead: Vec<Vec<u8>> = Vec::new();
+    for (k, _) in page.entries {
+        let Some(e) = keyspace::parse_element(&k) else {
+            continue;
+        };
+        let prefix = k.get(..e.prefix_len).unwrap_or_default();
+        let live_now = match alive.get(prefix) {
+            Some(a) => *a,
+            None => {
+                let a = live(shared, e.db, e.key, e.generation)?;
+                alive.insert(prefix.to_vec(), a);
+                a
+            }
+        };
+        if !live_now {
+            dead.push(k);
+        }
+    }
+    for chunk in dead.chunks(tierkv::MAX_BATCH_OPS) {
+        delete(shared, chunk)?;
+    }
+    Ok(page.next)
 }
 
 /// One page; `Ok(None)` at the end of the element space.

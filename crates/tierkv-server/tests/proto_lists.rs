@@ -164,7 +164,7 @@ fn a_refused_push_changes_nothing() {
         let srv = small_keys(engine);
         let mut c = srv.client();
         assert_eq!(words::<i64>(&mut c, "RPUSH l b c"), 2, "{engine}");
-        // On `dram:hash` DBSIZE counts every store key, elements too: nothing may be added.
+        // Nothing may be added (DBSIZE counts keys by a walk on every engine).
         let size: i64 = words(&mut c, "DBSIZE");
         for push in ["LPUSH", "RPUSH"] {
             let e = common::error_of(&mut c, cmd(push).arg(&long).arg("a1").arg("a2"));

@@ -328,6 +328,17 @@ impl Db {
         crate::registry::is_ordered(self.descriptor.name, variant)
     }
 
+    /// One step of a cursor iteration over every key of an engine whose index is
+    /// unordered ([`Db::ordered`] false): the pairs of whole index shards from `cursor` on
+    /// (0 starts) until at least `count` of them, in no particular order, and the next
+    /// cursor (0: over). A key present throughout an iteration is returned exactly once,
+    /// a key absent throughout never; a full iteration costs O(keys) whatever `count`
+    /// ([`KvStore::scan_cursor`]). Ordered engines return [`Error::Unsupported`]: they
+    /// iterate with [`Db::scan`] / [`Db::range`].
+    pub fn scan_cursor(&self, cursor: u64, count: usize) -> Result<tierkv_core::KvCursorPage> {
+        self.store.scan_cursor(cursor, count)
+    }
+
     /// Deletes every key in `range`; returns how many it deleted. Walks the range with
     /// [`Db::range`] and deletes what it finds: on an engine with atomic batches
     /// ([`Db::atomic_batches`]) in write batches of up to [`MAX_BATCH_OPS`] keys, each one

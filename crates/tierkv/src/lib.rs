@@ -60,8 +60,8 @@ pub use registry::{UNORDERED_VARIANTS, is_ordered};
 pub use salvage::{SALVAGE_ENGINES, SalvageEngine, salvage, salvage_engine};
 pub use tierkv_core::{BatchOp, MAX_BATCH_BYTES, MAX_BATCH_OPS, WriteBatch};
 pub use tierkv_core::{
-    ByteSize, DurabilityMode, EmulatedLatency, EngineSpec, Error, FlashOptions, IoBackend, KvPair,
-    KvStore, Limits, Manifest, Options, PmemOptions, Result, Stats, Tier,
+    ByteSize, DurabilityMode, EmulatedLatency, EngineSpec, Error, FlashOptions, IoBackend,
+    KvCursorPage, KvPair, KvStore, Limits, Manifest, Options, PmemOptions, Result, Stats, Tier,
 };
 pub use tierkv_core::{CollectSink, SalvageReport, SalvageSink};
 pub use tierkv_core::{

@@ -66,8 +66,9 @@ pub fn descriptor(name: &str) -> Result<&'static EngineDescriptor> {
 }
 
 /// The engine variants whose index is unordered (a hash map) and so cannot scan: `scan` and
-/// [`crate::Db::range`] return `Unsupported` on them. Every other engine and variant scans
-/// in key order. Kept equal to the engines' own answer by a test.
+/// [`crate::Db::range`] return `Unsupported` on them; they enumerate their keys with
+/// [`crate::Db::scan_cursor`] instead (which every other engine refuses). Every other
+/// engine and variant scans in key order. Kept equal to the engines' own answer by a test.
 pub static UNORDERED_VARIANTS: &[(&str, &[&str])] = &[
     ("dram", &["hash", "lockfree"]),
     ("hetermm", &["hash", "lockfree"]),

@@ -264,7 +264,7 @@ fn range_matches_the_model_on_every_other_ordered_engine() {
 }
 
 #[test]
-fn unordered_variants_are_the_engines_own_answer_and_refuse_ranges() {
+fn unordered_variants_are_the_engines_own_answer_refuse_ranges_and_iterate_by_cursor() {
     for d in ENGINES {
         let variants: Vec<&str> = if d.variants.is_empty() {
             vec![""]
@@ -283,6 +283,16 @@ fn unordered_variants_are_the_engines_own_answer_and_refuse_ranges() {
             let engine_scans = !matches!(db.store().scan(b"", 10), Err(Error::Unsupported(_)));
             assert_eq!(is_ordered(d.name, v), engine_scans, "{spec}");
             assert_eq!(db.ordered(), engine_scans, "{spec}");
+            // Exactly one way to enumerate the keys: a scan in order or a cursor.
+            match db.scan_cursor(0, 10) {
+                Ok(page) => {
+                    assert!(!engine_scans, "{spec}: both a scan and a cursor");
+                    assert_eq!(page.entries, vec![(b"k".to_vec(), b"v".to_vec())], "{spec}");
+                    assert_eq!(page.next, 0, "{spec}: one key, one page");
+                }
+                Err(Error::Unsupported(_)) => assert!(engine_scans, "{spec}: neither"),
+                Err(e) => panic!("{spec}: {e}"),
+            }
             let items: Vec<_> = db.range(&b"a"[..]..).collect();
             if engine_scans {
                 assert_eq!(items.len(), 1, "{spec}");

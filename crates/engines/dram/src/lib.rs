@@ -8,8 +8,10 @@
 //! - `dram:btree` (default): ordered, scans supported (despite the name, a lock-free hash
 //!   map plus a lock-free skip list with a writer lock per key,
 //!   `tierkv_core::common::skipindex`);
-//! - `dram:hash`: dashmap (a reader-writer lock per shard), scans return [`Error::Unsupported`];
-//! - `dram:lockfree`: papaya's lock-free map, scans return [`Error::Unsupported`].
+//! - `dram:hash`: dashmap (a reader-writer lock per shard), scans return
+//!   [`Error::Unsupported`]; keys are enumerated by cursor instead (`scan_cursor`, whole
+//!   index shards per call, `tierkv_core::common::index`, "Cursor iteration");
+//! - `dram:lockfree`: papaya's lock-free maps, the same.
 //!
 //! **Volatile by definition**: a put is "acknowledged" when it is in the index, and nothing
 //! survives the process. The CLI and every report say so.
@@ -52,8 +54,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering, fence};
 use parking_lot::{RwLock, RwLockReadGuard};
 use tierkv_core::common::index::{ConcurrentIndex, HashIndex, INDEX_VARIANTS, new_index};
 use tierkv_core::{
-    BatchOp, EngineContext, EngineDescriptor, Error, KvPair, KvStore, Limits, OpCounters, Result,
-    Stats, WriteBatch,
+    BatchOp, EngineContext, EngineDescriptor, Error, KvCursorPage, KvPair, KvStore, Limits,
+    OpCounters, Result, Stats, WriteBatch,
 };
 
 /// The engine's descriptor, for the facade's registry.
@@ -306,6 +308,28 @@ impl KvStore for DramStore {
             .user_bytes_read
             .add(out.iter().map(|(_, v)| v.len() as u64).sum());
         Ok(out)
+    }
+
+    /// Whole index shards (`tierkv_core::common::index`), every stripe held shared as by
+    /// `scan`: a page sees none or all of each batch.
+    fn scan_cursor(&self, cursor: u64, count: usize) -> Result<KvCursorPage> {
+        self.check_open()?;
+        let page = {
+            let _shared: Vec<_> = self.stripes.iter().map(|s| s.lock.read()).collect();
+            self.index.scan_cursor(cursor, count)?
+        };
+        let entries: Vec<KvPair> = page
+            .entries
+            .into_iter()
+            .map(|(k, v)| (k, v.to_vec()))
+            .collect();
+        self.ops
+            .user_bytes_read
+            .add(entries.iter().map(|(_, v)| v.len() as u64).sum());
+        Ok(KvCursorPage {
+            entries,
+            next: page.next,
+        })
     }
 
     fn flush(&self) -> Result<()> {

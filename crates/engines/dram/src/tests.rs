@@ -282,3 +282,116 @@ fn point_reads_see_none_or_all_of_each_batch() {
         });
     }
 }
+
+/// Every pair of a full cursor iteration (`scan_cursor` from 0 until it returns 0).
+fn iterate(s: &dyn KvStore, count: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let (mut out, mut cursor) = (Vec::new(), 0);
+    loop {
+        let page = s.scan_cursor(cursor, count).unwrap();
+        out.extend(page.entries);
+        cursor = page.next;
+        if cursor == 0 {
+            return out;
+        }
+    }
+}
+
+#[test]
+fn a_cursor_iteration_returns_exactly_the_live_keys_with_their_values() {
+    assert!(matches!(
+        store("btree").scan_cursor(0, 10),
+        Err(Error::Unsupported(_))
+    ));
+    for v in ["hash", "lockfree"] {
+        let s = store(v);
+        assert!(iterate(&*s, 10).is_empty(), "{v}");
+        for i in 0..3000u32 {
+            s.put(format!("k{i}").as_bytes(), &i.to_le_bytes()).unwrap();
+        }
+        for i in (0..3000u32).step_by(3) {
+            s.delete(format!("k{i}").as_bytes()).unwrap();
+        }
+        let mut want: Vec<_> = (0..3000u32)
+            .filter(|i| !i.is_multiple_of(3))
+            .map(|i| (format!("k{i}").into_bytes(), i.to_le_bytes().to_vec()))
+            .collect();
+        want.sort();
+        for count in [1, 10, 100_000] {
+            let mut got = iterate(&*s, count);
+            got.sort();
+            assert_eq!(got, want, "{v}, count {count}");
+        }
+        s.close().unwrap();
+        assert!(matches!(s.scan_cursor(0, 10), Err(Error::Closed)), "{v}");
+    }
+}
+
+/// Under writers: every key present throughout is returned once with a value it held,
+/// keys deleted before the iteration never, and each page sees none or all of a batch.
+#[test]
+fn a_cursor_iteration_under_writers_sees_the_stable_keys_and_whole_batches() {
+    for v in ["hash", "lockfree"] {
+        let s = store(v);
+        for i in 0..2000u32 {
+            s.put(format!("stay{i}").as_bytes(), b"v").unwrap();
+            s.put(format!("gone{i}").as_bytes(), b"v").unwrap();
+            s.delete(format!("gone{i}").as_bytes()).unwrap();
+        }
+        let batch_keys: Vec<Vec<u8>> = (0..10u8).map(|i| vec![b'b', i]).collect();
+        let write = |n: u32| {
+            let mut b = WriteBatch::new();
+            for k in &batch_keys {
+                b.put(k.clone(), n.to_le_bytes());
+            }
+            s.write_batch(&b).unwrap();
+        };
+        write(0);
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|t| {
+            t.spawn(|| {
+                for n in 1..2_000u32 {
+                    write(n);
+                    let k = format!("churn{}", n % 500);
+                    s.put(k.as_bytes(), b"c").unwrap();
+                    s.put(format!("stay{}", n % 2000).as_bytes(), b"w").unwrap();
+                    if n.is_multiple_of(2) {
+                        s.delete(k.as_bytes()).unwrap();
+                    }
+                }
+                done.store(true, std::sync::atomic::Ordering::Release);
+            });
+            let mut rounds = 0;
+            while rounds < 3 || !done.load(std::sync::atomic::Ordering::Acquire) {
+                let (mut cursor, mut stay, mut batch) = (0, 0, Vec::new());
+                loop {
+                    let page = s.scan_cursor(cursor, 50).unwrap();
+                    let mut in_page = Vec::new();
+                    for (k, val) in page.entries {
+                        assert!(!k.starts_with(b"gone"), "{v}: a deleted key");
+                        if k.starts_with(b"stay") {
+                            assert!(val == b"v" || val == b"w", "{v}: {val:?}");
+                            stay += 1;
+                        }
+                        if k.first() == Some(&b'b') {
+                            in_page.push(val);
+                        }
+                    }
+                    // The batch's keys spread over several shards, so over several
+                    // pages; within one page they must agree.
+                    assert!(
+                        in_page.windows(2).all(|w| w[0] == w[1]),
+                        "{v}: a page saw part of a batch: {in_page:?}"
+                    );
+                    batch.extend(in_page);
+                    cursor = page.next;
+                    if cursor == 0 {
+                        break;
+                    }
+                }
+                assert_eq!(stay, 2000, "{v}: stable keys returned once each");
+                assert_eq!(batch.len(), 10, "{v}");
+                rounds += 1;
+            }
+        });
+    }
+}

@@ -9,7 +9,7 @@
 //! thread-oriented allocator.
 //!
 //! `hetermm:btree` (default; scans), `hetermm:hash` and `hetermm:lockfree` (scans return
-//! `Unsupported`) plug tierkv's three concurrent indexes in through the API (`btree` is a
+//! `Unsupported`; they enumerate their keys with `scan_cursor` instead) plug tierkv's three concurrent indexes in through the API (`btree` is a
 //! lock-free hash map plus skip list with a writer lock per key, standing in for the
 //! paper's concurrent B+-tree, `hash` dashmap, `lockfree` papaya:
 //! `tierkv_core::common::index`), so each can be measured against itself in

@@ -132,7 +132,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use tierkv_core::common::index::{ConcurrentIndex, new_index};
-use tierkv_core::{KvPair, Result};
+use tierkv_core::{KvCursorPage, KvPair, Result};
 
 pub use crate::geometry::LogicalAddress;
 use crate::mem::{Guard, HeterMem};
@@ -274,6 +274,14 @@ pub trait PluggedIndex<M: HeterMemory>: Send + Sync {
     fn delete(&self, hm: &M, key: &[u8]) -> Result<()>;
     /// Up to `limit` pairs with keys `>= start` in key order, or `Error::Unsupported`.
     fn scan(&self, hm: &M, start: &[u8], limit: usize) -> Result<Vec<KvPair>>;
+    /// One step of a cursor iteration of an unordered index (`KvStore::scan_cursor`'s
+    /// contract), or `Error::Unsupported` (this default: an index that scans in order).
+    fn scan_cursor(&self, hm: &M, cursor: u64, count: usize) -> Result<KvCursorPage> {
+        let _ = (hm, cursor, count);
+        Err(tierkv_core::Error::Unsupported(
+            "this plugged-in index has no cursor iteration".into(),
+        ))
+    }
     /// Offers a record found in pmem at recovery (Algorithm 1, line 24).
     fn recover(&self, hm: &M, key: &[u8], addr: LogicalAddress) -> Result<()>;
     /// Offers every record found in pmem at recovery, in ascending key order (a key offered
@@ -435,6 +443,27 @@ impl<M: HeterMemory> PluggedIndex<M> for CoreIndex {
         rows.into_iter()
             .map(|(k, a)| hm.get_value(&g, a, &k).map(|v| (k, v)))
             .collect()
+    }
+
+    /// The index's shards' (key, address) pairs, each value then read through the memory's
+    /// read path (`get_value`, as `get` reads) under one guard pinned before the index is
+    /// read, as `scan` does: a page or block an address names is not recycled while the
+    /// guard is held, so a record flushed or reorganised meanwhile is still read whole.
+    fn scan_cursor(&self, hm: &M, cursor: u64, count: usize) -> Result<KvCursorPage> {
+        let g = hm.pin()?;
+        let page = self.inner.scan_cursor(cursor, count)?;
+        for (_, a) in &page.entries {
+            hm.prefetch_value(&g, *a);
+        }
+        let entries = page
+            .entries
+            .into_iter()
+            .map(|(k, a)| hm.get_value(&g, a, &k).map(|v| (k, v)))
+            .collect::<Result<Vec<KvPair>>>()?;
+        Ok(KvCursorPage {
+            entries,
+            next: page.next,
+        })
     }
 
     fn recover(&self, hm: &M, key: &[u8], addr: LogicalAddress) -> Result<()> {

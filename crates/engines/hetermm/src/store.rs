@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use tierkv_core::media::pmem::PmemPool;
-use tierkv_core::{Error, KvPair, KvStore, Limits, Result, Stats, WriteBatch};
+use tierkv_core::{Error, KvCursorPage, KvPair, KvStore, Limits, Result, Stats, WriteBatch};
 
 use crate::background::Background;
 use crate::mem::HeterMem;
@@ -181,6 +181,11 @@ impl KvStore for HeterStore {
     fn scan(&self, start: &[u8], limit: usize) -> Result<Vec<KvPair>> {
         self.check_open()?;
         self.index.scan(&self.mem, start, limit)
+    }
+
+    fn scan_cursor(&self, cursor: u64, count: usize) -> Result<KvCursorPage> {
+        self.check_open()?;
+        self.index.scan_cursor(&self.mem, cursor, count)
     }
 
     fn flush(&self) -> Result<()> {

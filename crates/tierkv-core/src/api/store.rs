@@ -6,6 +6,14 @@
 //!   durability mode: that is what *acknowledged* means everywhere in tierkv.
 //! - `scan` returns up to `limit` pairs with keys `>= start`, in key order. An engine whose
 //!   index cannot scan returns [`Error::Unsupported`], never a wrong answer.
+//! - `scan_cursor` is the iteration of an engine whose index is unordered: a `u64` cursor
+//!   (0 starts, a returned 0 ends), whole index shards per call until at least the count
+//!   hint; a key present throughout an iteration is returned exactly once, a key absent
+//!   throughout never, a key written meanwhile at most once; a full iteration costs
+//!   O(keys) whatever the hint ([`crate::common::index`], "Cursor iteration"). Values
+//!   are read as `get` reads them. An engine with an ordered index keeps the default,
+//!   [`Error::Unsupported`] (it scans from a key instead): so exactly one of the two
+//!   works on every engine that can enumerate its keys.
 //! - Keys and values arrive already checked against the limits by the facade (`tierkv::Db`);
 //!   an engine used directly checks them with [`Limits`].
 //! - After `close` every call returns [`Error::Closed`]. Dropping a store closes it.
@@ -32,6 +40,10 @@ use crate::media::Media;
 
 /// A key-value pair returned by a scan.
 pub type KvPair = (Vec<u8>, Vec<u8>);
+
+/// One step of [`KvStore::scan_cursor`]: pairs in no particular order and the next cursor
+/// (0: the iteration is over).
+pub type KvCursorPage = crate::common::index::CursorPage<Vec<u8>>;
 
 /// The interface every engine implements.
 pub trait KvStore: Send + Sync {
@@ -72,6 +84,17 @@ pub trait KvStore: Send + Sync {
     fn delete(&self, key: &[u8]) -> Result<()>;
     /// Up to `limit` pairs with keys `>= start`, ordered by key.
     fn scan(&self, start: &[u8], limit: usize) -> Result<Vec<KvPair>>;
+    /// One step of a cursor iteration over an unordered index (module doc: the contract):
+    /// the pairs of whole index shards from `cursor` on (0 starts) until at least `count`
+    /// pairs, and the next cursor (0: over; a cursor past the end returns nothing and 0).
+    /// The default, for engines that scan in key order instead, returns
+    /// [`Error::Unsupported`](crate::Error::Unsupported).
+    fn scan_cursor(&self, cursor: u64, count: usize) -> Result<KvCursorPage> {
+        let _ = (cursor, count);
+        Err(crate::Error::Unsupported(
+            "this engine scans in key order (scan), not by cursor".into(),
+        ))
+    }
     /// Makes buffered background work durable now (what "flush" means is engine-specific;
     /// acknowledged writes are durable without it).
     fn flush(&self) -> Result<()>;

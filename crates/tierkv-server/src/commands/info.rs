@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 use tierkv::{DurabilityMode, Tier};
 
 use super::connection::REDIS_COMPAT_VERSION;
-use super::keys::key_count;
+use super::keys::key_counts;
 use super::{COMMANDS, CmdError, CmdResult, CommandSpec, Ctx, is, lookup, unknown_subcommand};
 use crate::glob;
 use crate::resp::Args;
@@ -171,9 +171,10 @@ fn cpu_section(_s: &Shared, t: &mut String) {
 fn keyspace_section(s: &Shared, t: &mut String) {
     t.push_str("# Keyspace\r\n");
     // Like Redis, an empty database is not listed; neither is one that cannot be counted.
+    let counts = key_counts(s).unwrap_or_default();
     for db in 0..crate::keyspace::DATABASES {
-        if let Ok(Some(n)) = key_count(s, s.dbmap.physical(db))
-            && n > 0
+        if let Some(Some(n)) = counts.get(usize::from(s.dbmap.physical(db)))
+            && *n > 0
         {
             line(
                 t,

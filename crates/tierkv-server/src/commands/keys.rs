@@ -1,9 +1,11 @@
 //! Keyspace commands: DEL, UNLINK, EXISTS, TYPE, DBSIZE.
 //!
-//! DBSIZE never answers a wrong number. On an ordered engine it counts the keys by walking
-//! a scan (O(keys); the count is exact for the keys that existed throughout the walk). On
-//! an engine that cannot scan it takes the engine's `keys` counter from `stats()` when the
-//! engine reports one; otherwise it answers an error saying so.
+//! DBSIZE never answers a wrong number. It counts the selected database's keys by a walk:
+//! a scan in key order on an ordered engine, a cursor iteration on an unordered one
+//! ([`super::scan::cursor_walk`]; O(store keys) there, the elements of collections and the
+//! other databases included, as they cannot be jumped over). The count is exact for the
+//! keys that existed throughout the walk. (The engine's `keys` counter is not used: it
+//! counts every store key, elements and other databases included.)
 //!
 //! Thread-safety: handlers run concurrently on worker threads; DEL and EXISTS under the
 //! key locks, DBSIZE without (it reads the store as a scan would).
@@ -31,9 +33,9 @@ pub(crate) fn del(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
                 removed += n;
                 continue;
             }
-            // NOTE: `delete` does not say whether the key existed; DEL must.
-            if let Some(v) = ctx.load(key)? {
-                super::lists::drop_unreclaimable(ctx, key, &v)?;
+            // NOTE: `delete` does not say whether the key existed; DEL must. A collection's
+            // elements go with its metadata: the sweep reclaims them (crate::reclaim).
+            if ctx.load(key)?.is_some() {
                 ctx.remove(key)?;
                 removed += 1;
             }
@@ -103,16 +105,60 @@ pub(crate) fn key_count(
     shared: &crate::shared::Shared,
     dbi: u8,
 ) -> Result<Option<u64>, tierkv::Error> {
-    let db = &shared.db;
-    match count_by_scan(shared, dbi) {
+    let counted = if shared.db.ordered() {
+        count_by_scan(shared, dbi)
+    } else {
+        count_by_cursor(shared, dbi)
+    };
+    match counted {
         Ok(n) => Ok(Some(n)),
-        // The engine's counter counts every store key: it is database 0's count only while
-        // nothing else is stored (no other database, no collection elements).
-        Err(tierkv::Error::Unsupported(_)) if dbi == 0 => {
-            Ok(db.stats().counters.get("keys").copied())
-        }
         Err(tierkv::Error::Unsupported(_)) => Ok(None),
         Err(e) => Err(e),
+    }
+}
+
+/// The number of keys of every *physical* database (indexed by it), when they can be known:
+/// on an unordered engine one walk counts them all (INFO keyspace would otherwise walk
+/// the whole store once per database), on an ordered one a scan per database.
+pub(crate) fn key_counts(
+    shared: &crate::shared::Shared,
+) -> Result<[Option<u64>; keyspace::DATABASES as usize], tierkv::Error> {
+    let mut counts = [None; keyspace::DATABASES as usize];
+    if shared.db.ordered() || !shared.bindings.is_empty() {
+        for (db, n) in (0u8..).zip(counts.iter_mut()) {
+            *n = key_count(shared, db)?;
+        }
+        return Ok(counts);
+    }
+    let mut cursor = 0;
+    let mut n = [0u64; keyspace::DATABASES as usize];
+    loop {
+        let page = shared.db.scan_cursor(cursor, COUNT_PAGE)?;
+        for (k, _) in &page.entries {
+            if let Some(c) = keyspace::db_of(k).and_then(|db| n.get_mut(usize::from(db))) {
+                *c += 1;
+            }
+        }
+        cursor = page.next;
+        if cursor == 0 {
+            break;
+        }
+    }
+    for (c, n) in counts.iter_mut().zip(n) {
+        *c = Some(n);
+    }
+    Ok(counts)
+}
+
+fn count_by_cursor(shared: &crate::shared::Shared, dbi: u8) -> Result<u64, tierkv::Error> {
+    let (mut n, mut cursor) = (0u64, 0u64);
+    loop {
+        let page = super::scan::cursor_db_page(shared, dbi, cursor, COUNT_PAGE)?;
+        n += page.rows.len() as u64;
+        cursor = page.next;
+        if cursor == 0 {
+            return Ok(n);
+        }
     }
 }
 
@@ -216,6 +262,47 @@ fn flush_args(args: Args<'_>) -> CmdResult {
     }
 }
 
+/// Deletes every store key for which `doomed` holds, found by a cursor iteration (an
+/// unordered engine: no range to drop; all locks are held by the caller): in write batches
+/// of up to [`tierkv::MAX_BATCH_OPS`] keys where the engine has them, one delete per key
+/// otherwise. O(store keys).
+fn drop_by_cursor(ctx: &Ctx<'_>, doomed: &dyn Fn(&[u8]) -> bool) -> CmdResult {
+    let db = &ctx.shared.db;
+    let mut cursor = 0;
+    loop {
+        let page = db.scan_cursor(cursor, COUNT_PAGE)?;
+        let keys: Vec<Vec<u8>> = page
+            .entries
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| doomed(k))
+            .collect();
+        if db.atomic_batches() {
+            let mut batch = tierkv::WriteBatch::new();
+            for k in keys {
+                if batch.len() == tierkv::MAX_BATCH_OPS
+                    || batch.bytes() + k.len() > tierkv::MAX_BATCH_BYTES
+                {
+                    db.write(&batch)?;
+                    batch.clear();
+                }
+                batch.delete(k);
+            }
+            if !batch.is_empty() {
+                db.write(&batch)?;
+            }
+        } else {
+            for k in keys {
+                db.delete(&k)?;
+            }
+        }
+        cursor = page.next;
+        if cursor == 0 {
+            return Ok(());
+        }
+    }
+}
+
 /// Deletes the store keys in `range` (all locks are held by the caller).
 fn drop_range(ctx: &Ctx<'_>, range: (Bound<Vec<u8>>, Bound<Vec<u8>>)) -> CmdResult {
     let db = &ctx.shared.db;
@@ -241,12 +328,15 @@ fn flushed(ctx: &mut Ctx<'_>) -> CmdResult {
 /// FLUSHDB [ASYNC | SYNC]: deletes every key of the selected database (all locks held, see
 /// [`crate::locks`]) with the store's range delete: database 0 is everything below and
 /// above the internal range, database n its prefix. The elements of collections go with
-/// their metadata: the sweep reclaims them. An engine that cannot scan gets an error.
+/// their metadata: the sweep reclaims them. An unordered engine has no range delete: its
+/// keys of the database are found by a cursor iteration and deleted (O(store keys)).
 pub(crate) fn flushdb(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     flush_args(args)?;
     let db = ctx.pdb();
     super::rows::flush_rows(ctx, &[db])?;
-    if db == 0 {
+    if !ctx.shared.db.ordered() {
+        drop_by_cursor(ctx, &|k| keyspace::user_key_of(db, k).is_some())?;
+    } else if db == 0 {
         for range in keyspace::db0_ranges() {
             drop_range(ctx, range)?;
         }
@@ -267,7 +357,15 @@ pub(crate) fn flushall(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let all: Vec<u8> = (0..keyspace::DATABASES).collect();
     super::rows::flush_rows(ctx, &all)?;
     let adapter: Vec<&[u8]> = keyspace::ADAPTER_PREFIXES.iter().map(|p| &p[..]).collect();
-    for range in keyspace::ranges_outside(&adapter) {
+    if !ctx.shared.db.ordered() {
+        drop_by_cursor(ctx, &|k| keyspace::adapter_prefix(k).is_none())?;
+    }
+    let ranges = if ctx.shared.db.ordered() {
+        keyspace::ranges_outside(&adapter)
+    } else {
+        Vec::new()
+    };
+    for range in ranges {
         drop_range(ctx, range)?;
     }
     ctx.shared.dbmap.set(&crate::dbmap::IDENTITY);

@@ -163,37 +163,6 @@ impl Slots {
     }
 }
 
-/// Deletes every element of `c` (O(length / 32) store operations for a chunked list,
-/// O(length) for one of layout 1): for an engine whose sweep cannot find them.
-pub(crate) fn delete_all(ctx: &Ctx<'_>, c: &Coll) -> CmdResult {
-    if !c.meta.chunked {
-        for p in c.meta.head..c.meta.tail {
-            c.delete(ctx, &pos_suffix(p))?;
-        }
-        return Ok(());
-    }
-    if c.meta.tail <= c.meta.head {
-        return Ok(());
-    }
-    let (first, last) = (
-        list_chunk::locate(c.meta.head).0,
-        list_chunk::locate(c.meta.tail - 1).0,
-    );
-    for n in first..=last {
-        let key = c.elem(ctx, &chunk_suffix(n))?;
-        if let Some(bytes) = ctx.read_raw(&key)? {
-            let chunk = ChunkRef::parse(&bytes)?;
-            for (slot, e) in chunk.entries_from(0) {
-                if e == Entry::External {
-                    c.delete(ctx, &pos_suffix(n * list_chunk::SLOTS + slot as i64))?;
-                }
-            }
-            ctx.delete_raw(&key)?;
-        }
-    }
-    Ok(())
-}
-
 /// Calls `f` with the elements at positions `from..=to` of the chunked list `c`, in order:
 /// one read per chunk (the pending batch's writes first), each element lent from the
 /// chunk, or read on its own when stored outside it.

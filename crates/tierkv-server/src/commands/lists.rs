@@ -611,28 +611,6 @@ pub(crate) fn rpoplpush(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     Ok(())
 }
 
-/// On an engine that cannot scan, the sweep cannot find a deleted list's elements: DEL
-/// deletes them itself (O(length / 32) for a chunked list, O(length) for one of layout
-/// 1), addressing them by position. (An overwrite or expiry of a list there leaves them:
-/// a documented leak of unordered persistent engines.)
-pub(crate) fn drop_unreclaimable(ctx: &mut Ctx<'_>, key: &[u8], stored: &[u8]) -> CmdResult {
-    if ctx.shared.db.ordered() {
-        return Ok(());
-    }
-    let Ok(crate::encoding::Stored::Meta(m)) = crate::encoding::decode(stored) else {
-        return Ok(());
-    };
-    if m.kind != Kind::List {
-        return Ok(());
-    }
-    let c = Coll {
-        meta: m,
-        deadline: None,
-        prefix: crate::keyspace::element_prefix(ctx.pdb(), key, m.generation),
-    };
-    list_slots::delete_all(ctx, &c)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

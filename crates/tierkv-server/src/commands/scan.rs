@@ -1,5 +1,6 @@
 //! `SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]`: walks the keyspace in key order
-//! on ordered engines.
+//! on ordered engines, by index shard on unordered ones (and KEYS, RANDOMKEY, the walks
+//! behind DBSIZE and FLUSHDB on those: [`cursor_db_page`]).
 //!
 //! # Cursor
 //! The position of a scan is the next key to visit. `0` starts a scan; every reply carries
@@ -19,8 +20,18 @@
 //! pages of at most [`PAGE`] pairs, because a scan of the store returns values as well.
 //! With MATCH, the walk starts at the pattern's literal prefix and stops when keys pass it.
 //!
-//! On an engine whose index cannot scan (`dram:hash`), SCAN answers an error that says so,
-//! never a partial walk.
+//! # Unordered engines (`dram:hash`, `dram:lockfree`, `hetermm:hash`, `hetermm:lockfree`)
+//! Their store cannot scan from a key; it iterates by cursor instead
+//! ([`tierkv::Db::scan_cursor`]: whole index shards per call, a `u64` cursor that is the
+//! number of the next shard). SCAN's cursor there *is* the store's cursor, so no table is
+//! needed and any cursor a client sends is valid (one past the last shard ends the walk).
+//! A call reads whole shards until at least COUNT store keys were examined and keeps the
+//! user keys of the selected database among them (the store's one keyspace also holds the
+//! other databases and the elements of collections, which a walk there cannot jump over:
+//! a full SCAN costs O(store keys), elements included). The guarantees are Redis's, and
+//! stronger: a key present throughout is returned exactly once (it stays in its shard).
+//! Rows of `--schema-prefix` bindings cannot be listed there (the schema adapter scans in
+//! order): with bindings, these walks answer an error saying so.
 //!
 //! Thread-safety: takes no key locks; reads the store like any scan.
 
@@ -103,13 +114,18 @@ pub(crate) fn type_name(value: &[u8]) -> Result<&'static str, CmdError> {
     })
 }
 
+/// A cursor argument: a number as Redis reads one (any `u64`).
+fn parse_cursor(arg: &[u8]) -> Result<u64, CmdError> {
+    std::str::from_utf8(arg)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .ok_or_else(|| CmdError::new("ERR invalid cursor"))
+}
+
 /// The position (a store key, inclusive) a cursor stands for: `0` is the start (the
 /// empty key), any other number must be in the cursor table.
 pub(crate) fn cursor_position(ctx: &Ctx<'_>, cursor_arg: &[u8]) -> Result<Vec<u8>, CmdError> {
-    let cursor = std::str::from_utf8(cursor_arg)
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .ok_or_else(|| CmdError::new("ERR invalid cursor"))?;
+    let cursor = parse_cursor(cursor_arg)?;
     if cursor == 0 {
         return Ok(Vec::new());
     }
@@ -226,9 +242,96 @@ fn plain_page(
     Ok(page)
 }
 
+/// One step of a cursor walk (unordered engines) of a database's user keys.
+pub(crate) struct CursorDbPage {
+    /// (user key, stored value), in no particular order.
+    pub rows: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The store cursor of the next step; 0 when the walk is over.
+    pub next: u64,
+}
+
+/// The user keys of database `db` among the store keys of whole index shards from
+/// `cursor` on, until at least `count` store keys were examined (module doc, "Unordered
+/// engines"). `Unsupported` with bindings (their rows cannot be listed here).
+pub(crate) fn cursor_db_page(
+    shared: &crate::shared::Shared,
+    db: u8,
+    cursor: u64,
+    count: usize,
+) -> Result<CursorDbPage, tierkv::Error> {
+    if !shared.bindings.is_empty() {
+        return Err(tierkv::Error::Unsupported(format!(
+            "the {} engine cannot list the rows of --schema-prefix bindings (its index is \
+             unordered; use an ordered engine such as dram:btree)",
+            shared.db.spec()
+        )));
+    }
+    let page = shared.db.scan_cursor(cursor, count)?;
+    let rows = page
+        .entries
+        .into_iter()
+        .filter_map(|(k, v)| keyspace::user_key_of(db, &k).map(|uk| (uk.to_vec(), v)))
+        .collect();
+    Ok(CursorDbPage {
+        rows,
+        next: page.next,
+    })
+}
+
+/// Calls `f` with every (user key, stored value) of database `db`, by cursor (unordered
+/// engines), pages of at least `page` store keys.
+pub(crate) fn cursor_walk(
+    shared: &crate::shared::Shared,
+    db: u8,
+    page: usize,
+    f: &mut dyn FnMut(Vec<u8>, Vec<u8>) -> Result<(), CmdError>,
+) -> Result<(), CmdError> {
+    let mut cursor = 0;
+    loop {
+        let p = cursor_db_page(shared, db, cursor, page).map_err(walk_error)?;
+        for (k, v) in p.rows {
+            f(k, v)?;
+        }
+        cursor = p.next;
+        if cursor == 0 {
+            return Ok(());
+        }
+    }
+}
+
+/// The error of a cursor walk (its `Unsupported` says why).
+fn walk_error(e: tierkv::Error) -> CmdError {
+    match e {
+        tierkv::Error::Unsupported(why) => CmdError::new(format!("ERR {why}")),
+        other => CmdError::from(other),
+    }
+}
+
+/// SCAN on an unordered engine (module doc): the cursor is the store's.
+fn scan_by_cursor(ctx: &mut Ctx<'_>, args: Args<'_>, o: &ScanOptions<'_>) -> CmdResult {
+    let cursor = parse_cursor(args.get(1))?;
+    let page = cursor_db_page(ctx.shared, ctx.pdb(), cursor, o.count).map_err(walk_error)?;
+    let mut keys = Vec::new();
+    for (k, v) in page.rows {
+        if wanted(o, &k, &v)? {
+            keys.push(k);
+        }
+    }
+    ctx.out.array(2);
+    ctx.out.bulk(page.next.to_string().as_bytes());
+    ctx.out.array(keys.len());
+    for k in &keys {
+        ctx.out.bulk(k);
+    }
+    Ok(())
+}
+
 /// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
 pub(crate) fn scan(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let o = parse_options(args)?;
+    if !ctx.shared.db.ordered() {
+        return scan_by_cursor(ctx, args, &o);
+    }
     let db = ctx.pdb();
     let prefix = o.pattern.map(glob::literal_prefix).unwrap_or_default();
     let at = cursor_position(ctx, args.get(1))?;
@@ -289,8 +392,8 @@ fn unsupported(ctx: &Ctx<'_>) -> CmdError {
     ))
 }
 
-/// KEYS pattern: every live key matching the pattern, in key order (ordered engines only;
-/// bounded by `max_reply_bytes`).
+/// KEYS pattern: every live key matching the pattern, in key order on an ordered engine,
+/// in shard order on the others (bounded by `max_reply_bytes`).
 pub(crate) fn keys(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let pattern = args.get(1);
     let db = ctx.pdb();
@@ -298,8 +401,25 @@ pub(crate) fn keys(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let bound = ctx.max_reply_bytes();
     let mut found: Vec<Vec<u8>> = Vec::new();
     let mut bytes = 0usize;
-    let mut pos = Some(keyspace::walk_start(db, &prefix));
     let now = expiry::now_ms();
+    if !ctx.shared.db.ordered() {
+        cursor_walk(ctx.shared, db, PAGE * 32, &mut |k, v| {
+            let (deadline, _) = encoding::split_expiry(&v)?;
+            if glob::matches(pattern, &k) && !expiry::expired(deadline, now) {
+                bytes += k.len() + 16;
+                if bytes > bound {
+                    return Err(super::strings::reply_too_large(bound));
+                }
+                found.push(k);
+            }
+            Ok(())
+        })?;
+    }
+    let mut pos = ctx
+        .shared
+        .db
+        .ordered()
+        .then(|| keyspace::walk_start(db, &prefix));
     'walk: while let Some(from) = pos.take() {
         let page = db_page(ctx.shared, db, from, PAGE * 32).map_err(|e| scan_error(ctx, e))?;
         pos = page.next;
@@ -325,10 +445,15 @@ pub(crate) fn keys(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
 }
 
 /// RANDOMKEY: a live key chosen by scanning from a random point of the key space (keys
-/// after long gaps are likelier, unlike Redis's uniform choice); null when there is none.
+/// after long gaps are likelier, unlike Redis's uniform choice; on an unordered engine: a
+/// random key of the first index shards from a random one on that hold a live key of
+/// the database); null when there is none.
 pub(crate) fn randomkey(ctx: &mut Ctx<'_>, _args: Args<'_>) -> CmdResult {
     let db = ctx.pdb();
     let seed = expiry::now_ms().wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ctx.session.id;
+    if !ctx.shared.db.ordered() {
+        return randomkey_by_cursor(ctx, db, seed);
+    }
     let start = keyspace::walk_start(db, &seed.to_le_bytes());
     let now = expiry::now_ms();
     for from in [start, Vec::new()] {
@@ -343,6 +468,41 @@ pub(crate) fn randomkey(ctx: &mut Ctx<'_>, _args: Args<'_>) -> CmdResult {
                     return Ok(());
                 }
             }
+        }
+    }
+    ctx.out.null();
+    Ok(())
+}
+
+/// RANDOMKEY on an unordered engine: the walk starts at a random shard and wraps around.
+fn randomkey_by_cursor(ctx: &mut Ctx<'_>, db: u8, seed: u64) -> CmdResult {
+    use tierkv::core::common::index::CURSOR_SHARDS;
+    let start = seed % CURSOR_SHARDS as u64;
+    let now = expiry::now_ms();
+    let mut cursor = start;
+    let mut wrapped = false;
+    loop {
+        let page = cursor_db_page(ctx.shared, db, cursor, 1).map_err(walk_error)?;
+        let mut live = Vec::new();
+        for (k, v) in page.rows {
+            let (deadline, _) = encoding::split_expiry(&v)?;
+            if !expiry::expired(deadline, now) {
+                live.push(k);
+            }
+        }
+        if let Some(k) = live.get((seed >> 17) as usize % live.len().max(1)) {
+            ctx.out.bulk(k);
+            return Ok(());
+        }
+        cursor = page.next;
+        if cursor == 0 {
+            if wrapped || start == 0 {
+                break;
+            }
+            wrapped = true;
+        }
+        if wrapped && cursor >= start {
+            break;
         }
     }
     ctx.out.null();

@@ -343,7 +343,7 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         (0, 0, 0),
         "generic",
         "2.8.0",
-        "Iterates over the key names in key order (ordered engines only).",
+        "Iterates over the key names (in key order on ordered engines, by index shard on the others).",
         scan::scan
     ),
     cmd!(
@@ -773,7 +773,7 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         (0, 0, 0),
         "generic",
         "1.0.0",
-        "Returns all key names that match a pattern (ordered engines).",
+        "Returns all key names that match a pattern.",
         scan::keys
     ),
     cmd!(
@@ -783,7 +783,7 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         (0, 0, 0),
         "generic",
         "1.0.0",
-        "Returns a random key name from the database (ordered engines).",
+        "Returns a random key name from the database.",
         scan::randomkey
     ),
     cmd!(
