@@ -264,6 +264,14 @@ impl Connection {
 
     /// Writes the job's replies; once the server is stopping, gives up at the deadline.
     async fn flush(&mut self, job: &mut Job) -> Result<(), Close> {
+        if matches!(self.queue, super::executor::WorkQueue::Inline)
+            && !job.out.as_bytes().is_empty()
+        {
+            // Deferred replies (the executor's module doc, "Inline execution"): let the
+            // other connections that are ready run their bursts first, so that the replies
+            // of one round go out back to back, as Redis writes them before it sleeps.
+            tokio::task::yield_now().await;
+        }
         let out = job.out.as_bytes();
         // The common case: the socket takes everything at once.
         let mut written = match self.sock.try_write(out) {

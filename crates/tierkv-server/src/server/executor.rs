@@ -29,6 +29,15 @@
 //! lock is held across an `.await`, so a network thread blocked on a key lock waits only
 //! for another thread's running command.
 //!
+//! Inline, a connection yields to the runtime once before it writes a burst's replies
+//! (`Connection::flush`), so the other connections that are ready run their bursts first
+//! and one round's replies leave back to back, as Redis writes its replies in
+//! `beforeSleep` after running every ready client. Writing each burst's replies at once
+//! woke the idle `redis-benchmark` once per reply write (a cross-CPU wake-up in the kernel,
+//! a quarter of the server's CPU); after the change (`redis-benchmark -n 400000 -c 50 -P
+//! 16`, `dram:hash`, quiet 2-core machine): LPUSH 1.18 -> 0.95 µs of server CPU and 1.26
+//! -> 1.02 µs of wall time per request (redis-server 0.55 / 0.61), GET 0.35 µs (redis 0.45).
+//!
 //! # Throttling
 //! A job stops early once its output passes `output_soft_limit`; the connection then sends
 //! the replies (waiting, without reading, for a slow client to take them) before it runs
