@@ -55,10 +55,6 @@ pub struct CacheCounters {
     pub shrinks: Counter,
 }
 
-/// The DRAM a read-cache map entry is charged (papaya: two words, its node and the
-/// reclamation header), in `dram_bytes` and against the DRAM budget.
-pub const MAP_ENTRY_BYTES: u64 = 64;
-
 /// The read cache.
 pub struct ReadCache {
     geo: Geometry,

@@ -66,8 +66,6 @@ impl HeterMem {
         // IMPORTANT: no step on a poisoned store (see `flush_oldest`); the flusher thread
         // looks only between rounds, and a forced flush that failed is followed by a round.
         self.health.check_not_poisoned()?;
-        // The index and the cache map count against the DRAM budget (`dram/mod.rs`).
-        self.pages.withhold(self.withheld_target());
         if self.nvm.reserve.dipped() && self.room.pending() && self.serving.load(Ordering::Acquire)
         {
             return self.room_pass(st).map(|()| true);
@@ -461,7 +459,7 @@ impl HeterMem {
             let ppb = self.geo.pages_per_block() as usize;
             let min_write = (self.opts.overlap_blocks as usize + 2) * ppb + self.free_pages;
             let target =
-                policy::cache_target(window, cache.target(), self.pages.usable(), min_write);
+                policy::cache_target(window, cache.target(), self.pages.count(), min_write);
             if target != cache.target() {
                 cache.set_target(target);
                 self.counters.cache_resizes.incr();

@@ -79,9 +79,7 @@ pub struct HeterOptions {
     pub group_commit: bool,
     /// Gets wait for a DRAM version's log entry to be durable (`mem/access.rs`).
     pub durable_reads: bool,
-    /// DRAM for pages (the write region and the read cache), the index and the read cache's
-    /// map (from `Options::dram_budget`): the pages are sized from it, and free pages are
-    /// withheld for the index's and the map's bytes as they grow (`dram/mod.rs`).
+    /// DRAM for pages and the read cache (from `Options::dram_budget`).
     pub dram_budget: u64,
     /// Logical block numbers the store may use (0 = all the block table holds). Not an
     /// engine-spec option: tests lower it to run out of block numbers in a short run.

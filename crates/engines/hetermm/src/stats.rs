@@ -80,15 +80,11 @@ impl HeterMem {
         c.ops.fill(&mut s);
         s.recovery_micros = c.recovery_micros.get();
         let cache_pages = self.cache.as_ref().map_or(0, |x| x.pages());
-        let write_pages =
-            self.pages.count() - self.pages.free_count() - self.pages.withheld() - cache_pages;
-        // The pages touched, and the read-cache map (`crate::cache::MAP_ENTRY_BYTES` an
-        // entry); the index's own bytes are added by the store (`store.rs`).
+        let write_pages = self.pages.count() - self.pages.free_count() - cache_pages;
+        // The index's own bytes are added by the store (`store.rs`); a read-cache map entry
+        // (papaya: two words, its node and the reclamation header) is charged 64 bytes.
         s.dram_bytes = self.pages.allocated() as u64 * self.geo.page_size()
-            + self
-                .cache
-                .as_ref()
-                .map_or(0, |x| x.entries() as u64 * crate::cache::MAP_ENTRY_BYTES);
+            + self.cache.as_ref().map_or(0, |x| x.entries() as u64 * 64);
         let mut counter = |name: &str, v: u64| {
             s.counters.insert(format!("hetermm_{name}"), v);
         };
@@ -157,7 +153,6 @@ impl HeterMem {
         }
         gauge("write_region_pages", write_pages as f64);
         gauge("free_pages", self.pages.free_count() as f64);
-        gauge("withheld_pages", self.pages.withheld() as f64);
         gauge("pmem_blocks", self.blocks.len() as f64);
         gauge(
             "log_blocks",

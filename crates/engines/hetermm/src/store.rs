@@ -70,13 +70,6 @@ impl HeterStore {
             opened: AtomicBool::new(false),
             batch_locks: crate::batch::BatchLocks::new(),
         };
-        {
-            let index = store.index.clone();
-            let _ = store
-                .mem
-                .index_gauge
-                .set(Arc::new(move || index.dram_bytes()));
-        }
         // IMPORTANT: if any step from here fails, `store` is dropped half open, and its
         // `close` does nothing but stop the threads (`opened` is still false).
         recovery::replay_and_build(&store.mem, &*store.index, found)?;

@@ -9,14 +9,6 @@
 //! they move between the free list, the write region and the read cache (Fig. 6). A page
 //! is zeroed before it goes back on the free list, so a fresh page reads as "no records".
 //!
-//! *Withheld* pages (ours): the index and the read cache's map live in DRAM too, outside the
-//! pages, and the DRAM budget covers them (`mem/mod.rs` `withheld_target`). Free pages are
-//! set aside for their bytes: taken from the bottom of the free list — the pages free the
-//! longest, at first the ones never touched, so memory that was never allocated stays so —
-//! and put back there when the index shrinks. The write region and the cache share what is
-//! left, so the flusher flushes earlier. (Pages are never returned to the system: a page
-//! touched before it was withheld still counts in `allocated`.)
-//!
 //! Thread safety: `Send + Sync`. The free list is a mutex taken once per page handed out
 //! or returned; writers that find it empty wait on a condition variable *unpinned* (see
 //! `threads.rs`) until the flusher or the cache frees pages.
@@ -40,9 +32,6 @@ pub struct PagePool {
     free: Mutex<Vec<u32>>,
     free_count: AtomicUsize,
     freed: Condvar,
-    /// Free pages set aside for the index's bytes (taken after `free`, never before).
-    withheld: Mutex<Vec<u32>>,
-    withheld_count: AtomicUsize,
 }
 
 impl PagePool {
@@ -54,42 +43,7 @@ impl PagePool {
             free: Mutex::new((0..count as u32).rev().collect()),
             free_count: AtomicUsize::new(count),
             freed: Condvar::new(),
-            withheld: Mutex::new(Vec::new()),
-            withheld_count: AtomicUsize::new(0),
         }
-    }
-
-    /// Pages withheld (not free, not in use).
-    pub fn withheld(&self) -> usize {
-        self.withheld_count.load(Ordering::Acquire)
-    }
-
-    /// Pages the write region and the read cache may use: all but the withheld.
-    pub fn usable(&self) -> usize {
-        self.count() - self.withheld()
-    }
-
-    /// Moves pages between the free list and the withheld ones until `want` are withheld,
-    /// or the free list is empty; takes from and returns to the bottom of the free list
-    /// (see the module doc). Returns the pages withheld now.
-    pub fn withhold(&self, want: usize) -> usize {
-        if want == self.withheld() {
-            return want;
-        }
-        let mut free = self.free.lock();
-        let mut withheld = self.withheld.lock();
-        let have = withheld.len();
-        if want > have {
-            let n = (want - have).min(free.len());
-            withheld.extend(free.drain(..n));
-        } else if want < have {
-            let back: Vec<u32> = withheld.drain(want..).collect();
-            free.splice(0..0, back);
-            self.freed.notify_all();
-        }
-        self.free_count.store(free.len(), Ordering::Release);
-        self.withheld_count.store(withheld.len(), Ordering::Release);
-        withheld.len()
     }
 
     /// Pages in the pool.
@@ -169,30 +123,5 @@ mod tests {
         assert_eq!(p.page(again)[3].load(Ordering::Relaxed), 0);
         assert_eq!(p.page(again).len(), 512);
         assert_eq!(p.allocated(), 1);
-    }
-
-    #[test]
-    fn withheld_pages_are_the_untouched_ones_and_come_back() {
-        let p = PagePool::new(8, 4096);
-        let a = p.try_take().unwrap();
-        p.page(a);
-        assert_eq!(p.withhold(3), 3);
-        assert_eq!((p.free_count(), p.usable()), (4, 5));
-        let mut taken = Vec::new();
-        while let Some(id) = p.try_take() {
-            p.page(id);
-            taken.push(id);
-        }
-        assert_eq!(
-            taken,
-            vec![1, 2, 3, 4],
-            "the highest, untouched, are withheld"
-        );
-        assert_eq!(p.allocated(), 5);
-        // With no free page left, nothing more is withheld.
-        assert_eq!(p.withhold(6), 3);
-        assert_eq!(p.withhold(1), 1);
-        assert_eq!((p.free_count(), p.usable()), (2, 7));
-        assert_eq!(p.try_take(), Some(5));
     }
 }

@@ -283,9 +283,6 @@ pub enum HookPoint {
 #[cfg(test)]
 pub type TestHook = Arc<dyn Fn(HookPoint, &[u8]) -> Result<()> + Send + Sync>;
 
-/// Reads the plugged-in index's DRAM bytes ([`crate::PluggedIndex::dram_bytes`]).
-pub type IndexGauge = Arc<dyn Fn() -> u64 + Send + Sync>;
-
 /// How often a writer waiting for room looks again.
 const ROOM_POLL: std::time::Duration = std::time::Duration::from_millis(1);
 
@@ -304,11 +301,6 @@ pub struct HeterMem {
     pub opts: HeterOptions,
     /// freePages.
     pub free_pages: usize,
-    /// The fewest DRAM pages the write region works with (the `needed` of `new`): pages are
-    /// never withheld below it.
-    pub min_write_pages: usize,
-    /// The index's DRAM bytes (set by the store; `withheld_target`).
-    pub index_gauge: OnceLock<IndexGauge>,
     /// Free DRAM pages a write batch waits for (ours, `mem/alloc.rs`
     /// `alloc_batch_records`): while it is above `free_pages`, the flusher keeps that many
     /// free instead ([`HeterMem::free_target`]).
@@ -433,8 +425,6 @@ impl HeterMem {
         Ok(HeterMem {
             geo,
             free_pages,
-            min_write_pages: needed,
-            index_gauge: OnceLock::new(),
             batch_pages_wanted: std::sync::atomic::AtomicUsize::new(0),
             log_blocks_max,
             log_blocks_limit: log_blocks_max + LOG_SLACK,
@@ -469,31 +459,6 @@ impl HeterMem {
             nvm,
             opts,
         })
-    }
-
-    /// DRAM the store holds outside its pages: the index (its gauge) and the read cache's
-    /// map ([`crate::cache::MAP_ENTRY_BYTES`] an entry).
-    pub fn overhead_bytes(&self) -> u64 {
-        self.index_gauge.get().map_or(0, |g| g())
-            + self
-                .cache
-                .as_ref()
-                .map_or(0, |c| c.entries() as u64 * crate::cache::MAP_ENTRY_BYTES)
-    }
-
-    /// The pages to withhold (`dram/mod.rs`) so that the pages in use, the index and the
-    /// cache map stay within the DRAM budget: the overhead less the budget's bytes beyond
-    /// the pages, rounded up to pages — never so many that fewer than `min_write_pages`
-    /// are left (an index larger than that cannot be kept within the budget; `dram_bytes`
-    /// then says by how much it is over).
-    pub fn withheld_target(&self) -> usize {
-        let ps = self.geo.page_size();
-        let slack = self
-            .opts
-            .dram_budget
-            .saturating_sub(self.pages.count() as u64 * ps);
-        let over = self.overhead_bytes().saturating_sub(slack);
-        (over.div_ceil(ps) as usize).min(self.pages.count().saturating_sub(self.min_write_pages))
     }
 
     /// Runs the test hook (in tests; nothing otherwise).
