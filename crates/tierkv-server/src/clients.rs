@@ -6,11 +6,17 @@
 //! fields that mean something here (`id addr laddr fd name age idle flags db sub psub ssub
 //! multi cmd user resp lib-name lib-ver`); `fd` is -1 and `idle` 0 (not tracked).
 //!
+//! `CLIENT KILL` sets a connection's [`KillSwitch`]: the connection closes once the burst
+//! it is running (if any) has been answered, and at once if it is waiting for input or
+//! blocked in BLPOP & co.
+//!
 //! Thread-safety: one mutex around the map; touched at connect, disconnect and the rare
 //! commands above.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use parking_lot::Mutex;
@@ -29,6 +35,44 @@ struct Entry {
     resp: i64,
     /// The selected database.
     db: u8,
+    kill: KillSwitch,
+}
+
+/// Set by `CLIENT KILL`; watched by the connection (module doc).
+#[derive(Debug, Clone, Default)]
+pub struct KillSwitch(Arc<(AtomicBool, tokio::sync::Notify)>);
+
+impl KillSwitch {
+    /// Asks the connection to close.
+    pub fn kill(&self) {
+        self.0.0.store(true, Ordering::Release);
+        self.0.1.notify_one();
+    }
+
+    /// True once killed.
+    pub fn is_set(&self) -> bool {
+        self.0.0.load(Ordering::Acquire)
+    }
+
+    /// Returns once killed.
+    pub async fn wait(&self) {
+        while !self.is_set() {
+            self.0.1.notified().await;
+        }
+    }
+}
+
+/// Which clients `CLIENT KILL` closes (each field `None`: any).
+#[derive(Debug, Default)]
+pub struct KillFilter {
+    /// `ID`.
+    pub id: Option<u64>,
+    /// `ADDR` (ip:port of the client).
+    pub addr: Option<String>,
+    /// `LADDR` (ip:port of the server's side).
+    pub laddr: Option<String>,
+    /// `SKIPME`: the client `me` is left alone.
+    pub skip: Option<u64>,
 }
 
 /// The connected clients.
@@ -38,8 +82,9 @@ pub struct ClientRegistry {
 }
 
 impl ClientRegistry {
-    /// Adds a connection.
-    pub fn register(&self, id: u64, addr: String, laddr: String) {
+    /// Adds a connection; its kill switch.
+    pub fn register(&self, id: u64, addr: String, laddr: String) -> KillSwitch {
+        let kill = KillSwitch::default();
         let e = Entry {
             addr,
             laddr,
@@ -49,8 +94,27 @@ impl ClientRegistry {
             lib_ver: Vec::new(),
             resp: 2,
             db: 0,
+            kill: kill.clone(),
         };
         self.clients.lock().insert(id, e);
+        kill
+    }
+
+    /// Kills every client `f` selects; how many.
+    pub fn kill(&self, f: &KillFilter) -> usize {
+        let map = self.clients.lock();
+        let mut n = 0;
+        for (&id, e) in map.iter() {
+            let selected = f.id.is_none_or(|i| i == id)
+                && f.addr.as_ref().is_none_or(|a| *a == e.addr)
+                && f.laddr.as_ref().is_none_or(|a| *a == e.laddr)
+                && f.skip != Some(id);
+            if selected {
+                e.kill.kill();
+                n += 1;
+            }
+        }
+        n
     }
 
     /// Removes a connection.

@@ -21,6 +21,7 @@
 //! - [`clients`]: the connected clients, for CLIENT LIST / CLIENT INFO;
 //! - [`server`]: listener, connections, pipelining, throttling, max clients, shutdown;
 //! - [`config`]: the `--config FILE` and the server's settings;
+//! - [`settings`]: what CONFIG GET reports and CONFIG SET changes while it runs;
 //! - [`cli`]: [`ServeArgs`] and [`run`], the front the `tierkv` binary mounts as
 //!   `tierkv serve`.
 //!
@@ -56,6 +57,7 @@ pub mod locks;
 pub mod reclaim;
 pub mod resp;
 pub mod server;
+pub mod settings;
 pub mod shared;
 pub mod swaplog;
 

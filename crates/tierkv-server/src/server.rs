@@ -142,7 +142,7 @@ impl Server {
     fn admit(&self, sock: TcpStream, conns: &mut JoinSet<()>, stop: &StopSignal) {
         let stats = &self.shared.stats;
         stats.total_connections.fetch_add(1, Ordering::Relaxed);
-        if stats.connected_clients.load(Ordering::Relaxed) >= self.shared.config.max_clients {
+        if stats.connected_clients.load(Ordering::Relaxed) >= self.shared.settings.max_clients() {
             stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
             conns.spawn(reject(sock));
             return;

@@ -98,6 +98,9 @@ pub struct Shared {
     pub cursors: CursorTable,
     /// Settings.
     pub config: ServerConfig,
+    /// What CONFIG SET may change while the server runs (`maxclients` among them: read it
+    /// there, not from `config`).
+    pub settings: crate::settings::Settings,
     /// Counters.
     pub stats: ServerStats,
     /// When the server started.
@@ -218,6 +221,7 @@ impl Shared {
             db,
             locks: KeyLocks::default(),
             cursors: CursorTable::new(seed.rotate_left(17) ^ u64::from(std::process::id())),
+            settings: crate::settings::Settings::new(config.max_clients),
             config,
             stats: ServerStats::default(),
             started: Instant::now(),

@@ -55,7 +55,7 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
     let f = pick(rng, FIELDS).to_string();
     let v = pick(rng, VALUES).to_string();
     let n = rng.random_range(-5i64..20).to_string();
-    let words: Vec<String> = match rng.random_range(0..113) {
+    let words: Vec<String> = match rng.random_range(0..119) {
         0 => vec!["GET".into(), k],
         1 => vec!["SET".into(), k, v],
         2 => {
@@ -261,6 +261,7 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
             pick(rng, &["0", "0", "1", "2", "16", "x"]).into(),
             pick(rng, &["0", "1", "1", "2", "-1"]).into(),
         ],
+        113..=118 => bit_command(rng, k),
         _ => vec!["DBSIZE".into()],
     };
     words
@@ -274,6 +275,51 @@ fn random_command(rng: &mut ChaCha8Rng, in_tx: bool) -> Vec<String> {
             }
         })
         .collect()
+}
+
+/// SETBIT, GETBIT or BITCOUNT, with offsets and ranges around the values' lengths and
+/// now and then a bad argument.
+fn bit_command(rng: &mut ChaCha8Rng, k: String) -> Vec<String> {
+    let offset = |rng: &mut ChaCha8Rng| {
+        pick(
+            rng,
+            &[
+                "0",
+                "1",
+                "7",
+                "8",
+                "13",
+                "31",
+                "64",
+                "100",
+                "-1",
+                "x",
+                "4294967296",
+            ],
+        )
+        .to_string()
+    };
+    let index = |rng: &mut ChaCha8Rng| rng.random_range(-12i64..14).to_string();
+    match rng.random_range(0..5) {
+        0 | 1 => vec![
+            "SETBIT".into(),
+            k,
+            offset(rng),
+            pick(rng, &["1", "0", "1", "2", "x"]).into(),
+        ],
+        2 => vec!["GETBIT".into(), k, offset(rng)],
+        3 => vec!["BITCOUNT".into(), k],
+        _ => {
+            let mut w = vec!["BITCOUNT".into(), k, index(rng)];
+            if rng.random_bool(0.9) {
+                w.push(index(rng));
+            }
+            if rng.random_bool(0.5) {
+                w.push(pick(rng, &["BIT", "BYTE", "bit", "BITS"]).into());
+            }
+            w
+        }
+    }
 }
 
 /// A list command (blocking ones with a short timeout on keys that may be empty).

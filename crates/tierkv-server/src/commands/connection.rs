@@ -182,6 +182,11 @@ const CLIENT_HELP: &[&str] = &[
     "    Return information about the current client connection.",
     "LIST",
     "    Return information about client connections.",
+    "KILL <ip:port>",
+    "    Kill connection made from <ip:port>.",
+    "KILL <option> <value> [<option> <value> [...]]",
+    "    Kill connections. Options are: ID <client-id>, ADDR <ip:port>, LADDR <ip:port>,",
+    "    TYPE (NORMAL|MASTER|REPLICA|PUBSUB), USER <username>, SKIPME (YES|NO).",
     "NO-EVICT (ON|OFF)",
     "    Accepted; nothing is evicted here.",
     "NO-TOUCH (ON|OFF)",
@@ -190,7 +195,8 @@ const CLIENT_HELP: &[&str] = &[
     "    Print this help.",
 ];
 
-/// CLIENT ID | GETNAME | SETNAME name | SETINFO attr value | HELP
+/// CLIENT ID | GETNAME | SETNAME name | SETINFO attr value | INFO | LIST | KILL ... |
+/// NO-EVICT | NO-TOUCH | HELP
 pub(crate) fn client(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let sub = args.get(1);
     let argc_ok = |n: usize, name: &str| {
@@ -236,6 +242,8 @@ pub(crate) fn client(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
             .clients
             .list(ctx.session.id, multi, "client|list");
         ctx.out.verbatim(text.as_bytes());
+    } else if is(sub, "KILL") {
+        client_kill(ctx, args)?;
     } else if is(sub, "NO-EVICT") || is(sub, "NO-TOUCH") {
         argc_ok(3, "no-evict")?;
         if !(is(args.get(2), "ON") || is(args.get(2), "OFF")) {
@@ -250,6 +258,86 @@ pub(crate) fn client(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     } else {
         return Err(unknown_subcommand(sub, "CLIENT"));
     }
+    Ok(())
+}
+
+/// CLIENT KILL ip:port | CLIENT KILL [ID id] [ADDR ip:port] [LADDR ip:port] [TYPE t]
+/// [USER u] [SKIPME yes|no] — Redis 7.0's forms and replies (the old form answers +OK or
+/// "No such client", the new one how many it killed; a killed client is closed once its
+/// running burst is answered, at once when idle or blocked).
+fn client_kill(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
+    use crate::clients::KillFilter;
+    let text = |a: &[u8]| String::from_utf8_lossy(a).into_owned();
+    if args.len() < 3 {
+        return Err(wrong_arity("client|kill"));
+    }
+    if args.len() == 3 {
+        let f = KillFilter {
+            addr: Some(text(args.get(2))),
+            ..KillFilter::default()
+        };
+        if ctx.shared.clients.kill(&f) == 0 {
+            return Err(CmdError::new("ERR No such client"));
+        }
+        ctx.out.ok();
+        return Ok(());
+    }
+    let mut f = KillFilter {
+        skip: Some(ctx.session.id),
+        ..KillFilter::default()
+    };
+    // TYPE other than normal, or USER other than default, selects nobody.
+    let mut nobody = false;
+    let mut i = 2;
+    while i < args.len() {
+        if i + 1 >= args.len() {
+            return Err(CmdError::new(msg::SYNTAX));
+        }
+        let (opt, v) = (args.get(i), args.get(i + 1));
+        if is(opt, "ID") {
+            let id = super::parse_i64_strict(v)
+                .filter(|n| *n > 0)
+                .ok_or_else(|| CmdError::new("ERR client-id should be greater than 0"))?;
+            f.id = Some(id as u64);
+        } else if is(opt, "ADDR") {
+            f.addr = Some(text(v));
+        } else if is(opt, "LADDR") {
+            f.laddr = Some(text(v));
+        } else if is(opt, "TYPE") {
+            if ["replica", "slave", "master", "pubsub"]
+                .iter()
+                .any(|t| is(v, t))
+            {
+                nobody = true;
+            } else if !is(v, "normal") {
+                return Err(CmdError::new(format!(
+                    "ERR Unknown client type '{}'",
+                    text(v)
+                )));
+            }
+        } else if is(opt, "USER") {
+            if !is(v, "default") {
+                return Err(CmdError::new(format!("ERR No such user '{}'", text(v))));
+            }
+        } else if is(opt, "SKIPME") {
+            if is(v, "yes") {
+                f.skip = Some(ctx.session.id);
+            } else if is(v, "no") {
+                f.skip = None;
+            } else {
+                return Err(CmdError::new(msg::SYNTAX));
+            }
+        } else {
+            return Err(CmdError::new(msg::SYNTAX));
+        }
+        i += 2;
+    }
+    let n = if nobody {
+        0
+    } else {
+        ctx.shared.clients.kill(&f)
+    };
+    ctx.out.int(n as i64);
     Ok(())
 }
 

@@ -317,12 +317,11 @@ fn command_docs(ctx: &mut Ctx<'_>, c: &CommandSpec) {
     out.bulk(c.group.as_bytes());
 }
 
-/// The parameters CONFIG GET knows.
-fn config_params(s: &Shared) -> Vec<(&'static str, String)> {
+/// The parameters fixed at start, with their values (CONFIG SET accepts only these values).
+fn fixed_params(s: &Shared) -> Vec<(&'static str, String)> {
     vec![
         ("bind", s.config.bind.ip().to_string()),
         ("port", s.port.to_string()),
-        ("maxclients", s.config.max_clients.to_string()),
         ("databases", crate::keyspace::DATABASES.to_string()),
         ("save", String::new()),
         ("appendonly", "no".to_owned()),
@@ -338,7 +337,16 @@ fn config_params(s: &Shared) -> Vec<(&'static str, String)> {
     ]
 }
 
-/// CONFIG GET pattern [pattern ...] (SET, REWRITE, RESETSTAT are refused)
+/// The parameters CONFIG GET knows ([`crate::settings`]).
+fn config_params(s: &Shared) -> Vec<(&'static str, String)> {
+    let mut all = fixed_params(s);
+    all.push(("maxclients", s.settings.max_clients().to_string()));
+    all.extend(s.settings.accepted());
+    all
+}
+
+/// CONFIG GET pattern [pattern ...] | SET parameter value [parameter value ...]
+/// (REWRITE and RESETSTAT are refused)
 pub(crate) fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let sub = args.get(1);
     if is(sub, "GET") {
@@ -360,7 +368,28 @@ pub(crate) fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
             ctx.out.bulk(value.as_bytes());
         }
         Ok(())
-    } else if ["SET", "REWRITE", "RESETSTAT"].iter().any(|w| is(sub, w)) {
+    } else if is(sub, "SET") {
+        if args.len() < 4 || !args.len().is_multiple_of(2) {
+            return Err(CmdError::new(
+                "ERR wrong number of arguments for 'config|set' command",
+            ));
+        }
+        let pairs: Vec<(String, String)> = (2..args.len())
+            .step_by(2)
+            .map(|i| {
+                (
+                    String::from_utf8_lossy(args.get(i)).into_owned(),
+                    String::from_utf8_lossy(args.get(i + 1)).into_owned(),
+                )
+            })
+            .collect();
+        ctx.shared
+            .settings
+            .set(&pairs, &fixed_params(ctx.shared))
+            .map_err(|e| CmdError::new(e.0))?;
+        ctx.out.ok();
+        Ok(())
+    } else if ["REWRITE", "RESETSTAT"].iter().any(|w| is(sub, w)) {
         Err(CmdError::new(format!(
             "ERR CONFIG {} is not supported: tierkv reads its settings at start (tierkv serve --config FILE)",
             String::from_utf8_lossy(sub).to_ascii_uppercase()

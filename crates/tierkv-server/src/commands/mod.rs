@@ -25,6 +25,7 @@
 //! Thread-safety: handlers run on worker threads, many at once; all shared state is in
 //! [`Shared`], the per-connection state in [`Session`].
 
+pub(crate) mod bits;
 pub(crate) mod blocking;
 pub(crate) mod collection;
 pub(crate) mod connection;

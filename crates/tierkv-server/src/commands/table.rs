@@ -10,8 +10,8 @@
 //! Thread-safety: immutable static data.
 
 use super::{
-    Handler, blocking, connection, expire, hashes, info, keys, lists, multi, scan, sets, strings,
-    zsets,
+    Handler, bits, blocking, connection, expire, hashes, info, keys, lists, multi, scan, sets,
+    strings, zsets,
 };
 use crate::resp::Args;
 
@@ -453,7 +453,7 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         (0, 0, 0),
         "server",
         "2.0.0",
-        "CONFIG GET: reads the server's settings (read-only).",
+        "CONFIG GET reads the server's settings, CONFIG SET changes maxclients and keeps the Redis settings that have no effect here.",
         info::config
     ),
     cmd!(
@@ -655,6 +655,36 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         "2.2.0",
         "Overwrites a part of a string value with another by an offset.",
         strings::setrange
+    ),
+    cmd!(
+        "setbit",
+        4,
+        WRITE,
+        (1, 1, 1),
+        "bitmap",
+        "2.2.0",
+        "Sets or clears the bit at offset of the string value. Creates the key if it doesn't exist.",
+        bits::setbit
+    ),
+    cmd!(
+        "getbit",
+        3,
+        READ_FAST,
+        (1, 1, 1),
+        "bitmap",
+        "2.2.0",
+        "Returns a bit value by offset.",
+        bits::getbit
+    ),
+    cmd!(
+        "bitcount",
+        -2,
+        &["readonly"],
+        (1, 1, 1),
+        "bitmap",
+        "2.6.0",
+        "Counts the number of set bits (population counting) in a string.",
+        bits::bitcount
     ),
     cmd!(
         "msetnx",

@@ -83,6 +83,8 @@ struct Connection {
     queue: WorkQueue,
     /// When replies must have been handed over, once the server is stopping.
     deadline: Option<Instant>,
+    /// Set by CLIENT KILL.
+    kill: crate::clients::KillSwitch,
 }
 
 /// Serves one client until it leaves or the server stops.
@@ -98,7 +100,7 @@ pub(crate) async fn serve(
     let id = session.id;
     let show =
         |a: std::io::Result<std::net::SocketAddr>| a.map_or_else(|_| "?".into(), |a| a.to_string());
-    shared
+    let kill = shared
         .clients
         .register(id, show(sock.peer_addr()), show(sock.local_addr()));
     let _ = sock.set_nodelay(true);
@@ -114,10 +116,12 @@ pub(crate) async fn serve(
         queue,
         deadline: None,
         shared,
+        kill,
     };
     let _ = c.run().await;
-    let _ = c.sock.shutdown().await;
+    // Gone from CLIENT LIST before the client can see the close.
     c.shared.clients.unregister(id);
+    let _ = c.sock.shutdown().await;
 }
 
 impl Connection {
@@ -134,7 +138,7 @@ impl Connection {
             if let Err(e) = parsed {
                 return self.refuse(e).await;
             }
-            if self.stop.is_set() {
+            if self.stop.is_set() || self.kill.is_set() {
                 return Err(Close::Done);
             }
             self.parser.discard_refused(&mut self.inbuf);
@@ -154,7 +158,7 @@ impl Connection {
                 .await
                 .map_err(|_| Close::Done)?;
             self.flush(&mut job).await?;
-            if job.session.quit {
+            if job.session.quit || self.kill.is_set() {
                 return Err(Close::Done);
             }
             if let Some(block) = job.session.block.as_mut()
@@ -209,6 +213,7 @@ impl Connection {
                     }
                 }
                 () = self.stop.wait() => return Err(Close::Done),
+                () = self.kill.wait() => return Err(Close::Done),
             }
         }
         block.waiting = false;
@@ -251,6 +256,7 @@ impl Connection {
         let n = tokio::select! {
             r = self.sock.read_buf(&mut room) => r?,
             () = self.stop.wait() => return Err(Close::Done),
+            () = self.kill.wait() => return Err(Close::Done),
         };
         if n == 0 {
             return Err(Close::Gone);
