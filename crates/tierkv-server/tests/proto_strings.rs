@@ -225,3 +225,37 @@ fn string_commands_on_a_hash_are_wrongtype() {
     c.set::<_, _, ()>("h", "now a string").unwrap();
     assert_eq!(c.get::<_, String>("h").unwrap(), "now a string");
 }
+
+/// SETBIT past the store's value limit is refused before anything is allocated or
+/// written (Redis's own bound, 2^32 bits, is far above it); within the limit it grows the
+/// string with zero bytes and keeps the TTL.
+#[test]
+fn setbit_beyond_the_value_limit_is_refused_and_changes_nothing() {
+    let srv = common::start("dram:hash");
+    let mut c = srv.client();
+    let e = common::error_of(&mut c, cmd("SETBIT").arg("b").arg(4_294_967_295_u64).arg(1));
+    assert!(e.contains("exceeds maximum allowed size"), "{e}");
+    assert_eq!(c.exists::<_, i64>("b").unwrap(), 0);
+    let _: () = cmd("SET")
+        .arg("b")
+        .arg("a")
+        .arg("EX")
+        .arg(1000)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        cmd("SETBIT")
+            .arg("b")
+            .arg(23)
+            .arg(1)
+            .query::<i64>(&mut c)
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        cmd("GET").arg("b").query::<Vec<u8>>(&mut c).unwrap(),
+        b"a\0\x01"
+    );
+    assert!(cmd("TTL").arg("b").query::<i64>(&mut c).unwrap() > 0);
+    assert_eq!(cmd("BITCOUNT").arg("b").query::<i64>(&mut c).unwrap(), 4);
+}

@@ -45,8 +45,10 @@ pub(crate) fn setbit(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     };
     let (byte, mask) = locate(offset);
     if s.len() <= byte {
-        check_string_len(ctx, encoding::encoded_string_len(&vec![0; byte + 1]))?;
+        // Refused before anything is allocated when the bytes alone pass the limit.
+        check_string_len(ctx, byte + 1)?;
         s.resize(byte + 1, 0);
+        check_string_len(ctx, encoding::encoded_string_len(&s))?;
     }
     let old = s.get(byte).is_some_and(|b| b & mask != 0);
     if let Some(b) = s.get_mut(byte) {
