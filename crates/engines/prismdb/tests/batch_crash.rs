@@ -22,7 +22,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tierkv_core::KvStore;
 use tierkv_core::media::pmem::CrashPoint;
-use tierkv_prismdb::batch::record::{RECORD_MAGIC, RECORD_TAG, decode_record};
+use tierkv_prismdb::batch::record::{RECORD_MAGIC, RECORD_TAG, decode_record, record_len};
 use tierkv_testkit::rig::seed;
 use tierkv_testkit::{BatchKit, BatchKitConfig, BatchReport, Ledger, NonAtomicBatches};
 
@@ -64,6 +64,23 @@ fn judge(
     assert_eq!(
         stale, 0,
         "{what}: a freed chunk holds a pending batch record"
+    );
+    // Nor one that a new record's first word would make pending again (a record is voided
+    // whole: `tests/batch_record_reuse.rs`).
+    let layout = store.shared().alloc.layout();
+    let cs = store.shared().alloc.chunk_size() as usize;
+    let revivable = (0..layout.chunk_count as usize)
+        .map(|k| layout.chunks_off as usize + k * cs)
+        .filter(|&at| {
+            let end = (at + record_len(tierkv_core::MAX_BATCH_OPS)).min(bytes.len());
+            let mut rec = bytes[at..end].to_vec();
+            rec[..8].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
+            decode_record(&rec).is_some()
+        })
+        .count();
+    assert_eq!(
+        revivable, 0,
+        "{what}: a chunk holds a record that its magic word alone would make pending"
     );
     let rolled = counter(&*store, "prismdb_batches_rolled_back");
     let r = kit.check(&*store, ledger, what);

@@ -3,7 +3,7 @@
 //! objects into slab slots exactly as puts and deletes do (§4.1, §6: one object per slot,
 //! timestamp in its header, recovery keeps the highest timestamp per key), under an
 //! *intent record* ([`record`]) that lists the slots and voids them at recovery until the
-//! batch commits by zeroing one word.
+//! batch commits by voiding the record (two words, one persist).
 //!
 //! Steps of [`write_batch`] (each persist completes before the next step):
 //! 1. *reserve*, under the state locks of every partition the batch touches (taken in
@@ -12,9 +12,10 @@
 //!    as reserved by a batch (promotions skip them); a record run of pool chunks;
 //! 2. *intent*: the record listing the slots, persisted;
 //! 3. *objects*: each object written and persisted (no lock held);
-//! 4. *commit*, under the same locks: the record's magic word zeroed and persisted (the
-//!    commit point), then every object published as a put publishes it (the older version
-//!    freed), and a tombstone that hides nothing on flash freed again;
+//! 4. *commit*, under the same locks: the record voided whole ([`void_record`]: magic,
+//!    count and checksum zeroed, persisted; the commit point), then every object
+//!    published as a put publishes it (the older version freed), and a tombstone that
+//!    hides nothing on flash freed again;
 //! 5. the record run goes back to the allocator.
 //!
 //! A failure before step 4 undoes the batch (objects zeroed, record voided, slots
@@ -437,6 +438,19 @@ fn write_objects(sh: &Shared, ops: &[Op<'_>], run: Run) -> Result<()> {
     Ok(())
 }
 
+/// Voids the record at `off` for good: its magic word (the commit point of a batch: the
+/// record stops being pending), then its count and checksum word, one persist for both
+/// (FORMAT.md §3 "Write batches", "A record is voided whole"). With the checksum word left,
+/// the next record written in the chunk, cut after its magic word landed, would put the
+/// magic back in front of this record's count, checksum and slots, and recovery would void
+/// the slots of a batch that committed long ago (CI: prismdb kill seed 2407, 12
+/// acknowledged keys lost at once; test `tests/batch_record_reuse.rs`).
+pub(crate) fn void_record(sh: &Shared, off: u64) -> Result<()> {
+    sh.pool.store_u64(off, 0)?;
+    sh.pool.store_u64(off + 8, 0)?;
+    sh.pool.persist(off, 16)
+}
+
 /// Drops the mark of the batch with timestamp `ts` on `key`.
 fn unmark(st: &mut State, key: &[u8], ts: u64) {
     if let Some(b) = st.batch_keys.get_mut(key) {
@@ -455,9 +469,8 @@ fn commit(sh: &Shared, ops: &[Op<'_>], parts: &[usize], run: Run) -> Result<()> 
     for op in ops {
         unmark(guard_of(&mut guards, parts, op.part)?, op.key, op.ts);
     }
-    sh.pool.store_u64(run.off, 0)?;
     // IMPORTANT: the commit point; every object of the batch is durable (step 3).
-    sh.pool.persist(run.off, 8)?;
+    void_record(sh, run.off)?;
     sh.crash_point("prismdb.batch.committed");
     for op in ops {
         let part = sh
@@ -493,8 +506,7 @@ fn abandon(sh: &Shared, ops: &[Op<'_>], parts: &[usize], run: Run) {
         }
         // IMPORTANT: the slots are dead before the record stops voiding them, and the
         // record is void before a slot can be reused.
-        sh.pool.store_u64(run.off, 0)?;
-        sh.pool.persist(run.off, 8)
+        void_record(sh, run.off)
     })();
     let ok = undone.is_ok();
     let mut released = undone;

@@ -2,12 +2,13 @@
 //! list of the slab slots a write batch is about to fill, persisted before any of them is
 //! written. While the record is *pending* (its magic word set and its checksum good),
 //! recovery zeroes those slots, so an uncommitted batch leaves nothing behind; the batch
-//! commits by zeroing the magic word (one atomic 8-byte store).
+//! commits by zeroing the magic word (one atomic 8-byte store), and the count and checksum
+//! word with it (a record is voided whole: FORMAT.md §3 "Write batches").
 //!
 //! ```text
 //! off       size  field
 //! 0         8     magic `PDBBATC1` (0 once committed or abandoned)
-//! 8         4     slot count n (1..=MAX_BATCH_OPS)
+//! 8         4     slot count n (1..=MAX_BATCH_OPS); 0 with bytes 12..16 once voided
 //! 12        4     masked crc32c of bytes 0..12 and 16..16+8n
 //! 16        8·n   pool offsets of the slots, u64 each
 //! ```

@@ -1,8 +1,9 @@
 //! Recovery of write batches (FORMAT.md §3 "Write batches", "Recovery" step 3; issue 24):
 //! before any slab is scanned, the slots every *pending* batch record lists are zeroed, so
 //! rule (R) never sees an uncommitted batch's objects and every key keeps its previous
-//! version; each such record is voided; then every record run goes back to the allocator. Idempotent: a crash during
-//! it repeats it at the next open (nothing is written before recovery ends).
+//! version; then every record, pending or not, is voided whole and its run goes back to
+//! the allocator. Idempotent: a crash during it repeats it at the next open (nothing is
+//! written before recovery ends).
 //!
 //! Thread safety: runs at open, before the store is shared.
 
@@ -53,15 +54,17 @@ pub fn roll_back(sh: &Shared, slabs: &HashMap<u64, u32>) -> Result<u64> {
                 sh.pool.store_u64(off, 0)?;
                 sh.pool.persist(off, 8)?;
             }
-            // IMPORTANT: the record is void before its chunk is free. A chunk taken for a
-            // later record run is not cleared, so a crash between that allocation and the
-            // new record's persist would find this one pending again and zero whatever the
-            // slots it lists hold by then (or refuse to open: stress flash-faults seed 9885,
-            // "a pending write batch lists offset …, not a slab slot").
-            sh.pool.store_u64(run.offset, 0)?;
-            sh.pool.persist(run.offset, 8)?;
             rolled += 1;
         }
+        // IMPORTANT: every record is void whole (magic, count and checksum) before its
+        // chunk is free, pending or not: a committed one, or one whose magic never landed
+        // but whose count, checksum and slots did. A chunk taken for a later record run is
+        // not cleared, so a crash between that allocation and the new record's persist, or
+        // after only the new magic word landed, would find this one pending again and zero
+        // whatever the slots it lists hold by then (or refuse to open: stress flash-faults
+        // seed 9885, "a pending write batch lists offset …, not a slab slot"; kill seed
+        // 2407, a committed batch lost).
+        super::void_record(sh, run.offset)?;
         sh.alloc.free_chunk(run.offset)?;
     }
     Ok(rolled)
