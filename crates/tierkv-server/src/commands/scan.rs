@@ -402,18 +402,20 @@ pub(crate) fn keys(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
     let mut found: Vec<Vec<u8>> = Vec::new();
     let mut bytes = 0usize;
     let now = expiry::now_ms();
-    if !ctx.shared.db.ordered() {
-        cursor_walk(ctx.shared, db, PAGE * 32, &mut |k, v| {
-            let (deadline, _) = encoding::split_expiry(&v)?;
-            if glob::matches(pattern, &k) && !expiry::expired(deadline, now) {
-                bytes += k.len() + 16;
-                if bytes > bound {
-                    return Err(super::strings::reply_too_large(bound));
-                }
-                found.push(k);
+    // The one filter of both walks: the pattern, the expiry, the reply bound.
+    let mut offer = |k: Vec<u8>, v: &[u8]| -> Result<(), CmdError> {
+        let (deadline, _) = encoding::split_expiry(v)?;
+        if glob::matches(pattern, &k) && !expiry::expired(deadline, now) {
+            bytes += k.len() + 16;
+            if bytes > bound {
+                return Err(super::strings::reply_too_large(bound));
             }
-            Ok(())
-        })?;
+            found.push(k);
+        }
+        Ok(())
+    };
+    if !ctx.shared.db.ordered() {
+        cursor_walk(ctx.shared, db, PAGE * 32, &mut |k, v| offer(k, &v))?;
     }
     let mut pos = ctx
         .shared
@@ -427,14 +429,7 @@ pub(crate) fn keys(ctx: &mut Ctx<'_>, args: Args<'_>) -> CmdResult {
             if !k.starts_with(&prefix) {
                 break 'walk;
             }
-            let (deadline, _) = encoding::split_expiry(&v)?;
-            if glob::matches(pattern, &k) && !expiry::expired(deadline, now) {
-                bytes += k.len() + 16;
-                if bytes > bound {
-                    return Err(super::strings::reply_too_large(bound));
-                }
-                found.push(k);
-            }
+            offer(k, &v)?;
         }
     }
     ctx.out.array(found.len());
