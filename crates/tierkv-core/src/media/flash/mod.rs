@@ -37,7 +37,7 @@ pub mod aligned;
 mod device;
 pub mod faults;
 mod file;
-mod probe;
+pub(crate) mod probe;
 mod queue;
 mod reaper;
 mod request;

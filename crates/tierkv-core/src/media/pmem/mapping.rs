@@ -144,6 +144,29 @@ impl Mapping {
         Some(unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(off).cast::<u64>()) })
     }
 
+    /// Asks the kernel to fault the mapping in page by page (`MADV_RANDOM`: no readahead
+    /// around a fault), so that the page cache holds the file in base pages.
+    ///
+    /// Why (msync mode on a disk filesystem): a store through a shared mapping marks the
+    /// whole page-cache folio it lands in dirty, and `msync` writes back whole dirty
+    /// folios. Readahead on a fault allocates large folios where the filesystem supports
+    /// them (ext4 since Linux 6.16 among others): measured on this project's machines
+    /// (6.18, ext4), an 8-byte persist wrote 1 MiB to the disk and took 1.4-1.6 ms,
+    /// against 4 KiB and 0.9 ms in base pages. The cost: a pool read cold from the disk
+    /// faults in 4 KiB at a time (a cold scan of 256 MiB took 20-25 s instead of 0.7 s);
+    /// pages already cached (a reopen after a crash) are used as they are.
+    #[expect(unsafe_code, reason = "madvise")]
+    pub(super) fn advise_base_pages(&self) -> io::Result<()> {
+        // SAFETY: the range is exactly this live mapping; MADV_RANDOM changes the kernel's
+        // readahead policy for it, never its contents or its validity.
+        let rc = unsafe { libc::madvise(self.base.as_ptr().cast(), self.len, libc::MADV_RANDOM) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
     /// `msync(MS_SYNC)` of the pages covering `[off, off + len)`.
     #[expect(unsafe_code, reason = "msync")]
     pub(super) fn msync(&self, off: usize, len: usize) -> io::Result<()> {

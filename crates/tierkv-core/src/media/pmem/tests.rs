@@ -326,3 +326,49 @@ fn latency_off_costs_nothing_and_on_is_accounted() {
     assert!(slow.latency_spins() > 0);
     assert_eq!(slow.latency(), c.latency);
 }
+
+/// Bytes this thread has caused to be written to storage so far (`/proc/thread-self/io`,
+/// which the kernel charges when a page-cache folio is dirtied: a store through a mapping
+/// into a large folio counts the whole folio). `None` where the file is not there.
+fn thread_write_bytes() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/io")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("write_bytes:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// An 8-byte persist in msync mode on a disk filesystem writes a page, not the large folio
+/// a readahead would have put there (`Mapping::advise_base_pages`; on Linux 6.18 ext4 it
+/// wrote 1 MiB per persist before).
+#[test]
+fn a_small_msync_persist_on_a_disk_writes_pages_not_large_folios() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("pool");
+    if super::pool::page_cache_is_the_storage(&path) {
+        println!(
+            "skipped: {} is on tmpfs or ramfs (no writeback)",
+            d.path().display()
+        );
+        return;
+    }
+    let p = PmemPool::create(&cfg(&path, 64 << 20, DurabilityMode::Msync)).unwrap();
+    let Some(before) = thread_write_bytes() else {
+        println!("skipped: no /proc/thread-self/io");
+        return;
+    };
+    let n = 32u64;
+    for i in 0..n {
+        // Spread over the pool: one store per 2 MiB, each persisted at once.
+        let off = p.data_start() + i * (2 << 20) + 4096;
+        p.store_u64(off, i + 1).unwrap();
+        p.persist(off, 8).unwrap();
+    }
+    let per_persist = (thread_write_bytes().unwrap() - before) / n;
+    assert!(
+        per_persist <= 16 << 10,
+        "an 8-byte persist dirtied {per_persist} bytes of page cache (large folios)"
+    );
+}
