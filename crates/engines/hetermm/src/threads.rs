@@ -97,7 +97,9 @@ pub struct ThreadSlot {
     pub write_cursor: AtomicU64,
     /// Next free cache address in the thread's read-cache page.
     pub cache_cursor: AtomicU64,
-    /// Reads made by this thread (for the read-cache policy).
+    /// Reads made by this thread (for the read-cache policy). Only the slot's own thread
+    /// adds to it and to `pmem_reads` (with a load and a store, [`ThreadSlot::bump`]: no
+    /// locked instruction per read); others only load them.
     pub reads: AtomicU64,
     /// Writes made by this thread (for the read-cache policy).
     pub writes: AtomicU64,
@@ -105,6 +107,16 @@ pub struct ThreadSlot {
     pub pmem_reads: AtomicU64,
     /// Invalidations registered by this thread and not yet drained by the flusher.
     pub pending: Mutex<Vec<Invalidation>>,
+}
+
+impl ThreadSlot {
+    /// Adds one to a counter of this slot that only the slot's own thread (the one holding
+    /// its lease) writes, and returns its previous value.
+    pub fn bump(counter: &AtomicU64) -> u64 {
+        let n = counter.load(Ordering::Relaxed);
+        counter.store(n.wrapping_add(1), Ordering::Relaxed);
+        n
+    }
 }
 
 impl Default for ThreadSlot {
@@ -255,8 +267,14 @@ impl SlotTable {
     }
 
     /// Unpins slot `i`.
+    ///
+    /// A release store is enough here (and cheaper than a sequentially consistent one, a
+    /// locked exchange on x86, once per operation): what must be ordered is everything the
+    /// operation read before this store, against the reclamation of a [`SlotTable::synchronize`] whose
+    /// load of the epoch sees the 0 (that load synchronizes with this store). Pinning keeps its
+    /// full fence: the index must not be read before the epoch is published.
     pub fn unpin(&self, i: usize) {
-        self.slot(i).epoch.store(0, Ordering::SeqCst);
+        self.slot(i).epoch.store(0, Ordering::Release);
     }
 
     /// True when slot `i` is pinned.

@@ -30,13 +30,14 @@ use crate::format::log::{EntryKind, Place};
 use crate::format::record::{self, record_len};
 use crate::nvm::read as nvm_read;
 use crate::oplog::{LogTicket, NewEntry};
+use crate::threads::ThreadSlot;
 
 impl HeterMem {
     /// get_value: the value of the record at `addr`, which must belong to `key`.
     pub fn read_value(&self, g: &Guard<'_>, addr: u64, key: &[u8]) -> Result<Vec<u8>> {
         self.health.check_open()?;
         let slot = self.threads.slot(g.slot());
-        slot.reads.fetch_add(1, Ordering::Relaxed);
+        ThreadSlot::bump(&slot.reads);
         let ops = &self.counters.ops;
         if addr >= self.off_dram() {
             let value = self.read_durable_dram(addr, key)?;
@@ -66,10 +67,7 @@ impl HeterMem {
         ops.user_bytes_read.add(rec.value.len() as u64);
         let value = rec.value.to_vec();
         if let Some(cache) = &self.cache
-            && slot
-                .pmem_reads
-                .fetch_add(1, Ordering::Relaxed)
-                .is_multiple_of(u64::from(self.opts.sample_freq))
+            && ThreadSlot::bump(&slot.pmem_reads).is_multiple_of(u64::from(self.opts.sample_freq))
         {
             cache.admit(
                 &self.pages,
