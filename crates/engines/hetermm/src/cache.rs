@@ -25,10 +25,11 @@
 //! maintenance runs on the flusher thread.
 
 use std::collections::VecDeque;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
+use tierkv_core::common::KeyHasher;
 use tierkv_core::{Counter, Result};
 
 use crate::dram::ring::Ring;
@@ -56,42 +57,14 @@ pub struct CacheCounters {
     pub shrinks: Counter,
 }
 
-/// The cache map's hasher: its keys are logical addresses (one `u64` each), hashed with the
-/// MurmurHash3 finalizer (every output bit depends on every input bit, a few cycles)
-/// instead of the `std` SipHash, which took a visible share of every pmem-region read (one
-/// probe each). Not resistant to chosen keys, and need not be: the addresses are the
-/// engine's own, not the user's.
-#[derive(Default, Clone, Copy)]
-pub struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut w = [0u8; 8];
-            w[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(w));
-        }
-    }
-
-    fn write_u64(&mut self, x: u64) {
-        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-
-    fn finish(&self) -> u64 {
-        let mut h = self.0;
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        h ^ (h >> 33)
-    }
-}
-
 /// The read cache.
 pub struct ReadCache {
     geo: Geometry,
     ring: Ring,
-    map: papaya::HashMap<u64, u64, BuildHasherDefault<AddrHasher>>,
+    /// Hashed with the core's fast [`KeyHasher`] instead of the `std` SipHash, which took a
+    /// visible share of every pmem-region read (one probe each); the addresses are the
+    /// engine's own, not chosen by users.
+    map: papaya::HashMap<u64, u64, BuildHasherDefault<KeyHasher>>,
     /// Next cache page to map.
     next_page: AtomicU64,
     /// dropPage: the oldest cache page still live.

@@ -6,3 +6,5 @@ pub mod index;
 pub mod prefetch;
 pub mod skipindex;
 mod treekey;
+
+pub use treekey::KeyHasher;

@@ -93,8 +93,10 @@ fn le_u64(b: &[u8]) -> u64 {
 /// A fast hasher for [`TreeKey`]s (FxHash's multiply-rotate per word, then a MurmurHash3
 /// finalizer so that every bit of the result depends on every input bit); not resistant
 /// to chosen keys, like the `std` hasher with its fixed default keys that it replaces.
+/// Engines use it for maps keyed by their own values (hetermm's read-cache map of
+/// addresses), never for keys a user chooses.
 #[derive(Default, Clone, Copy)]
-pub(crate) struct KeyHasher(u64);
+pub struct KeyHasher(u64);
 
 impl Hasher for KeyHasher {
     fn write(&mut self, bytes: &[u8]) {
