@@ -269,10 +269,11 @@ impl SlotTable {
     /// Unpins slot `i`.
     ///
     /// A release store is enough here (and cheaper than a sequentially consistent one, a
-    /// locked exchange on x86, once per operation): what must be ordered is everything the
-    /// operation read before this store, against the reclamation of a [`SlotTable::synchronize`] whose
-    /// load of the epoch sees the 0 (that load synchronizes with this store). Pinning keeps its
-    /// full fence: the index must not be read before the epoch is published.
+    /// locked exchange on x86, once per operation): what must be ordered is everything
+    /// the operation read before this store, against the reclamation of a
+    /// [`SlotTable::synchronize`] whose load of the epoch sees the 0 (that load
+    /// synchronizes with this store). Pinning keeps its full fence: the index must not be
+    /// read before the epoch is published.
     pub fn unpin(&self, i: usize) {
         self.slot(i).epoch.store(0, Ordering::Release);
     }

@@ -339,7 +339,6 @@ impl fmt::Debug for PmemPool {
     }
 }
 
-/// Whether a mode's persist reaches stable media (so creation must fsync too).
 /// Whether the pool file at `path` lives where the page cache is the storage itself
 /// (tmpfs, ramfs: /dev/shm), so nothing is ever written back; a filesystem that cannot be
 /// asked counts as a disk.
@@ -354,6 +353,7 @@ pub(super) fn page_cache_is_the_storage(path: &Path) -> bool {
     )
 }
 
+/// Whether a mode's persist reaches stable media (so creation must fsync too).
 fn is_durable(mode: DurabilityMode) -> bool {
     matches!(mode, DurabilityMode::Dax | DurabilityMode::Msync)
 }
