@@ -16,9 +16,11 @@
 //! 5. the noted hot objects are promoted (copied to the fast tier; the new tables keep
 //!    them too); old tables and the old manifest are removed.
 //!
-//! A read-triggered compaction of a partition below the low watermark picks no victims:
-//! steps 3 and 4 are skipped (the table is read, not rewritten) and only step 5's
-//! promotions run.
+//! A read-triggered compaction is for the hot keys (tracked, pinned by the mapper) that only
+//! its range's table holds; it does nothing when there are none. When the room below the
+//! low watermark holds them, it picks no victims: steps 2 to 4 are skipped (the table is
+//! neither read whole nor rewritten), and step 5 looks the hot keys up in the table and
+//! promotes them. Otherwise it demotes the range's victims first, as above.
 //!
 //! A failed flash write aborts before the commit with the fast tier untouched (the new
 //! files are removed, or left to the next load when the manifest may have been written).
@@ -68,6 +70,9 @@ struct Plan {
     victims: Vec<Victim>,
     old: Vec<Arc<Table>>,
     probs: [f64; 4],
+    /// A read-triggered compaction's hot keys that only the range's table holds (the
+    /// tracker's pinned keys, in key order): what a promotion-only compaction looks up.
+    hot: Vec<Vec<u8>>,
 }
 
 /// What a compaction did.
@@ -229,10 +234,35 @@ fn plan(
     let Some(cand) = cands.get(c) else {
         return Ok(None);
     };
+    let old: Vec<Arc<Table>> = cand
+        .table
+        .and_then(|j| st.tables.tables.get(j).cloned())
+        .into_iter()
+        .collect();
+    let fullness = Partition::fullness_of(&st.slabs, sh);
+    // A read-triggered compaction is for the range's hot keys that only its table holds;
+    // with none, its table's hits are forgotten so that the next one picks another.
+    let hot = if trigger == Trigger::Read && sh.opts.promotions {
+        hot_only_on_flash(part, &st, cand, &probs, &old)
+    } else {
+        Vec::new()
+    };
+    if trigger == Trigger::Read && hot.is_empty() {
+        drop(st);
+        forget_table_hits(part, &old);
+        return Ok(None);
+    }
     // A read-triggered compaction demotes only when the partition needs room for what it
-    // promotes; below the low watermark it only promotes (no table is rewritten).
-    let demote =
-        trigger == Trigger::Write || Partition::fullness_of(&st.slabs, sh) >= sh.opts.low_watermark;
+    // promotes (above the low watermark, or with less room below it than its hot keys
+    // take); otherwise it only promotes, looking the hot keys up (no table is read whole
+    // or rewritten).
+    let demote = match trigger {
+        Trigger::Write => true,
+        Trigger::Read => {
+            fullness >= sh.opts.low_watermark
+                || room_below_low_watermark(sh, fullness) < promotion_bytes(&hot, &old)
+        }
+    };
     // NOTE: pins hold under pressure too (writers waiting): ignoring them there demoted
     // the hot set with the cold, and the next reads of the hottest keys went to flash.
     // Only a range with nothing unpinned is taken whole.
@@ -244,15 +274,10 @@ fn plan(
     if victims.is_empty()
         && trigger == Trigger::Write
         && !tombs_only
-        && (force || Partition::fullness_of(&st.slabs, sh) >= sh.opts.high_watermark)
+        && (force || fullness >= sh.opts.high_watermark)
     {
         victims = pick_victims(sh, part, &st, cand, &probs, true, false)?;
     }
-    let old: Vec<Arc<Table>> = cand
-        .table
-        .and_then(|j| st.tables.tables.get(j).cloned())
-        .into_iter()
-        .collect();
     if victims.is_empty() && (trigger == Trigger::Write || old.is_empty()) {
         return Ok(None);
     }
@@ -263,7 +288,50 @@ fn plan(
         victims,
         old,
         probs,
+        hot,
     }))
+}
+
+/// The tracked keys of `cand` that the mapper pins (`probs`) and that only its table
+/// `old` may hold (no fast-tier version, none reserved by a write batch), in key order.
+fn hot_only_on_flash(
+    part: &Partition,
+    st: &State,
+    cand: &Candidate,
+    probs: &[f64; 4],
+    old: &[Arc<Table>],
+) -> Vec<Vec<u8>> {
+    let Some(table) = old.first() else {
+        return Vec::new();
+    };
+    let tracker = part.tracker.lock();
+    let mut hot: Vec<Vec<u8>> = tracker
+        .iter()
+        .filter(|(k, _)| {
+            *k >= cand.lo.as_slice() && cand.hi.as_ref().is_none_or(|h| *k < h.as_slice())
+        })
+        .filter(|(k, c)| is_pinned(probs, Some(*c), pin_draw(k)))
+        .filter(|(k, _)| !st.index.contains_key(*k) && !st.batch_keys.contains_key(*k))
+        .filter(|(k, _)| table.may_contain(k))
+        .map(|(k, _)| k.to_vec())
+        .collect();
+    drop(tracker);
+    hot.sort_unstable();
+    hot
+}
+
+/// Fast-tier bytes below the low watermark in a partition as full as `fullness`.
+fn room_below_low_watermark(sh: &Shared, fullness: f64) -> u64 {
+    let share = sh.usage.capacity as f64 / sh.parts.len().max(1) as f64;
+    ((sh.opts.low_watermark - fullness).max(0.0) * share) as u64
+}
+
+/// The fast-tier bytes `hot` takes, estimated from the mean entry of its table.
+fn promotion_bytes(hot: &[Vec<u8>], old: &[Arc<Table>]) -> u64 {
+    let per_entry = old.first().map_or(0, |t| {
+        t.file.len() / t.footer.entries.max(1) + crate::format::OBJECT_HEADER_LEN as u64
+    });
+    hot.len() as u64 * per_entry
 }
 
 /// The objects of `cand` to demote (only its tombstones with `tombs_only`), in key
@@ -317,6 +385,34 @@ fn pick_victims(
 /// Runs a plan; `None` when flash has no room for its output (nothing was changed).
 fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>> {
     let mut outcome = Outcome::default();
+    if plan.victims.is_empty() {
+        // Nothing to demote (a read-triggered compaction with room on the fast tier): the
+        // table is neither read whole nor rewritten (promoted copies keep their flash
+        // version anyway, FORMAT.md §3 "Promotion"); its hot keys are looked up (their
+        // blocks are mostly in the block cache: they were just read) and promoted.
+        forget_hits(part, plan);
+        part.state.write().compacting = None;
+        let mut budget = PromotionBudget::now(sh, part);
+        if let Some(table) = plan.old.first() {
+            for k in &plan.hot {
+                if !budget.open(sh, part) {
+                    break;
+                }
+                let Some(v) = table.get(k, &sh.cache)? else {
+                    continue;
+                };
+                if !budget.admits(sh, part, k, &v) {
+                    break;
+                }
+                if promote_one(sh, part, k, &v)? {
+                    budget.spend(k, &v);
+                    outcome.promoted += 1;
+                }
+            }
+        }
+        sh.counters.promoted.add(outcome.promoted);
+        return Ok(Some(outcome));
+    }
     let mut flash: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     for t in &plan.old {
         flash.extend(t.read_all()?);
@@ -354,66 +450,77 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>
         }
     }
     // Held until the old files are removed (`PrismDbStore::hold_flash_commits`).
-    let mut commit_gate = None;
-    let mut committed = None;
-    if plan.victims.is_empty() {
-        // Nothing to demote (a read-triggered compaction with room on the fast tier): the
-        // merged entries are the table's own, and promoted copies keep their flash version
-        // anyway (FORMAT.md §3 "Promotion"), so the table is not rewritten; only the
-        // promotions below run.
-        forget_hits(part, plan);
-        part.state.write().compacting = None;
-    } else {
-        let gate = sh.flash_commit.read();
-        let Some((new_tables, seq, reserve)) = write_and_commit(sh, part, plan, &merged)? else {
-            return Ok(None);
-        };
-        outcome.tables_written = new_tables.len() as u64;
-        install(sh, part, plan, new_tables, seq)?;
-        // Writers waiting for room go on now, not after the promotions and the removal of
-        // the old files (a directory sync).
-        sh.space_freed();
-        commit_gate = Some(gate);
-        committed = Some((seq, reserve));
-    }
+    let commit_gate = sh.flash_commit.read();
+    let Some((new_tables, seq, reserve)) = write_and_commit(sh, part, plan, &merged)? else {
+        return Ok(None);
+    };
+    outcome.tables_written = new_tables.len() as u64;
+    install(sh, part, plan, new_tables, seq)?;
+    // Writers waiting for room go on now, not after the promotions and the removal of the
+    // old files (a directory sync).
+    sh.space_freed();
     drop(merged);
     // Promotions, after the victims' slots are free (FORMAT.md §3 "Promotion"): copies of
-    // values the new tables keep, so no crash can lose them; at most the room below the
-    // low watermark, and none while a writer waits for room: the slots a compaction frees
-    // for it are not the promotions' (each promotion took back a slot the demotion had
-    // freed, so writers waiting for a slot of the largest class saw none for 30 s while
-    // compaction after compaction demoted and promoted the same bytes).
-    let share = sh.usage.capacity as f64 / sh.parts.len().max(1) as f64;
-    let room = (sh.opts.low_watermark - part.fullness(sh)).max(0.0) * share;
-    // NOTE: the room is measured after install freed the victims' slots, so it already
-    // counts the demoted bytes; adding them again let every compaction promote back what
-    // it demoted, up to the high watermark, and the next write-triggered compaction
-    // started at once (in a read-only run: 127 write-triggered compactions, 2.7 GiB
-    // written to flash in 10 s).
-    let mut budget = room as u64;
+    // values the new tables keep, so no crash can lose them ([`PromotionBudget`]).
+    let mut budget = PromotionBudget::now(sh, part);
     for (k, v) in &promote {
-        let len = object_len(k.len(), v.len()) as u64;
-        if budget < len || part.fullness(sh) >= sh.opts.low_watermark || sh.writers_waiting() {
+        if !budget.open(sh, part) || !budget.admits(sh, part, k, v) {
             break;
         }
         if promote_one(sh, part, k, v)? {
-            budget -= len;
+            budget.spend(k, v);
             outcome.promoted += 1;
         }
     }
     sh.counters.demoted.add(outcome.demoted);
     sh.counters.promoted.add(outcome.promoted);
     sh.counters.tombstones_dropped.add(outcome.tombstones);
-    if let Some((seq, reserve)) = committed {
-        // Leftovers: removal failures are harmless (the next load removes them).
-        if remove_old(sh, part, plan, seq).is_ok() {
-            sh.crash_point("prismdb.compaction.old_files_removed");
-        }
-        // The reserve is back once the replaced tables are gone.
-        drop(reserve);
+    // Leftovers: removal failures are harmless (the next load removes them).
+    if remove_old(sh, part, plan, seq).is_ok() {
+        sh.crash_point("prismdb.compaction.old_files_removed");
     }
+    // The reserve is back once the replaced tables are gone.
+    drop(reserve);
     drop(commit_gate);
     Ok(Some(outcome))
+}
+
+/// What a compaction may still promote: at most the room below the low watermark (measured
+/// when promotions start), and nothing while a writer of any partition waits for room: the
+/// slots a compaction frees for it are not the promotions' (each promotion took back a slot
+/// the demotion had freed, so writers waiting for a slot of the largest class saw none for
+/// 30 s while compaction after compaction demoted and promoted the same bytes).
+struct PromotionBudget {
+    left: u64,
+}
+
+impl PromotionBudget {
+    /// NOTE: the room is measured after install freed the victims' slots, so it already
+    /// counts the demoted bytes; adding them again let every compaction promote back what
+    /// it demoted, up to the high watermark, and the next write-triggered compaction
+    /// started at once (in a read-only run: 127 write-triggered compactions, 2.7 GiB
+    /// written to flash in 10 s).
+    fn now(sh: &Shared, part: &Partition) -> PromotionBudget {
+        PromotionBudget {
+            left: room_below_low_watermark(sh, part.fullness(sh)),
+        }
+    }
+
+    /// True while anything may be promoted at all.
+    fn open(&self, sh: &Shared, part: &Partition) -> bool {
+        self.left > 0 && part.fullness(sh) < sh.opts.low_watermark && !sh.writers_waiting()
+    }
+
+    /// True when `k = v` fits what is left.
+    fn admits(&self, sh: &Shared, part: &Partition, k: &[u8], v: &[u8]) -> bool {
+        self.left >= object_len(k.len(), v.len()) as u64 && self.open(sh, part)
+    }
+
+    fn spend(&mut self, k: &[u8], v: &[u8]) {
+        self.left = self
+            .left
+            .saturating_sub(object_len(k.len(), v.len()) as u64);
+    }
 }
 
 fn is_hot(part: &Partition, key: &[u8], probs: &[f64; 4]) -> bool {
@@ -724,8 +831,13 @@ fn install(
 
 /// Resets the flash hits of the plan's tables (the read trigger's choice starts over).
 fn forget_hits(part: &Partition, plan: &Plan) {
+    forget_table_hits(part, &plan.old);
+}
+
+/// Resets the flash hits of `tables`.
+fn forget_table_hits(part: &Partition, tables: &[Arc<Table>]) {
     let mut hits = part.table_hits.lock();
-    for t in &plan.old {
+    for t in tables {
         hits.remove(&t.number);
     }
 }

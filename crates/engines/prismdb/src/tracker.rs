@@ -97,6 +97,11 @@ impl Tracker {
             .map(|s| s.1)
     }
 
+    /// Every tracked key with its clock value, in slot order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], u8)> {
+        self.slots.iter().map(|(k, c)| (k.as_slice(), *c))
+    }
+
     /// The histogram of clock values (index = value).
     pub fn histogram(&self) -> [u64; 4] {
         self.hist
