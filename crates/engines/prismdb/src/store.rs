@@ -348,6 +348,7 @@ impl KvStore for PrismDbStore {
             s.counters.insert(k.to_owned(), v);
         }
         let tracked: usize = sh.parts.iter().map(|p| p.tracker.lock().len()).sum();
+        mapper_gauges(sh, &mut s);
         let tables: usize = sh
             .parts
             .iter()
@@ -409,5 +410,55 @@ impl KvStore for PrismDbStore {
 impl Drop for PrismDbStore {
     fn drop(&mut self) {
         let _ = self.close();
+    }
+}
+
+/// The mapper's view of the fast tier (PrismDB §4.3), summed over partitions: tracked keys
+/// per clock value, the keys the mapper pins, how many of those only flash holds (what
+/// promotions are for), fast-tier objects it does not pin (what compactions demote), and
+/// the fullest and emptiest partition. Walks every tracker and index once: for `stats`, not
+/// for a hot path.
+fn mapper_gauges(sh: &Shared, s: &mut Stats) {
+    use crate::mapper::{is_pinned, pin_draw, pin_probabilities};
+    let mut hist = [0u64; 4];
+    let (mut pinned, mut pinned_on_flash, mut fast_unpinned) = (0u64, 0u64, 0u64);
+    let (mut full_min, mut full_max) = (f64::INFINITY, 0.0f64);
+    for p in &sh.parts {
+        let st = p.state.read();
+        let fullness = Partition::fullness_of(&st.slabs, sh);
+        full_min = full_min.min(fullness);
+        full_max = full_max.max(fullness);
+        let tracker = p.tracker.lock();
+        let h = tracker.histogram();
+        let probs = pin_probabilities(h, sh.opts.pin_threshold);
+        for (sum, n) in hist.iter_mut().zip(h) {
+            *sum += n;
+        }
+        for (k, clock) in tracker.iter() {
+            if is_pinned(&probs, Some(clock), pin_draw(k)) {
+                pinned += 1;
+                if !st.index.contains_key(k) {
+                    pinned_on_flash += 1;
+                }
+            }
+        }
+        fast_unpinned += st
+            .index
+            .iter()
+            .filter(|(k, l)| !l.tomb && !is_pinned(&probs, tracker.clock(k), pin_draw(k)))
+            .count() as u64;
+    }
+    for (v, n) in hist.iter().enumerate() {
+        s.gauges
+            .insert(format!("prismdb_tracker_clock{v}"), *n as f64);
+    }
+    for (k, v) in [
+        ("prismdb_pinned_keys", pinned as f64),
+        ("prismdb_pinned_only_on_flash", pinned_on_flash as f64),
+        ("prismdb_fast_objects_unpinned", fast_unpinned as f64),
+        ("prismdb_partition_fullness_min", full_min.min(1.0)),
+        ("prismdb_partition_fullness_max", full_max),
+    ] {
+        s.gauges.insert(k.to_owned(), v);
     }
 }
