@@ -589,7 +589,8 @@ impl Partition {
         let tables = st.tables.clone();
         drop(st);
         let mut out = Vec::with_capacity(limit.min(1024));
-        let mut flash = tables.iter_from(start, &sh.cache).peekable();
+        // The scan takes at most `limit` entries from flash: that sizes the table reads.
+        let mut flash = tables.iter_from(start, &sh.cache, limit).peekable();
         let mut mem = mem.into_iter().peekable();
         while out.len() < limit {
             let take_flash = match (mem.peek(), flash.peek()) {

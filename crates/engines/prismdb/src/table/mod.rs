@@ -319,8 +319,14 @@ impl TableSet {
         self.tables.iter().map(|t| t.footer.entries).sum()
     }
 
-    /// An iterator over entries with keys `>= start`, in order, reading lazily.
-    pub fn iter_from<'a>(&'a self, start: &[u8], cache: &'a BlockCache) -> TableIter<'a> {
+    /// An iterator over entries with keys `>= start`, in order, reading lazily; `want` is
+    /// how many entries the caller takes at most (it sizes the reads, [`TableIter`]).
+    pub fn iter_from<'a>(
+        &'a self,
+        start: &[u8],
+        cache: &'a BlockCache,
+        want: usize,
+    ) -> TableIter<'a> {
         let t = self.tables.partition_point(|t| t.max_key() < start);
         let b = self.tables.get(t).map_or(0, |tb| tb.seek_block(start));
         TableIter {
@@ -332,6 +338,7 @@ impl TableSet {
             start: start.to_vec(),
             ahead: VecDeque::new(),
             run: 1,
+            want,
         }
     }
 }
@@ -341,10 +348,13 @@ const MAX_READ_AHEAD: usize = 16;
 
 /// A lazy ordered iterator over a [`TableSet`].
 ///
-/// Blocks missing from the cache are read in runs that double from one block up to
-/// [`MAX_READ_AHEAD`] (a YCSB-E scan of 50 1 KiB objects spans 13-17 blocks: 4-5 reads
-/// instead of one per block); the blocks read ahead stay in the iterator, not in the
-/// cache, so a scan does not evict the blocks of the hot keys.
+/// Blocks missing from the cache are read in runs sized by what the caller still wants:
+/// its entries over the table's mean entries per block, plus one (the first block holds
+/// keys before the start), up to [`MAX_READ_AHEAD`] blocks; a YCSB-E scan of 50 1 KiB
+/// objects (13-17 blocks) is one read. With no bound given, runs double from one block.
+/// Before 2026-11-27 runs always doubled (1, 2, 4, 8, 16 blocks): 4-5 dependent reads per
+/// scan, and 31% more bytes read than RocksDB in YCSB-E. The blocks read ahead stay in the
+/// iterator, not in the cache, so a scan does not evict the blocks of the hot keys.
 pub struct TableIter<'a> {
     set: &'a TableSet,
     cache: &'a BlockCache,
@@ -354,8 +364,10 @@ pub struct TableIter<'a> {
     start: Vec<u8>,
     /// Blocks `b..` of table `t` read ahead.
     ahead: VecDeque<Entries>,
-    /// Blocks of the next read.
+    /// Blocks of the next read when `want` is unbounded.
     run: usize,
+    /// Entries the caller may still take (`usize::MAX`: no bound).
+    want: usize,
 }
 
 impl TableIter<'_> {
@@ -369,10 +381,17 @@ impl TableIter<'_> {
             self.buf.extend(block.iter().cloned());
             return Ok(());
         }
+        let blocks = if self.want == usize::MAX {
+            let run = self.run;
+            self.run = (self.run * 2).min(MAX_READ_AHEAD);
+            run
+        } else {
+            let per_block = (table.footer.entries as usize / table.blocks().max(1)).max(1);
+            (self.want.div_ceil(per_block) + 1).clamp(1, MAX_READ_AHEAD)
+        };
         let end = table
-            .run_end(self.b, self.run * FLASH_BLOCK)
-            .min(self.b + self.run);
-        self.run = (self.run * 2).min(MAX_READ_AHEAD);
+            .run_end(self.b, blocks * FLASH_BLOCK)
+            .min(self.b + blocks);
         self.ahead = table.read_run(self.b, end)?.into();
         if let Some(entries) = self.ahead.pop_front() {
             self.buf.extend(entries);
@@ -387,6 +406,9 @@ impl Iterator for TableIter<'_> {
         loop {
             if let Some(e) = self.buf.pop_front() {
                 if e.0 >= self.start {
+                    if self.want != usize::MAX {
+                        self.want = self.want.saturating_sub(1);
+                    }
                     return Some(Ok(e));
                 }
                 continue;
@@ -503,6 +525,76 @@ impl BlockCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use tierkv_core::FlashOptions;
+
+    /// A set of one table of `n` entries of 1000-byte values (three or four per block)
+    /// on a fresh device.
+    fn table_set(n: u32) -> (tempfile::TempDir, Arc<FlashDevice>, TableSet) {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = FlashOptions {
+            size: tierkv_core::ByteSize::mib(8),
+            ..FlashOptions::default()
+        };
+        let dev = FlashDevice::open(dir.path(), &opts).unwrap();
+        let entries: Vec<(Vec<u8>, Vec<u8>)> = (0..n)
+            .map(|i| (format!("k{i:06}").into_bytes(), vec![i as u8; 1000]))
+            .collect();
+        let t = Table::write(&dev, &table_name(0, 1), 1, &entries, 10).unwrap();
+        (
+            dir,
+            dev,
+            TableSet {
+                tables: vec![Arc::new(t)],
+            },
+        )
+    }
+
+    #[test]
+    fn a_bounded_scan_reads_its_blocks_in_one_run_and_an_unbounded_one_doubles() {
+        let (_dir, dev, set) = table_set(400);
+        let table = &set.tables[0];
+        let per_block = table.footer.entries as usize / table.blocks();
+        assert!(
+            (3..=4).contains(&per_block),
+            "{per_block} entries per block"
+        );
+        let cache = BlockCache::new(1 << 20);
+        for want in [1usize, 10, 30, 40] {
+            let before = dev.counters().flash_bytes_read;
+            let mut it = set.iter_from(b"k000100", &cache, want);
+            let mut got = vec![it.next().unwrap().unwrap().0];
+            // The first read took every block the scan wants, in one run.
+            let blocks = (want.div_ceil(per_block) + 1).min(MAX_READ_AHEAD);
+            assert_eq!(
+                it.ahead.len() + 1,
+                blocks,
+                "want {want}: blocks in the first read"
+            );
+            got.extend(it.take(want - 1).map(|e| e.unwrap().0));
+            let expected: Vec<_> = (100..100 + want as u32)
+                .map(|i| format!("k{i:06}").into_bytes())
+                .collect();
+            assert_eq!(got, expected);
+            let read = (dev.counters().flash_bytes_read - before) as usize;
+            // One read of the blocks wanted (plus the block holding keys before the start);
+            // a scan beyond 16 blocks reads again, sized by what it still wants.
+            let bound = (blocks + want.saturating_sub(MAX_READ_AHEAD * per_block) / per_block + 2)
+                * FLASH_BLOCK;
+            assert!(
+                read <= bound,
+                "want {want}: read {read} bytes, at most {bound} expected"
+            );
+            assert!(read >= want * 1000, "want {want}: read only {read} bytes");
+        }
+        // No bound: runs of 1, 2, 4, ... blocks, as before.
+        let mut it = set.iter_from(b"k000200", &cache, usize::MAX);
+        assert!(it.next().is_some_and(|e| e.is_ok()));
+        assert!(
+            it.ahead.is_empty(),
+            "an unbounded scan's first read is one block"
+        );
+    }
 
     fn block(n: u8) -> Block {
         Arc::new(vec![(vec![n], vec![n; 10])])
