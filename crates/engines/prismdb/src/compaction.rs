@@ -263,6 +263,20 @@ fn plan(
                 || room_below_low_watermark(sh, fullness) < promotion_bytes(&hot, &old)
         }
     };
+    // A read-triggered compaction that must demote rewrites its table: only when what it
+    // promotes is worth that (`read_min_promote` of the table's bytes). Under YCSB's
+    // scrambled zipfian a 16 MiB table's range held about 150 hot keys only on flash (1%),
+    // and rewriting tables for them in a read-only phase cost more flash reads than the
+    // promotions saved (C at 44,637 ops/s against 62,883 without promotions).
+    if trigger == Trigger::Read && demote {
+        let table_bytes: u64 = old.iter().map(|t| t.file.len()).sum();
+        if (promotion_bytes(&hot, &old) as f64) < sh.opts.read_min_promote * table_bytes as f64 {
+            drop(st);
+            forget_table_hits(part, &old);
+            sh.counters.read_compactions_skipped.incr();
+            return Ok(None);
+        }
+    }
     // NOTE: pins hold under pressure too (writers waiting): ignoring them there demoted
     // the hot set with the cold, and the next reads of the hottest keys went to flash.
     // Only a range with nothing unpinned is taken whole.

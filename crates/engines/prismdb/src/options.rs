@@ -132,6 +132,11 @@ pub struct PrismDbOptions {
     pub read_gain: f64,
     /// Cool-down in operations (10M).
     pub read_cooldown: u64,
+    /// Least share of a table's bytes that a read-triggered compaction must promote for it
+    /// to rewrite the table (when the fast tier has no room for its hot keys without
+    /// demoting); below it the compaction is skipped (ours: Eq. 1's benefit over cost
+    /// applied to the read trigger; 0 rewrites for any gain, as the paper).
+    pub read_min_promote: f64,
     /// Bloom filter bits per key.
     pub bloom_bits: u32,
     /// DRAM block cache for flash tables, bytes (default: half of the DRAM budget).
@@ -173,6 +178,12 @@ impl PrismDbOptions {
             read_epoch: p.take_checked("read_epoch", 1_000_000, |n| *n >= 1, ">= 1")?,
             read_gain: p.take("read_gain", 0.01)?,
             read_cooldown: p.take("read_cooldown", 10_000_000)?,
+            read_min_promote: p.take_checked(
+                "read_min_promote",
+                0.05,
+                |x| (0.0..=1.0).contains(x),
+                "in [0, 1]",
+            )?,
             bloom_bits: p.take_checked("bloom_bits", 10, |b| (1..=32).contains(b), "1..=32")?,
             block_cache: p
                 .take::<ByteSize>("block_cache", ByteSize(dram_budget / 2))?

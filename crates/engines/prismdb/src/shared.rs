@@ -32,6 +32,9 @@ pub struct EngineCounters {
     pub compactions_failed: Counter,
     /// Compactions given up before writing: no room on flash beyond its reserve.
     pub compactions_no_room: Counter,
+    /// Read-triggered compactions skipped: they would rewrite a table to promote less
+    /// than `read_min_promote` of its bytes.
+    pub read_compactions_skipped: Counter,
     /// Objects demoted to flash.
     pub demoted: Counter,
     /// Objects promoted to the fast tier.

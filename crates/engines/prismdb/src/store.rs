@@ -336,6 +336,10 @@ impl KvStore for PrismDbStore {
             ("prismdb_promoted", c.promoted.get()),
             ("prismdb_tombstones_dropped", c.tombstones_dropped.get()),
             ("prismdb_compactions_no_room", c.compactions_no_room.get()),
+            (
+                "prismdb_read_compactions_skipped",
+                c.read_compactions_skipped.get(),
+            ),
             ("prismdb_compaction_micros", c.compaction_micros.get()),
             ("prismdb_throttled_writes", c.throttled_writes.get()),
             ("prismdb_space_waits", c.space_waits.get()),

@@ -230,6 +230,48 @@ fn a_promotion_only_compaction_reads_the_hot_keys_blocks_not_the_whole_table() {
     assert_check(&*store);
 }
 
+/// A read-triggered compaction that has to demote (no room below the low watermark for
+/// its hot keys) rewrites its table only when they are at least `read_min_promote` of the
+/// table's bytes; one hot key of a table is not worth a rewrite by default, and is with
+/// `read_min_promote=0` (the paper's trigger).
+#[test]
+fn a_read_triggered_compaction_rewrites_a_table_only_for_enough_hot_keys() {
+    for (min, rewrite) in [("", false), (",read_min_promote=0", true)] {
+        let spec = format!(
+            "prismdb@partitions=2,bounds=k2,chunk_size=16KiB,table_size=64KiB,\
+             high_watermark=0.95,low_watermark=0.001,bucket_keys=16,tracker_min=16,\
+             read_compactions=off{min}"
+        );
+        let rig = Rig::new(&spec, 4);
+        let store = rig.create();
+        store.stop_background();
+        for i in 0..400 {
+            store.put(&key(i), &value_for(&key(i), 2)).unwrap();
+        }
+        demote_all(&store);
+        // Cold objects on the fast tier in the hot key's range: the partition is above
+        // its low watermark, so promoting needs a demotion.
+        for j in 0..20 {
+            let k = format!("k00003c{j:02}").into_bytes();
+            store.put(&k, &value_for(&k, 1)).unwrap();
+        }
+        for _ in 0..2 {
+            store.get(&key(3)).unwrap().unwrap();
+        }
+        let sh = store.shared();
+        let written = sh.dev.counters().flash_bytes_written;
+        let out = compact(sh, &sh.parts[0], Trigger::Read, false).unwrap();
+        let rewrote = sh.dev.counters().flash_bytes_written > written;
+        let skipped = counter(&*store, "prismdb_read_compactions_skipped");
+        println!("{min:?}: {out:?}, rewrote {rewrote}, skipped {skipped}");
+        assert_eq!(rewrote, rewrite, "{min:?}");
+        assert_eq!(skipped, u64::from(!rewrite), "{min:?}");
+        assert_eq!(out.is_some(), rewrite, "{min:?}");
+        assert_eq!(store.get(&key(3)).unwrap(), Some(value_for(&key(3), 2)));
+        assert_check(&*store);
+    }
+}
+
 #[test]
 fn read_triggered_compactions_start_in_a_read_only_phase_with_hot_keys_on_flash() {
     let spec = "prismdb@partitions=2,bounds=k2,chunk_size=16KiB,table_size=64KiB,\
