@@ -55,7 +55,10 @@ fn pad_to_block(b: &mut Vec<u8>) {
 
 /// The file image of a table over `entries` (sorted, unique, non-empty), and its footer.
 pub fn build_table(entries: &[(Vec<u8>, Vec<u8>)], bloom_bits: u32) -> (Vec<u8>, Footer) {
-    let mut file = Vec::new();
+    // Room for the entries, their blocks' padding and the index and filter, so the image is
+    // not copied as it grows.
+    let data: usize = entries.iter().map(|(k, v)| 6 + k.len() + v.len()).sum();
+    let mut file = Vec::with_capacity(data + data / 3 + entries.len() * 2 + 2 * FLASH_BLOCK);
     let mut index = Vec::new();
     let mut block: Vec<u8> = vec![0; 4];
     let mut last: &[u8] = &[];
