@@ -9,6 +9,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tierkv_core::KvStore;
@@ -34,6 +35,19 @@ fn demote_all(store: &PrismDbStore) {
             .is_some_and(|o| o.demoted + o.tombstones > 0)
         {}
     }
+}
+
+/// A store of `spec` (4 MiB pool) with its background threads stopped and keys 0..400
+/// (values of generation 2) demoted to flash.
+fn keys_on_flash(spec: &str) -> (Rig, Arc<PrismDbStore>) {
+    let rig = Rig::new(spec, 4);
+    let store = rig.create();
+    store.stop_background();
+    for i in 0..400 {
+        store.put(&key(i), &value_for(&key(i), 2)).unwrap();
+    }
+    demote_all(&store);
+    (rig, store)
 }
 
 fn fast_objects(store: &PrismDbStore) -> usize {
@@ -115,13 +129,7 @@ fn promotion_run(promotions: bool, writer_waiting: bool) -> (u64, u64, u64) {
         "{BASE},promotions={}",
         if promotions { "on" } else { "off" }
     );
-    let rig = Rig::new(&spec, 4);
-    let store = rig.create();
-    store.stop_background();
-    for i in 0..400 {
-        store.put(&key(i), &value_for(&key(i), 2)).unwrap();
-    }
-    demote_all(&store);
+    let (_rig, store) = keys_on_flash(&spec);
     // A hot set of 20 keys, read many times (clock 3), and a cold tail read once.
     for _ in 0..5 {
         for i in 0..20 {
@@ -179,13 +187,7 @@ fn promotions_bring_hot_flash_objects_back_and_can_be_switched_off() {
 /// than they gained.
 #[test]
 fn a_promotion_only_compaction_reads_the_hot_keys_blocks_not_the_whole_table() {
-    let rig = Rig::new(&format!("{BASE},promotions=on"), 4);
-    let store = rig.create();
-    store.stop_background();
-    for i in 0..400 {
-        store.put(&key(i), &value_for(&key(i), 2)).unwrap();
-    }
-    demote_all(&store);
+    let (_rig, store) = keys_on_flash(&format!("{BASE},promotions=on"));
     let sh = store.shared();
     let table_bytes: u64 = sh
         .parts
@@ -242,13 +244,7 @@ fn a_read_triggered_compaction_rewrites_a_table_only_for_enough_hot_keys() {
              high_watermark=0.95,low_watermark=0.001,bucket_keys=16,tracker_min=16,\
              read_compactions=off{min}"
         );
-        let rig = Rig::new(&spec, 4);
-        let store = rig.create();
-        store.stop_background();
-        for i in 0..400 {
-            store.put(&key(i), &value_for(&key(i), 2)).unwrap();
-        }
-        demote_all(&store);
+        let (_rig, store) = keys_on_flash(&spec);
         // Cold objects on the fast tier in the hot key's range: the partition is above
         // its low watermark, so promoting needs a demotion.
         for j in 0..20 {
