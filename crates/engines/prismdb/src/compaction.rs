@@ -70,6 +70,8 @@ struct Plan {
     victims: Vec<Victim>,
     old: Vec<Arc<Table>>,
     probs: [f64; 4],
+    /// Whether the merge promotes the hot flash objects it meets.
+    promote: bool,
     /// A read-triggered compaction's hot keys that only the range's table holds (the
     /// tracker's pinned keys, in key order): what a promotion-only compaction looks up.
     hot: Vec<Vec<u8>>,
@@ -295,6 +297,15 @@ fn plan(
     if victims.is_empty() && (trigger == Trigger::Write || old.is_empty()) {
         return Ok(None);
     }
+    // A write-triggered compaction promotes only in a read-dominated window: in a
+    // write-heavy one every promoted object takes room the incoming writes need and brings
+    // the next compaction (a table rewrite) closer, while the hot keys are written back to
+    // the fast tier by their own updates anyway (YCSB-F, 100,000 ops at 2M records: 225
+    // MiB written to flash and 36,117 ops/s with these promotions, 145 MiB and 44,516
+    // without).
+    let promote = sh.opts.promotions
+        && (trigger == Trigger::Read
+            || part.counters.read_share_since_mark() >= sh.opts.promote_read_share);
     st.compacting = Some((cand.lo.clone(), cand.hi.clone()));
     Ok(Some(Plan {
         lo: cand.lo.clone(),
@@ -302,6 +313,7 @@ fn plan(
         victims,
         old,
         probs,
+        promote,
         hot,
     }))
 }
@@ -436,7 +448,7 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>
     let mut promote: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     let mut fi = flash.into_iter().peekable();
     let mut vi = plan.victims.iter().peekable();
-    let promoting = sh.opts.promotions;
+    let promoting = plan.promote;
     loop {
         let take_victim = match (vi.peek(), fi.peek()) {
             (None, None) => break,

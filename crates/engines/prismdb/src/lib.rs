@@ -47,7 +47,8 @@
 //! - Scans read flash tables in runs sized by the entries they still want (`table/mod.rs`).
 //! - A read-triggered compaction promotes by looking its hot keys up when the fast tier has
 //!   room for them, and rewrites its table (demoting first) only when they are at least
-//!   `read_min_promote` of its bytes (`compaction.rs`).
+//!   `read_min_promote` of its bytes; a write-triggered compaction promotes only after a
+//!   read-dominated window (`promote_read_share`) (`compaction.rs`).
 //! - A full store (the paper does not consider one): slots and chunks of the fast tier are
 //!   reserved for tombstones (`slab.rs`), tables are bounded by a 32nd of the flash device,
 //!   compactions that grow flash use leave a reserve for one table's rewrite, and when

@@ -137,6 +137,10 @@ pub struct PrismDbOptions {
     /// demoting); below it the compaction is skipped (ours: Eq. 1's benefit over cost
     /// applied to the read trigger; 0 rewrites for any gain, as the paper).
     pub read_min_promote: f64,
+    /// Least share of reads among a partition's operations since its previous
+    /// write-triggered compaction for that compaction to promote the hot flash objects it
+    /// meets (ours; 0: always, as the paper).
+    pub promote_read_share: f64,
     /// Bloom filter bits per key.
     pub bloom_bits: u32,
     /// DRAM block cache for flash tables, bytes (default: half of the DRAM budget).
@@ -178,6 +182,12 @@ impl PrismDbOptions {
             read_epoch: p.take_checked("read_epoch", 1_000_000, |n| *n >= 1, ">= 1")?,
             read_gain: p.take("read_gain", 0.01)?,
             read_cooldown: p.take("read_cooldown", 10_000_000)?,
+            promote_read_share: p.take_checked(
+                "promote_read_share",
+                0.9,
+                |x| (0.0..=1.0).contains(x),
+                "in [0, 1]",
+            )?,
             read_min_promote: p.take_checked(
                 "read_min_promote",
                 0.05,

@@ -91,6 +91,26 @@ pub struct PartCounters {
     pub fast_reads: AtomicU64,
     /// Gets answered from flash.
     pub flash_reads: AtomicU64,
+    /// `reads` and `writes` when the last write-triggered compaction was planned: the
+    /// window whose read share decides whether it promotes (`compaction.rs`).
+    pub promotion_mark: parking_lot::Mutex<(u64, u64)>,
+}
+
+impl PartCounters {
+    /// The share of reads among the operations since the last call (1 when there were
+    /// none), and a new window from now.
+    pub fn read_share_since_mark(&self) -> f64 {
+        let reads = self.reads.load(Ordering::Relaxed);
+        let writes = self.writes.load(Ordering::Relaxed);
+        let mut mark = self.promotion_mark.lock();
+        let (r, w) = (reads.saturating_sub(mark.0), writes.saturating_sub(mark.1));
+        *mark = (reads, writes);
+        if r + w == 0 {
+            1.0
+        } else {
+            r as f64 / (r + w) as f64
+        }
+    }
 }
 
 /// One partition.

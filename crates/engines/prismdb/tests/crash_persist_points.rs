@@ -30,7 +30,7 @@ fn named() -> impl Iterator<Item = &'static str> {
 
 const SPEC: &str = "prismdb@partitions=2,bounds=k2,chunk_size=16KiB,table_size=64KiB,\
 high_watermark=0.95,low_watermark=0.9,bucket_keys=16,tracker_min=16,pin_threshold=0.5,\
-read_compactions=off";
+read_compactions=off,promote_read_share=0";
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 

@@ -268,6 +268,37 @@ fn a_read_triggered_compaction_rewrites_a_table_only_for_enough_hot_keys() {
     }
 }
 
+/// A write-triggered compaction promotes the hot flash objects it meets only when the
+/// partition's operations since its previous write-triggered compaction were mostly reads
+/// (`promote_read_share`, 0.9): in a write-heavy window each promotion takes room the
+/// writes need.
+#[test]
+fn a_write_triggered_compaction_promotes_only_after_a_read_dominated_window() {
+    for (rewrites, promotes) in [(0, true), (19, false)] {
+        let (_rig, store) = keys_on_flash(BASE);
+        // Twenty hot keys, read 25 times each (500 reads), and a new key beside each.
+        for _ in 0..25 {
+            for i in 0..20 {
+                store.get(&key(i * 7)).unwrap().unwrap();
+            }
+        }
+        for round in 0..=rewrites {
+            for i in 0..20 {
+                let k = format!("k{:05}w", i * 7).into_bytes();
+                store.put(&k, &value_for(&k, round)).unwrap();
+            }
+        }
+        let sh = store.shared();
+        let out = compact(sh, &sh.parts[0], Trigger::Write, true)
+            .unwrap()
+            .unwrap();
+        println!("{} writes: {out:?}", 20 * (rewrites + 1));
+        assert!(out.demoted > 0);
+        assert_eq!(out.promoted > 0, promotes, "{out:?}");
+        assert_check(&*store);
+    }
+}
+
 #[test]
 fn read_triggered_compactions_start_in_a_read_only_phase_with_hot_keys_on_flash() {
     let spec = "prismdb@partitions=2,bounds=k2,chunk_size=16KiB,table_size=64KiB,\
