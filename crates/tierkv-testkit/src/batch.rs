@@ -159,6 +159,17 @@ impl BatchReport {
             self.failures
         );
     }
+
+    /// [`BatchReport::assert_clean`], and one image taken per persist counted in the cut
+    /// batches (`persists`, from [`BatchKit::run_persist_points`]).
+    pub fn assert_clean_with_an_image_per_persist(&self, persists: &[u64]) {
+        self.assert_clean();
+        assert_eq!(
+            self.images,
+            persists.iter().sum::<u64>(),
+            "an image per persist"
+        );
+    }
 }
 
 /// The kit: a config and the batches it draws.

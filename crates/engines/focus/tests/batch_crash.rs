@@ -145,12 +145,7 @@ fn batches_survive_a_crash_after_every_persist_of_their_commit() {
          checked, {} torn, {} lost; {gc} chunks collected",
         r.images, r.batches_checked, r.torn, r.lost
     );
-    r.assert_clean();
-    assert_eq!(
-        r.images,
-        persists.iter().sum::<u64>(),
-        "an image per persist"
-    );
+    r.assert_clean_with_an_image_per_persist(&persists);
     assert!(r.images >= 24, "{r:?}");
     assert!(gc > 0, "GC never ran");
 }

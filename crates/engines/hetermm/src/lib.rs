@@ -32,6 +32,7 @@
 //! | §5.4, Alg. 2, Eq. 2-3 | thread-oriented allocation, alarms | `threads.rs`, `mem/alloc.rs`, `cache.rs` |
 //! | (ours) | epochs instead of timed waits | `threads.rs`, `mem/guard.rs` |
 //! | (ours) | a full pool: the reserve, room passes, log back-pressure | `nvm/reserve.rs`, `flush.rs`, `mem/mod.rs`, `mem/alloc.rs` |
+//! | (ours) | one persist commits a log entry (its checksum covers its ts; the paper's two-step write is option `two_step_write`) | `format/log.rs`, `oplog.rs` (`write_entry`), FORMAT.md § Operation log |
 //! | (ours) | a put's log persists after the index lock, grouped across writers; readers wait for a version's entry to be durable | `mem/access.rs` (`complete`), `oplog.rs` (`PreparedEntry`), `groupsync.rs`, FORMAT.md § Writes |
 //! | (ours) | named crash points of flushing, reorganisation, log retirement | `flush.rs`, `reorg.rs`, `oplog.rs`, FORMAT.md |
 //! | (ours) | crash-atomic write batches: one log entry commits them; a larger batch is parts and one commit | `batch.rs`, `mem/batch.rs`, `format/batch.rs`, `oplog.rs`, `batch_recovery.rs`, FORMAT.md § Write batches |

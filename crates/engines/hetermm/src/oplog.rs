@@ -3,8 +3,9 @@
 //! Log blocks (runs of 2^m bytes from the allocator, zeroed, then published in the block
 //! directory with a sequence number) are cut into pages of 2^k bytes. Each thread appends to its own
 //! page (Algorithm 2: a page is handed to a thread, which then appends without contention),
-//! writing every entry in two steps — data with ts = 0, persist; ts, persist — so a torn
-//! entry is never replayed (`format::log`). A put prepares its entry under the index's lock
+//! writing every entry whole and persisting it once — its checksum covers its ts, so a torn
+//! entry is never replayed (`format::log`; option `two_step_write` writes it in the paper's
+//! two steps instead: data with ts = 0, persist; ts, persist). A put prepares its entry under the index's lock
 //! ([`LogTicket::prepare`]) and writes it after ([`PreparedEntry::write`]); persists of
 //! concurrent writers are grouped (`groupsync.rs`). Each block keeps `max_address`, the highest
 //! logical address its entries cover.
@@ -97,6 +98,8 @@ pub struct OpLog {
     threads: Box<[Mutex<ThreadLog>]>,
     /// Group commit of the entries' persists.
     pub sync: GroupSync,
+    /// The paper's two-step write (§5.3.2) instead of one persist per entry.
+    two_step: bool,
     /// Counters.
     pub counters: LogCounters,
 }
@@ -114,8 +117,16 @@ impl OpLog {
                 .map(|_| Mutex::new(ThreadLog::default()))
                 .collect(),
             sync: GroupSync::default(),
+            two_step: false,
             counters: LogCounters::default(),
         }
+    }
+
+    /// The log writing each entry in the paper's two steps (`on`; option `two_step_write`)
+    /// or with one persist (`format::log` § Commit).
+    pub fn two_step(mut self, on: bool) -> OpLog {
+        self.two_step = on;
+        self
     }
 
     /// The log with its persists grouped (`on`) or each writer's on its own.
@@ -133,7 +144,7 @@ impl OpLog {
         self.geo.page_size() - HEADER_LEN as u64 - log::ENTRY_HEADER_LEN
     }
 
-    /// Appends a committed entry for the thread of slot `slot` (two-step write).
+    /// Appends a committed entry for the thread of slot `slot`.
     pub fn append(&self, nvm: &Nvm, slot: usize, e: &NewEntry<'_>) -> Result<()> {
         self.begin(nvm, slot, e.key.len(), e.value.len())?
             .commit(nvm, e)
@@ -310,6 +321,7 @@ impl OpLog {
             page_bits: self.geo.page_bits as u8,
             block_bits: self.geo.block_bits as u8,
             seq,
+            version: log::VERSION,
         };
         let made = nvm
             .pool
@@ -485,8 +497,7 @@ pub struct LogTicket<'a> {
 }
 
 impl<'a> LogTicket<'a> {
-    /// Writes the entry (two steps: everything with ts = 0, persisted; then ts, persisted).
-    /// Fails only if the pool fails.
+    /// Writes the entry ([`PreparedEntry::write`]). Fails only if the pool fails.
     pub fn commit(self, nvm: &Nvm, e: &NewEntry<'_>) -> Result<()> {
         self.prepare(e)?.write(nvm)
     }
@@ -507,7 +518,7 @@ impl<'a> LogTicket<'a> {
         };
         let geo = self.log.geo;
         let off = block.off + ((self.t.page - block.first_page) << geo.page_bits) + self.t.next;
-        let bytes = log::encode_entry(block.seq, e.at, e.kind, e.key, e.value);
+        let bytes = log::encode_entry(block.seq, e.ts, e.at, e.kind, e.key, e.value);
         Ok(PreparedEntry {
             log: self.log,
             t: self.t,
@@ -542,23 +553,24 @@ impl PreparedEntry<'_> {
         self.ts
     }
 
-    /// Writes the entry in two steps — everything with ts = 0, persisted; then ts,
-    /// persisted — each persist grouped with concurrent writers' ([`GroupSync`]). Fails
-    /// only if the pool fails.
+    /// Writes the entry whole and persists it (the persist commits it: `format::log` §
+    /// Commit), or, with option `two_step_write`, in the paper's two steps — everything
+    /// with ts = 0, persisted; then ts, persisted. Each persist is grouped with concurrent
+    /// writers' ([`GroupSync`]). Fails only if the pool fails.
     pub fn write(mut self, nvm: &Nvm) -> Result<()> {
         let off = self.off;
         self.block
             .max_address
             .fetch_max(self.address, Ordering::AcqRel);
-        // IMPORTANT: step 1 — everything but the timestamp (which stays 0), persisted.
-        nvm.pool.write(off, &self.bytes)?;
-        self.log.sync.persist(&nvm.pool, off, self.bytes.len())?;
-        if self.kind == EntryKind::Batch {
-            nvm.pool.crash_point("hetermm.batch.entry_written");
-        }
-        // IMPORTANT: step 2 — the timestamp commits the entry.
-        nvm.pool.store_u64(off, self.ts)?;
-        self.log.sync.persist(&nvm.pool, off, 8)?;
+        let batch = self.kind == EntryKind::Batch;
+        write_entry(
+            nvm,
+            Some(&self.log.sync),
+            self.log.two_step,
+            batch,
+            off,
+            &mut self.bytes,
+        )?;
         let t = &mut *self.t;
         t.next += self.len;
         t.unsettled = Some(Unsettled {
@@ -568,6 +580,51 @@ impl PreparedEntry<'_> {
         self.log.counters.bytes.add(self.len);
         self.log.counters.entries.incr();
         Ok(())
+    }
+}
+
+/// Writes an encoded entry (`bytes`, its ts set) at `off` and commits it: one persist of
+/// the whole entry, or (`two_step`) the paper's two steps — the entry with ts = 0,
+/// persisted, then the ts, persisted. A batch's entry or commit reaches the named crash
+/// point `hetermm.batch.entry_written` when its bytes are written but not yet committed
+/// (FORMAT.md § Crash points).
+/// `sync` groups the persists with concurrent writers' (`None`: the caller's own).
+fn write_entry(
+    nvm: &Nvm,
+    sync: Option<&GroupSync>,
+    two_step: bool,
+    batch: bool,
+    off: u64,
+    bytes: &mut [u8],
+) -> Result<()> {
+    let persist = |off: u64, len: usize| match sync {
+        Some(sync) => sync.persist(&nvm.pool, off, len),
+        None => nvm.pool.persist(off, len),
+    };
+    if two_step {
+        let ts: [u8; 8] = bytes
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| Error::invalid("a log entry shorter than its ts"))?;
+        bytes[..8].fill(0);
+        // IMPORTANT: step 1 — everything but the timestamp (which stays 0), persisted.
+        nvm.pool.write(off, bytes)?;
+        persist(off, bytes.len())?;
+        bytes[..8].copy_from_slice(&ts);
+        if batch {
+            nvm.pool.crash_point("hetermm.batch.entry_written");
+        }
+        // IMPORTANT: step 2 — the timestamp commits the entry.
+        nvm.pool.store_u64(off, u64::from_le_bytes(ts))?;
+        persist(off, 8)
+    } else {
+        nvm.pool.write(off, bytes)?;
+        if batch {
+            // Written, not persisted: a crash image may hold any of its lines.
+            nvm.pool.crash_point("hetermm.batch.entry_written");
+        }
+        // IMPORTANT: the one persist commits the entry (its checksum covers the ts).
+        persist(off, bytes.len())
     }
 }
 
@@ -638,7 +695,7 @@ pub struct SpanTicket<'a> {
 
 impl SpanTicket<'_> {
     /// Writes the batch's parts — each whole with its timestamp `ts`, persisted — and then
-    /// its commit (two steps: with ts = 0, persisted; ts, persisted). Every entry covers
+    /// its commit ([`write_entry`]). Every entry covers
     /// `covered`. Fails only if the pool fails (or `ops` needs more pages than were held).
     pub fn commit(
         mut self,
@@ -677,8 +734,7 @@ impl SpanTicket<'_> {
             let (block, off) = pos(page, 0)?;
             block.max_address.fetch_max(covered, Ordering::AcqRel);
             let value = batch::encode_part(these, n as u32);
-            let mut bytes = log::encode_entry(block.seq, at, EntryKind::BatchPart, &[], &value);
-            bytes[..8].copy_from_slice(&ts.to_le_bytes());
+            let bytes = log::encode_entry(block.seq, ts, at, EntryKind::BatchPart, &[], &value);
             // IMPORTANT: a part is written whole, timestamp included, and persisted before
             // the commit is started; without the commit it stands for nothing.
             nvm.pool.write(off, &bytes)?;
@@ -690,14 +746,9 @@ impl SpanTicket<'_> {
         let (block, off) = pos(cpage, within)?;
         block.max_address.fetch_max(covered, Ordering::AcqRel);
         let value = batch::encode_commit(layout.parts.len() as u32, ops.len() as u32);
-        let bytes = log::encode_entry(block.seq, at, EntryKind::BatchCommit, &[], &value);
-        // IMPORTANT: step 1 — the commit with ts = 0, persisted; step 2 — its ts commits
-        // the batch.
-        nvm.pool.write(off, &bytes)?;
-        nvm.pool.persist(off, bytes.len())?;
-        nvm.pool.crash_point("hetermm.batch.entry_written");
-        nvm.pool.store_u64(off, ts)?;
-        nvm.pool.persist(off, 8)?;
+        let mut bytes = log::encode_entry(block.seq, ts, at, EntryKind::BatchCommit, &[], &value);
+        // IMPORTANT: the commit's persist commits the batch (after every part's).
+        write_entry(nvm, None, self.log.two_step, true, off, &mut bytes)?;
         written += bytes.len() as u64;
         let held = self
             .pages

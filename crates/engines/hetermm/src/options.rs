@@ -16,6 +16,7 @@
 //! | `recovery_threads` | 16 | cores | threads of the parallel recovery |
 //! | `log_blocks` | - | auto | live log blocks before the oldest is compressed (§5.3.1) |
 //! | `durable_reads` | - | on | a get that finds a DRAM version whose log entry is not durable yet waits for it (FORMAT.md § Readers and in-flight puts); `off` returns it at once, as the paper does — a crash may then take back a value a reader returned |
+//! | `two_step_write` | on | off | log entries in the paper's two steps (§5.3.2: the entry with ts = 0, persisted; the ts, persisted); `off`: one persist of the whole entry, whose checksum covers its ts (`format::log` § Commit) — half the persists per write |
 //! | `group_commit` | - | on | concurrent writers' log persists are grouped where it pays (emulated persist latency; tracked mode; `groupsync.rs`); `off`: each writer persists its own |
 //!
 //! Why smaller pages and blocks: with k = 20 and m = 30 one block is 1 GiB, so a 1 GiB pool
@@ -77,6 +78,8 @@ pub struct HeterOptions {
     pub log_blocks: u64,
     /// Log persists of concurrent writers grouped (`groupsync.rs`).
     pub group_commit: bool,
+    /// Log entries written in the paper's two steps (§5.3.2) instead of one persist.
+    pub two_step_write: bool,
     /// Gets wait for a DRAM version's log entry to be durable (`mem/access.rs`).
     pub durable_reads: bool,
     /// DRAM for pages and the read cache (from `Options::dram_budget`).
@@ -100,6 +103,7 @@ impl Default for HeterOptions {
             recovery_threads: 0,
             log_blocks: 0,
             group_commit: true,
+            two_step_write: false,
             durable_reads: true,
             max_blocks: 0,
             dram_budget: 256 << 20,
@@ -138,6 +142,7 @@ impl HeterOptions {
             recovery_threads: p.take("recovery_threads", d.recovery_threads)?,
             log_blocks: p.take("log_blocks", d.log_blocks)?,
             group_commit: p.take("group_commit", Switch(d.group_commit))?.0,
+            two_step_write: p.take("two_step_write", Switch(d.two_step_write))?.0,
             durable_reads: p.take("durable_reads", Switch(d.durable_reads))?.0,
             max_blocks: d.max_blocks,
             dram_budget,
@@ -229,9 +234,10 @@ mod tests {
         assert_eq!(o.sample_freq, 100);
         assert_eq!(o.reorg_threshold, 0.5);
         assert!(o.oplog && o.read_cache && o.group_commit && o.durable_reads);
+        assert!(!o.two_step_write);
         assert_eq!((o.page_bits, o.block_bits_for(1 << 30)), (15, 21));
-        let o = parse("hetermm@group_commit=off,durable_reads=off").unwrap();
-        assert!(!o.group_commit && !o.durable_reads);
+        let o = parse("hetermm@group_commit=off,durable_reads=off,two_step_write=on").unwrap();
+        assert!(!o.group_commit && !o.durable_reads && o.two_step_write);
         assert_eq!(o.block_bits, None);
     }
 

@@ -1,7 +1,7 @@
 //! The payload of a batch entry in the operation log (spec: `FORMAT.md` § Write batches;
 //! ours, issue 24): every operation of one crash-atomic write batch, in one log entry of
-//! kind 3, so that the entry's timestamp word — the second step of its two-step write —
-//! commits all of them at once.
+//! kind 3, so that the entry's commit — its one persist (or the ts word, the second step of
+//! the two-step write) — commits all of them at once.
 //!
 //! The entry itself is an ordinary log entry (`format::log`) with `key_len` 0, `record` 0
 //! and this payload as its value; its `address` covers every operation (the maximum over
@@ -24,7 +24,7 @@
 //! *batch parts* (kind 4), each an entry whose value is this payload with its part number
 //! `i` (0, 1, …, p − 1) at byte 4 and some of the batch's operations (each whole), written
 //! and persisted first, all with the batch's commit timestamp as ts; then one *batch
-//! commit* (kind 5), written in two steps, whose value is
+//! commit* (kind 5), written and persisted like any entry, whose value is
 //! ```text
 //! 0   4  parts      p >= 1
 //! 4   4  ops        the batch's operations in all parts together (>= p)

@@ -24,20 +24,25 @@
 //!                   (a batch that spans log pages: `format::batch`; `record` is 0)
 //! 27  1  reserved   0
 //! 28  4  value_len  0 for a delete
-//! 32  4  crc        masked CRC-32C of: seq (u64 LE), bytes 8..32, key, value
+//! 32  4  crc        masked CRC-32C of: seq (u64 LE), ts (u64 LE; version 5 on), bytes
+//!                   8..32, key, value
 //! 36  4  reserved   0
 //! 40  ..            key, value, zero padding to 8 bytes
 //! ```
 //! The covered address is at least the record's and at least that of the version the
 //! write replaced (`FORMAT.md` § Covered address says why).
-//! **Two-step write** (§5.3.2): the entry is written with ts = 0 and persisted, then the
-//! 8-byte ts is stored and persisted. A reader of a page stops at the first entry whose ts is
-//! 0 (or above the largest timestamp) or whose checksum fails: that entry and everything
-//! after it were never acknowledged (a thread finishes one entry's second persist before it
-//! starts the next). Log blocks are zeroed and persisted before they are published, so the
-//! ts word of an entry whose first step did not finish reads 0 — never bytes left by an
-//! earlier use of the chunks, which the checksum (it does not cover ts) could not catch;
-//! other stale bytes carry another block's seq in their checksum.
+//!
+//! **Commit.** A reader of a page stops at the first entry whose ts is 0 (or above the
+//! largest timestamp) or whose checksum fails: that entry and everything after it were
+//! never acknowledged (a thread finishes one entry's persists before it starts the next).
+//! Since version 5 the checksum covers the ts, so an entry is committed by **one persist**
+//! of the whole entry (ours, issue 22): a torn entry — any of its lines missing, the ts line
+//! included — fails its checksum. The paper's **two-step write** (§5.3.2: the entry with
+//! ts = 0, persisted; then the 8-byte ts, persisted) stays as option `two_step_write`; it
+//! writes the same bytes. Versions 2 to 4 left the ts out of the checksum and were always
+//! written in two steps: there a torn first step could leave a stale ts word, which is why
+//! log blocks are zeroed and persisted before they are published (still done). Other
+//! stale bytes carry another block's seq in their checksum.
 //!
 //! Thread safety: pure functions.
 
@@ -49,12 +54,15 @@ use tierkv_core::format::checksum::{crc32c_append, mask};
 /// Magic bytes of a log block.
 pub const MAGIC: [u8; 8] = *b"HMMOPLOG";
 /// The version this build writes and the newest it reads (4: batch parts and commits,
-/// kinds 4 and 5).
-pub const VERSION: u32 = 4;
+/// kinds 4 and 5; 5: the checksum covers the ts, so one persist commits an entry).
+pub const VERSION: u32 = 5;
+/// The first version whose entry checksum covers the ts word.
+pub const TS_IN_CRC_VERSION: u32 = 5;
 /// The oldest version this build reads: version 2 has the same entry layout without batch
 /// entries (kind 3). Version 3 exists so that a build without batches refuses a log that
 /// holds them (it would take a batch entry for the end of its page and lose the rest), and
-/// version 4 likewise for the parts and commits of batches that span pages (kinds 4, 5).
+/// version 4 likewise for the parts and commits of batches that span pages (kinds 4, 5);
+/// version 5 because an older build would find every entry's checksum wrong.
 pub const MIN_READ_VERSION: u32 = 2;
 /// Bytes of an entry header.
 pub const ENTRY_HEADER_LEN: u64 = 40;
@@ -118,17 +126,20 @@ pub struct LogHeader {
     pub block_bits: u8,
     /// Sequence number.
     pub seq: u64,
+    /// The format version the block was written with (entries of versions before
+    /// [`TS_IN_CRC_VERSION`] leave the ts out of their checksum).
+    pub version: u32,
 }
 
 impl LogHeader {
-    /// Encodes the header.
+    /// Encodes the header (with its `version`; a new block has [`VERSION`]).
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         NumberedHead {
             page_bits: self.page_bits,
             block_bits: self.block_bits,
             number: self.seq,
         }
-        .encode(&MAGIC, VERSION)
+        .encode(&MAGIC, self.version)
     }
 
     /// Decodes the header of the log block at `at`, which the directory says has `seq`.
@@ -147,7 +158,7 @@ impl LogHeader {
         let found = super::u32_at(bytes, 8).unwrap_or_default();
         if !(MIN_READ_VERSION..=VERSION).contains(&found) {
             return Err(tierkv_core::Error::UnsupportedFormat {
-                what: "hetermm log block (version 1 logs have another entry layout; versions 2 to 4 are read)",
+                what: "hetermm log block (version 1 logs have another entry layout; versions 2 to 5 are read)",
                 found,
                 supported: VERSION,
             });
@@ -156,6 +167,7 @@ impl LogHeader {
             page_bits: h.page_bits,
             block_bits: h.block_bits,
             seq,
+            version: found,
         })
     }
 }
@@ -179,8 +191,12 @@ pub struct Entry<'a> {
     pub len: u64,
 }
 
-fn entry_crc(seq: u64, head: &[u8], key: &[u8], value: &[u8]) -> u32 {
-    let c = crc32c_append(0, &seq.to_le_bytes());
+/// The entry's checksum; `ts` is `Some` from [`TS_IN_CRC_VERSION`] on.
+fn entry_crc(seq: u64, ts: Option<u64>, head: &[u8], key: &[u8], value: &[u8]) -> u32 {
+    let mut c = crc32c_append(0, &seq.to_le_bytes());
+    if let Some(ts) = ts {
+        c = crc32c_append(c, &ts.to_le_bytes());
+    }
     let c = crc32c_append(c, head.get(E_ADDRESS_OFF..E_CRC_OFF).unwrap_or_default());
     mask(crc32c_append(crc32c_append(c, key), value))
 }
@@ -194,11 +210,20 @@ pub struct Place {
     pub record: u64,
 }
 
-/// Encodes an entry of a block with sequence `seq`, with its ts left 0 (step 1 of the
-/// two-step write).
-pub fn encode_entry(seq: u64, at: Place, kind: EntryKind, key: &[u8], value: &[u8]) -> Vec<u8> {
+/// Encodes an entry with timestamp `ts` of a block with sequence `seq` (the current
+/// [`VERSION`]: the checksum covers `ts`). A two-step write stores these bytes with the ts
+/// word zeroed first, then the ts.
+pub fn encode_entry(
+    seq: u64,
+    ts: u64,
+    at: Place,
+    kind: EntryKind,
+    key: &[u8],
+    value: &[u8],
+) -> Vec<u8> {
     let len = entry_len(key.len() as u64, value.len() as u64) as usize;
     let mut out = vec![0u8; len];
+    put_at(&mut out, 0, &ts.to_le_bytes());
     put_at(&mut out, E_ADDRESS_OFF, &at.address.to_le_bytes());
     put_at(&mut out, E_RECORD_OFF, &at.record.to_le_bytes());
     put_at(&mut out, E_KEY_LEN_OFF, &(key.len() as u16).to_le_bytes());
@@ -208,7 +233,7 @@ pub fn encode_entry(seq: u64, at: Place, kind: EntryKind, key: &[u8], value: &[u
         E_VALUE_LEN_OFF,
         &(value.len() as u32).to_le_bytes(),
     );
-    let crc = entry_crc(seq, &out, key, value);
+    let crc = entry_crc(seq, Some(ts), &out, key, value);
     put_at(&mut out, E_CRC_OFF, &crc.to_le_bytes());
     let k = ENTRY_HEADER_LEN as usize;
     put_at(&mut out, k, key);
@@ -216,10 +241,10 @@ pub fn encode_entry(seq: u64, at: Place, kind: EntryKind, key: &[u8], value: &[u
     out
 }
 
-/// Decodes the entry at the start of `bytes` (the rest of its page, at pool offset `at`)
-/// in a block with sequence `seq`. `None` means the page ends here: unused space, an
-/// uncommitted (ts = 0) or torn entry, or bytes left from another block.
-pub fn decode_entry(bytes: &[u8], seq: u64) -> Option<Entry<'_>> {
+/// Decodes the entry at the start of `bytes` (the rest of its page) in a block with
+/// sequence `seq` written with format `version`. `None` means the page ends here: unused
+/// space, an uncommitted (ts = 0) or torn entry, or bytes left from another block.
+pub fn decode_entry(bytes: &[u8], seq: u64, version: u32) -> Option<Entry<'_>> {
     let ts = u64_at(bytes, 0)?;
     let key_len = u16_at(bytes, E_KEY_LEN_OFF)?;
     let kind = match bytes.get(E_KIND_OFF)? {
@@ -246,7 +271,8 @@ pub fn decode_entry(bytes: &[u8], seq: u64) -> Option<Entry<'_>> {
     let key = bytes.get(k..k + usize::from(key_len))?;
     let value = bytes.get(k + key.len()..k + key.len() + value_len as usize)?;
     let (address, record) = (u64_at(bytes, E_ADDRESS_OFF)?, u64_at(bytes, E_RECORD_OFF)?);
-    if u32_at(bytes, E_CRC_OFF)? != entry_crc(seq, bytes, key, value)
+    let crc_ts = (version >= TS_IN_CRC_VERSION).then_some(ts);
+    if u32_at(bytes, E_CRC_OFF)? != entry_crc(seq, crc_ts, bytes, key, value)
         || (kind == EntryKind::Delete && !value.is_empty())
         || record > address
         || (batch && record != 0)
@@ -276,7 +302,7 @@ pub fn walk<'a>(block: &'a [u8], header: &LogHeader, mut f: impl FnMut(Entry<'a>
         };
         while let Some(e) = block
             .get(off..page_start + page)
-            .and_then(|b| decode_entry(b, header.seq))
+            .and_then(|b| decode_entry(b, header.seq, header.version))
         {
             off += e.len as usize;
             f(e);
@@ -295,50 +321,57 @@ mod tests {
     };
 
     fn committed(seq: u64, ts: u64, key: &[u8], value: &[u8]) -> Vec<u8> {
-        let mut e = encode_entry(seq, PLACE, EntryKind::Put, key, value);
-        e[..8].copy_from_slice(&ts.to_le_bytes());
-        e
+        encode_entry(seq, ts, PLACE, EntryKind::Put, key, value)
     }
 
     #[test]
     fn committed_entry_round_trips_and_uncommitted_one_ends_the_page() {
         let e = committed(3, 10, b"key", b"value");
-        let d = decode_entry(&e, 3).unwrap();
+        let d = decode_entry(&e, 3, VERSION).unwrap();
         assert_eq!(
             (d.ts, d.address, d.record, d.key, d.value),
             (10, 8192, 4096, &b"key"[..], &b"value"[..])
         );
         assert_eq!(d.kind, EntryKind::Put);
-        let step1 = encode_entry(3, PLACE, EntryKind::Put, b"key", b"value");
-        assert!(decode_entry(&step1, 3).is_none(), "ts 0 is not committed");
+        let step1 = encode_entry(3, 0, PLACE, EntryKind::Put, b"key", b"value");
+        assert!(
+            decode_entry(&step1, 3, VERSION).is_none(),
+            "ts 0 is not committed"
+        );
     }
 
     #[test]
     fn entry_of_another_incarnation_or_torn_is_not_read() {
         let e = committed(3, 10, b"key", b"value");
-        assert!(decode_entry(&e, 4).is_none(), "another block's seq");
+        assert!(
+            decode_entry(&e, 4, VERSION).is_none(),
+            "another block's seq"
+        );
         let mut torn = e.clone();
         torn[43] ^= 1;
-        assert!(decode_entry(&torn, 3).is_none());
+        assert!(decode_entry(&torn, 3, VERSION).is_none());
         let mut moved = e.clone();
         moved[17] ^= 1;
         assert!(
-            decode_entry(&moved, 3).is_none(),
+            decode_entry(&moved, 3, VERSION).is_none(),
             "the record address is checksummed"
         );
-        assert!(decode_entry(&e[..28], 3).is_none());
+        assert!(decode_entry(&e[..28], 3, VERSION).is_none());
         let mut long = e;
         long[28] = 0xff;
-        assert!(decode_entry(&long, 3).is_none(), "value past the page");
+        assert!(
+            decode_entry(&long, 3, VERSION).is_none(),
+            "value past the page"
+        );
     }
 
     #[test]
     fn an_entry_with_an_impossible_timestamp_is_not_read() {
         // Regression (crash-image test): a torn first step left stale bytes in the ts word.
         let e = committed(3, u64::MAX, b"key", b"value");
-        assert!(decode_entry(&e, 3).is_none());
+        assert!(decode_entry(&e, 3, VERSION).is_none());
         let e = committed(3, MAX_TS, b"key", b"value");
-        assert!(decode_entry(&e, 3).is_some());
+        assert!(decode_entry(&e, 3, VERSION).is_some());
     }
 
     #[test]
@@ -347,11 +380,12 @@ mod tests {
             page_bits: 12,
             block_bits: 14,
             seq: 7,
+            version: VERSION,
         };
         let mut b = vec![0u8; 1 << 14];
         b[..64].copy_from_slice(&h.encode());
         let e1 = committed(7, 1, b"a", b"1");
-        let e2 = encode_entry(7, PLACE, EntryKind::Delete, b"b", b"");
+        let e2 = encode_entry(7, 0, PLACE, EntryKind::Delete, b"b", b"");
         let e3 = committed(7, 3, b"c", b"3");
         b[64..64 + e1.len()].copy_from_slice(&e1);
         let at = 64 + e1.len();
@@ -391,41 +425,48 @@ mod tests {
             address: 8192,
             record: 0,
         };
-        let mut e = encode_entry(3, at, EntryKind::Batch, b"", b"payload!");
+        let mut e = encode_entry(3, 9, at, EntryKind::Batch, b"", b"payload!");
         e[..8].copy_from_slice(&9u64.to_le_bytes());
-        let d = decode_entry(&e, 3).unwrap();
+        let d = decode_entry(&e, 3, VERSION).unwrap();
         assert_eq!(
             (d.kind, d.key, d.value),
             (EntryKind::Batch, &b""[..], &b"payload!"[..])
         );
-        let mut keyed = encode_entry(3, at, EntryKind::Batch, b"k", b"payload!");
+        let mut keyed = encode_entry(3, 9, at, EntryKind::Batch, b"k", b"payload!");
         keyed[..8].copy_from_slice(&9u64.to_le_bytes());
         assert!(
-            decode_entry(&keyed, 3).is_none(),
+            decode_entry(&keyed, 3, VERSION).is_none(),
             "a batch entry with a key"
         );
-        let mut empty = encode_entry(3, at, EntryKind::Batch, b"", b"");
+        let mut empty = encode_entry(3, 9, at, EntryKind::Batch, b"", b"");
         empty[..8].copy_from_slice(&9u64.to_le_bytes());
         assert!(
-            decode_entry(&empty, 3).is_none(),
+            decode_entry(&empty, 3, VERSION).is_none(),
             "a batch entry without payload"
         );
-        let mut put = encode_entry(3, at, EntryKind::Put, b"", b"v");
+        let mut put = encode_entry(3, 9, at, EntryKind::Put, b"", b"v");
         put[..8].copy_from_slice(&9u64.to_le_bytes());
-        assert!(decode_entry(&put, 3).is_none(), "a put without a key");
+        assert!(
+            decode_entry(&put, 3, VERSION).is_none(),
+            "a put without a key"
+        );
         let named = Place {
             address: 8192,
             record: 4096,
         };
         for kind in [EntryKind::BatchPart, EntryKind::BatchCommit] {
-            let mut e = encode_entry(3, at, kind, b"", b"payload!");
+            let mut e = encode_entry(3, 9, at, kind, b"", b"payload!");
             e[..8].copy_from_slice(&9u64.to_le_bytes());
-            assert_eq!(decode_entry(&e, 3).map(|d| d.kind), Some(kind));
-            let mut keyed = encode_entry(3, at, kind, b"k", b"payload!");
+            assert_eq!(decode_entry(&e, 3, VERSION).map(|d| d.kind), Some(kind));
+            let mut keyed = encode_entry(3, 9, at, kind, b"k", b"payload!");
             keyed[..8].copy_from_slice(&9u64.to_le_bytes());
-            assert!(decode_entry(&keyed, 3).is_none(), "{kind:?} with a key");
+            assert!(
+                decode_entry(&keyed, 3, VERSION).is_none(),
+                "{kind:?} with a key"
+            );
             let mut named = encode_entry(
                 3,
+                9,
                 Place {
                     address: 8192,
                     record: 64,
@@ -436,19 +477,61 @@ mod tests {
             );
             named[..8].copy_from_slice(&9u64.to_le_bytes());
             assert!(
-                decode_entry(&named, 3).is_none(),
+                decode_entry(&named, 3, VERSION).is_none(),
                 "{kind:?} naming a record"
             );
         }
-        let mut six = encode_entry(3, at, EntryKind::BatchCommit, b"", b"payload!");
+        let mut six = encode_entry(3, 9, at, EntryKind::BatchCommit, b"", b"payload!");
         six[..8].copy_from_slice(&9u64.to_le_bytes());
         six[26] = 6;
-        assert!(decode_entry(&six, 3).is_none(), "kind 6");
-        let mut rec = encode_entry(3, named, EntryKind::Batch, b"", b"payload!");
+        assert!(decode_entry(&six, 3, VERSION).is_none(), "kind 6");
+        let mut rec = encode_entry(3, 9, named, EntryKind::Batch, b"", b"payload!");
         rec[..8].copy_from_slice(&9u64.to_le_bytes());
         assert!(
-            decode_entry(&rec, 3).is_none(),
+            decode_entry(&rec, 3, VERSION).is_none(),
             "a batch entry naming a record"
         );
+    }
+
+    /// Version 5 commits an entry with one persist: its checksum covers the ts, so an
+    /// image that kept the ts line of an entry but lost any other line — or kept a stale
+    /// ts — reads as the end of the page.
+    #[test]
+    fn a_version_5_entry_torn_anywhere_the_ts_included_is_not_read() {
+        let e = committed(3, 10, b"key", &[7u8; 200]);
+        assert!(decode_entry(&e, 3, VERSION).is_some());
+        for line in 0..e.len().div_ceil(64) {
+            let mut lost = e.clone();
+            let end = ((line + 1) * 64).min(e.len());
+            lost[line * 64..end].fill(0);
+            assert!(
+                decode_entry(&lost, 3, VERSION).is_none(),
+                "line {line} of the entry missing"
+            );
+        }
+        let mut other_ts = e.clone();
+        other_ts[..8].copy_from_slice(&11u64.to_le_bytes());
+        assert!(
+            decode_entry(&other_ts, 3, VERSION).is_none(),
+            "a ts the entry was not written with"
+        );
+    }
+
+    /// Blocks of versions 2 to 4 (two-step writes, the ts outside the checksum) are still
+    /// read, by their own rule.
+    #[test]
+    fn an_entry_of_a_version_4_block_is_read_with_the_ts_outside_its_checksum() {
+        let mut e = encode_entry(3, 0, PLACE, EntryKind::Put, b"key", b"value");
+        let crc = entry_crc(3, None, &e, b"key", b"value");
+        put_at(&mut e, E_CRC_OFF, &crc.to_le_bytes());
+        e[..8].copy_from_slice(&10u64.to_le_bytes());
+        let d = decode_entry(&e, 3, 4).expect("a version 4 entry");
+        assert_eq!((d.ts, d.key, d.value), (10, &b"key"[..], &b"value"[..]));
+        assert!(
+            decode_entry(&e, 3, VERSION).is_none(),
+            "the version 5 rule checks the ts"
+        );
+        let v5 = committed(3, 10, b"key", b"value");
+        assert!(decode_entry(&v5, 3, 4).is_none());
     }
 }

@@ -12,8 +12,9 @@
 //! 2. **Apply** (never waits): per key, inside the index's per-key synchronization, seal
 //!    the current record, take a timestamp, and write the new record into the key's slot
 //!    reserved for it (a put) or remove the key (a delete). No per-key log entry.
-//! 3. **Commit**: the batch entry (two-step write: everything with ts = 0, persisted; the
-//!    ts word, persisted); or each part, whole and persisted, then the commit in two steps.
+//! 3. **Commit**: the batch entry, written whole and persisted (option `two_step_write`:
+//!    everything with ts = 0, persisted; the ts word, persisted); or each part, whole and
+//!    persisted, then the commit the same way.
 //!    Durable when it returns.
 //!
 //! IMPORTANT: the guard stays pinned from the reservation of the records to the commit, and

@@ -438,9 +438,11 @@ impl HeterMem {
             threads: SlotTable::new(),
             regions,
             clock: AtomicU64::new(1),
-            oplog: opts
-                .oplog
-                .then(|| OpLog::new(geo, next_log_seq).grouped(opts.group_commit)),
+            oplog: opts.oplog.then(|| {
+                OpLog::new(geo, next_log_seq)
+                    .grouped(opts.group_commit)
+                    .two_step(opts.two_step_write)
+            }),
             cache: opts.read_cache.then(|| ReadCache::new(geo, pages)),
             counters: HeterCounters::default(),
             health: Health::default(),
