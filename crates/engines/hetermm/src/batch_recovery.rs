@@ -179,7 +179,8 @@ mod tests {
     /// Encodes a committed entry and collects it.
     fn collect(s: &mut Spanning<'static>, kind: EntryKind, ts: u64, address: u64, value: Vec<u8>) {
         let at = Place { address, record: 0 };
-        let e = log::encode_entry(1, ts, at, kind, b"", &value);
+        let mut e = Vec::new();
+        log::encode_entry(&mut e, 1, ts, at, kind, b"", &value);
         let bytes: &'static [u8] = Box::leak(e.into_boxed_slice());
         let d = log::decode_entry(bytes, 1, log::VERSION).unwrap();
         assert!(s.collect(&d, 0).unwrap());

@@ -58,6 +58,9 @@ pub struct FlushState {
     last_reads: u64,
     last_writes: u64,
     last_policy: Option<Instant>,
+    /// The buffer a block's image is built in, kept from flush to flush (a fresh 2 MiB
+    /// buffer per flush cost page faults and allocator work on the writers' cores).
+    image: Vec<u8>,
 }
 
 impl HeterMem {
@@ -236,7 +239,7 @@ impl HeterMem {
             }
         }
         if let Some(off) = run {
-            self.persist_block(b, off, &mapped, &in_block)?;
+            self.persist_block(b, off, &mapped, &in_block, &mut st.image)?;
             self.run_hook(crate::mem::HookPoint::Published, &[])?;
         }
         self.apply_marks(&older)?;
@@ -288,10 +291,11 @@ impl HeterMem {
         off: u64,
         mapped: &[(u64, u32)],
         invalid: &[u64],
+        image: &mut Vec<u8>,
     ) -> Result<()> {
-        let (image, live) = self.block_image(b, mapped, invalid)?;
+        let live = self.block_image(b, mapped, invalid, image)?;
         let pool = self.pool();
-        pool.write(off, &image)?;
+        pool.write(off, image)?;
         pool.persist(off, image.len())?;
         pool.crash_point("hetermm.flush.block_written");
         // IMPORTANT: the directory word publishes the block only after all of it is durable.
@@ -321,16 +325,18 @@ impl HeterMem {
         Ok(())
     }
 
-    /// Block `b` as it goes to pmem: its pages, header, and the bits of the records at
-    /// block offsets `invalid`; with the bytes of its valid records.
+    /// Builds in `image` block `b` as it goes to pmem: its pages, header, and the bits of
+    /// the records at block offsets `invalid`; returns the bytes of its valid records.
     fn block_image(
         &self,
         b: u64,
         mapped: &[(u64, u32)],
         invalid: &[u64],
-    ) -> Result<(Vec<u8>, u64)> {
+        image: &mut Vec<u8>,
+    ) -> Result<u64> {
         let page = self.geo.page_size() as usize;
-        let mut image = vec![0u8; self.geo.block_size() as usize];
+        image.clear();
+        image.resize(self.geo.block_size() as usize, 0);
         let first = self.geo.first_page(b);
         for &(lp, phys) in mapped {
             let at = ((lp - first) as usize) * page;
@@ -343,7 +349,7 @@ impl HeterMem {
         };
         image[..crate::format::HEADER_LEN].copy_from_slice(&header.encode());
         let mut live = 0;
-        walk(&image, 0, &header, |f| live += f.record.header.size()).map_err(|e| {
+        walk(image, 0, &header, |f| live += f.record.header.size()).map_err(|e| {
             Error::corruption(
                 Tier::Dram,
                 self.geo.block_start(b),
@@ -352,7 +358,7 @@ impl HeterMem {
         })?;
         for &rel in invalid {
             let (word, bit) = mark_position(rel);
-            let w = u64_at(&image, word as usize).unwrap_or_default();
+            let w = u64_at(image, word as usize).unwrap_or_default();
             let len = image
                 .get(rel as usize..)
                 .and_then(RecordHeader::decode)
@@ -364,7 +370,7 @@ impl HeterMem {
                 self.counters.marks.incr();
             }
         }
-        Ok((image, live))
+        Ok(live)
     }
 
     /// Applies marks to records of published blocks.

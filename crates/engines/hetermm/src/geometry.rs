@@ -27,6 +27,18 @@ impl LogicalAddress {
     }
 }
 
+/// The index holds an address in one atomic word (`tierkv_core`'s `WordCell`): logical
+/// addresses stay far below `u64::MAX`, the cell's "no value" word (a block number is below
+/// 2^26 and an offset below 2^m, m <= 30).
+impl tierkv_core::common::skipindex::WordValue for LogicalAddress {
+    fn to_word(self) -> u64 {
+        self.0
+    }
+    fn from_word(w: u64) -> Self {
+        LogicalAddress(w)
+    }
+}
+
 impl std::fmt::Display for LogicalAddress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "@{:#x}", self.0)

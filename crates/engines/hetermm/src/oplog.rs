@@ -24,7 +24,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 use tierkv_core::{Counter, Error, Result};
@@ -59,6 +59,8 @@ struct ThreadLog {
     next: u64,
     /// The last entry written, while the write that made it may still be retracted.
     unsettled: Option<Unsettled>,
+    /// The buffer the thread's entries are encoded in, kept from entry to entry.
+    buf: Vec<u8>,
 }
 
 #[derive(Debug, Default)]
@@ -98,6 +100,9 @@ pub struct OpLog {
     threads: Box<[Mutex<ThreadLog>]>,
     /// Group commit of the entries' persists.
     pub sync: GroupSync,
+    /// `state.blocks.len()`, stored after every change under the state's lock, so that a
+    /// writer checks the log's size without taking that lock ([`OpLog::block_count`]).
+    live_blocks: AtomicUsize,
     /// The paper's two-step write (§5.3.2) instead of one persist per entry.
     two_step: bool,
     /// Counters.
@@ -117,6 +122,7 @@ impl OpLog {
                 .map(|_| Mutex::new(ThreadLog::default()))
                 .collect(),
             sync: GroupSync::default(),
+            live_blocks: AtomicUsize::new(0),
             two_step: false,
             counters: LogCounters::default(),
         }
@@ -284,6 +290,7 @@ impl OpLog {
             let block = self.start_block(nvm, &mut st, first_page, or_reserve)?;
             st.next_page = block.first_page;
             st.blocks.push_back(block);
+            self.live_blocks.store(st.blocks.len(), Ordering::Release);
         }
         let lp = st.next_page;
         st.next_page += 1;
@@ -377,9 +384,9 @@ impl OpLog {
         self.counters.reclaimed.get()
     }
 
-    /// Live log blocks.
+    /// Live log blocks (read without the log's lock: every writer checks it).
     pub fn block_count(&self) -> usize {
-        self.state.lock().blocks.len()
+        self.live_blocks.load(Ordering::Acquire)
     }
 
     /// The `max_address` of the oldest block, if there is one.
@@ -439,6 +446,7 @@ impl OpLog {
         nvm.pool.crash_point("hetermm.log.unpublished");
         nvm.free_run(block.off)?;
         st.blocks.pop_front();
+        self.live_blocks.store(st.blocks.len(), Ordering::Release);
         self.counters.reclaimed.incr();
         Ok(())
     }
@@ -506,7 +514,7 @@ impl<'a> LogTicket<'a> {
     /// prepares its entry under the index's lock (its timestamp is taken there) and writes
     /// it with [`PreparedEntry::write`] once the lock is released (FORMAT.md § Writes).
     /// The page stays the thread's until then.
-    pub fn prepare(self, e: &NewEntry<'_>) -> Result<PreparedEntry<'a>> {
+    pub fn prepare(mut self, e: &NewEntry<'_>) -> Result<PreparedEntry<'a>> {
         let len = log::entry_len(e.key.len() as u64, e.value.len() as u64);
         let block = match &self.t.block {
             Some(b) if len <= self.len => b.clone(),
@@ -518,7 +526,8 @@ impl<'a> LogTicket<'a> {
         };
         let geo = self.log.geo;
         let off = block.off + ((self.t.page - block.first_page) << geo.page_bits) + self.t.next;
-        let bytes = log::encode_entry(block.seq, e.ts, e.at, e.kind, e.key, e.value);
+        let mut bytes = std::mem::take(&mut self.t.buf);
+        log::encode_entry(&mut bytes, block.seq, e.ts, e.at, e.kind, e.key, e.value);
         Ok(PreparedEntry {
             log: self.log,
             t: self.t,
@@ -572,6 +581,7 @@ impl PreparedEntry<'_> {
             &mut self.bytes,
         )?;
         let t = &mut *self.t;
+        t.buf = std::mem::take(&mut self.bytes);
         t.next += self.len;
         t.unsettled = Some(Unsettled {
             block: self.block.clone(),
@@ -726,6 +736,12 @@ impl SpanTicket<'_> {
             let off = p.block.off + ((p.page - p.block.first_page) << geo.page_bits) + p.start;
             Ok((p.block.clone(), off + within))
         };
+        // A part or the commit: no key, this batch's ts and covered address.
+        let batch_entry = |seq: u64, kind: EntryKind, value: &[u8]| {
+            let mut bytes = Vec::new();
+            log::encode_entry(&mut bytes, seq, ts, at, kind, &[], value);
+            bytes
+        };
         let mut rest = ops;
         let mut written = 0;
         for (n, &(page, count)) in layout.parts.iter().enumerate() {
@@ -734,7 +750,7 @@ impl SpanTicket<'_> {
             let (block, off) = pos(page, 0)?;
             block.max_address.fetch_max(covered, Ordering::AcqRel);
             let value = batch::encode_part(these, n as u32);
-            let bytes = log::encode_entry(block.seq, ts, at, EntryKind::BatchPart, &[], &value);
+            let bytes = batch_entry(block.seq, EntryKind::BatchPart, &value);
             // IMPORTANT: a part is written whole, timestamp included, and persisted before
             // the commit is started; without the commit it stands for nothing.
             nvm.pool.write(off, &bytes)?;
@@ -746,7 +762,7 @@ impl SpanTicket<'_> {
         let (block, off) = pos(cpage, within)?;
         block.max_address.fetch_max(covered, Ordering::AcqRel);
         let value = batch::encode_commit(layout.parts.len() as u32, ops.len() as u32);
-        let mut bytes = log::encode_entry(block.seq, ts, at, EntryKind::BatchCommit, &[], &value);
+        let mut bytes = batch_entry(block.seq, EntryKind::BatchCommit, &value);
         // IMPORTANT: the commit's persist commits the batch (after every part's).
         write_entry(nvm, None, self.log.two_step, true, off, &mut bytes)?;
         written += bytes.len() as u64;

@@ -131,7 +131,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use tierkv_core::common::index::{ConcurrentIndex, new_index};
+use tierkv_core::common::index::{ConcurrentIndex, new_word_index};
 use tierkv_core::{KvCursorPage, KvPair, Result};
 
 pub use crate::geometry::LogicalAddress;
@@ -348,7 +348,7 @@ impl CoreIndex {
     /// The index a variant names.
     pub fn new(variant: &str) -> Result<Arc<CoreIndex>> {
         Ok(Arc::new(CoreIndex {
-            inner: new_index(variant)?,
+            inner: new_word_index(variant)?,
             key_bytes: AtomicI64::new(0),
         }))
     }

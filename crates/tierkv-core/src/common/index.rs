@@ -61,7 +61,7 @@ use std::ops::Bound;
 
 use parking_lot::RwLock;
 
-use super::skipindex::SkipIndex;
+use super::skipindex::{EpochCell, SkipIndex, WordCell, WordValue};
 use super::treekey::TreeKey;
 use crate::api::error::{Error, Result};
 
@@ -179,13 +179,23 @@ where
     V: Clone + Send + Sync + 'static,
 {
     match variant {
-        "btree" => Ok(Box::new(SkipIndex::default())),
+        "btree" => Ok(Box::new(SkipIndex::<V, EpochCell<V>>::default())),
         "hash" => Ok(Box::new(HashIndex::<V>::default())),
         "lockfree" => Ok(Box::new(LockFreeIndex::default())),
         other => Err(Error::invalid(format!(
             "no index named {other:?} (indexes: {})",
             INDEX_VARIANTS.join(", ")
         ))),
+    }
+}
+
+/// [`new_index`] for one-word values (addresses): the `btree` variant holds each value in
+/// an atomic word ([`WordCell`]), so an update allocates nothing and leaves nothing to
+/// reclaim; the other variants are [`new_index`]'s.
+pub fn new_word_index<V: WordValue>(variant: &str) -> Result<Box<dyn ConcurrentIndex<V>>> {
+    match variant {
+        "btree" => Ok(Box::new(SkipIndex::<V, WordCell<V>>::default())),
+        other => new_index(other),
     }
 }
 

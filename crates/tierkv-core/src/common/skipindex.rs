@@ -18,11 +18,14 @@
 //! the cell is a third allocation) and two insertions per new key.
 //!
 //! # The cell
-//! Each key has a [`Slot`]: a writer lock guarding a `dead` flag, and an epoch-protected
-//! pointer to the current value. The hash map maps the key to its slot while the slot is
-//! vacant or live; the skip list maps it while the slot is live. States: *vacant* (pointer
-//! null, not dead: created by a writer that has not installed its value yet), *live*
-//! (pointer set) and *dead* (pointer null, dead: out of both maps or leaving them, never live
+//! Each key has a [`Slot`]: a writer lock guarding a `dead` flag, and a [`SlotCell`] holding
+//! the current value — an epoch-protected pointer to it ([`EpochCell`], any value), or the
+//! value itself in one atomic word ([`WordCell`], for one-word values such as HeterMM's
+//! logical addresses: an update then allocates nothing and leaves nothing to reclaim, and
+//! a reader copies the word). The hash map maps the key to its slot while the slot is
+//! vacant or live; the skip list maps it while the slot is live. States: *vacant* (cell
+//! empty, not dead: created by a writer that has not installed its value yet), *live*
+//! (cell set) and *dead* (cell empty, dead: out of both maps or leaving them, never live
 //! again).
 //!
 //! Invariants and why each operation is linearizable:
@@ -31,12 +34,12 @@
 //!    released, so the lookup finds a newer slot or none). Hence an update never lands in a
 //!    slot that left the maps, and `compute` on one key is atomic: `f` sees the value it
 //!    replaces.
-//! 2. An update swaps the pointer in one store (linearization point); the slot stays in both
+//! 2. An update swaps the cell's value in one store (linearization point); the slot stays in both
 //!    maps, so a concurrent `get` sees the old or the new value, never an absent key.
-//! 3. A removal sets `dead`, nulls the pointer (linearization point), unlinks the skip-list
+//! 3. A removal sets `dead`, empties the cell (linearization point), unlinks the skip-list
 //!    node, then removes the slot from the hash map (only if the map still holds this very
 //!    slot), all under the lock. Readers never look at `dead`: a reader that finds a null
-//!    pointer answers "absent". In a vacant slot the key is absent at that moment; in a dead
+//!    cell answers "absent". In a vacant slot the key is absent at that moment; in a dead
 //!    one it was absent from the removal's null store until a newer slot gets a value, which
 //!    needs the dead slot out of the hash map first, and the reader found it still there —
 //!    so that absent interval overlaps the read.
@@ -44,7 +47,7 @@
 //!    slot per key is live, and a dead one has left the list before a newer one can exist,
 //!    so the list holds at most one node per key.
 //! 5. A replaced or removed value is freed through the epoch (`defer_destroy`), after every
-//!    reader that could have loaded it has unpinned; a slot is freed when both maps have
+//!    reader that could have loaded it has unpinned (a word cell has nothing to free); a slot is freed when both maps have
 //!    dropped it (it is shared by `Arc`), and holds no value by then unless the index itself
 //!    is being dropped.
 //! 6. `len` counts live slots: +1 on vacant → live, −1 on live → dead, under the slot's lock,
@@ -62,9 +65,10 @@
 #![deny(unsafe_code)]
 
 use std::hash::BuildHasherDefault;
+use std::marker::PhantomData;
 use std::ops::Bound;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crossbeam::epoch::{self, Atomic, Guard, Owned, Shared};
 use crossbeam_skiplist::base::SkipList;
@@ -74,92 +78,194 @@ use super::index::ConcurrentIndex;
 use super::treekey::{KeyHasher, TreeKey};
 use crate::api::error::Result;
 
-/// The cell of one key (module doc, "The cell").
-struct Slot<V> {
-    /// Serializes the writers of this key; holds `dead`, set when the slot leaves the maps.
-    writer: Mutex<bool>,
+/// How a slot holds its key's value (module doc, "The cell"). Every change is made under
+/// the slot's writer lock; reads take no lock.
+pub trait SlotCell<V>: Send + Sync + 'static {
+    /// A cell with no value.
+    fn vacant() -> Self;
+    /// A cell holding `v`.
+    fn live(v: V) -> Self;
+    /// Calls `f` with the value as a reader pinned in `guard` sees it.
+    fn with<R>(&self, guard: &Guard, f: impl FnOnce(Option<&V>) -> R) -> R;
+    /// Replaces the value (`None`: none) under the writer lock; returns whether there was
+    /// one. A replaced value is dropped once no reader can hold it.
+    fn replace(&self, new: Option<V>, guard: &Guard) -> bool;
+    /// Takes the value out of a cell no other thread has seen.
+    fn take(&self) -> Option<V>;
+}
+
+/// The general cell: an epoch-protected pointer to the value (one allocation per update;
+/// a replaced value is freed after every reader pinned before the swap has unpinned).
+pub struct EpochCell<V> {
     /// The current value; null when vacant or dead.
     value: Atomic<V>,
 }
 
-impl<V> Slot<V> {
-    fn vacant() -> Slot<V> {
-        Slot {
-            writer: Mutex::new(false),
+impl<V: Send + Sync + 'static> SlotCell<V> for EpochCell<V> {
+    fn vacant() -> Self {
+        EpochCell {
             value: Atomic::null(),
         }
     }
 
-    /// The value as a reader pinned in `guard` sees it.
-    #[expect(unsafe_code, reason = "dereferences an epoch-protected pointer")]
-    fn load<'g>(&self, guard: &'g Guard) -> Option<&'g V> {
-        // SAFETY: a non-null pointer here came from `Owned::new`; it is replaced or nulled
-        // only under `writer`, and the old pointee is freed by `defer_destroy`, i.e. after
-        // every guard pinned before the swap — `guard` is pinned now, so the pointee lives
-        // at least as long as `guard`.
-        unsafe { self.value.load(Ordering::Acquire, guard).as_ref() }
+    fn live(v: V) -> Self {
+        EpochCell {
+            value: Atomic::new(v),
+        }
     }
 
-    /// Takes the value out of a slot no other thread has seen.
+    #[expect(unsafe_code, reason = "dereferences an epoch-protected pointer")]
+    fn with<R>(&self, guard: &Guard, f: impl FnOnce(Option<&V>) -> R) -> R {
+        // SAFETY: a non-null pointer here came from `Owned::new`; it is replaced or nulled
+        // only under the slot's writer lock, and the old pointee is freed by
+        // `defer_destroy`, i.e. after every guard pinned before the swap — `guard` is
+        // pinned now, so the pointee lives at least as long as `guard`.
+        f(unsafe { self.value.load(Ordering::Acquire, guard).as_ref() })
+    }
+
+    #[expect(unsafe_code, reason = "defers freeing the replaced value to the epoch")]
+    fn replace(&self, new: Option<V>, guard: &Guard) -> bool {
+        let new = match new {
+            Some(v) => Owned::new(v).into_shared(guard),
+            None => Shared::null(),
+        };
+        let prev = self.value.swap(new, Ordering::AcqRel, guard);
+        if prev.is_null() {
+            return false;
+        }
+        // SAFETY: `prev` was just unlinked from the cell by this swap (made under the
+        // writer lock, so no other writer saw it unlinked too), so it is freed exactly once;
+        // readers that loaded it are pinned and keep it alive until they unpin.
+        unsafe { guard.defer_destroy(prev) };
+        true
+    }
+
     #[expect(
         unsafe_code,
-        reason = "takes ownership of the value of an unshared slot"
+        reason = "takes ownership of the value of an unshared cell"
     )]
     fn take(&self) -> Option<V> {
-        // SAFETY: the caller's slot was never published, so this thread alone holds its
-        // pointer, which came from `Owned::new`; nulling it first leaves the slot empty.
+        // SAFETY: the caller's cell was never published, so this thread alone holds its
+        // pointer, which came from `Owned::new`; nulling it first leaves the cell empty.
         let v = self.value.swap(Shared::null(), Ordering::Relaxed, unsafe {
             epoch::unprotected()
         });
         // SAFETY: as above: the only owner of a pointer from `Owned::new`.
         (!v.is_null()).then(|| *unsafe { v.into_owned() }.into_box())
     }
-
-    /// Replaces the value with `new` (null for none) under the writer lock; returns whether
-    /// there was one. The old value is freed once no reader can hold it.
-    #[expect(unsafe_code, reason = "defers freeing the replaced value to the epoch")]
-    fn swap(&self, new: Shared<'_, V>, guard: &Guard) -> bool {
-        let prev = self.value.swap(new, Ordering::AcqRel, guard);
-        if prev.is_null() {
-            return false;
-        }
-        // SAFETY: `prev` was just unlinked from the slot by this swap (made under the writer
-        // lock, so no other writer saw it unlinked too), so it is freed exactly once; readers
-        // that loaded it are pinned and keep it alive until they unpin.
-        unsafe { guard.defer_destroy(prev) };
-        true
-    }
 }
 
-impl<V> Drop for Slot<V> {
-    #[expect(unsafe_code, reason = "frees the value of a slot no thread can reach")]
+impl<V> Drop for EpochCell<V> {
+    #[expect(unsafe_code, reason = "frees the value of a cell no thread can reach")]
     fn drop(&mut self) {
-        // SAFETY: the slot is dropped with its last `Arc`, which both maps release only
-        // after every guard that could have handed out a reference to it has unpinned, so
-        // nothing else can load, swap or free the pointer.
+        // SAFETY: the cell is dropped with its slot's last `Arc`, which both maps release
+        // only after every guard that could have handed out a reference to it has
+        // unpinned, so nothing else can load, swap or free the pointer.
         let v = unsafe { self.value.load(Ordering::Relaxed, epoch::unprotected()) };
         if !v.is_null() {
-            // SAFETY: the pointer came from `Owned::new` and is still held by this slot (a
+            // SAFETY: the pointer came from `Owned::new` and is still held by this cell (a
             // swapped-out value is no longer here), so this is its only owner.
             drop(unsafe { v.into_owned() });
         }
     }
 }
 
+/// A value that is one machine word (HeterMM's logical addresses): [`WordCell`] holds it in
+/// an atomic, with no allocation and nothing to reclaim.
+pub trait WordValue: Copy + Send + Sync + 'static {
+    /// The word; never [`WordCell::EMPTY`].
+    fn to_word(self) -> u64;
+    /// The value of a word [`WordValue::to_word`] made.
+    fn from_word(w: u64) -> Self;
+}
+
+impl WordValue for u64 {
+    fn to_word(self) -> u64 {
+        self
+    }
+    fn from_word(w: u64) -> Self {
+        w
+    }
+}
+
+/// The cell of a one-word value: an `AtomicU64`, [`WordCell::EMPTY`] when vacant or dead.
+/// An update is one atomic swap; a reader copies the word.
+pub struct WordCell<V> {
+    word: AtomicU64,
+    _value: PhantomData<fn() -> V>,
+}
+
+impl<V> WordCell<V> {
+    /// The word of "no value" (a value must never encode to it).
+    pub const EMPTY: u64 = u64::MAX;
+
+    fn of(v: Option<V>) -> u64
+    where
+        V: WordValue,
+    {
+        v.map_or(Self::EMPTY, |v| {
+            let w = v.to_word();
+            debug_assert_ne!(w, Self::EMPTY, "a word value encoded to the empty word");
+            w
+        })
+    }
+}
+
+impl<V: WordValue> SlotCell<V> for WordCell<V> {
+    fn vacant() -> Self {
+        WordCell {
+            word: AtomicU64::new(Self::EMPTY),
+            _value: PhantomData,
+        }
+    }
+
+    fn live(v: V) -> Self {
+        WordCell {
+            word: AtomicU64::new(Self::of(Some(v))),
+            _value: PhantomData,
+        }
+    }
+
+    fn with<R>(&self, _guard: &Guard, f: impl FnOnce(Option<&V>) -> R) -> R {
+        let w = self.word.load(Ordering::Acquire);
+        let v = (w != Self::EMPTY).then(|| V::from_word(w));
+        f(v.as_ref())
+    }
+
+    fn replace(&self, new: Option<V>, _guard: &Guard) -> bool {
+        self.word.swap(Self::of(new), Ordering::AcqRel) != Self::EMPTY
+    }
+
+    fn take(&self) -> Option<V> {
+        let w = self.word.swap(Self::EMPTY, Ordering::Relaxed);
+        (w != Self::EMPTY).then(|| V::from_word(w))
+    }
+}
+
+/// One key's slot (module doc, "The cell").
+struct Slot<C> {
+    /// Serializes the writers of this key; holds `dead`, set when the slot leaves the maps.
+    writer: Mutex<bool>,
+    /// The current value.
+    value: C,
+}
+
 type FastHasher = BuildHasherDefault<KeyHasher>;
 
 /// The `btree` variant: per-key cells in a lock-free hash map (points) and a lock-free
-/// skip list (order); module doc.
-pub struct SkipIndex<V> {
+/// skip list (order); module doc. `C` holds a key's value: [`EpochCell`] for any value,
+/// [`WordCell`] for one-word values.
+pub struct SkipIndex<V, C = EpochCell<V>> {
     /// Key → its vacant or live slot.
-    points: papaya::HashMap<TreeKey, Arc<Slot<V>>, FastHasher>,
+    points: papaya::HashMap<TreeKey, Arc<Slot<C>>, FastHasher>,
     /// Key → its live slot, in key order.
-    order: SkipList<TreeKey, Arc<Slot<V>>>,
+    order: SkipList<TreeKey, Arc<Slot<C>>>,
     /// Live keys (invariant 6).
     live: AtomicUsize,
+    _value: PhantomData<fn() -> V>,
 }
 
-impl<V> Default for SkipIndex<V> {
+impl<V, C> Default for SkipIndex<V, C> {
     fn default() -> Self {
         SkipIndex {
             // NOTE: blocking resizes, as the `lockfree` variant (its comment says why).
@@ -169,11 +275,12 @@ impl<V> Default for SkipIndex<V> {
                 .build(),
             order: SkipList::new(epoch::default_collector().clone()),
             live: AtomicUsize::new(0),
+            _value: PhantomData,
         }
     }
 }
 
-impl<V: Clone + Send + Sync + 'static> SkipIndex<V> {
+impl<V: Clone + Send + Sync + 'static, C: SlotCell<V>> SkipIndex<V, C> {
     /// `compute` with both epochs pinned by the caller: `f` runs once, under the key's lock.
     fn compute_in(
         &self,
@@ -187,7 +294,12 @@ impl<V: Clone + Send + Sync + 'static> SkipIndex<V> {
                 Some(s) => s,
                 None => match self.points.try_insert_with(
                     key.clone(),
-                    || Arc::new(Slot::vacant()),
+                    || {
+                        Arc::new(Slot {
+                            writer: Mutex::new(false),
+                            value: C::vacant(),
+                        })
+                    },
                     points,
                 ) {
                     Ok(s) | Err(s) => s,
@@ -200,11 +312,10 @@ impl<V: Clone + Send + Sync + 'static> SkipIndex<V> {
                 std::hint::spin_loop();
                 continue;
             }
-            let cur = slot.load(guard);
-            let old = cur.cloned();
-            match f(cur) {
+            let old = slot.value.with(guard, |cur| cur.cloned());
+            match f(old.as_ref()) {
                 Some(v) => {
-                    if !slot.swap(Owned::new(v).into_shared(guard), guard) {
+                    if !slot.value.replace(Some(v), guard) {
                         // Vacant → live: into the order (invariant 4).
                         self.live.fetch_add(1, Ordering::Relaxed);
                         self.order
@@ -214,7 +325,7 @@ impl<V: Clone + Send + Sync + 'static> SkipIndex<V> {
                 }
                 None => {
                     *dead = true;
-                    if slot.swap(Shared::null(), guard) {
+                    if slot.value.replace(None, guard) {
                         self.live.fetch_sub(1, Ordering::Relaxed);
                         if let Some(e) = self.order.get(key, guard)
                             && Arc::ptr_eq(e.value(), slot)
@@ -238,7 +349,7 @@ impl<V: Clone + Send + Sync + 'static> SkipIndex<V> {
     fn insert_new(&self, key: TreeKey, value: V, points: &papaya::LocalGuard<'_>, guard: &Guard) {
         let slot = Arc::new(Slot {
             writer: Mutex::new(false),
-            value: Atomic::new(value),
+            value: C::live(value),
         });
         let unpublished = slot.writer.lock();
         match self.points.try_insert(key.clone(), slot.clone(), points) {
@@ -250,7 +361,7 @@ impl<V: Clone + Send + Sync + 'static> SkipIndex<V> {
             Err(taken) => {
                 drop(unpublished);
                 drop(taken.not_inserted);
-                let mut value = slot.take();
+                let mut value = slot.value.take();
                 self.compute_in(&key, &mut |_| value.take(), points, guard);
             }
         }
@@ -261,21 +372,23 @@ impl<V: Clone + Send + Sync + 'static> SkipIndex<V> {
     fn walk(&self, start: Bound<TreeKey>, f: &mut dyn FnMut(&[u8], &V) -> bool) {
         let guard = epoch::pin();
         for e in self.order.range((start, Bound::Unbounded), &guard) {
-            if let Some(v) = e.value().load(&guard)
-                && !f(e.key().as_bytes(), v)
-            {
+            let go_on = e
+                .value()
+                .value
+                .with(&guard, |v| v.is_none_or(|v| f(e.key().as_bytes(), v)));
+            if !go_on {
                 return;
             }
         }
     }
 }
 
-impl<V: Clone + Send + Sync + 'static> ConcurrentIndex<V> for SkipIndex<V> {
+impl<V: Clone + Send + Sync + 'static, C: SlotCell<V>> ConcurrentIndex<V> for SkipIndex<V, C> {
     fn get(&self, key: &[u8]) -> Option<V> {
         let points = self.points.guard();
         let slot = self.points.get(&TreeKey::new(key), &points)?;
         // Vacant or dead: absent at some moment of this call (invariant 3).
-        slot.load(&epoch::pin()).cloned()
+        slot.value.with(&epoch::pin(), |v| v.cloned())
     }
 
     fn insert(&self, key: &[u8], value: V) -> Option<V> {

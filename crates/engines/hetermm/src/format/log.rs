@@ -210,35 +210,33 @@ pub struct Place {
     pub record: u64,
 }
 
-/// Encodes an entry with timestamp `ts` of a block with sequence `seq` (the current
-/// [`VERSION`]: the checksum covers `ts`). A two-step write stores these bytes with the ts
-/// word zeroed first, then the ts.
+/// Encodes into `out` (cleared first; a writer reuses its buffer) an entry with timestamp
+/// `ts` of a block with sequence `seq` (the current [`VERSION`]: the checksum covers `ts`).
+/// A two-step write stores these bytes with the ts word zeroed first, then the ts.
 pub fn encode_entry(
+    out: &mut Vec<u8>,
     seq: u64,
     ts: u64,
     at: Place,
     kind: EntryKind,
     key: &[u8],
     value: &[u8],
-) -> Vec<u8> {
+) {
     let len = entry_len(key.len() as u64, value.len() as u64) as usize;
-    let mut out = vec![0u8; len];
-    put_at(&mut out, 0, &ts.to_le_bytes());
-    put_at(&mut out, E_ADDRESS_OFF, &at.address.to_le_bytes());
-    put_at(&mut out, E_RECORD_OFF, &at.record.to_le_bytes());
-    put_at(&mut out, E_KEY_LEN_OFF, &(key.len() as u16).to_le_bytes());
+    out.clear();
+    out.resize(len, 0);
+    let out = out.as_mut_slice();
+    put_at(out, 0, &ts.to_le_bytes());
+    put_at(out, E_ADDRESS_OFF, &at.address.to_le_bytes());
+    put_at(out, E_RECORD_OFF, &at.record.to_le_bytes());
+    put_at(out, E_KEY_LEN_OFF, &(key.len() as u16).to_le_bytes());
     out[E_KIND_OFF] = kind.code();
-    put_at(
-        &mut out,
-        E_VALUE_LEN_OFF,
-        &(value.len() as u32).to_le_bytes(),
-    );
-    let crc = entry_crc(seq, Some(ts), &out, key, value);
-    put_at(&mut out, E_CRC_OFF, &crc.to_le_bytes());
+    put_at(out, E_VALUE_LEN_OFF, &(value.len() as u32).to_le_bytes());
+    let crc = entry_crc(seq, Some(ts), out, key, value);
+    put_at(out, E_CRC_OFF, &crc.to_le_bytes());
     let k = ENTRY_HEADER_LEN as usize;
-    put_at(&mut out, k, key);
-    put_at(&mut out, k + key.len(), value);
-    out
+    put_at(out, k, key);
+    put_at(out, k + key.len(), value);
 }
 
 /// Decodes the entry at the start of `bytes` (the rest of its page) in a block with
@@ -320,8 +318,14 @@ mod tests {
         record: 4096,
     };
 
+    fn enc(seq: u64, ts: u64, at: Place, kind: EntryKind, key: &[u8], v: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_entry(&mut out, seq, ts, at, kind, key, v);
+        out
+    }
+
     fn committed(seq: u64, ts: u64, key: &[u8], value: &[u8]) -> Vec<u8> {
-        encode_entry(seq, ts, PLACE, EntryKind::Put, key, value)
+        enc(seq, ts, PLACE, EntryKind::Put, key, value)
     }
 
     #[test]
@@ -333,7 +337,7 @@ mod tests {
             (10, 8192, 4096, &b"key"[..], &b"value"[..])
         );
         assert_eq!(d.kind, EntryKind::Put);
-        let step1 = encode_entry(3, 0, PLACE, EntryKind::Put, b"key", b"value");
+        let step1 = enc(3, 0, PLACE, EntryKind::Put, b"key", b"value");
         assert!(
             decode_entry(&step1, 3, VERSION).is_none(),
             "ts 0 is not committed"
@@ -385,7 +389,7 @@ mod tests {
         let mut b = vec![0u8; 1 << 14];
         b[..64].copy_from_slice(&h.encode());
         let e1 = committed(7, 1, b"a", b"1");
-        let e2 = encode_entry(7, 0, PLACE, EntryKind::Delete, b"b", b"");
+        let e2 = enc(7, 0, PLACE, EntryKind::Delete, b"b", b"");
         let e3 = committed(7, 3, b"c", b"3");
         b[64..64 + e1.len()].copy_from_slice(&e1);
         let at = 64 + e1.len();
@@ -425,26 +429,26 @@ mod tests {
             address: 8192,
             record: 0,
         };
-        let mut e = encode_entry(3, 9, at, EntryKind::Batch, b"", b"payload!");
+        let mut e = enc(3, 9, at, EntryKind::Batch, b"", b"payload!");
         e[..8].copy_from_slice(&9u64.to_le_bytes());
         let d = decode_entry(&e, 3, VERSION).unwrap();
         assert_eq!(
             (d.kind, d.key, d.value),
             (EntryKind::Batch, &b""[..], &b"payload!"[..])
         );
-        let mut keyed = encode_entry(3, 9, at, EntryKind::Batch, b"k", b"payload!");
+        let mut keyed = enc(3, 9, at, EntryKind::Batch, b"k", b"payload!");
         keyed[..8].copy_from_slice(&9u64.to_le_bytes());
         assert!(
             decode_entry(&keyed, 3, VERSION).is_none(),
             "a batch entry with a key"
         );
-        let mut empty = encode_entry(3, 9, at, EntryKind::Batch, b"", b"");
+        let mut empty = enc(3, 9, at, EntryKind::Batch, b"", b"");
         empty[..8].copy_from_slice(&9u64.to_le_bytes());
         assert!(
             decode_entry(&empty, 3, VERSION).is_none(),
             "a batch entry without payload"
         );
-        let mut put = encode_entry(3, 9, at, EntryKind::Put, b"", b"v");
+        let mut put = enc(3, 9, at, EntryKind::Put, b"", b"v");
         put[..8].copy_from_slice(&9u64.to_le_bytes());
         assert!(
             decode_entry(&put, 3, VERSION).is_none(),
@@ -455,16 +459,16 @@ mod tests {
             record: 4096,
         };
         for kind in [EntryKind::BatchPart, EntryKind::BatchCommit] {
-            let mut e = encode_entry(3, 9, at, kind, b"", b"payload!");
+            let mut e = enc(3, 9, at, kind, b"", b"payload!");
             e[..8].copy_from_slice(&9u64.to_le_bytes());
             assert_eq!(decode_entry(&e, 3, VERSION).map(|d| d.kind), Some(kind));
-            let mut keyed = encode_entry(3, 9, at, kind, b"k", b"payload!");
+            let mut keyed = enc(3, 9, at, kind, b"k", b"payload!");
             keyed[..8].copy_from_slice(&9u64.to_le_bytes());
             assert!(
                 decode_entry(&keyed, 3, VERSION).is_none(),
                 "{kind:?} with a key"
             );
-            let mut named = encode_entry(
+            let mut named = enc(
                 3,
                 9,
                 Place {
@@ -481,11 +485,11 @@ mod tests {
                 "{kind:?} naming a record"
             );
         }
-        let mut six = encode_entry(3, 9, at, EntryKind::BatchCommit, b"", b"payload!");
+        let mut six = enc(3, 9, at, EntryKind::BatchCommit, b"", b"payload!");
         six[..8].copy_from_slice(&9u64.to_le_bytes());
         six[26] = 6;
         assert!(decode_entry(&six, 3, VERSION).is_none(), "kind 6");
-        let mut rec = encode_entry(3, 9, named, EntryKind::Batch, b"", b"payload!");
+        let mut rec = enc(3, 9, named, EntryKind::Batch, b"", b"payload!");
         rec[..8].copy_from_slice(&9u64.to_le_bytes());
         assert!(
             decode_entry(&rec, 3, VERSION).is_none(),
@@ -521,7 +525,7 @@ mod tests {
     /// read, by their own rule.
     #[test]
     fn an_entry_of_a_version_4_block_is_read_with_the_ts_outside_its_checksum() {
-        let mut e = encode_entry(3, 0, PLACE, EntryKind::Put, b"key", b"value");
+        let mut e = enc(3, 0, PLACE, EntryKind::Put, b"key", b"value");
         let crc = entry_crc(3, None, &e, b"key", b"value");
         put_at(&mut e, E_CRC_OFF, &crc.to_le_bytes());
         e[..8].copy_from_slice(&10u64.to_le_bytes());

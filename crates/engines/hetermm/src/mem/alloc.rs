@@ -91,6 +91,10 @@ impl HeterMem {
     /// write then goes on and the reserve rules decide), the store stops, or no log block
     /// was retired for [`LOG_WAIT_IDLE`] (the write goes on, as if there were no limit).
     pub(crate) fn wait_for_log_room(&self, g: &Guard<'_>, log: &crate::oplog::OpLog) {
+        // The common case, with no clock read and no lock.
+        if log.block_count() < self.log_blocks_limit {
+            return;
+        }
         let mut progress = log.retired();
         let mut since = Instant::now();
         while log.block_count() >= self.log_blocks_limit

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use proptest::prelude::*;
 
-use super::SkipIndex;
+use super::{EpochCell, SkipIndex, SlotCell, WordCell};
 use crate::common::index::ConcurrentIndex;
 
 #[derive(Debug, Clone)]
@@ -32,7 +32,8 @@ fn key() -> impl Strategy<Value = Vec<u8>> {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        (key(), any::<u64>()).prop_map(|(k, v)| Op::Insert(k, v)),
+        // Below u64::MAX: the word cell's "no value" word.
+        (key(), 0..u64::MAX).prop_map(|(k, v)| Op::Insert(k, v)),
         key().prop_map(Op::Remove),
         (key(), 0u64..4).prop_map(|(k, m)| Op::Bump(k, m)),
         key().prop_map(Op::ComputeNone),
@@ -42,7 +43,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 /// Applies `op` to the index and the model; panics on any difference.
-fn apply(idx: &SkipIndex<u64>, model: &mut BTreeMap<Vec<u8>, u64>, op: &Op) {
+fn apply(idx: &dyn ConcurrentIndex<u64>, model: &mut BTreeMap<Vec<u8>, u64>, op: &Op) {
     match op {
         Op::Insert(k, v) => assert_eq!(idx.insert(k, *v), model.insert(k.clone(), *v)),
         Op::Remove(k) => assert_eq!(idx.remove(k), model.remove(k)),
@@ -79,19 +80,25 @@ fn apply(idx: &SkipIndex<u64>, model: &mut BTreeMap<Vec<u8>, u64>, op: &Op) {
 proptest! {
     /// Single-threaded, the index is a `BTreeMap`: every op's result, `len`, and at the end
     /// `for_each` and a bulk `insert_sorted` on top.
+    /// Both cells: the general one and the one-word one.
     #[test]
     fn behaves_like_a_btreemap(ops in proptest::collection::vec(op(), 1..120),
-                               sorted in proptest::collection::btree_map(key(), any::<u64>(), 0..8)) {
-        let idx = SkipIndex::<u64>::default();
-        let mut model = BTreeMap::new();
-        for op in &ops {
-            apply(&idx, &mut model, op);
+                               sorted in proptest::collection::btree_map(key(), 0..u64::MAX, 0..8)) {
+        let cells: [Box<dyn ConcurrentIndex<u64>>; 2] = [
+            Box::new(SkipIndex::<u64, EpochCell<u64>>::default()),
+            Box::new(SkipIndex::<u64, WordCell<u64>>::default()),
+        ];
+        for idx in cells {
+            let mut model = BTreeMap::new();
+            for op in &ops {
+                apply(&*idx, &mut model, op);
+            }
+            idx.insert_sorted(&mut sorted.iter().map(|(k, v)| (&k[..], *v)));
+            model.extend(sorted.clone());
+            let mut seen = Vec::new();
+            idx.for_each(&mut |k, v| seen.push((k.to_vec(), *v)));
+            prop_assert_eq!(seen, model.into_iter().collect::<Vec<_>>());
         }
-        idx.insert_sorted(&mut sorted.iter().map(|(k, v)| (&k[..], *v)));
-        model.extend(sorted);
-        let mut seen = Vec::new();
-        idx.for_each(&mut |k, v| seen.push((k.to_vec(), *v)));
-        prop_assert_eq!(seen, model.into_iter().collect::<Vec<_>>());
     }
 }
 
@@ -99,6 +106,31 @@ proptest! {
 /// never held; heap values (an `Arc`) so that a use after free would show up under Miri or
 /// a sanitizer.
 type Val = Arc<(u8, u64)>;
+
+/// A value made of a key's number and a count, for the racing test.
+trait Tagged: Clone + Send + Sync + 'static {
+    fn make(i: u8, n: u64) -> Self;
+    fn parts(&self) -> (u8, u64);
+}
+
+impl Tagged for Val {
+    fn make(i: u8, n: u64) -> Self {
+        Arc::new((i, n))
+    }
+    fn parts(&self) -> (u8, u64) {
+        **self
+    }
+}
+
+/// The one-word form: the key's number in the top byte.
+impl Tagged for u64 {
+    fn make(i: u8, n: u64) -> Self {
+        u64::from(i) << 56 | n
+    }
+    fn parts(&self) -> (u8, u64) {
+        ((self >> 56) as u8, self & ((1 << 56) - 1))
+    }
+}
 
 fn hot(prefix: u8, i: u8) -> [u8; 2] {
     [prefix, i]
@@ -111,11 +143,21 @@ fn hot(prefix: u8, i: u8) -> [u8; 2] {
 /// keys.
 #[test]
 fn racing_writers_and_readers_keep_each_key_linearizable() {
+    racing::<Val, EpochCell<Val>>();
+}
+
+/// The same with values held in one atomic word.
+#[test]
+fn racing_writers_and_readers_keep_each_key_linearizable_in_word_cells() {
+    racing::<u64, WordCell<u64>>();
+}
+
+fn racing<V: Tagged, C: SlotCell<V>>() {
     const ROUNDS: u64 = 4_000;
     const HOT: u8 = 4;
-    let idx = SkipIndex::<Val>::default();
+    let idx = SkipIndex::<V, C>::default();
     for i in 0..HOT {
-        idx.insert(&hot(b's', i), Arc::new((i, 0)));
+        idx.insert(&hot(b's', i), V::make(i, 0));
     }
     let done = AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -125,7 +167,7 @@ fn racing_writers_and_readers_keep_each_key_linearizable() {
                 for r in 0..ROUNDS {
                     let i = (r % u64::from(HOT)) as u8;
                     idx.compute(&hot(b'c', i), &mut |cur| {
-                        Some(Arc::new((i, cur.map_or(0, |v| v.1) + 1)))
+                        Some(V::make(i, cur.map_or(0, |v| v.parts().1) + 1))
                     });
                 }
             }));
@@ -134,13 +176,13 @@ fn racing_writers_and_readers_keep_each_key_linearizable() {
             writers.push(s.spawn(|| {
                 for r in 0..ROUNDS {
                     let i = (r % u64::from(HOT)) as u8;
-                    idx.insert(&hot(b's', i), Arc::new((i, r)));
+                    idx.insert(&hot(b's', i), V::make(i, r));
                     match r % 3 {
-                        0 => drop(idx.insert(&hot(b'x', i), Arc::new((i, r)))),
+                        0 => drop(idx.insert(&hot(b'x', i), V::make(i, r))),
                         1 => drop(idx.remove(&hot(b'x', i))),
                         _ => drop(idx.compute(&hot(b'x', i), &mut |cur| match cur {
                             Some(_) => None,
-                            None => Some(Arc::new((i, r))),
+                            None => Some(V::make(i, r)),
                         })),
                     }
                 }
@@ -154,10 +196,14 @@ fn racing_writers_and_readers_keep_each_key_linearizable() {
                         rounds += 1;
                         for i in 0..HOT {
                             let v = idx.get(&hot(b's', i));
-                            assert_eq!(v.map(|v| v.0), Some(i), "stable key {i} absent or foreign");
+                            assert_eq!(
+                                v.map(|v| v.parts().0),
+                                Some(i),
+                                "stable key {i} absent or foreign"
+                            );
                             for p in [b'c', b'x'] {
                                 if let Some(v) = idx.get(&hot(p, i)) {
-                                    assert_eq!(v.0, i, "a value {p}{i} never held");
+                                    assert_eq!(v.parts().0, i, "a value {p}{i} never held");
                                 }
                             }
                         }
@@ -168,7 +214,10 @@ fn racing_writers_and_readers_keep_each_key_linearizable() {
                         );
                         let stable = scan.iter().filter(|(k, _)| k[0] == b's').count();
                         assert_eq!(stable, usize::from(HOT), "a scan missed a stable key");
-                        assert!(scan.iter().all(|(k, v)| k[1] == v.0), "scan value foreign");
+                        assert!(
+                            scan.iter().all(|(k, v)| k[1] == v.parts().0),
+                            "scan value foreign"
+                        );
                     }
                     rounds
                 })
@@ -185,7 +234,7 @@ fn racing_writers_and_readers_keep_each_key_linearizable() {
     let per_key = 2 * ROUNDS / u64::from(HOT);
     for i in 0..HOT {
         assert_eq!(
-            idx.get(&hot(b'c', i)).map(|v| v.1),
+            idx.get(&hot(b'c', i)).map(|v| v.parts().1),
             Some(per_key),
             "lost increments"
         );
@@ -208,7 +257,7 @@ fn racing_writers_and_readers_keep_each_key_linearizable() {
 #[test]
 fn dropping_the_index_drops_its_values() {
     let v = Arc::new((0u8, 0u64));
-    let idx = SkipIndex::<Val>::default();
+    let idx = SkipIndex::<Val, EpochCell<Val>>::default();
     for k in 0u8..50 {
         idx.insert(&[k], v.clone());
     }
@@ -220,7 +269,7 @@ fn dropping_the_index_drops_its_values() {
 /// A bulk build of sorted keys equals inserting each, and is in order.
 #[test]
 fn insert_sorted_builds_the_map_in_order() {
-    let idx = SkipIndex::<u64>::default();
+    let idx = SkipIndex::<u64, WordCell<u64>>::default();
     let key = |i: u64| format!("k{:08}", i * 3).into_bytes();
     let keys: Vec<Vec<u8>> = (0u64..20_000).map(key).collect();
     idx.insert_sorted(&mut keys.iter().enumerate().map(|(i, k)| (&k[..], i as u64)));
@@ -263,5 +312,12 @@ fn bulk_build_timing() {
         assert_eq!(found, keys.len());
     };
     run("locked std B-tree", &BTreeIndex::<u64>::default());
-    run("btree variant", &SkipIndex::<u64>::default());
+    run(
+        "btree variant",
+        &SkipIndex::<u64, EpochCell<u64>>::default(),
+    );
+    run(
+        "btree variant, word cells",
+        &SkipIndex::<u64, WordCell<u64>>::default(),
+    );
 }
