@@ -13,7 +13,9 @@
 //! lock-free hash map plus skip list with a writer lock per key, standing in for the
 //! paper's concurrent B+-tree, `hash` dashmap, `lockfree` papaya:
 //! `tierkv_core::common::index`), so each can be measured against itself in
-//! `dram:<same index>`. Options: [`HeterOptions`].
+//! `dram:<same index>`. HeterMM's `btree` keeps each key's logical address in one atomic
+//! word (`new_word_index`, `WordCell`): an update swaps the word, allocating nothing.
+//! Options: [`HeterOptions`].
 //!
 //! ## Map of the paper
 //!

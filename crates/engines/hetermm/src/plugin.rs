@@ -333,7 +333,8 @@ pub trait PluggedIndex<M: HeterMemory>: Send + Sync {
 
 /// One of tierkv's concurrent indexes (`btree`, `hash`, `lockfree`) plugged in through the
 /// API: `set_value` runs inside the index's atomic per-key `compute`, as Fig. 4 runs it
-/// under the bucket lock.
+/// under the bucket lock. The `btree` variant holds the addresses in atomic words
+/// (`new_word_index`).
 pub struct CoreIndex {
     inner: Box<dyn ConcurrentIndex<LogicalAddress>>,
     /// Bytes of the keys it holds.
