@@ -16,7 +16,8 @@
 //! structure). `hash` readers take their shard's read lock (dashmap: 4x the CPU count of
 //! shards, rounded up to a power of two; no global lock, but a shared lock word).
 //! [`BTreeIndex`], the `std` B-tree behind one reader-writer lock that `btree` used to be,
-//! is not a variant; the `focus` engine uses it directly.
+//! is not a variant; it stays as the baseline the `btree` timing test measures against
+//! (the `focus` engine used it until 2026-11-27 and now uses [`SkipIndex`] too).
 //!
 //! Every operation is linearizable: an update replaces the value in one step, so a
 //! concurrent reader sees the old or the new value, never an absent key.
