@@ -15,7 +15,7 @@
 //! |---|---|---|
 //! | §IV, Table I | the API: create_schema, put, update, get, scan, del | `tierkv_core::api::schema`, `store.rs` |
 //! | §IV, Fig. 5 | schema management layer (catalog, precomputed offsets) | `tierkv_core::schema::Catalog`, `format/row.rs` ([`format::row::Layout`]) |
-//! | §IV, §V-C1 | global index: key → newest chain entry, CAS-updated, ordered | `store.rs` ([`store::Entry`]) |
+//! | §IV, §V-C1 | global index: key → newest chain entry, CAS-updated, ordered (tierkv's lock-free `SkipIndex`) | `store.rs` ([`store::Entry`]) |
 //! | §V-A, Fig. 6 | CLog record: KV size, fixed fields inline, 12-byte var heads, ≤ 8 bytes inline | `format/row.rs`, `format/record.rs` |
 //! | §V-A, Fig. 6 | DLog record: FieldsCount, FieldArray, values, ChainPointer | `format/delta.rs`, `format/record.rs` |
 //! | §V-A, Fig. 7 | PLog = CLog + DLog in linked chunks | `plog.rs`, `format/chunk.rs` |
