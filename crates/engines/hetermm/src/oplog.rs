@@ -5,8 +5,8 @@
 //! page (Algorithm 2: a page is handed to a thread, which then appends without contention),
 //! writing every entry whole and persisting it once — its checksum covers its ts, so a torn
 //! entry is never replayed (`format::log`; option `two_step_write` writes it in the paper's
-//! two steps instead: data with ts = 0, persist; ts, persist). A put prepares its entry under the index's lock
-//! ([`LogTicket::prepare`]) and writes it after ([`PreparedEntry::write`]); persists of
+//! two steps instead: data with ts = 0, persist; ts, persist). A put prepares its entry
+//! under the index's lock ([`LogTicket::prepare`]) and writes it after ([`PreparedEntry::write`]); persists of
 //! concurrent writers are grouped (`groupsync.rs`). Each block keeps `max_address`, the highest
 //! logical address its entries cover.
 //!
@@ -705,8 +705,7 @@ pub struct SpanTicket<'a> {
 
 impl SpanTicket<'_> {
     /// Writes the batch's parts — each whole with its timestamp `ts`, persisted — and then
-    /// its commit ([`write_entry`]). Every entry covers
-    /// `covered`. Fails only if the pool fails (or `ops` needs more pages than were held).
+    /// its commit (`write_entry`). Every entry covers `covered`. Fails only if the pool fails (or `ops` needs more pages than were held).
     pub fn commit(
         mut self,
         nvm: &Nvm,

@@ -34,22 +34,22 @@
 //!    released, so the lookup finds a newer slot or none). Hence an update never lands in a
 //!    slot that left the maps, and `compute` on one key is atomic: `f` sees the value it
 //!    replaces.
-//! 2. An update swaps the cell's value in one store (linearization point); the slot stays in both
-//!    maps, so a concurrent `get` sees the old or the new value, never an absent key.
+//! 2. An update swaps the cell's value in one store (linearization point); the slot stays
+//!    in both maps, so a concurrent `get` sees the old or the new value, never an absent key.
 //! 3. A removal sets `dead`, empties the cell (linearization point), unlinks the skip-list
 //!    node, then removes the slot from the hash map (only if the map still holds this very
-//!    slot), all under the lock. Readers never look at `dead`: a reader that finds a null
+//!    slot), all under the lock. Readers never look at `dead`: a reader that finds an empty
 //!    cell answers "absent". In a vacant slot the key is absent at that moment; in a dead
-//!    one it was absent from the removal's null store until a newer slot gets a value, which
+//!    one it was absent from the removal's emptying store until a newer slot gets a value, which
 //!    needs the dead slot out of the hash map first, and the reader found it still there —
 //!    so that absent interval overlaps the read.
 //! 4. A slot enters the skip list when it goes vacant → live, under its lock; at most one
 //!    slot per key is live, and a dead one has left the list before a newer one can exist,
 //!    so the list holds at most one node per key.
 //! 5. A replaced or removed value is freed through the epoch (`defer_destroy`), after every
-//!    reader that could have loaded it has unpinned (a word cell has nothing to free); a slot is freed when both maps have
-//!    dropped it (it is shared by `Arc`), and holds no value by then unless the index itself
-//!    is being dropped.
+//!    reader that could have loaded it has unpinned (a word cell has nothing to free); a
+//!    slot is freed when both maps have dropped it (it is shared by `Arc`), and holds no
+//!    value by then unless the index itself is being dropped.
 //! 6. `len` counts live slots: +1 on vacant → live, −1 on live → dead, under the slot's lock,
 //!    so it is exact whenever no write is in flight.
 //!
