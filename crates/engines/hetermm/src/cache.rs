@@ -163,7 +163,8 @@ impl ReadCache {
                 slot.cache_cursor.store(CLOSED, Ordering::Release);
                 return;
             };
-            slot.cache_cursor.store(cursor(lp, 0), Ordering::Release);
+            slot.cache_cursor
+                .store(cursor(lp, 0, page_size), Ordering::Release);
         };
         let Some(phys) = self.ring.lookup(self.geo.page_of(ca)) else {
             return;
@@ -220,7 +221,7 @@ impl ReadCache {
         self.ready.lock().retain(|p| *p != lp);
         for s in threads.used_slots() {
             let c = s.cache_cursor.load(Ordering::Acquire);
-            if c != CLOSED && cursor_page(c) == lp {
+            if c != CLOSED && cursor_page(c, self.geo.page_size()) == lp {
                 let _ =
                     s.cache_cursor
                         .compare_exchange(c, CLOSED, Ordering::AcqRel, Ordering::Relaxed);

@@ -28,8 +28,8 @@ impl LogicalAddress {
 }
 
 /// The index holds an address in one atomic word (`tierkv_core`'s `WordCell`): logical
-/// addresses stay far below `u64::MAX`, the cell's "no value" word (a block number is below
-/// 2^26 and an offset below 2^m, m <= 30).
+/// addresses stay below 2^63 ([`Geometry::block_numbers`]), far from `u64::MAX`, the cell's
+/// "no value" word.
 impl tierkv_core::common::skipindex::WordValue for LogicalAddress {
     fn to_word(self) -> u64 {
         self.0
@@ -45,6 +45,19 @@ impl std::fmt::Display for LogicalAddress {
     }
 }
 
+/// Logical block numbers a store with blocks of 2^`block_bits` bytes can use: those a block
+/// directory word can name (2^48), and no more than keep every logical address below 2^63,
+/// so that `(b + 1) << m` never overflows and no address is the index's "no value" word. At
+/// the default m = 21 that is 2^42 blocks, 8 EiB of writes (FORMAT.md § Counters).
+pub const fn block_numbers(block_bits: u32) -> u64 {
+    let by_address = 1u64 << (63 - block_bits);
+    if by_address < crate::nvm::blocks::MAX_BLOCKS {
+        by_address
+    } else {
+        crate::nvm::blocks::MAX_BLOCKS
+    }
+}
+
 /// Page and block sizes: k and m.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
@@ -55,6 +68,11 @@ pub struct Geometry {
 }
 
 impl Geometry {
+    /// Logical block numbers a store of this geometry can use ([`block_numbers`]).
+    pub const fn block_numbers(&self) -> u64 {
+        block_numbers(self.block_bits)
+    }
+
     /// Bytes per DRAM page.
     pub const fn page_size(&self) -> u64 {
         1 << self.page_bits
@@ -151,5 +169,20 @@ mod tests {
         assert_eq!(g.first_usable(40), (5 << 15) + g.prefix());
         assert_eq!(g.first_usable(41), 41 * 4096);
         assert_eq!(g.block_capacity(), (1 << 15) - 192);
+        let at = |m| Geometry {
+            page_bits: 12,
+            block_bits: m,
+        };
+        assert_eq!(at(14).block_numbers(), 1 << 48, "the directory's limit");
+        assert_eq!(at(15).block_numbers(), 1 << 48);
+        assert_eq!(at(16).block_numbers(), 1 << 47, "the address limit");
+        assert_eq!(at(21).block_numbers(), 1 << 42);
+        assert_eq!(at(30).block_numbers(), 1 << 33);
+        let last = at(30).block_numbers() - 1;
+        assert_eq!(
+            u128::from(last + 1) << 30,
+            1u128 << 63,
+            "the last block ends at 2^63"
+        );
     }
 }

@@ -110,6 +110,31 @@ pub fn open_memory(
     // IMPORTANT: never below the flush frontier — a block flushed and then freed (all of it
     // invalid) leaves no directory word, and its logical addresses must not come back.
     let frontier = nvm.flush_frontier()?;
+    // Block numbers past what the geometry can address would overflow the address
+    // arithmetic: a directory or frontier naming one is damaged.
+    let numbers = crate::geometry::block_numbers(nvm.block_bits());
+    if frontier >> nvm.block_bits() >= numbers {
+        return Err(Error::corruption(
+            Tier::Pmem,
+            0,
+            format!(
+                "the flush frontier {frontier:#x} is past the last logical block ({numbers} \
+                 blocks of 2^{} bytes)",
+                nvm.block_bits()
+            ),
+        ));
+    }
+    if let Some((&b, &(off, _, _))) = data.range(numbers..).next() {
+        return Err(Error::corruption(
+            Tier::Pmem,
+            off,
+            format!(
+                "the block directory names logical block {b}, past the last one ({numbers} \
+                 blocks of 2^{} bytes)",
+                nvm.block_bits()
+            ),
+        ));
+    }
     let first_block = data
         .keys()
         .next_back()

@@ -43,24 +43,30 @@ use crate::invalid::Invalidation;
 
 /// A cursor that holds no page.
 pub const CLOSED: u64 = u64::MAX;
-/// Bits of a cursor's offset within its page (pages are at most 2^24 bytes, and a full
-/// page's cursor holds the offset 2^24 itself).
-const CURSOR_OFF_BITS: u32 = 25;
+/// Bits of a cursor's offset in pages of `page_size` bytes (a power of two): one more than
+/// the page's, since a full page's cursor holds the offset `page_size` itself.
+const fn off_bits(page_size: u64) -> u32 {
+    page_size.trailing_zeros() + 1
+}
 
-/// A cursor at byte `off` of logical page `page`. Packing the page apart from the offset
-/// keeps a full page's cursor (offset = page size) from reading as the next page's start.
-pub const fn cursor(page: u64, off: u64) -> u64 {
-    page << CURSOR_OFF_BITS | off
+/// A cursor at byte `off` of logical page `page` (pages of `page_size` bytes). Packing the
+/// page apart from the offset keeps a full page's cursor (offset = page size) from reading
+/// as the next page's start. Every page whose addresses are below 2^63 fits: `page <<
+/// (k + 1)` is below 2^64 exactly when `page << k` is below 2^63 (FORMAT.md § Counters;
+/// until issue 22 the offset took a fixed 25 bits, so pages past 2^39 lost their top bits).
+/// A cursor is never [`CLOSED`], whose top bit is set.
+pub const fn cursor(page: u64, off: u64, page_size: u64) -> u64 {
+    page << off_bits(page_size) | off
 }
 
 /// The page of a cursor.
-pub const fn cursor_page(c: u64) -> u64 {
-    c >> CURSOR_OFF_BITS
+pub const fn cursor_page(c: u64, page_size: u64) -> u64 {
+    c >> off_bits(page_size)
 }
 
 /// The offset of a cursor in its page.
-pub const fn cursor_off(c: u64) -> u64 {
-    c & ((1 << CURSOR_OFF_BITS) - 1)
+pub const fn cursor_off(c: u64, page_size: u64) -> u64 {
+    c & ((1 << off_bits(page_size)) - 1)
 }
 
 /// Takes `len` bytes from the page a cursor holds, if it holds one with room and
@@ -73,14 +79,15 @@ pub fn bump(
 ) -> Option<(u64, u64)> {
     loop {
         let c = cur.load(Ordering::Acquire);
-        if c == CLOSED || !keep(cursor_page(c)) || cursor_off(c) + len > page_size {
+        let (page, off) = (cursor_page(c, page_size), cursor_off(c, page_size));
+        if c == CLOSED || !keep(page) || off + len > page_size {
             return None;
         }
         if cur
             .compare_exchange_weak(c, c + len, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
         {
-            return Some((cursor_page(c), cursor_off(c)));
+            return Some((page, off));
         }
     }
 }
@@ -346,11 +353,23 @@ mod tests {
 
     #[test]
     fn a_full_page_cursor_never_spills_into_the_next_page() {
-        let c = AtomicU64::new(cursor(7, 4000));
+        let c = AtomicU64::new(cursor(7, 4000, 4096));
         assert_eq!(bump(&c, 96, 4096, |_| true), Some((7, 4000)));
-        assert_eq!(cursor_off(c.load(Ordering::SeqCst)), 4096);
+        assert_eq!(cursor_off(c.load(Ordering::SeqCst), 4096), 4096);
         assert_eq!(bump(&c, 8, 4096, |_| true), None, "full page");
-        let c = AtomicU64::new(cursor(7, 0));
+        // The last pages below 2^63, for the smallest and largest pages.
+        for k in [12u32, 24] {
+            let size = 1u64 << k;
+            let last = (1u64 << (63 - k)) - 1;
+            for page in [1 << 38, (1 << 39) - 1, last / 2 + 1, last] {
+                let c = AtomicU64::new(cursor(page, size - 8, size));
+                assert_ne!(c.load(Ordering::SeqCst), CLOSED);
+                assert_eq!(bump(&c, 8, size, |_| true), Some((page, size - 8)), "k {k}");
+                assert_eq!(cursor_page(c.load(Ordering::SeqCst), size), page);
+                assert_eq!(bump(&c, 8, size, |_| true), None, "k {k}: full page");
+            }
+        }
+        let c = AtomicU64::new(cursor(7, 0, 4096));
         assert_eq!(bump(&c, 8, 4096, |p| p != 7), None, "page refused (alarm)");
         assert_eq!(bump(&AtomicU64::new(CLOSED), 8, 4096, |_| true), None);
     }

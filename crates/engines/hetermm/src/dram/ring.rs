@@ -2,11 +2,20 @@
 //! `p mod P`, which records which physical page holds it. The write region has one ring
 //! and the read cache another (Fig. 6d: "a similar but separate pages array").
 //!
-//! A slot is one word, `(p + 1) << 24 | physical` (0 = empty), so a reader can check that
+//! A slot is one word, `tag(p) << 24 | physical` (0 = empty), so a reader can check that
 //! the slot still holds the page it asked for; with epochs that check never fails, and when
 //! it does the caller reports corruption instead of reading another page's bytes. Logical
 //! pages are handed out in increasing order and freed oldest first, so at most `P` are
 //! mapped at once and their slots never collide.
+//!
+//! The tag is the page's lap of the ring, `(p / P) mod (2^40 - 1) + 1`: the slot index
+//! already says `p mod P`, so the lap tells the page apart from every other page of its
+//! slot, and it wraps instead of running out. (Until issue 22 the tag was `p + 1`, whose
+//! top bits were shifted out past page 2^40: pages that far on were never found again. A
+//! page number is any u64 now.) Two pages of one slot with the same tag are 2^40 − 1 laps
+//! apart; a reader's check is done under an epoch, and a slot is reused only after the
+//! epochs showed that no reader still holds its old page, so the reader never sees even the
+//! next lap in the slot, let alone that one.
 //!
 //! Thread safety: `Send + Sync`; slots are atomics.
 
@@ -16,6 +25,8 @@ use tierkv_core::{Error, Result, Tier};
 
 const PHYS_BITS: u32 = 24;
 const PHYS_MASK: u64 = (1 << PHYS_BITS) - 1;
+/// Laps a tag tells apart: tags are `1..=LAPS`, 40 bits, never 0 (the empty slot).
+const LAPS: u64 = (1 << (64 - PHYS_BITS)) - 1;
 /// The most physical pages a ring can name.
 pub const MAX_PAGES: usize = 1 << PHYS_BITS;
 
@@ -36,10 +47,15 @@ impl Ring {
         &self.slots[(page % self.slots.len() as u64) as usize]
     }
 
+    /// The tag of `page` in its slot: its lap of the ring, wrapped, plus 1.
+    fn tag(&self, page: u64) -> u64 {
+        (page / self.slots.len() as u64) % LAPS + 1
+    }
+
     /// Maps logical page `page` to physical page `phys`. Its slot must be empty (the page
     /// `P` before it has been freed).
     pub fn map(&self, page: u64, phys: u32) -> Result<()> {
-        let w = (page + 1) << PHYS_BITS | u64::from(phys) & PHYS_MASK;
+        let w = self.tag(page) << PHYS_BITS | u64::from(phys) & PHYS_MASK;
         self.slot(page)
             .compare_exchange(0, w, Ordering::SeqCst, Ordering::SeqCst)
             .map(|_| ())
@@ -49,7 +65,7 @@ impl Ring {
                     page,
                     format!(
                         "pages array slot of page {page} still holds page {}",
-                        (old >> PHYS_BITS).wrapping_sub(1)
+                        self.page_of(page, old)
                     ),
                 )
             })
@@ -58,7 +74,19 @@ impl Ring {
     /// The physical page holding logical page `page`, if it is mapped.
     pub fn lookup(&self, page: u64) -> Option<u32> {
         let w = self.slot(page).load(Ordering::Acquire);
-        (w != 0 && (w >> PHYS_BITS) == page + 1).then_some((w & PHYS_MASK) as u32)
+        (w != 0 && (w >> PHYS_BITS) == self.tag(page)).then_some((w & PHYS_MASK) as u32)
+    }
+
+    /// The page that slot word `w` of `page`'s slot names, taken to be in the lap nearest
+    /// below `page`'s (for error messages).
+    fn page_of(&self, page: u64, w: u64) -> u64 {
+        let len = self.slots.len() as u64;
+        let lap = (w >> PHYS_BITS).wrapping_sub(1);
+        let ours = page / len;
+        let back = (ours % LAPS + LAPS - lap % LAPS) % LAPS;
+        ours.wrapping_sub(back)
+            .wrapping_mul(len)
+            .wrapping_add(page % len)
     }
 
     /// Unmaps logical page `page`; returns its physical page.
@@ -94,5 +122,33 @@ mod tests {
         r.map(9, 3).unwrap();
         assert_eq!(r.lookup(9), Some(3));
         assert_eq!(r.unmap(5), None);
+    }
+
+    #[test]
+    fn page_numbers_past_2_to_the_40_are_found() {
+        // The old tag `p + 1` lost its top bits past 2^40: these were never found again.
+        for len in [1usize, 3, 4, 4096] {
+            let r = Ring::new(len);
+            for p in [
+                (1u64 << 40) - 1,
+                1 << 40,
+                (1 << 40) + 1,
+                1 << 55,
+                u64::MAX / 2,
+                u64::MAX - 3 * 4096,
+            ] {
+                r.map(p, 7).unwrap();
+                assert_eq!(r.lookup(p), Some(7), "len {len} page {p}");
+                for other in [p.wrapping_sub(len as u64), p.wrapping_add(len as u64)] {
+                    assert_eq!(r.lookup(other), None, "len {len}: {other} is not {p}");
+                }
+                let msg = r
+                    .map(p.wrapping_add(len as u64), 1)
+                    .unwrap_err()
+                    .to_string();
+                assert!(msg.contains(&format!("still holds page {p}")), "{msg}");
+                assert_eq!(r.unmap(p), Some(7));
+            }
+        }
     }
 }

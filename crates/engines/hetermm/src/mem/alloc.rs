@@ -170,8 +170,8 @@ impl HeterMem {
         let undone = slot
             .write_cursor
             .compare_exchange(
-                cursor(page, off + len),
-                cursor(page, off),
+                cursor(page, off + len, self.geo.page_size()),
+                cursor(page, off, self.geo.page_size()),
                 Ordering::AcqRel,
                 Ordering::Relaxed,
             )
@@ -201,7 +201,7 @@ impl HeterMem {
                 return Ok(self.geo.page_start(page) + off);
             }
             let c = slot.write_cursor.load(Ordering::Acquire);
-            if c != CLOSED && !in_time(crate::threads::cursor_page(c)) {
+            if c != CLOSED && !in_time(crate::threads::cursor_page(c, self.geo.page_size())) {
                 self.counters.alarms.incr();
             }
             self.next_write_page(g)?;
@@ -229,7 +229,8 @@ impl HeterMem {
         };
         let first = self.geo.first_usable(lp) - self.geo.page_start(lp);
         let slot = self.threads.slot(g.slot());
-        slot.write_cursor.store(cursor(lp, first), Ordering::SeqCst);
+        slot.write_cursor
+            .store(cursor(lp, first, self.geo.page_size()), Ordering::SeqCst);
         Ok(())
     }
 

@@ -47,7 +47,7 @@ use crate::flush::FlushState;
 use crate::format::record::MAX_TS;
 use crate::geometry::Geometry;
 use crate::nvm::Nvm;
-use crate::nvm::blocks::{BlockTable, MAX_BLOCKS};
+use crate::nvm::blocks::BlockTable;
 use crate::nvm::reserve;
 use crate::oplog::OpLog;
 use crate::options::HeterOptions;
@@ -429,8 +429,8 @@ impl HeterMem {
             log_blocks_max,
             log_blocks_limit: log_blocks_max + LOG_SLACK,
             blocks: BlockTable::with_capacity(match opts.max_blocks {
-                0 => MAX_BLOCKS,
-                n => n,
+                0 => geo.block_numbers(),
+                n => n.min(geo.block_numbers()),
             }),
             write_headroom: dram_blocks as u64 + 2,
             pages: PagePool::new(pages, geo.page_size()),

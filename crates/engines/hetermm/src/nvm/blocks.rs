@@ -2,9 +2,13 @@
 //! pmem copy, with the "compressed" bit of §5.2; and the per-block bookkeeping that
 //! flushing, marking and reorganisation share.
 //!
-//! The array is a two-level radix table of atomic words (leaves made on first use), so the
-//! read path translates an address with two loads and no lock, however sparse the live
-//! block numbers become (old cold blocks live on while new numbers keep growing). A word is
+//! The array is a four-level radix table of atomic words (12 bits a level, nodes made on
+//! first use), so the read path translates an address with four loads and no lock, however
+//! sparse the live block numbers become (old cold blocks live on while new numbers keep
+//! growing). It spans every block number the block directory can name (48 bits): the 2^26
+//! of the old two-level table ran out after 2^26 flushes (issue 22). A sparse table costs a
+//! leaf (32 KiB) per live block in the worst case, the same as before; the interior levels
+//! are shared by 2^24 consecutive numbers (32 TiB of blocks at 2 MiB). A word is
 //! `base | COMPACT` (bases are chunk aligned) or 0. Reorganisation swaps a block's word to
 //! its compact copy with one store; the old copy is freed only after the epochs show that
 //! no reader can still use the old base.
@@ -21,10 +25,31 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::Mutex;
 use tierkv_core::{Error, Result, Tier};
 
-const LEAF_BITS: u32 = 12;
-const TOP_BITS: u32 = 14;
-/// Block numbers this table can hold.
-pub const MAX_BLOCKS: u64 = 1 << (LEAF_BITS + TOP_BITS);
+/// Bits of block number each level of the radix table resolves.
+const LEVEL_BITS: u32 = 12;
+const LEVEL_MASK: u64 = (1 << LEVEL_BITS) - 1;
+/// Block numbers this table can hold: all that a directory word can name.
+pub const MAX_BLOCKS: u64 = crate::format::dir::MAX_BLOCK_NO + 1;
+const _: () = assert!(MAX_BLOCKS == 1 << (4 * LEVEL_BITS));
+
+/// A level of the radix table: `1 << LEVEL_BITS` children, each made on first use.
+type Level<T> = Box<[OnceLock<T>]>;
+/// A leaf: the words of `1 << LEVEL_BITS` consecutive block numbers.
+type Leaf = Box<[AtomicU64]>;
+
+fn level<T>() -> Level<T> {
+    (0..1 << LEVEL_BITS).map(|_| OnceLock::new()).collect()
+}
+
+/// Child `i` of a level, made if `make` (else `None` when it was never made).
+fn child<T>(level: &Level<T>, i: u64, make: bool, new: impl FnOnce() -> T) -> Option<&T> {
+    let cell = &level[(i & LEVEL_MASK) as usize];
+    if make {
+        Some(cell.get_or_init(new))
+    } else {
+        cell.get()
+    }
+}
 /// The "compressed" bit of a radix word.
 const COMPACT: u64 = 1;
 
@@ -76,7 +101,7 @@ pub type PublishHook = Arc<dyn Fn(u64) + Send + Sync>;
 
 /// The blocks array and the block bookkeeping.
 pub struct BlockTable {
-    radix: Box<[OnceLock<Box<[AtomicU64]>>]>,
+    radix: Level<Level<Level<Leaf>>>,
     infos: Mutex<BTreeMap<u64, BlockCell>>,
     capacity: u64,
     /// Runs in [`BlockTable::publish`] once the block's cell can be found by other threads
@@ -95,7 +120,7 @@ impl BlockTable {
     /// A table for block numbers below `capacity` (at most [`MAX_BLOCKS`]; tests lower it).
     pub fn with_capacity(capacity: u64) -> BlockTable {
         BlockTable {
-            radix: (0..1usize << TOP_BITS).map(|_| OnceLock::new()).collect(),
+            radix: level(),
             infos: Mutex::new(BTreeMap::new()),
             capacity: capacity.min(MAX_BLOCKS),
             #[cfg(test)]
@@ -114,17 +139,12 @@ impl BlockTable {
         if b >= self.capacity {
             return None;
         }
-        let top = &self.radix[(b >> LEAF_BITS) as usize];
-        let leaf = if make {
-            top.get_or_init(|| {
-                (0..1usize << LEAF_BITS)
-                    .map(|_| AtomicU64::new(0))
-                    .collect()
-            })
-        } else {
-            top.get()?
-        };
-        leaf.get((b & ((1 << LEAF_BITS) - 1)) as usize)
+        let upper = child(&self.radix, b >> (3 * LEVEL_BITS), make, level)?;
+        let middle = child(upper, b >> (2 * LEVEL_BITS), make, level)?;
+        let leaf = child(middle, b >> LEVEL_BITS, make, || {
+            (0..1 << LEVEL_BITS).map(|_| AtomicU64::new(0)).collect()
+        })?;
+        leaf.get((b & LEVEL_MASK) as usize)
     }
 
     /// Eq. 1, lower half: the base of block `b` and whether it is compact.
@@ -263,17 +283,33 @@ mod tests {
             .unwrap();
         assert_eq!(t.base(3), Some((8192, false)));
         assert_eq!(t.base(1 << 20), Some((16384, true)));
+        // Numbers far past the old table's 2^26, up to the directory's last one.
+        for (i, b) in [1 << 26, (1 << 36) + 5, (1 << 47) + 3, MAX_BLOCKS - 1]
+            .into_iter()
+            .enumerate()
+        {
+            assert_eq!(t.base(b), None);
+            t.publish(b, info(65536 * (i as u64 + 1), Layout::Full))
+                .unwrap();
+            assert_eq!(t.base(b), Some((65536 * (i as u64 + 1), false)));
+            assert_eq!(t.base(b - 1), None);
+            assert_eq!(t.base(b ^ (1 << 13)), None, "another leaf");
+        }
+        assert_eq!(t.base(3), Some((8192, false)));
         assert!(t.publish(MAX_BLOCKS, info(4096, Layout::Full)).is_err());
+        let small = BlockTable::with_capacity(100);
+        assert!(small.publish(100, info(4096, Layout::Full)).is_err());
+        assert_eq!(small.base(100), None);
         let again = t
             .publish(3, info(32768, Layout::Full))
             .unwrap_err()
             .to_string();
         assert!(again.contains("block 3 published a second time"), "{again}");
         assert_eq!(t.base(3), Some((8192, false)), "the first copy stays");
-        assert_eq!(t.len(), 2);
+        assert_eq!(t.len(), 6);
         t.remove(3);
         assert_eq!(t.base(3), None);
-        assert_eq!(t.snapshot().len(), 1);
+        assert_eq!(t.snapshot().len(), 5);
         assert_eq!(info(0, Layout::Full).invalid_fraction(), 0.75);
     }
 }

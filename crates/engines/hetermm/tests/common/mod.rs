@@ -255,6 +255,46 @@ pub fn model_scenario(variant: &str, scan_pct: u32) {
     let dir = scratch_dir();
     let pool = create_pool(&dir.path().join("pool"), 16 << 20, DurabilityMode::Volatile);
     let store = open(pool, small_options(64, ""), variant, true);
+    model_scenario_on(store, variant, scan_pct);
+}
+
+/// [`model_scenario`] on a store whose logical addresses start `blocks_left` blocks before
+/// the last its geometry allows (just below 2^63): an empty store is created and closed,
+/// its flush frontier moved there in the pool file, and the store reopened.
+pub fn model_scenario_near_the_end(variant: &str, scan_pct: u32, blocks_left: u64) {
+    let dir = scratch_dir();
+    let path = dir.path().join("pool");
+    let store = open(
+        create_pool(&path, 16 << 20, DurabilityMode::Volatile),
+        small_options(64, ""),
+        variant,
+        true,
+    );
+    store.close().unwrap();
+    drop(store);
+    let pool = move_flush_frontier(&path, |m| {
+        (tierkv_hetermm::geometry::block_numbers(m) - blocks_left) << m
+    });
+    let store = try_open(pool, small_options(64, ""), variant, false).unwrap();
+    model_scenario_on(store, variant, scan_pct);
+}
+
+/// Opens the (closed) store's pool at `path` and sets its flush frontier to `frontier(m)`,
+/// m being the store's block_bits; returns the pool.
+pub fn move_flush_frontier(
+    path: &std::path::Path,
+    frontier: impl FnOnce(u32) -> u64,
+) -> Arc<PmemPool> {
+    let pool = PmemPool::open(&config(path, 0, DurabilityMode::Volatile)).unwrap();
+    // Root word 0 names the superblock; its block_bits byte is at +12 and the frontier word
+    // at +64 (FORMAT.md § Pool layout, § Superblock).
+    let sb = pool.root(0).unwrap();
+    let m = u32::from(pool.read(sb + 12, 1).unwrap()[0]);
+    pool.store_u64(sb + 64, frontier(m)).unwrap();
+    pool
+}
+
+fn model_scenario_on(store: Arc<HeterStore>, variant: &str, scan_pct: u32) {
     let cfg = ModelConfig {
         scan_pct,
         seed: seed(&format!("model_{variant}")),
