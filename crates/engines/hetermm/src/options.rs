@@ -6,7 +6,7 @@
 //! | option | paper | default | meaning |
 //! |---|---|---|---|
 //! | `page_bits` (k) | 20 | 15 | DRAM pages are 2^k bytes; a record (24 + key + value, rounded to 8) must fit one page |
-//! | `block_bits` (m) | 30 | 21 (less in small pools) | pmem blocks are 2^m bytes; fixed when the store is created; every `flush()` takes a block number, and a store has min(2^48, 2^(63-m)) of them (FORMAT.md § Counters) |
+//! | `block_bits` (m) | 30 | 21 (less in small pools) | pmem blocks are 2^m bytes; fixed when the store is created; every flushed block (and every `flush()`) takes a block number, and a store has min(2^48, 2^(63-m)) of them: using them up means writing 8 EiB to pmem (FORMAT.md § Counters) |
 //! | `free_pages` | 2^(m-k) | 2^(m-k) | the flusher starts when fewer DRAM pages are free |
 //! | `overlap_blocks` | - | 1 | blocks kept read-only in DRAM before they are persisted (the overlap region) |
 //! | `oplog` | on | on | the operation log; `off` trades durability of writes still in DRAM for speed |
