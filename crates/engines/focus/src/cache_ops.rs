@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tierkv_core::{Error, FieldId, Result};
 
+use crate::format::record::RecordKind;
 use crate::seacache::{SeaCache, admit};
 use crate::store::{Entry, FocusStore, SchemaInfo, index_key};
 use crate::swim;
@@ -40,7 +41,7 @@ impl FocusStore {
         e: &Entry,
         ids: &[FieldId],
     ) -> Result<Vec<Vec<u8>>> {
-        let (Some(c), Some(_)) = (&self.cache, info.slot) else {
+        let (Some(c), Some(_), Some(stats)) = (&self.cache, info.slot, &info.cache_stats) else {
             return Ok(self.walk(info, e, ids)?.values);
         };
         let schema = info.schema.id;
@@ -48,7 +49,7 @@ impl FocusStore {
         if h != 0
             && let Some(v) = c.lookup(h, ikey, e.tail.load(Ordering::Acquire), &info.layout, ids)
         {
-            c.record(schema, true);
+            c.record(stats, true);
             self.counters.ops.reads_from_dram.incr();
             self.counters
                 .ops
@@ -57,8 +58,17 @@ impl FocusStore {
             return Ok(v);
         }
         let w = self.walk(info, e, ids)?;
-        c.record(schema, false);
-        c.request(schema, key);
+        c.record(stats, false);
+        // A read of the whole row hands it to the cache thread, which then need not read
+        // pmem again to admit it.
+        let whole = ids.len() == info.schema.len()
+            && ids.iter().enumerate().all(|(i, id)| usize::from(*id) == i);
+        c.request(schema, key, || {
+            whole.then(|| {
+                let refs: Vec<&[u8]> = w.values.iter().map(Vec::as_slice).collect();
+                (w.tail, info.layout.encode(&refs))
+            })
+        });
         Ok(w.values)
     }
 
@@ -82,15 +92,21 @@ impl FocusStore {
             CacheWrite::Row(body) => c.write_through(h, ikey, old, new, Some(body)),
             CacheWrite::Retag => c.write_through(h, ikey, old, new, None),
             CacheWrite::Update(set) => {
-                let body = c.body(h, ikey, old).and_then(|b| {
-                    let mut row = info.layout.decode_all(&b).ok()?;
-                    for (id, v) in set {
-                        *row.get_mut(usize::from(*id))? = v.to_vec();
+                // Fixed fields in place; a variable one may move the var area: rebuild.
+                match c.write_fields(h, ikey, (old, new), &info.layout, set) {
+                    Some(kept) => kept,
+                    None => {
+                        let body = c.body(h, ikey, old).and_then(|b| {
+                            let mut row = info.layout.decode_all(&b).ok()?;
+                            for (id, v) in set {
+                                *row.get_mut(usize::from(*id))? = v.to_vec();
+                            }
+                            let refs: Vec<&[u8]> = row.iter().map(Vec::as_slice).collect();
+                            Some(info.layout.encode(&refs))
+                        });
+                        body.is_some_and(|b| c.write_through(h, ikey, old, new, Some(&b)))
                     }
-                    let refs: Vec<&[u8]> = row.iter().map(Vec::as_slice).collect();
-                    Some(info.layout.encode(&refs))
-                });
-                body.is_some_and(|b| c.write_through(h, ikey, old, new, Some(&b)))
+                }
             }
         };
         if !kept {
@@ -112,8 +128,22 @@ impl FocusStore {
     }
 
     /// Admits one missed row if the policy says so (the cache thread's step; `draw` is a
-    /// uniform number in [0, 1)). True when the row was put in a slot.
+    /// uniform number in [0, 1)), reading it from pmem. True when the row was put in a
+    /// slot.
     pub fn cache_admit(&self, schema: u32, key: &[u8], draw: f64) -> Result<bool> {
+        self.cache_admit_row(schema, key, None, draw)
+    }
+
+    /// [`FocusStore::cache_admit`], given the row as a reader read it (`((tail, seq),
+    /// body)`, see [`crate::seacache::Task::row`]): cached as it is if the row is still at
+    /// that tail and the record there has that sequence number, else read from pmem.
+    pub fn cache_admit_row(
+        &self,
+        schema: u32,
+        key: &[u8],
+        row: Option<((u64, u64), Vec<u8>)>,
+        draw: f64,
+    ) -> Result<bool> {
         let Some(c) = &self.cache else {
             return Ok(false);
         };
@@ -138,25 +168,30 @@ impl FocusStore {
             return Ok(false);
         }
         let tail = e.tail.load(Ordering::Acquire);
-        let all: Vec<FieldId> = (0..info.schema.len() as FieldId).collect();
-        let row = {
+        let h = {
             let _r = self.reclaim.read();
-            // The stripe lock keeps merges out: no seqlock needed here.
-            swim::read_fields(
-                self.plog.pool(),
-                &info.layout,
-                tail,
-                &all,
-                (
+            // The stripe lock keeps merges out: no seqlock needed here, and the tail cannot
+            // move before the slot is published.
+            let pool = self.plog.pool();
+            let head = swim::header(pool, tail)?;
+            if let Some((_, body)) = row.as_ref().filter(|(v, _)| *v == (tail, head.seq)) {
+                c.fill(schema, slot, &ikey, tail, body)
+            } else if head.kind == RecordKind::Row {
+                // A chain of one complete record: its body is the cached row's layout
+                // (`format/row.rs`), copied as it is.
+                c.fill(schema, slot, &ikey, tail, swim::body(pool, tail, &head)?)
+            } else {
+                let all: Vec<FieldId> = (0..info.schema.len() as FieldId).collect();
+                let shortcut = (
                     e.merged.load(Ordering::Acquire),
                     e.base.load(Ordering::Acquire),
-                ),
-            )?
-            .values
+                );
+                let row = swim::read_fields(pool, &info.layout, tail, &all, shortcut)?.values;
+                let refs: Vec<&[u8]> = row.iter().map(Vec::as_slice).collect();
+                c.fill(schema, slot, &ikey, tail, &info.layout.encode(&refs))
+            }
         };
-        let refs: Vec<&[u8]> = row.iter().map(Vec::as_slice).collect();
-        let body = info.layout.encode(&refs);
-        let Some(h) = c.fill(schema, slot, &ikey, tail, &body) else {
+        let Some(h) = h else {
             return Ok(false);
         };
         e.cached.store(h, Ordering::Release);
@@ -176,7 +211,7 @@ impl FocusStore {
                         .compare_exchange(h, 0, Ordering::AcqRel, Ordering::Acquire);
                 }
             }
-            if c.usage() <= c.config().evict_target {
+            if !c.over_target() {
                 break;
             }
         }
@@ -188,14 +223,23 @@ pub fn run(store: Weak<FocusStore>, cache: Arc<SeaCache>) {
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     while !cache.signal.stopped() {
         let mut worked = false;
-        while let Some((schema, key)) = cache.next_task() {
+        cache.advance_clock();
+        cache.roll_windows();
+        let mut since_roll = 0u32;
+        while let Some(task) = cache.next_task() {
+            since_roll += 1;
+            if since_roll == 64 {
+                since_roll = 0;
+                cache.advance_clock();
+                cache.roll_windows();
+            }
             let Some(s) = store.upgrade() else { return };
             // xorshift64: a uniform draw for the admission probability.
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             let draw = (x >> 11) as f64 / (1u64 << 53) as f64;
-            if let Err(e) = s.cache_admit(schema, &key, draw) {
+            if let Err(e) = s.cache_admit_row(task.schema, &task.key, task.row, draw) {
                 // NOTE: a row deleted or rewritten meanwhile is no error; damage is.
                 if e.is_corruption() {
                     s.poison(format!("cache admission failed: {e}"));

@@ -13,7 +13,8 @@
 //! | `cache_page_size` | - | 64 KiB | bytes per cache page; rows over half a page are not cached |
 //! | `hit_threshold` | 0.5 (§VI-A) | 0.5 | a schema whose hit ratio exceeds it has every missed row admitted |
 //! | `cache_lifetime_ms` | - (formula lost) | 1000 | base idle lifetime of a cached row (see `seacache.rs`) |
-//! | `evict_target` | 80% (§V-C3) | 0.8 | page use eviction brings the pool down to |
+//! | `evict_target` | 80% (§V-C3) | 0.8 | use (rows, in pages' worth) eviction brings the pool down to |
+//! | `cache_doorkeeper` | - (ours) | on | admit a missed row only when it was asked for before within a recent window (TinyLFU's doorkeeper; see `seacache.rs`) |
 //! | `gc_threshold` | - | 0.25 | GC collects chunks while fewer than this fraction of the region's chunks are free |
 //!
 //! Plain key-value pairs (schema 0) are not cached.
@@ -72,6 +73,7 @@ impl Default for FocusOptions {
                 hit_threshold: 0.5,
                 lifetime_ms: 1000,
                 evict_target: 0.8,
+                doorkeeper: true,
             },
         }
     }
@@ -109,6 +111,7 @@ impl FocusOptions {
                 hit_threshold: p.take("hit_threshold", d.cache.hit_threshold)?,
                 lifetime_ms: p.take("cache_lifetime_ms", d.cache.lifetime_ms)?,
                 evict_target: p.take("evict_target", d.cache.evict_target)?,
+                doorkeeper: p.take("cache_doorkeeper", Switch(d.cache.doorkeeper))?.0,
             },
         };
         p.finish()?;

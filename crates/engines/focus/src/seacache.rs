@@ -7,45 +7,72 @@
 //! of one schema, one row per slot, in the layout of `format/row.rs` (slot size = the
 //! schema's largest body), with per-slot metadata: the row's index key (the paper's
 //! IndexPtr), the chain tail it was read at (PLogAddr), a CRC-32C of the row and the last
-//! access time, plus the page's occupancy bitmap. A slot is taken from the first page of
-//! the schema's list with a zero bit, else a new page from the pool.
+//! access time, plus the page's occupancy bitmap. A slot is taken from the first page
+//! with a zero bit, looking from the page the schema's last fill used, else from a new
+//! page from the pool.
 //!
 //! # Coherence
 //! A cached row is valid only while its recorded tail equals the entry's tail. Writers
 //! hold the row's stripe lock: an update or put writes the row through to its slot after
 //! the index moved (readers in between see a different tail and read pmem); a delete, a
 //! GC rewrite or a restore point re-tags or frees the slot. Readers hold the page's read
-//! lock while they copy fields out and check key, tail and checksum.
+//! lock while they check key and tail and copy fields out.
 //!
 //! # Policy (§V-C2; the conversion lost both formulas, so these are ours, as options)
-//! - **Hit ratio** per schema: a moving average, updated every 256 reads of the schema as
-//!   `ratio = (ratio + window_hits / 256) / 2`; unknown until the first window.
+//! - **Hit ratio** per schema: a moving average over windows of at least 256 reads,
+//!   `ratio = (ratio + window_hits / window_reads) / 2`; unknown until the first window.
+//!   Readers only count (sharded counters, no shared cache line); the cache thread closes
+//!   the windows ([`SchemaStats::roll`]) before it decides an admission or an eviction.
 //! - **Admission** ([`admit`]): everything while the ratio is unknown (as LRU); then a row
 //!   of a schema whose ratio exceeds `hit_threshold` (0.5, §VI-A) always, else with
 //!   probability `ratio / hit_threshold`, at least [`MIN_ADMISSION`] (5%) — a schema whose
 //!   rows are rarely read again is rarely admitted, but never shut out, so its ratio can
 //!   recover (a ratio of 0 admits 5% of the requests, not none).
-//! - **Eviction** ([`lifetime`]): when pages in use pass 90% of the pool, schemas are
-//!   visited from the lowest hit ratio up and rows idle longer than the schema's lifetime
-//!   are evicted, until use falls to `evict_target` (80%, §V-C3). The lifetime is
-//!   `cache_lifetime_ms * R_W(ratio) * (1.5 - occupancy) / 2^n`: `R_W` from a table over
-//!   the hit ratio that is small at both ends and large in the middle (the shape of
-//!   Fig. 16b), `occupancy` the schema's share of the pages, `n` the consecutive rounds that
-//!   failed to reach the target.
+//! - **Doorkeeper** (ours, option `cache_doorkeeper`, on by default): before the policy, a
+//!   request passes only if the key was asked for before within a recent window
+//!   ([`Doorkeeper`]); off, every request goes to the policy as the paper describes.
+//! - **Eviction** ([`lifetime`], [`SeaCache::evict_round`]): when use (rows, in pages'
+//!   worth) passes 90% of the pool, schemas are visited from the lowest hit ratio up and
+//!   rows idle longer than the schema's lifetime are evicted, until use falls to
+//!   `evict_target` (80%, §V-C3). The lifetime is
+//!   `cache_lifetime_ms * R_W(ratio) * (1.5 - occupancy)`: `R_W` from a table over the hit
+//!   ratio that is small at both ends and large in the middle (the shape of Fig. 16b),
+//!   `occupancy` the schema's share of the pages. When that is not enough, every schema's
+//!   lifetime is shortened in one proportion, just enough to reach the target (the rows
+//!   oldest relative to their lifetime go first). An earlier draft halved the lifetimes
+//!   round after round: its cuts overshot to 55-70% use, leaving up to a third of the
+//!   cache empty after each pass.
 //!
 //! # Workflow (§V-C3)
-//! Readers never fill the cache: a miss queues (schema, key) for the thread
-//! `focus:cache`, which decides admission, reads the row and fills a slot, and runs the
-//! eviction; the queue is bounded and drops requests when full.
+//! Readers never fill the cache: a miss that passes the doorkeeper queues a [`Task`]
+//! (schema, key and, when the read took the whole row, the row as read and its version)
+//! for the thread `focus:cache`, which decides admission, fills a slot (from the reader's
+//! copy if the row is still at that version, else reading pmem) and runs the eviction;
+//! the queue is bounded and drops requests when full (counted, without taking its lock).
+//! A fill finds a free slot from the schema's page-list cursor, skipping full pages by a
+//! per-page flag, so admission costs the same with 10 pages or 10,000.
+//!
+//! Under YCSB's scrambled zipfian (θ 0.99 over 10^10 items folded onto the records) the
+//! hottest 2% of 1M rows draw about 40% of the reads, and that bounds the hit ratio of a
+//! cache of that size whatever its policy; the policy above reaches 38-41% there.
+//!
+//! # What a hit costs
+//! A hit takes the page's read lock, compares the slot's key and tail, and copies the
+//! fields out; its access time is a coarse clock the cache thread advances (a store only
+//! when the millisecond changed). The row checksum is computed on every fill and
+//! write-through and verified by the cache thread when an eviction pass visits the slot
+//! (a damaged row is dropped there), not on every hit: verifying 1 KB per read made a hit
+//! dearer than the pmem read it replaces on DRAM-speed media.
 //!
 //! Thread safety: pages behind their own reader-writer locks; the pool's free list, the
-//! schemas' page lists and the queue behind mutexes. Lock order: the page lists, then one
+//! schemas' page lists and the queue behind mutexes; the doorkeeper, the full-page flags,
+//! the use count and the clock are atomics. Lock order: the page lists, then one
 //! page, then the free list (the queue is taken alone); a page lock is never held while the
 //! page lists are taken.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use parking_lot::{Mutex, RwLock};
@@ -59,6 +86,8 @@ use crate::gc::Signal;
 pub const WINDOW: u64 = 256;
 /// Most queued admission requests.
 pub const QUEUE_CAP: usize = 4096;
+/// An eviction pass verifies the row checksums of one page in this many.
+pub const VERIFY_EVERY: u64 = 8;
 /// Page use above which eviction starts.
 pub const EVICT_TRIGGER: f64 = 0.9;
 /// R_W by hit-ratio decile (ours: the shape of Fig. 16b).
@@ -81,6 +110,67 @@ pub struct CacheConfig {
     pub lifetime_ms: u64,
     /// Page use eviction brings the pool down to.
     pub evict_target: f64,
+    /// Admit a row only when it was asked for before in the doorkeeper's window (see
+    /// [`Doorkeeper`]).
+    pub doorkeeper: bool,
+}
+
+/// TinyLFU's doorkeeper (Einziger et al., 2017; ours, not the paper's): a bit per hashed
+/// key, set the first time the cache thread sees a request for the key; only a key whose
+/// bit was already set goes on to the admission policy. The bits are cleared after as many
+/// first sightings as a quarter of the bits, so "asked for before" means "within the last
+/// few cache-fulls of distinct requests". Under YCSB's scrambled zipfian most misses are to
+/// keys read once in a long while: admitting them (and reading them from pmem to do it)
+/// cost the cache thread a core and evicted rows that were read again; the doorkeeper
+/// keeps them out at the price of one extra miss for a row that is read often.
+///
+/// Readers ask it (before they queue a request), so a first sighting costs one atomic OR
+/// on a random word and no queue traffic. It is approximate by design: a clearing that
+/// races a sighting may forget or keep one bit.
+pub struct Doorkeeper {
+    bits: Box<[AtomicU64]>,
+    first_sightings: AtomicU64,
+}
+
+impl Doorkeeper {
+    /// A doorkeeper of about `8 * window` bits (a power of two, at least 2^16).
+    pub fn new(window: u64) -> Doorkeeper {
+        let bits = (window.saturating_mul(8))
+            .clamp(1 << 16, 1 << 30)
+            .next_power_of_two();
+        Doorkeeper {
+            bits: (0..bits / 64).map(|_| AtomicU64::new(0)).collect(),
+            first_sightings: AtomicU64::new(0),
+        }
+    }
+
+    /// True when `hash` was seen since the last clearing; marks it seen either way.
+    pub fn seen_before(&self, hash: u64) -> bool {
+        let n = self.bits.len() as u64 * 64;
+        let bit = hash % n;
+        let Some(w) = self.bits.get((bit / 64) as usize) else {
+            return false;
+        };
+        let mask = 1u64 << (bit % 64);
+        if w.load(Ordering::Relaxed) & mask != 0 {
+            return true;
+        }
+        if w.fetch_or(mask, Ordering::Relaxed) & mask != 0 {
+            return true;
+        }
+        if self.first_sightings.fetch_add(1, Ordering::Relaxed) + 1 >= n / 4 {
+            self.first_sightings.store(0, Ordering::Relaxed);
+            for w in &self.bits {
+                w.store(0, Ordering::Relaxed);
+            }
+        }
+        false
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.bits.len() as u64 * 8
+    }
 }
 
 /// The admission decision: `ratio` is the schema's hit ratio (None while unknown), `draw`
@@ -97,21 +187,19 @@ pub fn admit(ratio: Option<f64>, hit_threshold: f64, draw: f64) -> bool {
 }
 
 /// A schema's row lifetime (ms): see the module doc.
-pub fn lifetime(base_ms: u64, ratio: f64, occupancy: f64, failed_rounds: u32) -> u64 {
+pub fn lifetime(base_ms: u64, ratio: f64, occupancy: f64) -> u64 {
     let decile = ((ratio * 10.0) as usize).min(R_W.len() - 1);
     let rw = R_W.get(decile).copied().unwrap_or(1.0);
-    let ms = base_ms as f64 * rw * (1.5 - occupancy.clamp(0.0, 1.0));
-    (ms / f64::from(1u32 << failed_rounds.min(20))) as u64
+    (base_ms as f64 * rw * (1.5 - occupancy.clamp(0.0, 1.0))) as u64
 }
 
 /// Per-schema hit statistics.
 #[derive(Debug, Default)]
 pub struct SchemaStats {
-    window_reads: AtomicU64,
-    window_hits: AtomicU64,
+    /// `reads` and `hits` when the last window closed (the cache thread's).
+    window_start: Mutex<(u64, u64)>,
     /// The moving average as f64 bits; `u64::MAX` while unknown.
     ratio: AtomicU64,
-    failed_rounds: AtomicU32,
     /// Hits and reads in all.
     pub hits: Counter,
     /// Reads in all.
@@ -134,18 +222,28 @@ impl SchemaStats {
         }
     }
 
-    fn record(&self, hit: bool) {
+    /// Counts one read (a reader's whole share of the bookkeeping).
+    #[inline]
+    pub fn record(&self, hit: bool) {
         self.reads.incr();
         if hit {
             self.hits.incr();
-            self.window_hits.fetch_add(1, Ordering::Relaxed);
         }
-        if self.window_reads.fetch_add(1, Ordering::AcqRel) + 1 == WINDOW {
-            let h = self.window_hits.swap(0, Ordering::AcqRel) as f64 / WINDOW as f64;
-            self.window_reads.store(0, Ordering::Release);
-            let r = self.ratio().map_or(h, |old| (old + h) / 2.0);
-            self.ratio.store(r.to_bits(), Ordering::Relaxed);
+    }
+
+    /// Closes the current window if it holds at least [`WINDOW`] reads, folding its hit
+    /// ratio into the moving average (the cache thread's, before it uses the ratio).
+    pub fn roll(&self) {
+        let mut start = self.window_start.lock();
+        let (reads, hits) = (self.reads.get(), self.hits.get());
+        let n = reads.saturating_sub(start.0);
+        if n < WINDOW {
+            return;
         }
+        let h = hits.saturating_sub(start.1).min(n) as f64 / n as f64;
+        *start = (reads, hits);
+        let r = self.ratio().map_or(h, |old| (old + h) / 2.0);
+        self.ratio.store(r.to_bits(), Ordering::Relaxed);
     }
 }
 
@@ -162,6 +260,8 @@ struct Page {
     slot_size: usize,
     bitmap: Vec<u64>,
     rows: usize,
+    /// `rows` as last counted into `SeaCache::units`.
+    accounted: usize,
     data: Vec<u8>,
     slots: Vec<Option<SlotMeta>>,
 }
@@ -191,26 +291,60 @@ pub struct CacheCounters {
     pub rejections: Counter,
     /// Admission requests dropped because the queue was busy (readers never wait for it).
     pub requests_dropped: Counter,
+    /// Admission requests the doorkeeper turned away (first sighting of the key).
+    pub first_sightings: Counter,
     /// Rows evicted.
     pub evictions: Counter,
     /// Eviction rounds.
     pub eviction_rounds: Counter,
+    /// Cached rows an eviction pass found not matching their checksum (dropped).
+    pub damaged_rows: Counter,
 }
 
-/// An admission request: the row's schema and key.
-pub type Task = (SchemaId, Vec<u8>);
+/// A schema's pages, and where the last fill found a free slot.
+#[derive(Default)]
+struct PageList {
+    pages: Vec<u32>,
+    cursor: usize,
+}
+
+/// An admission request.
+pub struct Task {
+    /// The row's schema.
+    pub schema: SchemaId,
+    /// Its key.
+    pub key: Vec<u8>,
+    /// The whole row as the reader that missed read it, when the read asked for every
+    /// field: the version it read (tail and that record's sequence number, as
+    /// `swim::Walk::tail`) and its body in `format/row.rs`'s layout. The cache thread
+    /// caches it without reading the row from pmem if the row is still at that version.
+    pub row: Option<((u64, u64), Vec<u8>)>,
+}
 
 /// The cache.
 pub struct SeaCache {
     cfg: CacheConfig,
     pages: Box<[RwLock<Page>]>,
+    /// Per page: every slot taken (a hint for `fill`, written under the page's lock).
+    full: Box<[AtomicBool]>,
+    /// Rows cached, in pages' worth: a row of a page of c slots counts 2^32 / c.
+    units: AtomicU64,
+    /// A fill found neither a free slot nor a free page since the last eviction.
+    starved: AtomicBool,
     free: Mutex<Vec<u32>>,
-    lists: Mutex<HashMap<SchemaId, Vec<u32>>>,
+    lists: Mutex<HashMap<SchemaId, PageList>>,
     stats: RwLock<HashMap<SchemaId, Arc<SchemaStats>>>,
     queue: Mutex<VecDeque<Task>>,
+    /// The doorkeeper, when on.
+    doorkeeper: Option<Doorkeeper>,
+    /// Requests in the queue (read without its lock).
+    queued: AtomicUsize,
     /// Wakes the cache thread.
     pub signal: Arc<Signal>,
     clock: Instant,
+    /// Milliseconds since `clock` as of the cache thread's last look (the coarse clock
+    /// readers stamp their hits with).
+    tick: AtomicU64,
     /// Counters.
     pub counters: CacheCounters,
 }
@@ -236,6 +370,7 @@ impl SeaCache {
                     slot_size: 0,
                     bitmap: Vec::new(),
                     rows: 0,
+                    accounted: 0,
                     data: Vec::new(),
                     slots: Vec::new(),
                 })
@@ -243,19 +378,61 @@ impl SeaCache {
             .collect();
         SeaCache {
             pages,
+            full: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            units: AtomicU64::new(0),
+            starved: AtomicBool::new(false),
             free: Mutex::new((0..n).rev().collect()),
             lists: Mutex::default(),
             stats: RwLock::default(),
             queue: Mutex::default(),
+            // A window of about one cache-full of 1 KiB rows.
+            doorkeeper: cfg
+                .doorkeeper
+                .then(|| Doorkeeper::new((cfg.size >> 10).max(1))),
+            queued: AtomicUsize::new(0),
             signal: Arc::default(),
             clock: Instant::now(),
+            tick: AtomicU64::new(0),
             counters: CacheCounters::default(),
             cfg,
         }
     }
 
+    /// The coarse clock (milliseconds), as readers see it.
     fn now(&self) -> u64 {
-        self.clock.elapsed().as_millis() as u64
+        self.tick.load(Ordering::Relaxed)
+    }
+
+    /// Moves the coarse clock to the present and returns it (the cache thread's, each
+    /// time it wakes, and before a fill or an eviction pass).
+    pub fn advance_clock(&self) -> u64 {
+        let t = self.clock.elapsed().as_millis() as u64;
+        self.tick.fetch_max(t, Ordering::Relaxed).max(t)
+    }
+
+    /// Accounts for page `p` after its rows changed (under the page's write lock): its
+    /// "full" hint and its share of [`SeaCache::usage`].
+    fn mark(&self, p: usize, page: &mut Page) {
+        if let Some(f) = self.full.get(p) {
+            f.store(page.rows >= page.capacity(), Ordering::Relaxed);
+        }
+        if page.rows != page.accounted {
+            let unit = (1u64 << 32) / page.capacity().max(1) as u64;
+            let (now, was) = (page.rows as u64 * unit, page.accounted as u64 * unit);
+            if now > was {
+                self.units.fetch_add(now - was, Ordering::Relaxed);
+            } else {
+                self.units.fetch_sub(was - now, Ordering::Relaxed);
+            }
+            page.accounted = page.rows;
+        }
+    }
+
+    /// Closes every schema's hit-ratio window that is due (see [`SchemaStats::roll`]).
+    pub fn roll_windows(&self) {
+        for (_, st) in self.all_stats() {
+            st.roll();
+        }
     }
 
     /// The configuration.
@@ -284,8 +461,16 @@ impl SeaCache {
             .collect()
     }
 
-    /// Pages in use / pages.
+    /// Use of the cache: rows cached, in pages' worth, over pages (1.0 = every slot of
+    /// every page holds a row). What eviction brings down to `evict_target`: pages stay
+    /// with their schema while they hold any row, so page use alone would make eviction
+    /// empty whole pages, i.e. nearly the whole cache.
     pub fn usage(&self) -> f64 {
+        self.units.load(Ordering::Relaxed) as f64 / (self.pages.len() as f64 * (1u64 << 32) as f64)
+    }
+
+    /// Pages taken from the pool / pages.
+    pub fn page_use(&self) -> f64 {
         let free = self.free.lock().len();
         1.0 - free as f64 / self.pages.len() as f64
     }
@@ -300,19 +485,12 @@ impl SeaCache {
         max_body > 0 && (max_body as u64) * 2 <= self.cfg.page_size
     }
 
-    /// Counts a read of `schema` as a hit or a miss.
-    pub fn record(&self, schema: SchemaId, hit: bool) {
-        // No `Arc` clone per read (a shared reference count every reader bumps).
-        // (The read guard is dropped before `schema_stats` may take the write lock.)
-        let known = self
-            .stats
-            .read()
-            .get(&schema)
-            .map(|s| s.record(hit))
-            .is_some();
-        if !known {
-            self.schema_stats(schema).record(hit);
-        }
+    /// Counts a read of the schema whose statistics are `stats` (from
+    /// [`SeaCache::schema_stats`], which the store keeps with the schema) as a hit or a
+    /// miss.
+    #[inline]
+    pub fn record(&self, stats: &SchemaStats, hit: bool) {
+        stats.record(hit);
         let c = if hit {
             &self.counters.hits
         } else {
@@ -341,10 +519,12 @@ impl SeaCache {
             return None;
         }
         let body = page.body(s)?;
-        if crc32c(body) != m.crc {
-            return None;
+        // (A store only when the clock moved: hot rows' slots stay shared in the CPUs'
+        // caches instead of bouncing between them on every hit.)
+        let now = self.now();
+        if m.last_access.load(Ordering::Relaxed) != now {
+            m.last_access.store(now, Ordering::Relaxed);
         }
-        m.last_access.store(self.now(), Ordering::Relaxed);
         ids.iter()
             .map(|id| layout.read_field(body, m.body_len, *id).ok())
             .collect()
@@ -360,23 +540,61 @@ impl SeaCache {
             .flatten()
     }
 
-    /// Queues an admission request (dropped when the queue is full).
-    pub fn request(&self, schema: SchemaId, key: &[u8]) {
+    /// Queues an admission request for a row that missed, unless the queue is full or
+    /// busy (counted as dropped) or the doorkeeper sees the key for the first time
+    /// (counted as a first sighting). `row` gives the row as the reader read it, if it can;
+    /// it is called only for a request that is queued.
+    pub fn request(
+        &self,
+        schema: SchemaId,
+        key: &[u8],
+        row: impl FnOnce() -> Option<((u64, u64), Vec<u8>)>,
+    ) {
         // A reader never waits to ask: while another reader or the cache thread holds the
         // queue, the request is dropped, as when the queue is full (admission is a draw
         // anyway, and a row read again is asked for again).
+        if self.queued.load(Ordering::Relaxed) >= QUEUE_CAP {
+            self.counters.requests_dropped.incr();
+            return;
+        }
+        if !self.past_doorkeeper(schema, key) {
+            self.counters.first_sightings.incr();
+            return;
+        }
+        let row = row();
         let Some(mut q) = self.queue.try_lock() else {
             self.counters.requests_dropped.incr();
             return;
         };
         if q.len() < QUEUE_CAP {
-            q.push_back((schema, key.to_vec()));
+            q.push_back(Task {
+                schema,
+                key: key.to_vec(),
+                row,
+            });
+            self.queued.store(q.len(), Ordering::Relaxed);
+        } else {
+            self.counters.requests_dropped.incr();
         }
+    }
+
+    /// True when the doorkeeper lets a request for `key` of `schema` through to the
+    /// admission policy (always, with the doorkeeper off).
+    pub fn past_doorkeeper(&self, schema: SchemaId, key: &[u8]) -> bool {
+        let Some(d) = &self.doorkeeper else {
+            return true;
+        };
+        let k = crc32c(key);
+        let h = u64::from(k) << 32 | u64::from(k ^ crc32c(&schema.to_le_bytes()).rotate_left(7));
+        d.seen_before(h)
     }
 
     /// The next admission request.
     pub fn next_task(&self) -> Option<Task> {
-        self.queue.lock().pop_front()
+        let mut q = self.queue.lock();
+        let t = q.pop_front();
+        self.queued.store(q.len(), Ordering::Relaxed);
+        t
     }
 
     /// Puts `body` (a row of `schema` whose slots are `slot_size` bytes) read at `tail`
@@ -392,34 +610,59 @@ impl SeaCache {
         if body.len() > slot_size {
             return None;
         }
+        let now = self.advance_clock();
         let meta = || SlotMeta {
             ikey: ikey.to_vec(),
             tail,
             body_len: body.len() as u32,
             crc: crc32c(body),
-            last_access: AtomicU64::new(self.now()),
+            last_access: AtomicU64::new(now),
         };
         let mut lists = self.lists.lock();
         let list = lists.entry(schema).or_default();
-        for &p in list.iter() {
+        // From the page the last fill used, skipping pages flagged full (a flag set
+        // or cleared under the page's lock; a stale one costs a lock or a page, never a
+        // wrong slot: the bitmap decides).
+        let n = list.pages.len();
+        for i in 0..n {
+            let at = (list.cursor + i) % n;
+            let p = *list.pages.get(at)?;
+            if self
+                .full
+                .get(p as usize)
+                .is_some_and(|f| f.load(Ordering::Relaxed))
+            {
+                continue;
+            }
             let mut page = self.pages.get(p as usize)?.write();
-            if let Some(s) = take_slot(&mut page) {
+            let taken = take_slot(&mut page);
+            if let Some(s) = taken {
                 put(&mut page, s, meta(), body);
+            }
+            self.mark(p as usize, &mut page);
+            if let Some(s) = taken {
+                list.cursor = at;
                 return Some(handle(p, s));
             }
         }
-        let p = self.free.lock().pop()?;
+        let Some(p) = self.free.lock().pop() else {
+            self.starved.store(true, Ordering::Relaxed);
+            return None;
+        };
         let mut page = self.pages.get(p as usize)?.write();
         let n = ((self.cfg.page_size as usize) / slot_size).clamp(1, 1 << 16);
         page.schema = schema;
         page.slot_size = slot_size;
         page.bitmap = vec![0; n.div_ceil(64)];
         page.rows = 0;
+        page.accounted = 0;
         page.data.resize(n * slot_size, 0);
         page.slots = (0..n).map(|_| None).collect();
-        list.push(p);
+        list.pages.push(p);
+        list.cursor = list.pages.len() - 1;
         let s = take_slot(&mut page)?;
         put(&mut page, s, meta(), body);
+        self.mark(p as usize, &mut page);
         Some(handle(p, s))
     }
 
@@ -464,6 +707,56 @@ impl SeaCache {
         true
     }
 
+    /// Writes the fixed-length fields `set` of the row in slot `h` in place (it must hold
+    /// `ikey` at `old_tail`) and tags it with `new_tail`. None when a field of `set` is not
+    /// a fixed field of that length (the caller then rewrites the whole body); else
+    /// whether the slot still caches the row.
+    pub fn write_fields(
+        &self,
+        h: u64,
+        ikey: &[u8],
+        (old_tail, new_tail): (u64, u64),
+        layout: &Layout,
+        set: &[(FieldId, &[u8])],
+    ) -> Option<bool> {
+        let mut at = Vec::with_capacity(set.len());
+        for (id, v) in set {
+            match layout.kind(*id).ok()? {
+                tierkv_core::FieldKind::Fixed { len } if usize::from(len) == v.len() => {
+                    at.push(layout.offset(*id)? as usize);
+                }
+                _ => return None,
+            }
+        }
+        let (p, s) = unhandle(h)?;
+        let lock = self.pages.get(p)?;
+        let mut page = lock.write();
+        let slot_size = page.slot_size;
+        let Some(Some(m)) = page.slots.get(s) else {
+            return Some(false);
+        };
+        if m.ikey != ikey || m.tail != old_tail {
+            return Some(false);
+        }
+        let body_len = m.body_len as usize;
+        let start = s * slot_size;
+        let Some(body) = page.data.get_mut(start..start + body_len) else {
+            return Some(false);
+        };
+        for (off, (_, v)) in at.iter().zip(set) {
+            let Some(dst) = body.get_mut(*off..*off + v.len()) else {
+                return Some(false);
+            };
+            dst.copy_from_slice(v);
+        }
+        let crc = crc32c(body);
+        if let Some(Some(m)) = page.slots.get_mut(s) {
+            m.tail = new_tail;
+            m.crc = crc;
+        }
+        Some(true)
+    }
+
     /// Frees slot `h` if it holds `ikey`.
     pub fn free_slot(&self, h: u64, ikey: &[u8]) {
         let Some((p, s)) = unhandle(h) else { return };
@@ -478,6 +771,7 @@ impl SeaCache {
             .is_some_and(|m| m.ikey == ikey)
         {
             clear(&mut page, s);
+            self.mark(p, &mut page);
             self.counters.evictions.incr();
             if page.rows == 0 {
                 let schema = page.schema;
@@ -502,84 +796,196 @@ impl SeaCache {
             return;
         }
         if let Some(list) = lists.get_mut(&schema) {
-            list.retain(|x| *x != p);
+            list.pages.retain(|x| *x != p);
         }
         page.slots.clear();
         page.bitmap.clear();
+        self.mark(p as usize, &mut page);
         self.free.lock().push(p);
     }
 
-    /// One eviction pass: schemas from the lowest hit ratio up, rows idle beyond their
-    /// schema's lifetime, until page use is at most the target. Returns the evicted rows
-    /// (index key, handle) so the caller clears their index pointers.
+    /// One eviction pass (§V-C3), returning the evicted rows (index key, handle) so the
+    /// caller clears their index pointers:
+    /// 1. schemas from the lowest hit ratio up: rows idle beyond their schema's lifetime,
+    ///    until use is at most the target;
+    /// 2. if use is still above it, lifetimes are shortened just enough: every row's idle
+    ///    time in units of its schema's lifetime is its *age*, and rows go oldest age first
+    ///    until the target is reached (one cut-off age for all schemas, so each schema's
+    ///    lifetime shrinks in the same proportion);
+    /// 3. if a fill found no room and no page is free, the page whose newest row is the
+    ///    oldest (lowest hit ratio first) is emptied and goes back to the pool.
     pub fn evict_round(&self) -> Vec<(Vec<u8>, u64)> {
         self.counters.eviction_rounds.incr();
-        let now = self.now();
+        let round = self.counters.eviction_rounds.get();
+        let now = self.advance_clock();
+        self.roll_windows();
         let total = self.pages.len() as f64;
-        let mut schemas: Vec<(SchemaId, f64, usize)> = {
+        let mut schemas: Vec<(SchemaId, f64, Vec<u32>)> = {
             let lists = self.lists.lock();
             lists
                 .iter()
-                .map(|(s, l)| (*s, self.schema_stats(*s).ratio().unwrap_or(0.0), l.len()))
+                .map(|(s, l)| {
+                    (
+                        *s,
+                        self.schema_stats(*s).ratio().unwrap_or(0.0),
+                        l.pages.clone(),
+                    )
+                })
                 .collect()
         };
         schemas.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let lives: Vec<u64> = schemas
+            .iter()
+            .map(|(_, ratio, pages)| {
+                lifetime(self.cfg.lifetime_ms, *ratio, pages.len() as f64 / total)
+            })
+            .collect();
         let mut out = Vec::new();
-        for (schema, ratio, npages) in schemas {
-            if self.usage() <= self.cfg.evict_target {
+        for ((schema, _, pages), life) in schemas.iter().zip(&lives) {
+            if !self.over_target() {
                 break;
             }
-            let st = self.schema_stats(schema);
-            let life = lifetime(
-                self.cfg.lifetime_ms,
-                ratio,
-                npages as f64 / total,
-                st.failed_rounds.load(Ordering::Relaxed),
-            );
-            let pages: Vec<u32> = self.lists.lock().get(&schema).cloned().unwrap_or_default();
-            let mut emptied = Vec::new();
-            for p in pages {
-                let Some(lock) = self.pages.get(p as usize) else {
-                    continue;
-                };
-                let mut page = lock.write();
-                if page.schema != schema {
-                    continue;
-                }
-                for s in 0..page.capacity() {
-                    let old = page.slots.get(s).and_then(Option::as_ref).and_then(|m| {
-                        (now.saturating_sub(m.last_access.load(Ordering::Relaxed)) >= life)
-                            .then(|| m.ikey.clone())
-                    });
-                    if let Some(ikey) = old {
-                        clear(&mut page, s);
-                        self.counters.evictions.incr();
-                        out.push((ikey, handle(p, s)));
-                    }
-                }
-                if page.rows == 0 && !page.slots.is_empty() {
-                    emptied.push(p);
-                }
-            }
-            for p in emptied {
-                self.release_if_empty(p, schema);
+            self.evict_pages(*schema, pages, now, round, &mut out, |idle| idle >= *life);
+        }
+        if self.usage() > self.cfg.evict_target {
+            let cut = self.cutoff_age(&schemas, &lives, now);
+            for ((schema, _, pages), life) in schemas.iter().zip(&lives) {
+                let life = (*life).max(1) as f64;
+                self.evict_pages(*schema, pages, now, round, &mut out, |idle| {
+                    idle as f64 / life >= cut
+                });
             }
         }
-        // NOTE: the lifetime adjustment: shorter lifetimes while the target is missed.
-        let missed = self.usage() > self.cfg.evict_target;
-        for (_, st) in self.all_stats() {
-            if missed {
-                st.failed_rounds.fetch_add(1, Ordering::Relaxed);
-            } else {
-                st.failed_rounds.store(0, Ordering::Relaxed);
-            }
+        if self.over_target() {
+            self.evict_stalest_page(&schemas, now, &mut out);
+        }
+        if !self.over_target() {
+            self.starved.store(false, Ordering::Relaxed);
         }
         out
     }
 
-    /// True when page use calls for eviction.
+    /// The age (idle time / lifetime) at and above which rows must go for use to fall to
+    /// the target (read locks only; rows touched meanwhile only make the cut generous).
+    fn cutoff_age(&self, schemas: &[(SchemaId, f64, Vec<u32>)], lives: &[u64], now: u64) -> f64 {
+        let mut rows: Vec<(f64, u64)> = Vec::new();
+        for ((schema, _, pages), life) in schemas.iter().zip(lives) {
+            let life = (*life).max(1) as f64;
+            for &p in pages {
+                let Some(page) = self.pages.get(p as usize).map(RwLock::read) else {
+                    continue;
+                };
+                if page.schema != *schema {
+                    continue;
+                }
+                let unit = (1u64 << 32) / page.capacity().max(1) as u64;
+                for m in page.slots.iter().flatten() {
+                    let idle = now.saturating_sub(m.last_access.load(Ordering::Relaxed));
+                    rows.push((idle as f64 / life, unit));
+                }
+            }
+        }
+        let target = (self.cfg.evict_target * self.pages.len() as f64 * (1u64 << 32) as f64) as u64;
+        let mut shed = self.units.load(Ordering::Relaxed).saturating_sub(target);
+        rows.sort_unstable_by(|a, b| b.0.total_cmp(&a.0));
+        let mut cut = f64::INFINITY;
+        for (age, unit) in rows {
+            if shed == 0 {
+                break;
+            }
+            cut = age;
+            shed = shed.saturating_sub(unit);
+        }
+        cut
+    }
+
+    /// Empties the page of the lowest-ratio schema whose newest row is the oldest, so a
+    /// starved fill finds a free page.
+    fn evict_stalest_page(
+        &self,
+        schemas: &[(SchemaId, f64, Vec<u32>)],
+        now: u64,
+        out: &mut Vec<(Vec<u8>, u64)>,
+    ) {
+        let Some((schema, _, pages)) = schemas.iter().find(|s| !s.2.is_empty()) else {
+            return;
+        };
+        let newest = |p: u32| {
+            self.pages.get(p as usize).map_or(u64::MAX, |l| {
+                let page = l.read();
+                page.slots
+                    .iter()
+                    .flatten()
+                    .map(|m| m.last_access.load(Ordering::Relaxed))
+                    .max()
+                    .unwrap_or(0)
+            })
+        };
+        if let Some(p) = pages.iter().copied().min_by_key(|p| newest(*p)) {
+            self.evict_pages(*schema, &[p], now, 0, out, |_| true);
+        }
+    }
+
+    /// Evicts the rows of `pages` (of `schema`) whose idle time `evict` accepts, and any
+    /// row whose checksum fails (§V-C1's row checksum, verified here rather than on every
+    /// hit: on one page in [`VERIFY_EVERY`] per pass, in turn by `round`); pages left empty
+    /// go back to the pool.
+    fn evict_pages(
+        &self,
+        schema: SchemaId,
+        pages: &[u32],
+        now: u64,
+        round: u64,
+        out: &mut Vec<(Vec<u8>, u64)>,
+        evict: impl Fn(u64) -> bool,
+    ) {
+        let mut emptied = Vec::new();
+        for &p in pages {
+            let Some(lock) = self.pages.get(p as usize) else {
+                continue;
+            };
+            let mut page = lock.write();
+            if page.schema != schema {
+                continue;
+            }
+            let verify = (u64::from(p) + round).is_multiple_of(VERIFY_EVERY);
+            for s in 0..page.capacity() {
+                let old = page.slots.get(s).and_then(Option::as_ref).and_then(|m| {
+                    let idle = now.saturating_sub(m.last_access.load(Ordering::Relaxed));
+                    let gone = evict(idle);
+                    let damaged =
+                        verify && !gone && page.body(s).is_some_and(|b| crc32c(b) != m.crc);
+                    if damaged {
+                        self.counters.damaged_rows.incr();
+                    }
+                    (gone || damaged).then(|| m.ikey.clone())
+                });
+                if let Some(ikey) = old {
+                    clear(&mut page, s);
+                    self.counters.evictions.incr();
+                    out.push((ikey, handle(p, s)));
+                }
+            }
+            self.mark(p as usize, &mut page);
+            if page.rows == 0 && !page.slots.is_empty() {
+                emptied.push(p);
+            }
+        }
+        for p in emptied {
+            self.release_if_empty(p, schema);
+        }
+    }
+
+    /// True when use calls for eviction, or a fill found no room.
     pub fn needs_eviction(&self) -> bool {
-        self.usage() > EVICT_TRIGGER
+        self.usage() > EVICT_TRIGGER || self.starved.load(Ordering::Relaxed)
+    }
+
+    /// True while an eviction pass should go on: use above the target, or a fill found no
+    /// room and no page is free yet.
+    pub fn over_target(&self) -> bool {
+        self.usage() > self.cfg.evict_target
+            || (self.starved.load(Ordering::Relaxed) && self.free.lock().is_empty())
     }
 
     /// Rows cached (for stats).
@@ -587,12 +993,13 @@ impl SeaCache {
         self.pages.iter().map(|p| p.read().rows).sum()
     }
 
-    /// DRAM held by page buffers.
+    /// DRAM held by page buffers and the doorkeeper.
     pub fn dram_bytes(&self) -> u64 {
         self.pages
             .iter()
             .map(|p| p.read().data.capacity() as u64)
-            .sum()
+            .sum::<u64>()
+            + self.doorkeeper.as_ref().map_or(0, Doorkeeper::bytes)
     }
 }
 
@@ -644,28 +1051,45 @@ mod tests {
             hit_threshold: 0.5,
             lifetime_ms: 1000,
             evict_target: 0.8,
+            doorkeeper: false,
         })
     }
 
-    /// The first read of a schema creates its statistics (a write lock on the map) from
-    /// `record`, which looks them up under the read lock first: the read guard must be
-    /// gone by then (a draft held it across the match and hung the first read).
+    /// Readers only count; the hit ratio moves when the cache thread closes a window, over
+    /// every read counted since the last one, from however many threads.
     #[test]
-    fn the_first_read_of_a_schema_records_without_deadlock() {
+    fn readers_count_and_the_cache_thread_closes_the_window() {
         let cache = Arc::new(small_cache());
-        let (tx, rx) = std::sync::mpsc::channel();
-        let c = cache.clone();
-        std::thread::spawn(move || {
-            c.record(7, false);
-            c.record(7, true);
-            let _ = tx.send(());
-        });
-        assert!(
-            rx.recv_timeout(std::time::Duration::from_secs(10)).is_ok(),
-            "record deadlocked on a schema without statistics"
-        );
         let st = cache.schema_stats(7);
-        assert_eq!((st.reads.get(), st.hits.get()), (2, 1));
+        let readers: Vec<_> = (0..4)
+            .map(|_| {
+                let (c, st) = (cache.clone(), st.clone());
+                std::thread::spawn(move || {
+                    for i in 0..10_000 {
+                        c.record(&st, i % 4 == 0);
+                    }
+                })
+            })
+            .collect();
+        for r in readers {
+            r.join().expect("reader");
+        }
+        assert_eq!((st.reads.get(), st.hits.get()), (40_000, 10_000));
+        assert_eq!(st.ratio(), None, "no window closed by the readers");
+        cache.roll_windows();
+        assert_eq!(st.ratio(), Some(0.25));
+        assert_eq!(cache.counters.hits.get(), 10_000);
+        assert_eq!(cache.counters.misses.get(), 30_000);
+        // Fewer than a window's reads since: the ratio stays.
+        for _ in 0..WINDOW - 1 {
+            c_record(&cache, &st, true);
+        }
+        cache.roll_windows();
+        assert_eq!(st.ratio(), Some(0.25));
+    }
+
+    fn c_record(c: &SeaCache, st: &SchemaStats, hit: bool) {
+        c.record(st, hit);
     }
 
     /// A reader never waits for the cache thread: a page it holds is a miss, and a busy
@@ -688,11 +1112,11 @@ mod tests {
         }
         {
             let _held = cache.queue.lock();
-            cache.request(1, b"k");
+            cache.request(1, b"k", || None);
         }
         assert_eq!(cache.counters.requests_dropped.get(), 1);
         assert!(cache.next_task().is_none());
-        cache.request(1, b"k");
+        cache.request(1, b"k", || None);
         assert!(cache.next_task().is_some());
     }
 
@@ -708,6 +1132,7 @@ mod tests {
             hit_threshold: 0.5,
             lifetime_ms: 1000,
             evict_target: 0.8,
+            doorkeeper: false,
         }));
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         let workers: Vec<_> = [&b"fill"[..], &b"free"[..]]
@@ -731,6 +1156,42 @@ mod tests {
         for w in workers {
             w.join().expect("worker");
         }
+    }
+
+    #[test]
+    fn the_doorkeeper_passes_a_key_seen_before_and_forgets_after_its_window() {
+        let d = Doorkeeper::new(1);
+        let n = d.bits.len() as u64 * 64;
+        assert_eq!(n, 1 << 16);
+        assert!(!d.seen_before(7), "first sighting");
+        assert!(d.seen_before(7), "second");
+        assert!(d.seen_before(7 + n), "the same bit");
+        // A quarter of the bits' first sightings clears them.
+        for h in 100..100 + n / 4 - 1 {
+            assert!(!d.seen_before(h));
+        }
+        assert!(!d.seen_before(7), "forgotten after the window");
+        let cache = SeaCache::new(CacheConfig {
+            doorkeeper: true,
+            ..small_cache().cfg.clone()
+        });
+        cache.request(1, b"k", || None);
+        assert!(
+            cache.next_task().is_none(),
+            "a first sighting is not queued"
+        );
+        assert_eq!(cache.counters.first_sightings.get(), 1);
+        cache.request(1, b"k", || Some(((5, 9), b"row".to_vec())));
+        let t = cache.next_task().expect("asked for before: queued");
+        assert_eq!(
+            (t.schema, t.key, t.row),
+            (1, b"k".to_vec(), Some(((5, 9), b"row".to_vec())))
+        );
+        cache.request(2, b"k", || None);
+        assert!(cache.next_task().is_none(), "another schema's key");
+        let off = SeaCache::new(small_cache().cfg.clone());
+        off.request(1, b"x", || None);
+        assert!(off.next_task().is_some(), "off: every request is queued");
     }
 
     #[test]
@@ -762,6 +1223,7 @@ mod tests {
         for _ in 0..WINDOW {
             stats.record(false);
         }
+        stats.roll();
         assert_eq!(stats.ratio(), Some(0.0));
         assert!(
             admit(stats.ratio(), 0.5, 0.01),
@@ -769,15 +1231,124 @@ mod tests {
         );
     }
 
+    /// A cached row whose bytes no longer match its checksum is dropped by the eviction
+    /// pass that verifies its page (one in `VERIFY_EVERY` passes), however recently read.
     #[test]
-    fn lifetime_is_longest_for_middling_ratios_and_shrinks_on_failure() {
-        let mid = lifetime(1000, 0.45, 0.2, 0);
-        assert!(mid > lifetime(1000, 0.05, 0.2, 0));
-        assert!(mid > lifetime(1000, 0.95, 0.2, 0));
-        assert_eq!(lifetime(1000, 0.45, 0.2, 1), mid / 2);
+    fn an_eviction_pass_drops_a_damaged_row() {
+        let cache = small_cache();
+        let h = cache.fill(1, 64, b"k", 0, b"row").expect("a free slot");
+        let keep = cache.fill(1, 64, b"j", 0, b"row").expect("a free slot");
+        let (p, s) = unhandle(h).expect("a handle");
+        if let Some(b) = cache.pages[p].write().data.get_mut(s * 64) {
+            *b ^= 1;
+        }
+        let mut out = Vec::new();
+        let now = cache.advance_clock();
+        for round in 0..VERIFY_EVERY {
+            cache.evict_pages(1, &[p as u32], now, round, &mut out, |_| false);
+        }
+        assert_eq!(out, vec![(b"k".to_vec(), h)]);
+        assert_eq!(cache.counters.damaged_rows.get(), 1);
+        assert!(cache.body(keep, b"j", 0).is_some(), "the sound row stays");
+    }
+
+    /// A fixed field is written into the cached row in place (checksum and tail updated);
+    /// a variable one is left to the caller, which rebuilds the body.
+    #[test]
+    fn fixed_fields_are_written_through_in_place() {
+        let cache = small_cache();
+        let layout = Layout::new(&tierkv_core::Schema {
+            id: 1,
+            name: "s".into(),
+            fields: vec![
+                tierkv_core::FieldDef::fixed("a", 3),
+                tierkv_core::FieldDef::var("v", 20),
+            ],
+        });
+        let body = layout.encode(&[b"abc", b"0123456789"]);
+        let h = cache.fill(1, 64, b"k", 5, &body).expect("a free slot");
+        assert_eq!(
+            cache.write_fields(h, b"k", (5, 6), &layout, &[(0, b"xyz")]),
+            Some(true)
+        );
+        let got = cache.body(h, b"k", 6).expect("re-tagged");
+        assert_eq!(
+            layout.decode_all(&got).ok(),
+            Some(vec![b"xyz".to_vec(), b"0123456789".to_vec()])
+        );
+        let (p, s) = unhandle(h).expect("a handle");
+        let crc = cache.pages[p].read().slots[s].as_ref().map(|m| m.crc);
+        assert_eq!(crc, Some(crc32c(&got)));
+        assert_eq!(
+            cache.write_fields(h, b"k", (6, 7), &layout, &[(1, b"short")]),
+            None
+        );
+        assert_eq!(
+            cache.write_fields(h, b"k", (6, 7), &layout, &[(0, b"too long")]),
+            None
+        );
+        assert_eq!(
+            cache.write_fields(h, b"k", (5, 7), &layout, &[(0, b"old")]),
+            Some(false),
+            "the slot holds another version"
+        );
+    }
+
+    #[test]
+    fn lifetime_is_longest_for_middling_ratios() {
+        let mid = lifetime(1000, 0.45, 0.2);
+        assert!(mid > lifetime(1000, 0.05, 0.2));
+        assert!(mid > lifetime(1000, 0.95, 0.2));
         assert!(
-            lifetime(1000, 0.45, 0.9, 0) < mid,
+            lifetime(1000, 0.45, 0.9) < mid,
             "a schema holding most pages lives shorter"
+        );
+    }
+
+    /// No row is past its lifetime, so eviction shortens it: exactly the least recently
+    /// read rows go, and use lands on the target, not below it.
+    #[test]
+    fn eviction_past_the_lifetime_sheds_the_least_recently_read_rows_to_the_target() {
+        // 10 pages of 4 slots.
+        let cache = SeaCache::new(CacheConfig {
+            size: 10 * 256,
+            page_size: 256,
+            hit_threshold: 0.5,
+            lifetime_ms: 1 << 40,
+            evict_target: 0.8,
+            doorkeeper: false,
+        });
+        let layout = Layout::new(&tierkv_core::Schema {
+            id: 1,
+            name: "s".into(),
+            fields: vec![tierkv_core::FieldDef::fixed("a", 3)],
+        });
+        let mut handles = Vec::new();
+        for i in 0..40u32 {
+            let key = i.to_le_bytes();
+            handles.push(cache.fill(1, 64, &key, 0, b"row").expect("a free slot"));
+            // Distinct fill times (the clock counts milliseconds).
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert!((cache.usage() - 1.0).abs() < 1e-6);
+        // Rows 0..4 are read again now: they are no longer the oldest.
+        cache.advance_clock();
+        for (i, h) in handles.iter().enumerate().take(4) {
+            let key = (i as u32).to_le_bytes();
+            assert!(cache.lookup(*h, &key, 0, &layout, &[0]).is_some());
+        }
+        let gone: Vec<u32> = cache
+            .evict_round()
+            .iter()
+            .map(|(k, _)| u32::from_le_bytes(k[..4].try_into().expect("4 bytes")))
+            .collect();
+        assert!((cache.usage() - 0.8).abs() < 1e-6, "use {}", cache.usage());
+        let mut gone = gone;
+        gone.sort_unstable();
+        assert_eq!(
+            gone,
+            (4..12).collect::<Vec<u32>>(),
+            "the 8 least recently read"
         );
     }
 
@@ -788,10 +1359,18 @@ mod tests {
         for i in 0..WINDOW {
             s.record(i % 4 == 0);
         }
+        s.roll();
         assert_eq!(s.ratio(), Some(0.25));
         for _ in 0..WINDOW {
             s.record(true);
         }
+        s.roll();
         assert_eq!(s.ratio(), Some(0.625));
+        // A window is every read since the last one closed, however many.
+        for i in 0..3 * WINDOW {
+            s.record(i % 3 == 0);
+        }
+        s.roll();
+        assert_eq!(s.ratio(), Some((0.625 + 1.0 / 3.0) / 2.0));
     }
 }

@@ -115,14 +115,17 @@ impl FocusStore {
                 ("cache_admissions", cc.admissions.get()),
                 ("cache_rejections", cc.rejections.get()),
                 ("cache_requests_dropped", cc.requests_dropped.get()),
+                ("cache_first_sightings", cc.first_sightings.get()),
                 ("cache_evictions", cc.evictions.get()),
                 ("cache_eviction_rounds", cc.eviction_rounds.get()),
+                ("cache_damaged_rows", cc.damaged_rows.get()),
                 ("cache_rows", cache.rows() as u64),
             ] {
                 s.counters.insert(format!("focus_{name}"), v);
             }
             s.gauges
-                .insert("focus_cache_page_use".into(), cache.usage());
+                .insert("focus_cache_page_use".into(), cache.page_use());
+            s.gauges.insert("focus_cache_use".into(), cache.usage());
             for (id, st) in cache.all_stats() {
                 let name = self
                     .info(id)

@@ -100,6 +100,9 @@ pub struct SchemaInfo {
     pub layout: Layout,
     /// The SeaCache slot size of its rows, if they can be cached.
     pub slot: Option<usize>,
+    /// Its SeaCache hit statistics, when its rows can be cached (kept here so that a read
+    /// counts itself without a lookup).
+    pub cache_stats: Option<Arc<crate::seacache::SchemaStats>>,
 }
 
 impl SchemaInfo {
@@ -116,13 +119,14 @@ impl SchemaInfo {
                     _ => None,
                 })
                 .sum::<usize>();
-        let slot = cache
-            .filter(|c| c.fits(max_body))
-            .map(|_| max_body.div_ceil(8) * 8);
+        let cache = cache.filter(|c| c.fits(max_body));
+        let slot = cache.map(|_| max_body.div_ceil(8) * 8);
+        let cache_stats = cache.map(|c| c.schema_stats(schema.id));
         SchemaInfo {
             schema,
             layout,
             slot,
+            cache_stats,
         }
     }
 }
@@ -705,15 +709,10 @@ impl SchemaStore for FocusStore {
         self.check_key(key)?;
         let info = self.info(schema)?;
         let ids = self.ids_of(&info, selection)?;
-        match self.index.get(&index_key(schema, key)) {
+        let ikey = index_key(schema, key);
+        match self.index.get(&ikey) {
             None => Ok(None),
-            Some(e) => Ok(Some(self.read_row(
-                &info,
-                &index_key(schema, key),
-                key,
-                &e,
-                &ids,
-            )?)),
+            Some(e) => Ok(Some(self.read_row(&info, &ikey, key, &e, &ids)?)),
         }
     }
 

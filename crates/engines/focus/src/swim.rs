@@ -50,6 +50,9 @@ pub struct Walk {
     pub values: Vec<Vec<u8>>,
     /// Chain entries read (1 = the tail only).
     pub steps: usize,
+    /// The tail the walk started at and its record's sequence number: the version of the
+    /// row it read (an address alone could be reused after GC).
+    pub tail: (u64, u64),
 }
 
 /// Reads fields `ids` of the row whose chain ends at `tail`. `shortcut` is (the newest
@@ -65,11 +68,15 @@ pub fn read_fields(
     let mut found: Vec<Option<Vec<u8>>> = vec![None; ids.len()];
     let mut missing = ids.len();
     let mut at = tail;
+    let mut tail_seq = 0;
     for steps in 1..=MAX_CHAIN {
         if shortcut.0 != 0 && at == shortcut.0 {
             at = shortcut.1;
         }
         let h = header(pool, at)?;
+        if steps == 1 {
+            tail_seq = h.seq;
+        }
         match h.kind {
             RecordKind::Delta => {
                 let b = body(pool, at, &h)?;
@@ -109,6 +116,7 @@ pub fn read_fields(
             return Ok(Walk {
                 values: found.into_iter().map(Option::unwrap_or_default).collect(),
                 steps,
+                tail: (tail, tail_seq),
             });
         }
         if h.kind == RecordKind::Row {
