@@ -88,7 +88,7 @@ pub const WINDOW: u64 = 256;
 pub const QUEUE_CAP: usize = 4096;
 /// An eviction pass verifies the row checksums of one page in this many.
 pub const VERIFY_EVERY: u64 = 8;
-/// Page use above which eviction starts.
+/// Use ([`SeaCache::usage`]) above which eviction starts.
 pub const EVICT_TRIGGER: f64 = 0.9;
 /// R_W by hit-ratio decile (ours: the shape of Fig. 16b).
 pub const R_W: [f64; 10] = [0.5, 0.75, 1.0, 1.5, 2.0, 2.0, 1.5, 1.0, 0.75, 0.5];
@@ -108,7 +108,7 @@ pub struct CacheConfig {
     pub hit_threshold: f64,
     /// Base lifetime of a row, milliseconds.
     pub lifetime_ms: u64,
-    /// Page use eviction brings the pool down to.
+    /// Use ([`SeaCache::usage`]) eviction brings the pool down to.
     pub evict_target: f64,
     /// Admit a row only when it was asked for before in the doorkeeper's window (see
     /// [`Doorkeeper`]).
@@ -116,13 +116,13 @@ pub struct CacheConfig {
 }
 
 /// TinyLFU's doorkeeper (Einziger et al., 2017; ours, not the paper's): a bit per hashed
-/// key, set the first time the cache thread sees a request for the key; only a key whose
-/// bit was already set goes on to the admission policy. The bits are cleared after as many
-/// first sightings as a quarter of the bits, so "asked for before" means "within the last
-/// few cache-fulls of distinct requests". Under YCSB's scrambled zipfian most misses are to
-/// keys read once in a long while: admitting them (and reading them from pmem to do it)
-/// cost the cache thread a core and evicted rows that were read again; the doorkeeper
-/// keeps them out at the price of one extra miss for a row that is read often.
+/// key, set the first time a reader's miss asks for the key; only a key whose bit was
+/// already set is queued for the admission policy. The bits (8 per row the cache holds,
+/// counting 1 KiB rows) are cleared after as many first sightings as a quarter of them, so
+/// "asked for before" means "within the last two cache-fulls of distinct requests". Under
+/// YCSB's scrambled zipfian most misses are to keys read once in a long while: admitting
+/// them kept the cache thread busy reading and filling rows that were evicted unread; the
+/// doorkeeper keeps them out at the price of one extra miss for a row that is read often.
 ///
 /// Readers ask it (before they queue a request), so a first sighting costs one atomic OR
 /// on a random word and no queue traffic. It is approximate by design: a clearing that
@@ -856,7 +856,7 @@ impl SeaCache {
                 });
             }
         }
-        if self.over_target() {
+        if self.starved.load(Ordering::Relaxed) && self.free.lock().is_empty() {
             self.evict_stalest_page(&schemas, now, &mut out);
         }
         if !self.over_target() {
@@ -1229,6 +1229,43 @@ mod tests {
             admit(stats.ratio(), 0.5, 0.01),
             "ratio 0 shuts the schema out"
         );
+    }
+
+    /// One schema holds every page with a row or two each: use is low, but another
+    /// schema's fill finds no page. The next pass empties the stalest page for it.
+    #[test]
+    fn a_starved_fill_gets_the_stalest_page() {
+        // 4 pages of 4 slots.
+        let cache = SeaCache::new(CacheConfig {
+            size: 4 * 256,
+            page_size: 256,
+            hit_threshold: 0.5,
+            lifetime_ms: 1 << 40,
+            evict_target: 0.8,
+            doorkeeper: false,
+        });
+        let handles: Vec<u64> = (0..16u32)
+            .map(|i| {
+                cache
+                    .fill(1, 64, &i.to_le_bytes(), 0, b"row")
+                    .expect("a slot")
+            })
+            .collect();
+        for (i, h) in handles.iter().enumerate() {
+            if i % 4 != 0 {
+                cache.free_slot(*h, &(i as u32).to_le_bytes());
+            }
+        }
+        assert!((cache.usage() - 0.25).abs() < 1e-6);
+        assert_eq!(cache.page_use(), 1.0);
+        assert!(!cache.needs_eviction());
+        assert_eq!(cache.fill(2, 64, b"other", 0, b"row"), None);
+        assert!(cache.needs_eviction(), "a starved fill calls for eviction");
+        let out = cache.evict_round();
+        assert_eq!(out.len(), 1, "one page's last row");
+        assert_eq!(cache.page_use(), 0.75);
+        assert!(!cache.needs_eviction());
+        assert!(cache.fill(2, 64, b"other", 0, b"row").is_some());
     }
 
     /// A cached row whose bytes no longer match its checksum is dropped by the eviction
