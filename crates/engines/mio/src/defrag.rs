@@ -172,7 +172,15 @@ impl Inner {
         let Some(r) = v.levels[repo].first() else {
             return Ok(false);
         };
-        let ev = self.shared.alloc.evacuate_slab(victim.offset)?;
+        // The slab was picked from a snapshot: flushes and compactions free objects
+        // meanwhile, so it may be gone (released, or a chunk of another use) by now.
+        let Some(ev) = self
+            .shared
+            .alloc
+            .evacuate_slab_of(victim.offset, victim.class)?
+        else {
+            return Ok(false);
+        };
         let c = &self.shared.counters;
         for old in ev.objects()? {
             if self.stop.load(Ordering::Acquire) {

@@ -68,6 +68,32 @@ impl PmemAllocator {
     /// it, and it is released to the free chunks when its last object is freed. Fails if
     /// the chunk is not a slab or is already being evacuated.
     pub fn evacuate_slab(&self, chunk_off: u64) -> Result<SlabEvacuation<'_>> {
+        self.start_evacuation(chunk_off, None)?.ok_or_else(|| {
+            Error::invalid(format!("evacuate_slab: chunk at {chunk_off} is not a slab"))
+        })
+    }
+
+    /// [`PmemAllocator::evacuate_slab`] of a slab of `class` picked from an earlier
+    /// [`PmemAllocator::slabs`] snapshot: None when the chunk is no longer a slab of that
+    /// class. Other threads free and allocate while the engine picks, so the slab's last
+    /// object may have been freed meanwhile and its chunk given back or put to another use
+    /// (mio's defragmentation once poisoned a store on that race: "chunk at 892928 is not a
+    /// slab").
+    pub fn evacuate_slab_of(
+        &self,
+        chunk_off: u64,
+        class: u8,
+    ) -> Result<Option<SlabEvacuation<'_>>> {
+        self.start_evacuation(chunk_off, Some(class))
+    }
+
+    /// Marks the slab at `chunk_off` evacuating, under its chunk's lock; None when the
+    /// chunk is not a slab (of `class`, if given).
+    fn start_evacuation(
+        &self,
+        chunk_off: u64,
+        class: Option<u8>,
+    ) -> Result<Option<SlabEvacuation<'_>>> {
         let k = self.chunk_of(chunk_off)?;
         if self.layout.chunk_off(k) != chunk_off {
             return Err(Error::invalid(format!(
@@ -76,10 +102,11 @@ impl PmemAllocator {
         }
         let mut guard = self.lock_chunk(k)?;
         let ChunkDram::Slab(slab) = &mut *guard else {
-            return Err(Error::invalid(format!(
-                "evacuate_slab: chunk at {chunk_off} is not a slab"
-            )));
+            return Ok(None);
         };
+        if class.is_some_and(|c| c != slab.class) {
+            return Ok(None);
+        }
         if slab.evacuating {
             return Err(Error::invalid(format!(
                 "evacuate_slab: the slab at {chunk_off} is already being evacuated"
@@ -90,11 +117,11 @@ impl PmemAllocator {
         if let Some(p) = self.partial.get(usize::from(class)) {
             p.lock().remove(&k);
         }
-        Ok(SlabEvacuation {
+        Ok(Some(SlabEvacuation {
             alloc: self,
             chunk: k,
             class,
-        })
+        }))
     }
 }
 

@@ -501,3 +501,55 @@ fn evacuations_race_with_allocating_threads() {
     let want: BTreeSet<u64> = per_thread.concat().into_iter().collect();
     assert_eq!(live, want);
 }
+
+/// A slab picked from a `slabs()` snapshot may be gone by the time the engine evacuates
+/// it (its last object freed by another thread, the chunk given back): `evacuate_slab_of`
+/// then says None; and once the chunk is a slab of another class, that slab is not
+/// evacuated in the picked one's place.
+#[test]
+fn evacuating_a_slab_that_went_away_meanwhile_is_no_error() {
+    let (_d, a) = allocator(1 << 20);
+    let mut objs = Vec::new();
+    while a.slabs().len() < 2 {
+        objs.push(a.alloc(2048).unwrap());
+    }
+    let picked = a.slabs()[0];
+    let in_picked = |o: u64| o >= picked.offset && o < picked.offset + CHUNK;
+    for o in objs.iter().filter(|o| in_picked(**o)) {
+        a.free(*o).unwrap();
+    }
+    assert!(
+        a.slabs().iter().all(|s| s.offset != picked.offset),
+        "an emptied slab beside another of its class goes back to the pool"
+    );
+    assert!(
+        a.evacuate_slab_of(picked.offset, picked.class)
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        a.evacuate_slab(picked.offset).is_err(),
+        "the plain call still refuses"
+    );
+    // Other allocations take chunks until the picked one is a slab of another class.
+    let mut small = Vec::new();
+    while !a.slabs().iter().any(|s| s.offset == picked.offset) {
+        small.push(a.alloc(64).unwrap());
+    }
+    let now = *a
+        .slabs()
+        .iter()
+        .find(|s| s.offset == picked.offset)
+        .unwrap();
+    assert_ne!(now.class, picked.class);
+    assert!(
+        a.evacuate_slab_of(picked.offset, picked.class)
+            .unwrap()
+            .is_none(),
+        "a slab of another class is not the one picked"
+    );
+    let ev = a.evacuate_slab_of(now.offset, now.class).unwrap();
+    assert!(ev.is_some(), "the slab of the class asked for");
+    drop(ev);
+    a.check().unwrap();
+}
