@@ -80,7 +80,9 @@ impl Target {
 
     /// True when the engine keeps data on `tier`.
     pub fn uses(&self, tier: Tier) -> bool {
-        self.desc.uses(tier)
+        self.spec
+            .parse::<EngineSpec>()
+            .is_ok_and(|spec| self.desc.spec_uses(&spec, tier))
     }
 
     /// True when the engine's stores offer the schema API natively

@@ -82,6 +82,7 @@ static TOY: EngineDescriptor = EngineDescriptor {
     variants: &["honest", "drop-put", "unordered-scan"],
     summary: "test engine",
     tiers: &[],
+    variant_tiers: &[],
     volatile: false,
     min_pmem_size: 0,
     max_value_len: None,

@@ -140,7 +140,7 @@ impl Db {
             None if !options.create_if_missing => return Err(Error::NoStore(dir)),
             None => {
                 refuse_foreign_files(&dir, &options)?;
-                (new_manifest(desc, &base, &options, &dir), true)
+                (new_manifest(desc, &spec, &base, &options, &dir), true)
             }
         };
         let limits = limits_of(desc, &options);
@@ -483,14 +483,20 @@ fn limits_of(desc: &EngineDescriptor, options: &Options) -> Limits {
     limits
 }
 
-fn new_manifest(desc: &EngineDescriptor, base: &str, options: &Options, dir: &Path) -> Manifest {
-    let pmem = desc.uses(Tier::Pmem).then(|| PmemLayout {
+fn new_manifest(
+    desc: &EngineDescriptor,
+    spec: &EngineSpec,
+    base: &str,
+    options: &Options,
+    dir: &Path,
+) -> Manifest {
+    let pmem = desc.spec_uses(spec, Tier::Pmem).then(|| PmemLayout {
         path: options.pmem.dir.as_deref().unwrap_or(dir).join(POOL_FILE),
         size: options.pmem.size.bytes(),
         created_mode: options.pmem.mode,
         pool_id: 0,
     });
-    let flash = if desc.uses(Tier::Flash) {
+    let flash = if desc.spec_uses(spec, Tier::Flash) {
         let dirs = if options.flash.dirs.is_empty() {
             vec![dir.join(FLASH_DIR)]
         } else {
@@ -557,12 +563,13 @@ fn open_media(
     created: bool,
 ) -> Result<Media> {
     if let Some(injected) = &o.media {
-        if desc.uses(Tier::Pmem) && injected.pmem.is_none() {
+        // The manifest lists the tiers of the variant opened (`new_manifest`).
+        if m.pmem.is_some() && injected.pmem.is_none() {
             return Err(Error::invalid(
                 "injected media lack the pmem pool this engine needs",
             ));
         }
-        if desc.uses(Tier::Flash) && injected.flash.is_empty() {
+        if !m.flash.is_empty() && injected.flash.is_empty() {
             return Err(Error::invalid(
                 "injected media lack the flash devices this engine needs",
             ));

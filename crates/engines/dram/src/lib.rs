@@ -64,6 +64,7 @@ pub const DESCRIPTOR: EngineDescriptor = EngineDescriptor {
     variants: INDEX_VARIANTS,
     summary: "everything in DRAM, volatile: the test oracle and the upper bound",
     tiers: &[],
+    variant_tiers: &[],
     volatile: true,
     min_pmem_size: 0,
     max_value_len: None,

@@ -81,6 +81,7 @@ pub const DESCRIPTOR: EngineDescriptor = EngineDescriptor {
     variants: &[],
     summary: "FOCUS: schema-aware records on pmem in a CLog/DLog persistent log, field updates by swim delta chains",
     tiers: &[Tier::Pmem],
+    variant_tiers: &[],
     volatile: false,
     min_pmem_size: 4 << 20,
     max_value_len: Some(60 << 10),

@@ -107,6 +107,7 @@ pub const DESCRIPTOR: EngineDescriptor = EngineDescriptor {
     variants: INDEX_VARIANTS,
     summary: "HeterMM: a plugged-in DRAM index over one logical space of DRAM pages and pmem blocks",
     tiers: &[Tier::Pmem],
+    variant_tiers: &[],
     volatile: false,
     min_pmem_size: 1 << 20,
     max_value_len: Some(MAX_VALUE_LEN),

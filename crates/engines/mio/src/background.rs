@@ -1,5 +1,6 @@
 //! The engine's background threads (MioDB §4.5): one flush thread and one compaction
-//! thread per buffer level, started at open and joined at close. Each loops: run its step
+//! thread per buffer level (and with `mio:flash` one flash compaction thread), started at
+//! open and joined at close. Each loops: run its step
 //! (`flush_step`, `compact_step(level)`) while there is work, otherwise wait for a change
 //! (or 100 ms). A step that fails for lack of space waits for other levels to free some
 //! (back-pressure: stalled writers time out with `NoSpace`); any other failure poisons the
@@ -40,6 +41,18 @@ pub(crate) fn start(inner: &Arc<Inner>) -> Result<Vec<JoinHandle<()>>> {
     match spawn("mio:flush".into(), Box::new(|i: &Inner| i.flush_step())) {
         Ok(t) => threads.push(t),
         Err(e) => return Err(e),
+    }
+    if inner.flash.is_some() {
+        match spawn(
+            "mio:flash-compact".into(),
+            Box::new(|i: &Inner| i.flash_compact_step()),
+        ) {
+            Ok(t) => threads.push(t),
+            Err(e) => {
+                stop_all(threads);
+                return Err(e);
+            }
+        }
     }
     for level in 0..buffer_levels {
         match spawn(

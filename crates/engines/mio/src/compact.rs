@@ -101,7 +101,7 @@ impl Inner {
         let (inputs, out_level): (Vec<Arc<Table>>, usize) = match choice {
             // Nothing to compact: under pressure the repository's owner (the last buffer
             // level's thread) gives back chunks its sparse slabs hold (`defrag.rs`).
-            Choice::Idle if pressure && level + 2 == self.opts.levels => {
+            Choice::Idle if pressure && level + 2 == self.opts.levels && self.flash.is_none() => {
                 return self.defrag_step();
             }
             Choice::Idle => return Ok(false),
@@ -123,6 +123,9 @@ impl Inner {
                     .collect(),
                 level + 1,
             ),
+            Choice::IntoRepository if self.flash.is_some() => {
+                return self.flash_write_out_step(level);
+            }
             Choice::IntoRepository => return self.lazy_copy_step(level),
         };
         let output = self.merge_tables(&inputs)?;

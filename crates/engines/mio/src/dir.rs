@@ -10,6 +10,8 @@
 //! 56  .. logs { id, off, chunks }, merge_count u32, pad u32,
 //!        merges { level, old id, new id, mark offset }, then per level: count u32, pad u32,
 //!        tables { id, head, entries, max_seq, alloc_count u32, pad u32, allocs { off, chunks } }
+//!        (version 3:) flash_levels u32, pad u32, flash_next u64, then per flash level:
+//!        count u32, pad u32, table numbers u64 (`mio:flash`; 0 flash levels otherwise)
 //! ```
 //!
 //! [`decode`] is total (fuzz target `mio_dir`).
@@ -21,15 +23,18 @@ use tierkv_core::{Error, Result, Tier};
 
 /// Magic of a directory object.
 pub const MAGIC: &[u8; 8] = b"MIODIR01";
-/// Format version written (2: the logs may hold batch records, `FORMAT.md` § Version
-/// changes).
-pub const VERSION: u32 = 2;
-/// The oldest version read (1 has the same layout, and logs without batch records).
+/// Format version written (2: the logs may hold batch records; 3: the flash repository's
+/// tables, `FORMAT.md` § Version changes).
+pub const VERSION: u32 = 3;
+/// The oldest version read (1 and 2 have the same layout without the flash section; 1's
+/// logs hold no batch records).
 pub const MIN_VERSION: u32 = 1;
 /// Bytes before the logs.
 pub const FIXED_LEN: usize = 56;
 /// Most levels a directory may hold.
 pub const MAX_LEVELS: usize = 64;
+/// Most flash levels a directory may hold.
+pub const MAX_FLASH_LEVELS: usize = 16;
 
 /// One run of chunks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,6 +99,11 @@ pub struct Directory {
     pub merges: Vec<MergeMeta>,
     /// Tables per level, oldest first; the last level is the repository.
     pub levels: Vec<Vec<TableMeta>>,
+    /// `mio:flash`: the numbers of the sorted tables of each flash level (level 0 oldest
+    /// first, the others in key order); empty for a store whose repository is on pmem.
+    pub flash: Vec<Vec<u64>>,
+    /// `mio:flash`: the next table number.
+    pub flash_next: u64,
 }
 
 impl Directory {
@@ -106,6 +116,8 @@ impl Directory {
             logs: Vec::new(),
             merges: Vec::new(),
             levels: vec![Vec::new(); levels],
+            flash: Vec::new(),
+            flash_next: 1,
         }
     }
 
@@ -157,6 +169,16 @@ pub fn encode(d: &Directory) -> Vec<u8> {
                 b.extend_from_slice(&r.off.to_le_bytes());
                 b.extend_from_slice(&r.chunks.to_le_bytes());
             }
+        }
+    }
+    b.extend_from_slice(&(d.flash.len() as u32).to_le_bytes());
+    b.extend_from_slice(&[0; 4]);
+    b.extend_from_slice(&d.flash_next.to_le_bytes());
+    for level in &d.flash {
+        b.extend_from_slice(&(level.len() as u32).to_le_bytes());
+        b.extend_from_slice(&[0; 4]);
+        for n in level {
+            b.extend_from_slice(&n.to_le_bytes());
         }
     }
     let len = b.len() as u32;
@@ -262,6 +284,7 @@ pub fn decode(bytes: &[u8], base: u64) -> Result<Directory> {
         generation: r.u64()?,
         next_id: r.u64()?,
         last_seq: r.u64()?,
+        flash_next: 1,
         ..Directory::default()
     };
     let logs = r.count(24)?;
@@ -310,6 +333,27 @@ pub fn decode(bytes: &[u8], base: u64) -> Result<Directory> {
         }
         d.levels.push(level);
     }
+    if version >= 3 {
+        let flash_levels = r.u32()? as usize;
+        if flash_levels > MAX_FLASH_LEVELS {
+            return Err(corrupt("bad flash level count"));
+        }
+        r.u32()?;
+        d.flash_next = r.u64()?;
+        for _ in 0..flash_levels {
+            let n = r.count(8)?;
+            r.u32()?;
+            let mut level = Vec::with_capacity(n);
+            for _ in 0..n {
+                let number = r.u64()?;
+                if number >= d.flash_next {
+                    return Err(corrupt("a flash table number past flash_next"));
+                }
+                level.push(number);
+            }
+            d.flash.push(level);
+        }
+    }
     if r.at != len {
         return Err(corrupt("trailing bytes"));
     }
@@ -354,6 +398,8 @@ mod tests {
                 },
             ],
         });
+        d.flash = vec![vec![3, 1], vec![2], Vec::new()];
+        d.flash_next = 4;
         d
     }
 
@@ -361,15 +407,24 @@ mod tests {
     /// version than this code knows is refused, never read.
     #[test]
     fn version_1_is_read_and_a_newer_version_refused() {
-        let d = sample();
+        let mut d = sample();
+        d.flash.clear();
+        d.flash_next = 1;
+        // Versions 1 and 2 end before the flash section (16 bytes when empty).
         let with_version = |v: u32| {
             let mut b = encode(&d);
+            if v < 3 {
+                b.truncate(b.len() - 16);
+                let len = b.len() as u32;
+                b[16..20].copy_from_slice(&len.to_le_bytes());
+            }
             b[8..12].copy_from_slice(&v.to_le_bytes());
             let c = masked_crc32c(&b[16..]);
             b[12..16].copy_from_slice(&c.to_le_bytes());
             b
         };
         assert_eq!(decode(&with_version(1), 0).unwrap(), d);
+        assert_eq!(decode(&with_version(2), 0).unwrap(), d);
         assert!(matches!(
             decode(&with_version(VERSION + 1), 0),
             Err(Error::UnsupportedFormat { found, .. }) if found == VERSION + 1

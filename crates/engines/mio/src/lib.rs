@@ -20,6 +20,7 @@
 //! | §4.6 | reads newest first; mergeable Bloom filters | `store.rs` (`get`, `scan`), `merge.rs`, `bloom.rs` |
 //! | §4.7 | WAL, recovery | `wal.rs`, `recovery.rs`, `dir.rs` |
 //! | §4.7's WAL, for many keys (issue 24) | crash-atomic write batches: one checksummed batch record in the log, one MemTable, `multi_get` behind the batch gate | `batch.rs`, `wal.rs` (`encode_batch`) |
+//! | §4.1 "Supporting Memory/Storage Hierarchy", §5.4 | the SSD extension, variant `mio:flash`: the repository is leveled sorted tables on flash (shared `tierkv-sstable`); the lazy copy becomes a write-out to flash level 0 | `flash.rs`, `flash_work.rs` |
 //! | (ours) | node layout shared by DRAM and pmem | `node.rs`, `skiplist.rs` |
 //! | (ours) | counters, check | `stats.rs`, `report.rs`, `check.rs` |
 //! | (ours) §4.4's repository after deletes | defragmentation: sparse slabs emptied by moving their nodes, under space pressure | `defrag.rs`, `recovery.rs` (`unlink_upper_only`) |
@@ -53,6 +54,8 @@ mod check;
 pub mod compact;
 pub mod defrag;
 pub mod dir;
+pub mod flash;
+mod flash_work;
 mod flush;
 pub mod lazycopy;
 pub mod merge;
@@ -73,6 +76,7 @@ pub mod zerocopy;
 
 use std::sync::Arc;
 
+use tierkv_core::media::flash::FlashDevice;
 use tierkv_core::media::pmem::PmemPool;
 use tierkv_core::{EngineContext, EngineDescriptor, KvStore, Limits, Result, Tier};
 
@@ -82,9 +86,10 @@ pub use store::MioStore;
 /// The engine's descriptor, for the facade's registry.
 pub const DESCRIPTOR: EngineDescriptor = EngineDescriptor {
     name: "mio",
-    variants: &["pmem"],
-    summary: "MioDB: DRAM MemTables flushed to pmem skiplists in one piece, an elastic buffer of levels and a repository",
+    variants: &["pmem", "flash"],
+    summary: "MioDB: DRAM MemTables flushed to pmem skiplists in one piece, an elastic buffer of levels and a repository (pmem skiplist, or sorted tables on flash with mio:flash)",
     tiers: &[Tier::Pmem],
+    variant_tiers: &[("flash", &[Tier::Pmem, Tier::Flash])],
     volatile: false,
     min_pmem_size: 1 << 20,
     max_value_len: None,
@@ -92,10 +97,29 @@ pub const DESCRIPTOR: EngineDescriptor = EngineDescriptor {
 };
 
 fn open(ctx: EngineContext) -> Result<Arc<dyn KvStore>> {
-    DESCRIPTOR.variant(&ctx.spec)?;
-    let opts = MioOptions::from_params(ctx.spec.params())?;
+    let variant = DESCRIPTOR.variant(&ctx.spec)?;
+    let mut opts = MioOptions::from_params(ctx.spec.params())?;
     let pool = ctx.media.require_pmem()?.clone();
-    let store = open_store(pool, opts, ctx.options.limits, ctx.created)?;
+    let store = if variant == "flash" {
+        let dev = ctx
+            .media
+            .flash
+            .first()
+            .cloned()
+            .ok_or_else(|| tierkv_core::Error::invalid("mio:flash needs a flash directory"))?;
+        let shape = opts.flash.get_or_insert_default();
+        shape
+            .block_cache
+            .get_or_insert(ctx.options.dram_budget.bytes() / 2);
+        open_flash_store(pool, dev, opts, ctx.options.limits, ctx.created)?
+    } else {
+        if opts.flash.is_some() {
+            return Err(tierkv_core::Error::invalid(
+                "mio: the flash options (sst_size, flash_*, block_cache) need the mio:flash variant",
+            ));
+        }
+        open_store(pool, opts, ctx.options.limits, ctx.created)?
+    };
     Ok(store)
 }
 
@@ -106,7 +130,24 @@ pub fn open_store(
     limits: Limits,
     created: bool,
 ) -> Result<Arc<MioStore>> {
-    recovery::open(pool, opts, limits, created, None)
+    recovery::open(pool, None, opts, limits, created, None)
+}
+
+/// Opens (or, when `created`, formats) a `mio:flash` store: its buffer in `pool`, its
+/// repository as sorted tables on `flash` (`flash.rs`). `opts.flash` gives the shape (the
+/// default when `None`; an unset block cache gets 8 MiB).
+pub fn open_flash_store(
+    pool: Arc<PmemPool>,
+    flash: Arc<FlashDevice>,
+    mut opts: MioOptions,
+    limits: Limits,
+    created: bool,
+) -> Result<Arc<MioStore>> {
+    opts.flash
+        .get_or_insert_default()
+        .block_cache
+        .get_or_insert(8 << 20);
+    recovery::open(pool, Some(flash), opts, limits, created, None)
 }
 
 /// [`open_store`] with a hook called just before each of the engine's own persists (crash
@@ -119,5 +160,5 @@ pub fn open_store_with_persist_hook(
     created: bool,
     hook: table::PersistHook,
 ) -> Result<Arc<MioStore>> {
-    recovery::open(pool, opts, limits, created, Some(hook))
+    recovery::open(pool, None, opts, limits, created, Some(hook))
 }

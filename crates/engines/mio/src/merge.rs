@@ -1,17 +1,45 @@
-//! A merge of several skiplists (MemTables and PMTables) into one stream holding the
-//! newest version of each key: what a scan reads (§4.6, "scans merge over all tables")
-//! and what a copying compaction writes. Seqs are global and grow with every write, so
+//! A merge of several skiplists (MemTables and PMTables) and, in `mio:flash`, of flash
+//! table streams (`flash.rs`) into one stream holding the newest version of each key: what
+//! a scan reads (§4.6, "scans merge over all tables") and what a copying compaction writes. Seqs are global and grow with every write, so
 //! the newest version of a key is the one with the largest seq, wherever it is.
 //!
 //! Thread safety: a merge belongs to one thread.
 
 use tierkv_core::Result;
 
+use crate::flash::FlashStream;
 use crate::skiplist::{Cursor, Entry, Source};
+
+/// One input of a merge.
+enum Input<'a> {
+    List(Cursor<&'a dyn Source>),
+    Flash(FlashStream<'a>),
+}
+
+impl Input<'_> {
+    fn current_key(&mut self) -> Result<Option<(Vec<u8>, u64)>> {
+        match self {
+            Input::List(c) => c.current_key(),
+            Input::Flash(f) => f.current_key(),
+        }
+    }
+    fn current(&mut self) -> Result<Option<Entry>> {
+        match self {
+            Input::List(c) => c.current(),
+            Input::Flash(f) => f.current(),
+        }
+    }
+    fn advance(&mut self) -> Result<()> {
+        match self {
+            Input::List(c) => c.advance(),
+            Input::Flash(f) => f.advance(),
+        }
+    }
+}
 
 /// The merge of some cursors.
 pub struct Merge<'a> {
-    cursors: Vec<Cursor<&'a dyn Source>>,
+    cursors: Vec<Input<'a>>,
 }
 
 impl<'a> Merge<'a> {
@@ -19,15 +47,27 @@ impl<'a> Merge<'a> {
     pub fn new(lists: &[(&'a dyn Source, u64)], start: &[u8]) -> Result<Merge<'a>> {
         let cursors = lists
             .iter()
-            .map(|(s, head)| Cursor::seek(*s, *head, start))
+            .map(|(s, head)| Cursor::seek(*s, *head, start).map(Input::List))
             .collect::<Result<Vec<_>>>()?;
         Ok(Merge { cursors })
+    }
+
+    /// A merge of the skiplists `lists` and the flash streams `flash` (positioned at the
+    /// same start by their caller).
+    pub fn with_flash(
+        lists: &[(&'a dyn Source, u64)],
+        flash: Vec<FlashStream<'a>>,
+        start: &[u8],
+    ) -> Result<Merge<'a>> {
+        let mut m = Merge::new(lists, start)?;
+        m.cursors.extend(flash.into_iter().map(Input::Flash));
+        Ok(m)
     }
 
     /// The newest version of the next key (tombstones included), or `None` at the end.
     pub fn next_entry(&mut self) -> Result<Option<Entry>> {
         let mut best: Option<(usize, Vec<u8>, u64)> = None;
-        for (i, c) in self.cursors.iter().enumerate() {
+        for (i, c) in self.cursors.iter_mut().enumerate() {
             if let Some((k, seq)) = c.current_key()? {
                 let better = match &best {
                     None => true,
@@ -41,7 +81,7 @@ impl<'a> Merge<'a> {
         let Some((i, key, _)) = best else {
             return Ok(None);
         };
-        let entry = match self.cursors.get(i) {
+        let entry = match self.cursors.get_mut(i) {
             Some(c) => c.current()?,
             None => None,
         };

@@ -14,6 +14,19 @@
 //! | `stall_timeout_ms` | - | 3000 | the longest a write waits for room while the background makes progress (`space.rs`) |
 //! | `progress_wait_ms` | - | 400 | a put waiting for room is refused with `NoSpace` once the background made no progress for this long (a delete waits up to `stall_timeout_ms`) |
 //!
+//! The SSD extension (`mio:flash`, §4.1, §5.4; `flash.rs`) adds, accepted only with that
+//! variant (the authors' `ssd_extension` branch runs LevelDB's leveled compaction with 64 MB
+//! tables; the rest are LevelDB's and RocksDB's defaults):
+//!
+//! | option | default | meaning |
+//! |---|---|---|
+//! | `sst_size` | 64 MiB | target bytes of a sorted table on flash |
+//! | `flash_l0_trigger` | 4 | flash level 0 (one table per PMTable written out, overlapping) compacts into level 1 at this many tables |
+//! | `flash_base` | 256 MiB | bytes flash level 1 may hold; level i+1 holds `flash_ratio` times level i |
+//! | `flash_ratio` | 10 | size ratio between flash levels |
+//! | `flash_levels` | 7 | flash levels (F0 .. F6) |
+//! | `block_cache` | DRAM budget / 2 | DRAM block cache for flash tables |
+//!
 //! Thread safety: plain data.
 
 use tierkv_core::{ByteSize, EngineParams, Error, Result, Switch};
@@ -48,6 +61,50 @@ pub struct MioOptions {
     /// A write waiting for room is refused once no background progress was seen for this
     /// many milliseconds.
     pub progress_wait_ms: u64,
+    /// The SSD extension's shape: `Some` with the `flash` variant (set at open), or when a
+    /// flash option was given (which the `pmem` variant then refuses).
+    pub flash: Option<FlashShape>,
+}
+
+/// The shape of the flash repository (`mio:flash`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlashShape {
+    /// Target bytes of a table.
+    pub sst_size: u64,
+    /// Tables in flash level 0 that make it compact.
+    pub l0_trigger: usize,
+    /// Bytes flash level 1 may hold.
+    pub base: u64,
+    /// Size ratio between flash levels.
+    pub ratio: u64,
+    /// Flash levels (level 0 included).
+    pub levels: usize,
+    /// Block cache bytes (None: half the DRAM budget).
+    pub block_cache: Option<u64>,
+}
+
+impl Default for FlashShape {
+    fn default() -> Self {
+        FlashShape {
+            sst_size: 64 << 20,
+            l0_trigger: 4,
+            base: 256 << 20,
+            ratio: 10,
+            levels: 7,
+            block_cache: None,
+        }
+    }
+}
+
+impl FlashShape {
+    /// Bytes flash level `level` (>= 1) may hold before it compacts into the next.
+    pub fn level_limit(&self, level: usize) -> u64 {
+        let mut limit = self.base;
+        for _ in 1..level {
+            limit = limit.saturating_mul(self.ratio);
+        }
+        limit
+    }
 }
 
 /// The paper's MemTable size.
@@ -66,6 +123,7 @@ impl Default for MioOptions {
             compaction: Compaction::ZeroCopy,
             stall_timeout_ms: 3_000,
             progress_wait_ms: 400,
+            flash: None,
         }
     }
 }
@@ -87,7 +145,53 @@ impl MioOptions {
                 )));
             }
         };
+        let fd = FlashShape::default();
+        let given = [
+            "sst_size",
+            "flash_l0_trigger",
+            "flash_base",
+            "flash_ratio",
+            "flash_levels",
+            "block_cache",
+        ]
+        .iter()
+        .any(|k| p.contains(k));
+        let flash = FlashShape {
+            sst_size: p
+                .take::<ByteSize>("sst_size", ByteSize(fd.sst_size))?
+                .bytes(),
+            l0_trigger: p.take_checked(
+                "flash_l0_trigger",
+                fd.l0_trigger,
+                |t| (1..=64).contains(t),
+                "must be 1 ..= 64",
+            )?,
+            base: p.take::<ByteSize>("flash_base", ByteSize(fd.base))?.bytes(),
+            ratio: p.take_checked(
+                "flash_ratio",
+                fd.ratio,
+                |r| (2..=100).contains(r),
+                "must be 2 ..= 100",
+            )?,
+            levels: p.take_checked(
+                "flash_levels",
+                fd.levels,
+                |l| (2..=16).contains(l),
+                "must be 2 ..= 16",
+            )?,
+            block_cache: match p.take("block_cache", String::new())? {
+                s if s.is_empty() => None,
+                s => Some(s.parse::<ByteSize>()?.bytes()),
+            },
+        };
+        if flash.sst_size < 16 << 10 || flash.base < flash.sst_size {
+            return Err(Error::invalid(format!(
+                "mio: sst_size={} must be at least 16 KiB and at most flash_base={}",
+                flash.sst_size, flash.base
+            )));
+        }
         let o = MioOptions {
+            flash: given.then_some(flash),
             memtable: memtable.map(ByteSize::bytes),
             levels: p.take_checked(
                 "levels",

@@ -12,11 +12,14 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex, RwLock};
+use tierkv_core::media::flash::FlashDevice;
 use tierkv_core::media::pmem::{PmemAllocator, PmemPool};
 use tierkv_core::{Error, Limits, Result, Tier};
+use tierkv_sstable::BlockCache;
 
 use crate::arena::Arena;
 use crate::dir::{self, Directory, MergeMeta};
+use crate::flash::{FlashLevels, FlashRepo};
 use crate::node::{self, MAX_HEIGHT};
 use crate::options::MioOptions;
 use crate::skiplist;
@@ -33,6 +36,7 @@ use crate::zerocopy::{self, MergeState};
 /// Opens (or creates) a store in `pool`.
 pub fn open(
     pool: Arc<PmemPool>,
+    flash: Option<Arc<FlashDevice>>,
     opts: MioOptions,
     limits: Limits,
     created: bool,
@@ -54,6 +58,7 @@ pub fn open(
     if !fresh {
         collect_leaks(&shared, &dir_state)?;
     }
+    let (flash, flash_levels) = open_flash(flash, &opts, &dir_state.cur)?;
     let capacity = shared.alloc.layout().chunk_count * shared.alloc.chunk_size();
     let memtable_size = opts.memtable_for(capacity);
     let shape = TableShape {
@@ -98,7 +103,9 @@ pub fn open(
             mem: placeholder.clone(),
             imm: None,
             levels,
+            flash: Arc::new(flash_levels),
         })),
+        flash,
         writer: Mutex::new(WriterState {
             mem: placeholder,
             log: wal::LogWriter {
@@ -153,6 +160,9 @@ fn format(pool: &Arc<PmemPool>, opts: &MioOptions) -> Result<(PmemAllocator, Dir
         MioOptions::chunk_size_for(pool.len()),
     )?;
     let mut d = Directory::empty(opts.levels);
+    if let Some(shape) = &opts.flash {
+        d.flash = vec![Vec::new(); shape.levels];
+    }
     // The repository: one skiplist whose head is an object of its own (§4.4).
     let head = alloc.alloc(node::HEAD_LEN as u64)?;
     let empty = Arena::new(0, 1).snapshot();
@@ -199,7 +209,53 @@ fn load(pool: &Arc<PmemPool>, opts: &MioOptions) -> Result<(PmemAllocator, DirSt
             opts.levels
         )));
     }
+    let stored_flash = (!d.flash.is_empty()).then_some(d.flash.len());
+    match (stored_flash, &opts.flash) {
+        (None, Some(_)) => {
+            return Err(Error::invalid(
+                "this mio store keeps its repository on pmem; it cannot be opened as mio:flash",
+            ));
+        }
+        (Some(_), None) => {
+            return Err(Error::invalid(
+                "this mio store keeps its repository on flash; open it as mio:flash",
+            ));
+        }
+        (Some(n), Some(shape)) if n != shape.levels => {
+            return Err(Error::invalid(format!(
+                "this mio:flash store was created with flash_levels={n}; it cannot be opened with flash_levels={}",
+                shape.levels
+            )));
+        }
+        _ => {}
+    }
     Ok((alloc, DirState { cur: d, off }))
+}
+
+/// `mio:flash`: the flash repository and its tables (orphans removed, every listed table
+/// opened and checked); `None` and empty levels for a pmem repository.
+fn open_flash(
+    dev: Option<Arc<FlashDevice>>,
+    opts: &MioOptions,
+    d: &Directory,
+) -> Result<(Option<FlashRepo>, FlashLevels)> {
+    let (Some(dev), Some(shape)) = (dev, opts.flash) else {
+        if opts.flash.is_some() {
+            return Err(Error::invalid("mio:flash needs a flash device"));
+        }
+        return Ok((None, FlashLevels::default()));
+    };
+    let cache = usize::try_from(shape.block_cache.unwrap_or(8 << 20)).unwrap_or(usize::MAX);
+    let repo = FlashRepo {
+        dev,
+        cache: BlockCache::new(cache),
+        shape,
+        bloom_bits: opts.bloom_bits,
+        next: AtomicU64::new(d.flash_next.max(1)),
+        pointers: Mutex::new(vec![Vec::new(); shape.levels]),
+    };
+    let tables = repo.open_tables(&d.flash)?;
+    Ok((Some(repo), FlashLevels::from_tables(tables)))
 }
 
 /// Frees every tagged run and object the directory does not reference.

@@ -60,6 +60,24 @@ pub(crate) fn stats(inner: &Inner) -> Stats {
     for (i, l) in v.levels.iter().enumerate() {
         s.gauges.insert(format!("mio_tables_l{i}"), l.len() as f64);
     }
+    if let Some(repo) = &inner.flash {
+        put("flash_tables_written", c.flash_tables_written.get());
+        put("flash_bytes_written_out", c.flash_bytes_written_out.get());
+        put("flash_bytes_compacted", c.flash_bytes_compacted.get());
+        put("flash_tombstones_dropped", c.flash_tombstones_dropped.get());
+        let counts = v.flash.counts();
+        for (i, n) in c.flash_compactions.iter().enumerate().take(counts.len()) {
+            put(&format!("flash_compactions_f{i}"), n.get());
+        }
+        for (i, n) in counts.iter().enumerate() {
+            s.gauges.insert(format!("mio_flash_tables_f{i}"), *n as f64);
+            s.gauges
+                .insert(format!("mio_flash_bytes_f{i}"), v.flash.bytes(i) as f64);
+        }
+        s.gauges
+            .insert("mio_block_cache_bytes".into(), repo.cache.bytes() as f64);
+        s.dram_bytes += v.flash.dram_bytes() + repo.cache.bytes() as u64;
+    }
     let a = inner.shared.alloc.stats();
     s.gauges
         .insert("mio_pmem_used_bytes".into(), a.used_bytes as f64);

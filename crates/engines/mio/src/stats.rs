@@ -64,4 +64,14 @@ pub struct Counters {
     pub recovery_micros: Counter,
     /// Compactions out of each level.
     pub compactions: [Counter; 32],
+    /// `mio:flash`: sorted tables written (write-outs and flash compactions).
+    pub flash_tables_written: Counter,
+    /// `mio:flash`: table bytes written by write-outs of PMTables.
+    pub flash_bytes_written_out: Counter,
+    /// `mio:flash`: table bytes written by flash compactions.
+    pub flash_bytes_compacted: Counter,
+    /// `mio:flash`: tombstones dropped by flash compactions (nothing older below).
+    pub flash_tombstones_dropped: Counter,
+    /// `mio:flash`: compactions out of each flash level.
+    pub flash_compactions: [Counter; 16],
 }

@@ -24,6 +24,7 @@ use tierkv_core::{Error, KvPair, KvStore, Limits, Result, Stats, Tier, WriteBatc
 
 use crate::arena::Arena;
 use crate::dir::{self, Directory, LogMeta, Run};
+use crate::flash::FlashRepo;
 use crate::merge::Merge;
 use crate::node::{self, Kind};
 use crate::options::MioOptions;
@@ -67,6 +68,9 @@ pub(crate) struct DirState {
 /// Everything the store and its threads share.
 pub(crate) struct Inner {
     pub shared: Arc<Shared>,
+    /// `mio:flash`: the flash repository (`flash.rs`); `None` when the repository is the
+    /// pmem skiplist.
+    pub flash: Option<FlashRepo>,
     pub opts: MioOptions,
     pub limits: Limits,
     pub shape: TableShape,
@@ -194,7 +198,10 @@ impl Inner {
     /// store owes more than it has). The debt is read before the free chunks: a lazy copy
     /// allocates before it counts what it paid, so the two reads can only err low.
     pub fn room(&self) -> i128 {
-        let debt = {
+        // mio:flash: the lazy copy writes to flash and only frees pmem; nothing is owed.
+        let debt = if self.flash.is_some() {
+            Debt::default()
+        } else {
             let v = self.version.read();
             let mut d = v.debt();
             d.pay(&self.lazy_done.lock());
@@ -561,7 +568,7 @@ impl Inner {
                 return Ok(self.found(e.value));
             }
         }
-        let _frozen: Vec<_> = self.level_locks.iter().map(|l| l.read()).collect();
+        let frozen: Vec<_> = self.level_locks.iter().map(|l| l.read()).collect();
         for level in &v.levels {
             for t in level.iter().rev() {
                 if let Some(e) = t.get(key)? {
@@ -569,6 +576,14 @@ impl Inner {
                     return Ok(self.found(e.value));
                 }
             }
+        }
+        // Flash tables never change: no level lock across their I/O.
+        drop(frozen);
+        if let Some(repo) = &self.flash
+            && let Some(e) = v.flash.get(key, &repo.cache)?
+        {
+            c.reads_from_flash.incr();
+            return Ok(self.found(e.value));
         }
         Ok(None)
     }
@@ -596,7 +611,11 @@ impl Inner {
         for (s, head) in &pools {
             lists.push((s as &dyn Source, *head));
         }
-        let mut m = Merge::new(&lists, start)?;
+        let flash = match &self.flash {
+            Some(repo) => v.flash.streams(start, &repo.cache, limit),
+            None => Vec::new(),
+        };
+        let mut m = Merge::with_flash(&lists, flash, start)?;
         let mut out = Vec::new();
         while out.len() < limit {
             let Some(e) = m.next_entry()? else { break };

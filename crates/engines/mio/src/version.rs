@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 
 use crate::arena::Arena;
 use crate::dir::{LogMeta, Run};
+use crate::flash::FlashLevels;
 use crate::space::Debt;
 use crate::table::Table;
 
@@ -65,6 +66,8 @@ pub struct Version {
     pub imm: Option<Arc<MemTable>>,
     /// Tables per level, oldest first; the last level is the repository.
     pub levels: Vec<Vec<Arc<Table>>>,
+    /// `mio:flash`: the flash repository's tables (below every level; empty otherwise).
+    pub flash: Arc<FlashLevels>,
 }
 
 impl Version {

@@ -40,6 +40,7 @@ pub const DESCRIPTOR: EngineDescriptor = EngineDescriptor {
               buffers, log-structured value storage on flash, scan-aware DRAM cache, \
               opportunistic thread combining",
     tiers: &[Tier::Pmem, Tier::Flash],
+    variant_tiers: &[],
     volatile: false,
     min_pmem_size: 4 << 20,
     max_value_len: Some(524_208), // = chunk_format::max_value_len(DEFAULT_CHUNK_SIZE): one 512 KiB chunk

@@ -97,6 +97,7 @@ pub const DESCRIPTOR: EngineDescriptor = EngineDescriptor {
     summary: "PrismDB (ASPLOS '23): slabs on pmem, sorted tables on flash, clock tracker, \
               multi-tiered storage compaction (MSC) with promotions",
     tiers: &[Tier::Pmem, Tier::Flash],
+    variant_tiers: &[],
     volatile: false,
     min_pmem_size: 4 << 20,
     max_value_len: Some(4096),

@@ -139,6 +139,11 @@ pub struct EngineParams {
 }
 
 impl EngineParams {
+    /// True when the spec sets `key` (and it was not taken yet).
+    pub fn contains(&self, key: &str) -> bool {
+        self.left.contains_key(key)
+    }
+
     /// Takes `key`, parsed as `T`, or `default` when the spec does not set it.
     pub fn take<T>(&mut self, key: &str, default: T) -> Result<T>
     where

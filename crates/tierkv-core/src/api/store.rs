@@ -162,6 +162,8 @@ pub struct EngineDescriptor {
     pub summary: &'static str,
     /// The tiers the engine stores data on (besides DRAM).
     pub tiers: &'static [Tier],
+    /// Variants whose tiers differ from `tiers` (`mio:flash` adds the flash tier).
+    pub variant_tiers: &'static [(&'static str, &'static [Tier])],
     /// True when nothing survives a restart (the `dram` engine).
     pub volatile: bool,
     /// The smallest pmem pool it can work in, if it uses pmem.
@@ -190,9 +192,25 @@ impl EngineDescriptor {
         }
     }
 
-    /// True when the engine stores data on `tier`.
+    /// True when the engine's default variant stores data on `tier` (other variants:
+    /// [`EngineDescriptor::spec_uses`]).
     pub fn uses(&self, tier: Tier) -> bool {
         self.tiers.contains(&tier)
+    }
+
+    /// The tiers `variant` stores data on.
+    pub fn tiers_of(&self, variant: &str) -> &'static [Tier] {
+        self.variant_tiers
+            .iter()
+            .find(|(v, _)| *v == variant)
+            .map_or(self.tiers, |(_, t)| t)
+    }
+
+    /// True when the variant `spec` selects stores data on `tier` (false for a variant the
+    /// engine does not have).
+    pub fn spec_uses(&self, spec: &EngineSpec, tier: Tier) -> bool {
+        self.variant(spec)
+            .is_ok_and(|v| self.tiers_of(v).contains(&tier))
     }
 }
 

@@ -41,3 +41,26 @@ pub fn open(pool: Arc<PmemPool>, params: &str, created: bool) -> Arc<MioStore> {
 pub fn counter(s: &Stats, name: &str) -> u64 {
     s.counters.get(&format!("mio_{name}")).copied().unwrap_or(0)
 }
+
+/// A flash device of `size` bytes in `dir` (for `mio:flash`).
+pub fn flash_device(
+    dir: &std::path::Path,
+    size: u64,
+) -> Arc<tierkv_core::media::flash::FlashDevice> {
+    let opts = tierkv_core::FlashOptions {
+        size: tierkv_core::ByteSize(size),
+        ..tierkv_core::FlashOptions::default()
+    };
+    tierkv_core::media::flash::FlashDevice::open(dir, &opts).expect("flash device")
+}
+
+/// Opens (or creates) a `mio:flash` store on `pool` and `flash`.
+pub fn open_flash(
+    pool: Arc<PmemPool>,
+    flash: Arc<tierkv_core::media::flash::FlashDevice>,
+    params: &str,
+    created: bool,
+) -> Arc<MioStore> {
+    tierkv_mio::open_flash_store(pool, flash, options(params), limits(), created)
+        .expect("open mio:flash store")
+}

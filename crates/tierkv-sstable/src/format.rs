@@ -11,7 +11,7 @@ use tierkv_core::format::checksum::masked_crc32c;
 use tierkv_core::media::flash::FLASH_BLOCK;
 
 use super::bloom::{Bloom, hash64};
-use crate::format::{Reader, push_key, read_u32};
+use crate::codec::{Reader, push_key, read_u32};
 
 /// Footer magic.
 pub const TABLE_MAGIC: u64 = u64::from_le_bytes(*b"PDBTABL1");

@@ -1,16 +1,24 @@
-//! Sorted tables on flash (PrismDB §4.1 "data layout on flash"): immutable, written once
-//! with `O_DIRECT` through `tierkv_core::media::flash`, read block by block through the
-//! DRAM block cache ([`BlockCache`]). A partition's tables never overlap; [`TableSet`] is one
-//! immutable version of them, shared by readers (`Arc`) so a compaction never removes a
-//! file a reader still uses (the paper's reference counting; an unlinked file stays
-//! readable through its open handle).
+//! # tierkv-sstable: sorted tables on the flash tier
 //!
-//! Deviation: the paper keeps table indexes and filters on NVM; we keep them in DRAM
-//! (charged to the DRAM budget), since our pmem pool is the scarce fast tier.
+//! Immutable sorted tables, written once with `O_DIRECT` through `tierkv_core::media::flash`
+//! and read block by block through a DRAM block cache ([`BlockCache`]). A table maps byte
+//! keys to byte values (unique keys, in order); what a value means is the embedding
+//! engine's business. [`TableSet`] is one immutable version of a set of non-overlapping
+//! tables, shared by readers (`Arc`) so a compaction never removes a file a reader still
+//! uses (an unlinked file stays readable through its open handle).
+//!
+//! Used by PrismDB's flash tier (PrismDB §4.1 "data layout on flash", where this code was
+//! first written) and by MioDB's SSD extension (`mio:flash`, MioDB §4.1, §5.4). The file
+//! layout is written down in `crates/engines/prismdb/FORMAT.md` § "Table file"; decoders
+//! are total over untrusted bytes (fuzz target `prismdb_table`).
+//!
+//! Deviation from PrismDB: the paper keeps table indexes and filters on NVM; we keep them
+//! in DRAM (charged to the DRAM budget), since our pmem pool is the scarce fast tier.
 //!
 //! Thread safety: [`Table`], [`TableSet`] and [`BlockCache`] are `Send + Sync`.
 
 pub mod bloom;
+pub mod codec;
 pub mod format;
 
 use std::cell::RefCell;
@@ -25,11 +33,6 @@ use tierkv_core::{Error, Result, Tier};
 
 use bloom::{Bloom, hash64};
 use format::{BlockHandle, Footer, build_table, decode_block, decode_footer, decode_index};
-
-/// The file name of table `number` of `partition`.
-pub fn table_name(partition: usize, number: u64) -> String {
-    format!("p{partition:02}-{number:016x}.sst")
-}
 
 /// An open table.
 #[derive(Debug)]
@@ -330,7 +333,7 @@ impl Table {
     }
 }
 
-/// One version of a partition's tables, sorted by key, non-overlapping.
+/// One version of a set of tables, sorted by key, non-overlapping.
 #[derive(Debug, Default)]
 pub struct TableSet {
     /// The tables.
@@ -588,7 +591,7 @@ mod tests {
         let entries: Vec<(Vec<u8>, Vec<u8>)> = (0..n)
             .map(|i| (format!("k{i:06}").into_bytes(), vec![i as u8; 1000]))
             .collect();
-        let t = Table::write(&dev, &table_name(0, 1), 1, &entries, 10).unwrap();
+        let t = Table::write(&dev, "t-1.sst", 1, &entries, 10).unwrap();
         (
             dir,
             dev,
