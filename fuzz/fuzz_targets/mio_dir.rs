@@ -34,6 +34,12 @@ fuzz_target!(|data: &[u8]| {
             allocs: vec![Run { off: word(18 + i), chunks: word(19) % 100 }],
         });
     }
+    // mio:flash's section: table numbers below flash_next.
+    let flash_levels = (word(20) % 5) as usize;
+    d.flash_next = 1 + word(21) % 1000;
+    d.flash = (0..flash_levels)
+        .map(|l| (0..(word(22 + l) % 4)).map(|i| word(27).wrapping_add(i) % d.flash_next).collect())
+        .collect();
     let bytes = dir::encode(&d);
     assert_eq!(dir::decode(&bytes, 0).expect("an encoded directory decodes"), d);
 });

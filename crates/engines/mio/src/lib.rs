@@ -162,3 +162,20 @@ pub fn open_store_with_persist_hook(
 ) -> Result<Arc<MioStore>> {
     recovery::open(pool, None, opts, limits, created, Some(hook))
 }
+
+/// [`open_flash_store`] with a persist hook (see [`open_store_with_persist_hook`]).
+#[doc(hidden)]
+pub fn open_flash_store_with_persist_hook(
+    pool: Arc<PmemPool>,
+    flash: Arc<FlashDevice>,
+    mut opts: MioOptions,
+    limits: Limits,
+    created: bool,
+    hook: table::PersistHook,
+) -> Result<Arc<MioStore>> {
+    opts.flash
+        .get_or_insert_default()
+        .block_cache
+        .get_or_insert(8 << 20);
+    recovery::open(pool, Some(flash), opts, limits, created, Some(hook))
+}
