@@ -43,7 +43,9 @@ fn open(
 }
 
 /// The engines of this build, default first: dicts with `name`, `variants`, `summary`,
-/// `tiers`, `volatile`, `atomic_batches` and `unordered_variants`.
+/// `tiers` (of the default variant), `variant_tiers` (variant → tiers, for variants on
+/// other tiers, such as `mio:flash`), `volatile`, `atomic_batches` and
+/// `unordered_variants`.
 #[pyfunction]
 fn engines(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
     let list = PyList::empty(py);
@@ -54,6 +56,12 @@ fn engines(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
         e.set_item("summary", d.summary)?;
         let tiers: Vec<String> = d.tiers.iter().map(ToString::to_string).collect();
         e.set_item("tiers", tiers)?;
+        let variant_tiers = PyDict::new(py);
+        for (variant, t) in d.variant_tiers {
+            let t: Vec<String> = t.iter().map(ToString::to_string).collect();
+            variant_tiers.set_item(*variant, t)?;
+        }
+        e.set_item("variant_tiers", variant_tiers)?;
         e.set_item("volatile", d.volatile)?;
         e.set_item(
             "atomic_batches",

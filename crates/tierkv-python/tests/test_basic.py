@@ -88,6 +88,8 @@ def test_engines_lists_the_registry():
     assert by_name["prism"]["atomic_batches"] and by_name["mio"]["atomic_batches"]
     assert by_name["hetermm"]["unordered_variants"] == ["hash", "lockfree"]
     assert "pmem" in by_name["prism"]["tiers"]
+    assert by_name["mio"]["tiers"] == ["pmem"]
+    assert by_name["mio"]["variant_tiers"] == {"flash": ["pmem", "flash"]}
 
 
 def test_every_call_after_close_raises_closed(tmp_path):

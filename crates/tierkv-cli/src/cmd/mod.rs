@@ -308,13 +308,20 @@ pub fn load(s: &StoreArgs, a: &LoadArgs) -> Result<u8> {
 }
 
 pub fn engines() -> Result<u8> {
-    for d in tierkv::ENGINES {
-        let tiers: Vec<String> = d.tiers.iter().map(ToString::to_string).collect();
-        let tiers = if tiers.is_empty() {
+    let describe = |tiers: &[tierkv::Tier]| {
+        let tiers: Vec<String> = tiers.iter().map(ToString::to_string).collect();
+        if tiers.is_empty() {
             "dram only".to_owned()
         } else {
             format!("dram + {}", tiers.join(" + "))
-        };
+        }
+    };
+    for d in tierkv::ENGINES {
+        let mut tiers = describe(d.tiers);
+        // Variants on other tiers than the default's (`mio:flash`).
+        for (variant, t) in d.variant_tiers {
+            tiers.push_str(&format!(" ({variant}: {})", describe(t)));
+        }
         let limit = Db::limits_for(&Options::default().engine(d.name))?.max_value_len;
         println!(
             "{:<10} variants: {:<22} tiers: {:<22} values up to {limit} bytes. {}",

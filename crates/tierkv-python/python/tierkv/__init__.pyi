@@ -16,6 +16,7 @@ class EngineInfo(TypedDict):
     variants: list[str]
     summary: str
     tiers: list[str]
+    variant_tiers: dict[str, list[str]]
     volatile: bool
     atomic_batches: bool
     unordered_variants: list[str]

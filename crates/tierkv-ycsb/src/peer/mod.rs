@@ -180,7 +180,9 @@ impl TargetSpec {
     /// True when the target keeps data on `tier`.
     pub fn uses(&self, tier: Tier) -> bool {
         match &self.kind {
-            TargetKind::Engine(spec) => tierkv::descriptor(&spec.name).is_ok_and(|d| d.uses(tier)),
+            TargetKind::Engine(spec) => {
+                tierkv::descriptor(&spec.name).is_ok_and(|d| d.spec_uses(spec, tier))
+            }
             TargetKind::RocksDb(RocksPlacement::Tiered) => matches!(tier, Tier::Pmem | Tier::Flash),
             TargetKind::RocksDb(RocksPlacement::Pmem) => tier == Tier::Pmem,
         }
@@ -202,7 +204,12 @@ impl TargetSpec {
             TargetKind::Engine(spec) => match tierkv::descriptor(&spec.name) {
                 Err(e) => e.to_string(),
                 Ok(d) => {
-                    let tiers: Vec<String> = d.tiers.iter().map(ToString::to_string).collect();
+                    let variant = d.variant(spec).unwrap_or_default();
+                    let tiers: Vec<String> = d
+                        .tiers_of(variant)
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect();
                     let tiers = if tiers.is_empty() {
                         "DRAM only".to_owned()
                     } else {
