@@ -52,6 +52,9 @@ pub struct HeterCounters {
     pub log_waits: Counter,
     /// Room passes run for writers waiting while the reserve was dipped.
     pub room_passes: Counter,
+    /// Write batches spanning log pages that found no run for a new log block: each gave
+    /// its records back and waited for one (`mem/alloc.rs` `wait_for_log_block`).
+    pub batch_log_waits: Counter,
     /// Pages a writer left because the alarm said it was about to become read-only.
     pub alarms: Counter,
     /// Changes of the read cache's target size.
@@ -107,6 +110,7 @@ impl HeterMem {
         counter("alarms", c.alarms.get());
         counter("log_waits", c.log_waits.get());
         counter("room_passes", c.room_passes.get());
+        counter("batch_log_waits", c.batch_log_waits.get());
         counter("cache_resizes", c.cache_resizes.get());
         counter("recovered_records", c.recovered_records.get());
         counter("replayed_entries", c.replayed_entries.get());

@@ -92,8 +92,14 @@ impl PagePool {
 
     /// Waits up to `timeout` for a page to be given back.
     pub fn wait_for_free(&self, timeout: Duration) {
+        self.wait_for_free_pages(1, timeout);
+    }
+
+    /// While fewer than `n` pages are free, waits up to `timeout` for pages to be given
+    /// back (or for [`wake_all`](Self::wake_all)).
+    pub fn wait_for_free_pages(&self, n: usize, timeout: Duration) {
         let mut free = self.free.lock();
-        if free.is_empty() {
+        if free.len() < n {
             self.freed.wait_for(&mut free, timeout);
         }
     }

@@ -71,10 +71,38 @@ impl HeterMem {
         loop {
             match log.ensure_room(&self.nvm, g.slot(), key_len, value_len) {
                 Err(e @ Error::NoSpace { .. }) => {
+                    // NOTE: a new request per retry, so in effect a wait until the log
+                    // gets room: this is also a delete's wait, whose log block may come
+                    // from the reserve, and which the flusher's full-pool work (`flush.rs`
+                    // `full_pool_step`: retire the log, refill the reserve) ends, not a
+                    // defragmentation pass. A write batch's wait for a log block keeps one
+                    // request ([`space_request`](Self::space_request)).
                     let request = self.note_no_space(&e).unwrap_or_default();
                     self.wait_for_space(g, e, request)?;
                 }
                 other => return other,
+            }
+        }
+    }
+
+    /// The defragmentation request of one wait for pmem: asked for at its first failure and
+    /// kept for all of its retries, so that the wait ends with `NoSpace` once a pass that
+    /// began after that failure gave up.
+    ///
+    /// IMPORTANT: not a new request per retry. A request made after the last pass gave up
+    /// is a new one, so a writer that asked again on every failed retry saw a pass's answer
+    /// only if it landed between its request and its check: it waited until luck (a
+    /// write batch spanning log pages on a full pool: 1 to 1,300 s, `tests/batch_model.rs`).
+    pub(crate) fn space_request(&self, e: &Error, request: &mut Option<u64>) -> u64 {
+        match *request {
+            Some(r) => {
+                self.wake_reclaimer.raise();
+                r
+            }
+            None => {
+                let r = self.note_no_space(e).unwrap_or_default();
+                *request = Some(r);
+                r
             }
         }
     }
@@ -123,8 +151,48 @@ impl HeterMem {
             return Err(e);
         }
         self.wake_flusher.raise();
-        g.unpinned(|| self.pages.wait_for_free(Duration::from_millis(5)));
+        // NOTE: a sleep, not a wait for a free DRAM page: pmem is what is short, and that
+        // wait returns at once while any page is free (the retries spun).
+        g.unpinned(|| std::thread::sleep(super::ROOM_POLL));
         Ok(())
+    }
+
+    /// After a write batch with puts that spans log pages found no run for a log block
+    /// (the allocator's: it never takes the reserve's, `oplog.rs` `begin_span`) and gave
+    /// its records back: waits (unpinned, holding nothing) until the log holds a run for
+    /// its next block — then the batch reserves again — or returns `e` once the
+    /// defragmentation pass asked for at the first failure (`request`, kept for every
+    /// retry) gave up. While the reserve is dipped it returns at once: the batch's
+    /// admission (`admit_write`) decides then, and no run is taken that the reserve needs.
+    ///
+    /// IMPORTANT: not a retry at once. Each retry reserved the batch's records and gave
+    /// them back as padding, DRAM pages the flusher had to write to pmem (dipping the
+    /// reserve) and reorganisation had to free again (refilling it): on a full pool that
+    /// churn, with a new request per retry, kept every pass from finding the pool full, and
+    /// the batch was refused only by luck, after up to thousands of room passes.
+    pub(crate) fn wait_for_log_block(
+        &self,
+        g: &Guard<'_>,
+        log: &crate::oplog::OpLog,
+        e: Error,
+        request: u64,
+    ) -> Result<()> {
+        loop {
+            self.health.check_writable()?;
+            if self.nvm.reserve.dipped() {
+                return Ok(());
+            }
+            match log.prepare(&self.nvm) {
+                Ok(()) => return Ok(()),
+                Err(Error::NoSpace { .. }) => {}
+                Err(other) => return Err(other),
+            }
+            if self.defrag.answered(request) {
+                return Err(e);
+            }
+            self.wake_reclaimer.raise();
+            g.unpinned(|| std::thread::sleep(super::ROOM_POLL));
+        }
     }
 
     /// The flusher's stall, as an error, once a defragmentation pass asked for by this wait
@@ -303,7 +371,12 @@ impl HeterMem {
                 self.batch_pages_wanted.fetch_max(pages, Ordering::AcqRel);
             }
             self.wake_flusher.raise();
-            g.unpinned(|| self.pages.wait_for_free(Duration::from_millis(5)));
+            // NOTE: until `pages` are free, not one: waiting for any free page returned at
+            // once while fewer were free, and the batch spun on a core the flusher needs.
+            g.unpinned(|| {
+                self.pages
+                    .wait_for_free_pages(pages, Duration::from_millis(5))
+            });
         }
     }
 

@@ -204,6 +204,9 @@ impl HeterMem {
         })?;
         let spans = n.payload > log.max_payload();
         let dram_pages = pages_for(&n.records, self.geo.page_size() - self.geo.prefix());
+        // The defragmentation request of a wait for a log block (`alloc.rs`
+        // `wait_for_log_block`): one for all of the batch's retries.
+        let mut space = None;
         loop {
             // A batch of deletes only needs no record, so (like a delete) it is admitted
             // however full the pool is.
@@ -233,13 +236,25 @@ impl HeterMem {
                 Ok(t) => t,
                 Err(e) => {
                     self.give_back_all(g, slots);
-                    let request = self.note_no_space(&e).unwrap_or_default();
                     match e {
+                        e @ Error::NoSpace { .. } if spans && !n.records.is_empty() => {
+                            self.counters.batch_log_waits.incr();
+                            let request = self.space_request(&e, &mut space);
+                            self.wait_for_log_block(g, log, e, request)?;
+                            continue;
+                        }
+                        // Deletes only (log blocks from the reserve too): they hold no
+                        // record, and wait like a delete's log page (`alloc.rs`
+                        // `reserve_log`).
                         e @ Error::NoSpace { .. } if spans => {
+                            let request = self.note_no_space(&e).unwrap_or_default();
                             self.wait_for_space(g, e, request)?;
                             continue;
                         }
-                        e => return Err(e),
+                        e => {
+                            self.note_no_space(&e);
+                            return Err(e);
+                        }
                     }
                 }
             };
