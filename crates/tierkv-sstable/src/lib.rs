@@ -495,9 +495,18 @@ pub type Block = Arc<Entries>;
 /// other: 5% of flash-table gets hit it in a zipfian read-only run.
 #[derive(Debug, Default)]
 pub struct BlockCache {
-    inner: Mutex<CacheInner>,
+    /// Shards by block key, each a CLOCK of its own with an equal share of the capacity:
+    /// one lock for the whole cache was a fifth of the CPU of a 4-thread read-only run of
+    /// `mio:flash` (2026-11-27: the lock spun inside `Table::get_traced`).
+    shards: Vec<Mutex<CacheInner>>,
     capacity: usize,
 }
+
+/// Most shards of a [`BlockCache`].
+const CACHE_SHARDS: usize = 16;
+/// Least capacity of a shard: a small cache has fewer shards, so that each still holds
+/// many blocks (a cache of a few blocks is one shard).
+const MIN_SHARD_BYTES: usize = 256 << 10;
 
 /// A cached block: its entries, its bytes and whether it was read since it was cached or
 /// last given its second chance.
@@ -510,7 +519,7 @@ struct Cached {
 
 #[derive(Debug, Default)]
 struct CacheInner {
-    map: HashMap<BlockKey, Cached>,
+    map: HashMap<BlockKey, Cached, foldhash::fast::RandomState>,
     fifo: VecDeque<BlockKey>,
     bytes: usize,
 }
@@ -519,28 +528,43 @@ impl BlockCache {
     /// A cache of `capacity` bytes (0: no caching).
     pub fn new(capacity: usize) -> BlockCache {
         BlockCache {
-            inner: Mutex::default(),
+            shards: (0..(capacity / MIN_SHARD_BYTES).clamp(1, CACHE_SHARDS))
+                .map(|_| Mutex::default())
+                .collect(),
             capacity,
         }
     }
 
+    /// The shard of block `k` (blocks of one table spread over every shard).
+    fn shard(&self, k: &BlockKey) -> &Mutex<CacheInner> {
+        let h = (k.0 ^ (k.1 as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .wrapping_mul(0xff51_afd7_ed55_8ccd);
+        &self.shards[(h >> 60) as usize % self.shards.len()]
+    }
+
+    /// Each shard's share of the capacity.
+    fn shard_capacity(&self) -> usize {
+        self.capacity / self.shards.len()
+    }
+
     fn get(&self, k: &BlockKey) -> Option<Block> {
-        let mut g = self.inner.lock();
+        let mut g = self.shard(k).lock();
         let c = g.map.get_mut(k)?;
         c.referenced = true;
         Some(c.block.clone())
     }
 
     fn insert(&self, k: BlockKey, v: Block, bytes: usize) {
-        if bytes > self.capacity {
+        let capacity = self.shard_capacity();
+        if bytes > capacity {
             return;
         }
-        let mut g = self.inner.lock();
+        let mut g = self.shard(&k).lock();
         if g.map.contains_key(&k) {
             return;
         }
         // Each pass over the queue clears a reference bit or evicts, so this ends.
-        while g.bytes + bytes > self.capacity {
+        while g.bytes + bytes > capacity {
             let Some(old) = g.fifo.pop_front() else { break };
             match g.map.get_mut(&old) {
                 Some(c) if c.referenced => {
@@ -569,7 +593,7 @@ impl BlockCache {
 
     /// Bytes cached.
     pub fn bytes(&self) -> usize {
-        self.inner.lock().bytes
+        self.shards.iter().map(|s| s.lock().bytes).sum()
     }
 }
 

@@ -13,11 +13,13 @@
 //!   seq, as everywhere else in the engine.
 //! - **Levels**: flash level 0 holds one write-out's tables per PMTable, oldest first
 //!   (different write-outs overlap); levels 1.. hold non-overlapping tables in key order.
-//!   Level 0 compacts into level 1 when it holds `flash_l0_trigger` tables (all of them and
-//!   the level-1 tables they overlap); level i >= 1 compacts when it holds more than its
-//!   limit (`flash_base` x `flash_ratio`^(i-1) bytes): one table, picked round-robin by key
-//!   as LevelDB's compaction pointer does, with the tables of level i+1 it overlaps. A
-//!   tombstone is dropped only where no deeper level holds the key's range.
+//!   Level 0 compacts into level 1 when it holds `flash_l0_trigger` tables (its oldest, up
+//!   to four tables' worth, and the level-1 tables they overlap); level i >= 1 compacts
+//!   when it holds more than its limit (`flash_base` x `flash_ratio`^(i-1) bytes): one
+//!   table, picked round-robin by key as LevelDB's compaction pointer does, with the tables
+//!   of level i+1 it overlaps. A tombstone is dropped only where no deeper level holds the
+//!   key's range. The output is published in pieces of about two tables, so a compaction
+//!   needs room for a few tables only; under space pressure every level may compact.
 //! - **Commit**: every output table is written with `O_DIRECT`, synced, and the directory
 //!   synced, before the pmem directory (`dir.rs`, version 3) is published with the new
 //!   table lists: the publish is the one commit point of a write-out (which removes the
@@ -330,9 +332,26 @@ pub struct FlashRepo {
     /// Per level: the largest key of the last table compacted out of it (LevelDB's
     /// compaction pointer; level 0 compacts whole and has none).
     pub pointers: Mutex<Vec<Vec<u8>>>,
+    /// Key and value bytes written out of PMTables since the open, and the table-file
+    /// bytes they took (block padding, index, filter, footer): the expansion the room
+    /// rule applies to what the buffer will write out ([`FlashRepo::expansion`]).
+    pub written_out: (AtomicU64, AtomicU64),
 }
 
 impl FlashRepo {
+    /// Table-file bytes per key and value byte written out, in 1/1024ths: measured since
+    /// the open, at least 1, and 2 until a MiB was written out (a 4 KiB block holds whole
+    /// entries only, so an entry just over 2 KiB takes a block to itself).
+    pub fn expansion(&self) -> u64 {
+        let logical = self.written_out.0.load(Ordering::Acquire);
+        let file = self.written_out.1.load(Ordering::Acquire);
+        if logical < 1 << 20 {
+            2048
+        } else {
+            (file.saturating_mul(1024) / logical).max(1024)
+        }
+    }
+
     /// Takes a fresh table number.
     pub fn take_number(&self) -> u64 {
         self.next.fetch_add(1, Ordering::AcqRel)
@@ -419,6 +438,11 @@ impl<'a> TableWriter<'a> {
         }
     }
 
+    /// Bytes added since the last table was cut, plus those of the tables written.
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes + self.out.iter().map(|t| t.file.len()).sum::<u64>()
+    }
+
     /// Adds the next entry (keys ascending).
     pub fn add(&mut self, key: Vec<u8>, value: Vec<u8>) -> Result<()> {
         self.bytes += (key.len() + value.len() + 6) as u64;
@@ -481,6 +505,17 @@ impl<'a> TableWriter<'a> {
     }
 }
 
+/// Flash bytes kept free for compactions (`flash_room`). A compaction's inputs leave with
+/// its last piece, so it holds its inputs' bytes twice at most: at most four tables of
+/// level 0, or one table of a deeper level (`flash_work.rs`); its output is published in
+/// pieces of about two tables, cut between next-level tables, which free the next-level
+/// tables they replace: a piece holds two tables, the next-level table it was inside of
+/// at the threshold, and the table being written. Four plus four tables, and one for
+/// slack.
+pub fn compaction_headroom(shape: &FlashShape) -> u64 {
+    (crate::flash_work::L0_INPUT_TABLES + 5).saturating_mul(shape.sst_size)
+}
+
 /// What a flash compaction should do now.
 #[derive(Debug, PartialEq, Eq)]
 pub enum FlashChoice {
@@ -498,13 +533,17 @@ pub enum FlashChoice {
 
 /// The policy (pure): the level whose score is highest, if at least 1 — level 0's score is
 /// its table count over the trigger, a deeper level's its bytes over its limit; the last
-/// level never compacts. `pointer` is level `level`'s compaction pointer.
+/// level never compacts. Under `pressure` (flash nearly full, `flash_room`) any level but
+/// the last that holds a table qualifies: data moves down until tombstones meet what they
+/// delete and both go (each such compaction moves bytes strictly deeper, so this ends
+/// with everything in the last level). `pointer` is level `level`'s compaction pointer.
 pub fn choose(
     counts: &[usize],
     bytes: &[u64],
     shape: &FlashShape,
     pointers: &[Vec<u8>],
     min_keys: &[Vec<Vec<u8>>],
+    pressure: bool,
 ) -> FlashChoice {
     let last = counts.len().saturating_sub(1);
     let mut best: Option<(f64, usize)> = None;
@@ -514,7 +553,8 @@ pub fn choose(
         } else {
             bytes.get(level).copied().unwrap_or(0) as f64 / shape.level_limit(level) as f64
         };
-        if score >= 1.0 && best.is_none_or(|(s, _)| score > s) {
+        let due = score >= 1.0 || pressure && counts.get(level).copied().unwrap_or(0) > 0;
+        if due && best.is_none_or(|(s, _)| score > s) {
             best = Some((score, level));
         }
     }
@@ -591,7 +631,7 @@ mod tests {
             ]
         };
         let c = |counts: &[usize], bytes: &[u64], ptr: &[Vec<u8>], k: &[Vec<Vec<u8>>]| {
-            choose(counts, bytes, &shape, ptr, k)
+            choose(counts, bytes, &shape, ptr, k, false)
         };
         assert_eq!(
             c(
@@ -646,6 +686,29 @@ mod tests {
         // The last level never compacts, however large.
         assert_eq!(
             c(&[0, 0, 0, 99], &[0, 0, 0, 1 << 40], &none, &keys(&[])),
+            FlashChoice::Idle
+        );
+        // Under pressure a level under its limit compacts too (the fullest first); the last
+        // level still never does.
+        let under = [0usize, 1, 1, 5];
+        let ub = [0u64, 1 << 10, 1 << 10, 1 << 20];
+        assert_eq!(c(&under, &ub, &none, &keys(&["a"])), FlashChoice::Idle);
+        assert_eq!(
+            choose(&under, &ub, &shape, &none, &keys(&["a"]), true),
+            FlashChoice::Compact {
+                level: 1,
+                inputs: vec![0]
+            }
+        );
+        assert_eq!(
+            choose(
+                &[0, 0, 0, 5],
+                &[0, 0, 0, 1 << 20],
+                &shape,
+                &none,
+                &keys(&[]),
+                true
+            ),
             FlashChoice::Idle
         );
         // The highest score wins: level 2 at 2x its 100 KiB beats level 0 at 1x.

@@ -7,7 +7,8 @@
 //!   PMTable from its level and lists the tables in level 0.
 //! - [`Inner::flash_compact_step`]: leveled compaction (the policy is `flash::choose`):
 //!   the inputs and the next level's overlapping tables are merged, newest version per key,
-//!   into new tables of the next level; one publish swaps them in.
+//!   into new tables of the next level, published in pieces of about two tables (each
+//!   dropping the next-level tables it replaces; the last one the inputs too).
 //!
 //! Persist order of both (`FORMAT.md` § Flash repository): write every output table and
 //! sync it, sync the flash directory, publish the pmem directory (the commit point), then
@@ -42,6 +43,20 @@ struct FlashChange<'a> {
     level: usize,
     /// The new tables.
     added: Vec<Arc<Table>>,
+}
+
+/// Tables a flash compaction writes before it publishes a piece (`flash_compact_step`).
+const PIECE_TABLES: u64 = 2;
+/// Most level-0 bytes, in tables of `sst_size`, one level-0 compaction takes.
+pub(crate) const L0_INPUT_TABLES: u64 = 4;
+
+/// True when a cut between keys `a` < `b` would split one of `tables` (sorted, disjoint):
+/// some table holds keys on both sides.
+fn straddles(tables: &[Arc<Table>], a: &[u8], b: &[u8]) -> bool {
+    let i = tables.partition_point(|t| t.max_key() < a);
+    tables
+        .get(i)
+        .is_some_and(|t| t.min_key() <= a && t.max_key() >= b)
 }
 
 /// True when `t` holds keys in `lo ..= hi`.
@@ -83,6 +98,10 @@ impl Inner {
         c.flash_bytes_written_out
             .add(out.iter().map(|t| t.file.len()).sum());
         c.compaction_bytes_copied.add(copied);
+        repo.written_out.0.fetch_add(copied, Ordering::AcqRel);
+        repo.written_out
+            .1
+            .fetch_add(out.iter().map(|t| t.file.len()).sum(), Ordering::AcqRel);
         self.publish_flash(FlashChange {
             written_out: Some((level, &t)),
             removed: Vec::new(),
@@ -109,17 +128,38 @@ impl Inner {
             .iter()
             .map(|l| l.iter().map(|t| t.min_key().to_vec()).collect())
             .collect();
+        // Pressure: flash room for less than a compaction's headroom (puts are being or
+        // will soon be refused for flash).
+        let pressure = self
+            .flash_room()
+            .is_some_and(|r| r < crate::flash::compaction_headroom(&repo.shape));
         let choice = {
             let pointers = repo.pointers.lock();
-            choose(&counts, &bytes, &repo.shape, &pointers, &min_keys)
+            choose(&counts, &bytes, &repo.shape, &pointers, &min_keys, pressure)
         };
         let FlashChoice::Compact { level, inputs } = choice else {
             return Ok(false);
         };
-        let upper: Vec<Arc<Table>> = inputs
+        let mut upper: Vec<Arc<Table>> = inputs
             .iter()
             .filter_map(|&i| tables.get(level).and_then(|l| l.get(i)).cloned())
             .collect();
+        // Level 0: its oldest tables up to `L0_INPUT_TABLES` tables' worth (at least one).
+        // The inputs leave only with the last piece, so their bytes are what a compaction
+        // holds twice at most; the newer level-0 tables left behind stay above level 1.
+        if level == 0 {
+            let cap = L0_INPUT_TABLES * repo.shape.sst_size;
+            let mut sum = 0u64;
+            let keep = upper
+                .iter()
+                .take_while(|t| {
+                    sum += t.file.len();
+                    sum <= cap
+                })
+                .count()
+                .max(1);
+            upper.truncate(keep);
+        }
         let (Some(lo), Some(hi)) = (
             upper.iter().map(|t| t.min_key()).min(),
             upper.iter().map(|t| t.max_key()).max(),
@@ -161,8 +201,22 @@ impl Inner {
                 tables: lower.clone(),
             });
         }
+        // The output is published in pieces of about `PIECE_TABLES` tables: at a key
+        // between two next-level tables (never inside one), once that much is written, the
+        // outputs so far are listed in the next level together with the removal of the
+        // next-level tables they replace. The inputs stay listed until the last piece:
+        // they are newer than every output, so a reader meets their versions first, and a
+        // crash between pieces leaves a state that reads the same and a compaction that
+        // runs again. A piece needs flash room for a few tables, not for the whole
+        // compaction (`compaction_headroom`): a compaction of all of a large level 0 into
+        // an empty level 1 could not run on a nearly full device, and deletes then never
+        // gave room back.
+        let cut_bytes = PIECE_TABLES * repo.shape.sst_size;
+        let c = &self.shared.counters;
+        let mut next_lower = 0usize; // lower tables before it are published as replaced
         let mut w = TableWriter::new(repo, repo.shape.sst_size);
         let mut dropped = 0u64;
+        let mut last_key: Option<Vec<u8>> = None;
         let merged: Result<bool> = (|| {
             let streams = sets
                 .iter()
@@ -173,10 +227,24 @@ impl Inner {
                 if self.stop.load(Ordering::Acquire) {
                     return Ok(false);
                 }
+                if let Some(k) = &last_key
+                    && w.bytes_written() >= cut_bytes
+                    && !straddles(&lower, k, &e.key)
+                {
+                    let done = lower.partition_point(|t| t.max_key() <= k.as_slice());
+                    let out =
+                        std::mem::replace(&mut w, TableWriter::new(repo, repo.shape.sst_size))
+                            .finish()?;
+                    let replaced: Vec<Arc<Table>> =
+                        lower.get(next_lower..done).unwrap_or_default().to_vec();
+                    self.publish_piece(level, &replaced, out, &[])?;
+                    next_lower = done.max(next_lower);
+                }
                 if e.value.is_none() && bottom {
                     dropped += 1;
                     continue;
                 }
+                last_key = Some(e.key.clone());
                 w.add(e.key, encode_value(e.seq, e.value.as_deref()))?;
             }
             Ok(true)
@@ -184,29 +252,46 @@ impl Inner {
         let Some(out) = w.conclude(merged)? else {
             return Ok(false);
         };
+        c.flash_tombstones_dropped.add(dropped);
+        let replaced: Vec<Arc<Table>> = lower.get(next_lower..).unwrap_or_default().to_vec();
+        self.publish_piece(level, &replaced, out, &upper)?;
+        if level > 0
+            && let Some(p) = repo.pointers.lock().get_mut(level)
+        {
+            *p = hi;
+        }
+        if let Some(n) = c.flash_compactions.get(level) {
+            n.incr();
+        }
+        Ok(true)
+    }
+
+    /// Publishes one piece of a flash compaction of `level`: `out` joins the next level,
+    /// `replaced` (next-level tables) and `inputs` (the compaction's own, with its last
+    /// piece) leave; then their files are unlinked.
+    fn publish_piece(
+        &self,
+        level: usize,
+        replaced: &[Arc<Table>],
+        out: Vec<Arc<Table>>,
+        inputs: &[Arc<Table>],
+    ) -> Result<()> {
         let c = &self.shared.counters;
         c.flash_tables_written.add(out.len() as u64);
         c.flash_bytes_compacted
             .add(out.iter().map(|t| t.file.len()).sum());
-        c.flash_tombstones_dropped.add(dropped);
-        let removed: Vec<u64> = upper.iter().chain(lower.iter()).map(|t| t.number).collect();
+        let removed: Vec<u64> = replaced.iter().chain(inputs).map(|t| t.number).collect();
         self.publish_flash(FlashChange {
             written_out: None,
             removed,
             level: level + 1,
             added: out,
         })?;
-        if level > 0
-            && let Some(p) = repo.pointers.lock().get_mut(level)
-        {
-            *p = hi;
+        if let Some(repo) = &self.flash {
+            repo.remove_tables(replaced);
+            repo.remove_tables(inputs);
         }
-        repo.remove_tables(&upper);
-        repo.remove_tables(&lower);
-        if let Some(n) = c.flash_compactions.get(level) {
-            n.incr();
-        }
-        Ok(true)
+        Ok(())
     }
 
     /// Publishes `ch` (the commit point of a write-out or a flash compaction) and installs

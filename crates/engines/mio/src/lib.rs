@@ -107,10 +107,18 @@ fn open(ctx: EngineContext) -> Result<Arc<dyn KvStore>> {
             .first()
             .cloned()
             .ok_or_else(|| tierkv_core::Error::invalid("mio:flash needs a flash directory"))?;
-        let shape = opts.flash.get_or_insert_default();
-        shape
+        // The block cache gets the DRAM budget less two MemTables (the active and the
+        // immutable one) and an eighth for the tables' indexes and filters, as RocksDB's
+        // block cache gets its budget less its memtables; at least a quarter of the budget.
+        let budget = ctx.options.dram_budget.bytes();
+        let memtables = 2 * opts.memtable_for(pool.len());
+        let cache = budget
+            .saturating_sub(memtables + budget / 8)
+            .max(budget / 4);
+        opts.flash
+            .get_or_insert_default()
             .block_cache
-            .get_or_insert(ctx.options.dram_budget.bytes() / 2);
+            .get_or_insert(cache);
         open_flash_store(pool, dev, opts, ctx.options.limits, ctx.created)?
     } else {
         if opts.flash.is_some() {

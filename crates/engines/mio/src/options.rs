@@ -25,7 +25,7 @@
 //! | `flash_base` | 256 MiB | bytes flash level 1 may hold; level i+1 holds `flash_ratio` times level i |
 //! | `flash_ratio` | 10 | size ratio between flash levels |
 //! | `flash_levels` | 7 | flash levels (F0 .. F6) |
-//! | `block_cache` | DRAM budget / 2 | DRAM block cache for flash tables |
+//! | `block_cache` | DRAM budget − 2 MemTables − budget / 8 (at least budget / 4) | DRAM block cache for flash tables |
 //!
 //! Thread safety: plain data.
 
@@ -79,7 +79,7 @@ pub struct FlashShape {
     pub ratio: u64,
     /// Flash levels (level 0 included).
     pub levels: usize,
-    /// Block cache bytes (None: half the DRAM budget).
+    /// Block cache bytes (None: set at open from the DRAM budget, `lib.rs`).
     pub block_cache: Option<u64>,
 }
 

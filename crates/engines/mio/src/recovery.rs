@@ -253,6 +253,7 @@ fn open_flash(
         bloom_bits: opts.bloom_bits,
         next: AtomicU64::new(d.flash_next.max(1)),
         pointers: Mutex::new(vec![Vec::new(); shape.levels]),
+        written_out: Default::default(),
     };
     let tables = repo.open_tables(&d.flash)?;
     Ok((Some(repo), FlashLevels::from_tables(tables)))

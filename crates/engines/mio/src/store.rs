@@ -224,7 +224,32 @@ impl Inner {
             Some(_) => 0,
             None => self.sizes.shape_bytes(self.sizes.spare_shape()),
         };
-        u64::try_from(self.room() - i128::from(spare)).unwrap_or(0)
+        let pmem = u64::try_from(self.room() - i128::from(spare)).unwrap_or(0);
+        match self.flash_room() {
+            Some(flash) => pmem.min(flash),
+            None => pmem,
+        }
+    }
+
+    /// `mio:flash`: the flash bytes puts may still take (`flash.rs` § Space): free flash
+    /// less what the buffer will write out (every MemTable and buffer table) and less the
+    /// headroom of the largest compaction, so that the buffer can always drain to flash
+    /// (deletes then always find a MemTable) and compactions can always run (deletes then
+    /// give flash back). `None` without a flash repository.
+    pub fn flash_room(&self) -> Option<u64> {
+        let repo = self.flash.as_ref()?;
+        let v = self.version();
+        let mut pending: u64 = v.buffer().iter().flatten().map(|t| t.bytes).sum();
+        pending += v.mem.arena.used() as u64;
+        if let Some(imm) = &v.imm {
+            pending += imm.arena.used() as u64;
+        }
+        // What the buffer holds will take more bytes as tables (measured, `expansion`).
+        let pending = u64::try_from(u128::from(pending) * u128::from(repo.expansion()) / 1024)
+            .unwrap_or(u64::MAX);
+        let headroom = crate::flash::compaction_headroom(&repo.shape);
+        let free = repo.dev.capacity().saturating_sub(repo.dev.used());
+        Some(free.saturating_sub(pending.saturating_add(headroom)))
     }
 
     /// Allocates a pair of this shape (log run, then flush target).
@@ -480,6 +505,12 @@ impl Inner {
                 let c = &self.shared.counters;
                 c.writes_refused.incr();
                 c.stall_micros.add(waited.as_micros() as u64);
+                if need == Need::Put && self.flash_room().is_some_and(|r| r < cost) {
+                    return Err(Error::no_space(
+                        Tier::Flash,
+                        "mio:flash: no room for the write: flash is full (what is left is kept for writing the buffer out, for the compactions and for deletes)",
+                    ));
+                }
                 return Err(Error::no_space(
                     Tier::Pmem,
                     match need {
