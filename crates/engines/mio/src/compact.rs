@@ -89,7 +89,13 @@ impl Inner {
                 < 2 * i128::from(
                     self.sizes
                         .shape_bytes(self.sizes.normal_shape(crate::space::Footprint::default())),
-                );
+                )
+            // mio:flash with little flash room: the buffer drains to flash, where the
+            // tombstones it holds meet what they delete (`flash.rs` § Space).
+            || self.flash.as_ref().is_some_and(|repo| {
+                self.flash_room()
+                    .is_some_and(|r| r < 2 * crate::flash::compaction_headroom(&repo.shape))
+            });
         let choice = match choose(&v.tables_per_level(), level, self.opts.trigger, pressure) {
             // A copying merge needs a new table as large as its inputs: under pressure the
             // oldest table moves down instead (no pmem besides the directory).

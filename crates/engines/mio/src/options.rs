@@ -20,9 +20,9 @@
 //!
 //! | option | default | meaning |
 //! |---|---|---|
-//! | `sst_size` | 64 MiB | target bytes of a sorted table on flash |
+//! | `sst_size` | flash capacity / 64, a power of two in 64 KiB ..= 64 MiB (64 MiB from 4 GiB up) | target bytes of a sorted table on flash |
 //! | `flash_l0_trigger` | 4 | flash level 0 (one table per PMTable written out, overlapping) compacts into level 1 at this many tables |
-//! | `flash_base` | 256 MiB | bytes flash level 1 may hold; level i+1 holds `flash_ratio` times level i |
+//! | `flash_base` | 4 x `sst_size` (256 MiB with 64 MiB tables, RocksDB's) | bytes flash level 1 may hold; level i+1 holds `flash_ratio` times level i |
 //! | `flash_ratio` | 10 | size ratio between flash levels |
 //! | `flash_levels` | 7 | flash levels (F0 .. F6) |
 //! | `block_cache` | DRAM budget − 2 MemTables − budget / 8 (at least budget / 4) | DRAM block cache for flash tables |
@@ -69,11 +69,11 @@ pub struct MioOptions {
 /// The shape of the flash repository (`mio:flash`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FlashShape {
-    /// Target bytes of a table.
+    /// Target bytes of a table (0 until [`FlashShape::resolve`]: from the device).
     pub sst_size: u64,
     /// Tables in flash level 0 that make it compact.
     pub l0_trigger: usize,
-    /// Bytes flash level 1 may hold.
+    /// Bytes flash level 1 may hold (0 until [`FlashShape::resolve`]: 4 tables).
     pub base: u64,
     /// Size ratio between flash levels.
     pub ratio: u64,
@@ -86,9 +86,9 @@ pub struct FlashShape {
 impl Default for FlashShape {
     fn default() -> Self {
         FlashShape {
-            sst_size: 64 << 20,
+            sst_size: 0,
             l0_trigger: 4,
-            base: 256 << 20,
+            base: 0,
             ratio: 10,
             levels: 7,
             block_cache: None,
@@ -97,6 +97,29 @@ impl Default for FlashShape {
 }
 
 impl FlashShape {
+    /// Fills in what the spec left to the device of `capacity` bytes: tables of a 64th of
+    /// it (a power of two in 64 KiB ..= 64 MiB: the room rule keeps about nine tables free
+    /// for compactions, `flash.rs` `compaction_headroom`, which 64 MiB tables on a small
+    /// device would make most of it) and a level 1 of four tables.
+    pub fn resolve(&mut self, capacity: u64) -> Result<()> {
+        if self.sst_size == 0 {
+            self.sst_size = (capacity / 64)
+                .clamp(64 << 10, 64 << 20)
+                .next_power_of_two()
+                .min(64 << 20);
+        }
+        if self.base == 0 {
+            self.base = 4 * self.sst_size;
+        }
+        if self.base < self.sst_size {
+            return Err(Error::invalid(format!(
+                "mio: flash_base={} must be at least sst_size={}",
+                self.base, self.sst_size
+            )));
+        }
+        Ok(())
+    }
+
     /// Bytes flash level `level` (>= 1) may hold before it compacts into the next.
     pub fn level_limit(&self, level: usize) -> u64 {
         let mut limit = self.base;
@@ -156,6 +179,7 @@ impl MioOptions {
         ]
         .iter()
         .any(|k| p.contains(k));
+        let (p_sst_given, p_base_given) = (p.contains("sst_size"), p.contains("flash_base"));
         let flash = FlashShape {
             sst_size: p
                 .take::<ByteSize>("sst_size", ByteSize(fd.sst_size))?
@@ -184,11 +208,14 @@ impl MioOptions {
                 s => Some(s.parse::<ByteSize>()?.bytes()),
             },
         };
-        if flash.sst_size < 16 << 10 || flash.base < flash.sst_size {
+        if p_sst_given && flash.sst_size < 16 << 10 {
             return Err(Error::invalid(format!(
-                "mio: sst_size={} must be at least 16 KiB and at most flash_base={}",
-                flash.sst_size, flash.base
+                "mio: sst_size={}: at least 16 KiB",
+                flash.sst_size
             )));
+        }
+        if p_base_given && flash.base == 0 {
+            return Err(Error::invalid("mio: flash_base=0: must be positive"));
         }
         let o = MioOptions {
             flash: given.then_some(flash),
@@ -269,6 +296,31 @@ mod tests {
             (o.memtable, o.levels, o.trigger, o.bloom, o.bloom_bits),
             (Some(16 << 10), 4, 3, false, 10)
         );
+    }
+
+    #[test]
+    fn flash_tables_follow_the_device_unless_given() {
+        let shape = |spec: &str, capacity: u64| {
+            let mut f = parse(spec).unwrap().flash.unwrap_or_default();
+            f.resolve(capacity).map(|()| (f.sst_size, f.base))
+        };
+        assert_eq!(shape("mio", 16 << 20).unwrap(), (256 << 10, 1 << 20));
+        assert_eq!(shape("mio", 4 << 30).unwrap(), (64 << 20, 256 << 20));
+        assert_eq!(shape("mio", 1 << 40).unwrap(), (64 << 20, 256 << 20));
+        assert_eq!(shape("mio", 1 << 20).unwrap(), (64 << 10, 256 << 10));
+        assert_eq!(
+            shape("mio@sst_size=1MiB", 16 << 20).unwrap(),
+            (1 << 20, 4 << 20)
+        );
+        assert_eq!(
+            shape("mio@flash_base=8MiB", 16 << 20).unwrap(),
+            (256 << 10, 8 << 20)
+        );
+        assert!(shape("mio@sst_size=4MiB,flash_base=1MiB", 16 << 20).is_err());
+        assert!(parse("mio@sst_size=8KiB").is_err());
+        assert!(parse("mio@flash_ratio=1").is_err());
+        assert!(parse("mio@flash_levels=1").is_err());
+        assert!(parse("mio@flash_l0_trigger=0").is_err());
     }
 
     #[test]

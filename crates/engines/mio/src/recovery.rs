@@ -239,12 +239,13 @@ fn open_flash(
     opts: &MioOptions,
     d: &Directory,
 ) -> Result<(Option<FlashRepo>, FlashLevels)> {
-    let (Some(dev), Some(shape)) = (dev, opts.flash) else {
+    let (Some(dev), Some(mut shape)) = (dev, opts.flash) else {
         if opts.flash.is_some() {
             return Err(Error::invalid("mio:flash needs a flash device"));
         }
         return Ok((None, FlashLevels::default()));
     };
+    shape.resolve(dev.capacity())?;
     let cache = usize::try_from(shape.block_cache.unwrap_or(8 << 20)).unwrap_or(usize::MAX);
     let repo = FlashRepo {
         dev,
