@@ -10,52 +10,34 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use common::crash::{Model, Sampler, assert_recovered, write};
 use common::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tierkv_core::media::pmem::{CrashImageOptions, CrashPoint, DurabilityMode, PmemPool};
+use tierkv_core::media::pmem::{CrashPoint, DurabilityMode, PmemPool};
 use tierkv_core::{KvStore, Stats};
 use tierkv_mio::MioStore;
 
 const PARAMS: &str = "memtable=4KiB,levels=4,stall_timeout_ms=60000,progress_wait_ms=60000";
 
-/// Per key: the last acknowledged value (None = absent) and the write in flight, if any.
-type Model = BTreeMap<Vec<u8>, (Option<Vec<u8>>, Option<Option<Vec<u8>>>)>;
-
 struct Crasher {
     pool: Mutex<Option<Arc<PmemPool>>>,
     model: Mutex<Model>,
     dir: std::path::PathBuf,
-    seen: Mutex<BTreeMap<String, u64>>,
-    verified: Mutex<BTreeMap<String, u64>>,
-    /// After the first 8 images of a point, one in `sample` (bounds the test's time).
-    sample: u64,
+    sampler: Sampler,
     /// Upper-level links the recoveries of the images repaired (`defrag_links_repaired`).
     repaired: Mutex<u64>,
 }
 
 impl Crasher {
     fn at(&self, label: &str) {
-        let n = {
-            let mut s = self.seen.lock().unwrap();
-            let e = s.entry(label.to_owned()).or_default();
-            *e += 1;
-            *e
-        };
-        // Every point, many times each: the first 8 of each, then one in `sample`.
-        if n > 8 && n % self.sample != 0 {
+        let Some((n, opts)) = self.sampler.next(label) else {
             return;
-        }
+        };
         let Some(pool) = self.pool.lock().unwrap().clone() else {
             return;
-        };
-        let opts = if n % 2 == 0 {
-            CrashImageOptions::lines()
-        } else {
-            CrashImageOptions::torn_words()
         };
         // The image and the model are taken together: the writer updates the model under
         // its lock, so no write is acknowledged between the two.
@@ -70,17 +52,7 @@ impl Crasher {
         let img = PmemPool::open(&config(&path, 0, DurabilityMode::Volatile)).unwrap();
         let store = tierkv_mio::open_store(img, options(PARAMS), limits(), false)
             .unwrap_or_else(|e| panic!("{ctx}: recovery failed: {e}"));
-        for (k, (acked, inflight)) in &model {
-            let got = store.get(k).unwrap();
-            let ok = got == *acked || inflight.as_ref().is_some_and(|f| got == *f);
-            assert!(
-                ok,
-                "{ctx}: key {} holds {:?}, acknowledged {:?}",
-                String::from_utf8_lossy(k),
-                got.as_ref().map(|v| v.len()),
-                acked.as_ref().map(|v| v.len())
-            );
-        }
+        assert_recovered(&ctx, &*store, &model);
         *self.repaired.lock().unwrap() += counter(&store.stats(), "defrag_links_repaired");
         if let Err(e) = store.check() {
             let kept = std::env::temp_dir().join(format!("mio-failed-image-{label}-{n}"));
@@ -91,12 +63,7 @@ impl Crasher {
         drop(store);
         std::fs::remove_file(&path).unwrap();
         let _ = std::fs::remove_file(path.with_extension("orig"));
-        *self
-            .verified
-            .lock()
-            .unwrap()
-            .entry(label.to_owned())
-            .or_default() += 1;
+        self.sampler.verified(label);
     }
 }
 
@@ -106,9 +73,7 @@ impl Crasher {
             pool: Mutex::new(None),
             model: Mutex::new(Model::new()),
             dir: dir.to_path_buf(),
-            seen: Mutex::default(),
-            verified: Mutex::default(),
-            sample,
+            sampler: Sampler::new(sample),
             repaired: Mutex::default(),
         })
     }
@@ -132,8 +97,7 @@ impl Crasher {
         assert!(store.wait_idle(std::time::Duration::from_secs(600)));
         *self.pool.lock().unwrap() = None;
         let s = store.stats();
-        println!("persist points seen: {:?}", self.seen.lock().unwrap());
-        println!("crash images verified: {:?}", self.verified.lock().unwrap());
+        self.sampler.report();
         println!(
             "flushes {}, nodes relinked {}, repository merges {}",
             counter(&s, "flushes"),
@@ -145,24 +109,11 @@ impl Crasher {
 
     /// One put or delete, the model updated around it; `false` when it was refused.
     fn write(&self, store: &MioStore, k: &[u8], v: Option<Vec<u8>>) -> bool {
-        self.model
-            .lock()
-            .unwrap()
-            .entry(k.to_vec())
-            .or_insert((None, None))
-            .1 = Some(v.clone());
-        let r = match &v {
-            Some(v) => store.put(k, v),
-            None => store.delete(k),
-        };
-        let mut m = self.model.lock().unwrap();
-        let e = m.entry(k.to_vec()).or_insert((None, None));
-        match r {
-            Ok(()) => *e = (v, None),
-            Err(tierkv_core::Error::NoSpace { .. }) => e.1 = None,
+        match write(&self.model, store, k, v) {
+            Ok(()) => true,
+            Err(tierkv_core::Error::NoSpace { .. }) => false,
             Err(e) => panic!("write: {e}"),
         }
-        r.is_ok()
     }
 
     /// Small values until the pool is full (no images), three quarters of them deleted,
@@ -201,8 +152,7 @@ impl Crasher {
         assert!(store.wait_idle(std::time::Duration::from_secs(600)));
         *self.pool.lock().unwrap() = None;
         let s = store.stats();
-        println!("persist points seen: {:?}", self.seen.lock().unwrap());
-        println!("crash images verified: {:?}", self.verified.lock().unwrap());
+        self.sampler.report();
         println!(
             "{} small keys, 3/4 deleted; defrag: {} chunks freed, {} nodes moved; \
              upper-level links repaired in the images: {}",
@@ -215,7 +165,7 @@ impl Crasher {
     }
 
     fn assert_verified(&self, labels: &[&str], at_least: u64) {
-        let verified = self.verified.lock().unwrap();
+        let verified = self.sampler.verified_counts();
         for label in labels {
             assert!(
                 verified.get(*label).copied().unwrap_or(0) >= at_least,

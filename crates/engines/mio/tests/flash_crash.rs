@@ -14,14 +14,14 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use common::crash::{Model, Sampler, assert_recovered, write};
 use common::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tierkv_core::media::pmem::{CrashImageOptions, CrashPoint, DurabilityMode, PmemPool};
+use tierkv_core::media::pmem::{CrashPoint, DurabilityMode, PmemPool};
 use tierkv_core::{KvStore, Stats};
 use tierkv_mio::MioStore;
 
@@ -29,17 +29,12 @@ const PARAMS: &str = "memtable=4KiB,levels=3,stall_timeout_ms=60000,progress_wai
                       sst_size=16KiB,flash_base=32KiB,flash_ratio=2,flash_l0_trigger=2,flash_levels=4";
 const FLASH_SIZE: u64 = 1 << 30;
 
-/// Per key: the last acknowledged value (None = absent) and the write in flight, if any.
-type Model = BTreeMap<Vec<u8>, (Option<Vec<u8>>, Option<Option<Vec<u8>>>)>;
-
 struct Crasher {
     pool: Mutex<Option<Arc<PmemPool>>>,
     flash_dir: PathBuf,
     model: Mutex<Model>,
     dir: PathBuf,
-    seen: Mutex<BTreeMap<String, u64>>,
-    verified: Mutex<BTreeMap<String, u64>>,
-    sample: u64,
+    sampler: Sampler,
 }
 
 /// Copies every file of `from` into the new directory `to`.
@@ -54,22 +49,11 @@ fn copy_dir(from: &Path, to: &Path) {
 
 impl Crasher {
     fn at(&self, label: &str) {
-        let n = {
-            let mut s = self.seen.lock().unwrap();
-            let e = s.entry(label.to_owned()).or_default();
-            *e += 1;
-            *e
-        };
-        if n > 8 && n % self.sample != 0 {
+        let Some((n, opts)) = self.sampler.next(label) else {
             return;
-        }
+        };
         let Some(pool) = self.pool.lock().unwrap().clone() else {
             return;
-        };
-        let opts = if n % 2 == 0 {
-            CrashImageOptions::lines()
-        } else {
-            CrashImageOptions::torn_words()
         };
         let img_flash = self.dir.join(format!("flash-{label}-{n}"));
         let (image, model) = {
@@ -90,17 +74,7 @@ impl Crasher {
             false,
         )
         .unwrap_or_else(|e| panic!("{ctx}: recovery failed: {e}"));
-        for (k, (acked, inflight)) in &model {
-            let got = store.get(k).unwrap();
-            let ok = got == *acked || inflight.as_ref().is_some_and(|f| got == *f);
-            assert!(
-                ok,
-                "{ctx}: key {} holds {:?}, acknowledged {:?}",
-                String::from_utf8_lossy(k),
-                got.as_ref().map(|v| v.len()),
-                acked.as_ref().map(|v| v.len())
-            );
-        }
+        assert_recovered(&ctx, &*store, &model);
         if let Err(e) = store.check() {
             panic!("{ctx}: check: {e}");
         }
@@ -108,33 +82,7 @@ impl Crasher {
         drop(store);
         std::fs::remove_file(&path).unwrap();
         std::fs::remove_dir_all(&img_flash).unwrap();
-        *self
-            .verified
-            .lock()
-            .unwrap()
-            .entry(label.to_owned())
-            .or_default() += 1;
-    }
-
-    /// One put or delete, the model updated around it.
-    fn write(&self, store: &MioStore, k: &[u8], v: Option<Vec<u8>>) {
-        self.model
-            .lock()
-            .unwrap()
-            .entry(k.to_vec())
-            .or_insert((None, None))
-            .1 = Some(v.clone());
-        let r = match &v {
-            Some(v) => store.put(k, v),
-            None => store.delete(k),
-        };
-        r.unwrap();
-        *self
-            .model
-            .lock()
-            .unwrap()
-            .entry(k.to_vec())
-            .or_insert((None, None)) = (v, None);
+        self.sampler.verified(label);
     }
 
     fn workload(&self, store: &MioStore, seed: u64) -> Stats {
@@ -147,13 +95,12 @@ impl Crasher {
                 v.resize(rng.random_range(20..300), b'a' + (i % 26) as u8);
                 v
             });
-            self.write(store, &k, v);
+            write(&self.model, store, &k, v).unwrap();
         }
         assert!(store.wait_idle(std::time::Duration::from_secs(600)));
         *self.pool.lock().unwrap() = None;
         let s = store.stats();
-        println!("points seen: {:?}", self.seen.lock().unwrap());
-        println!("crash images verified: {:?}", self.verified.lock().unwrap());
+        self.sampler.report();
         println!(
             "flushes {}, flash tables written {}, flash compactions f0 {} f1 {} f2 {}",
             counter(&s, "flushes"),
@@ -176,9 +123,7 @@ fn every_publish_of_write_outs_and_flash_compactions_recovers() {
         flash_dir: flash_dir.clone(),
         model: Mutex::new(Model::new()),
         dir: dir.path().to_path_buf(),
-        seen: Mutex::default(),
-        verified: Mutex::default(),
-        sample: 6,
+        sampler: Sampler::new(6),
     });
     let pool = create_pool(&dir.path().join("pool"), 4 << 20, DurabilityMode::Tracked);
     let c = crasher.clone();
@@ -217,7 +162,7 @@ fn every_publish_of_write_outs_and_flash_compactions_recovers() {
         counter(&s, "flash_compactions_f1") >= 1,
         "level-1 compactions"
     );
-    let verified = crasher.verified.lock().unwrap();
+    let verified = crasher.sampler.verified_counts();
     for label in [
         "dir-object",
         "dir-root",

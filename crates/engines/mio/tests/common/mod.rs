@@ -64,3 +64,5 @@ pub fn open_flash(
     tierkv_mio::open_flash_store(pool, flash, options(params), limits(), created)
         .expect("open mio:flash store")
 }
+
+pub mod crash;
