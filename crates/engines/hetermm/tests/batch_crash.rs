@@ -267,10 +267,34 @@ fn batches_survive_a_crash_after_every_persist_of_their_commit() {
             r.images, r.batches_checked, r.torn, r.lost
         );
         r.assert_clean_with_an_image_per_persist(&persists);
-        assert!(
-            persists.iter().all(|&p| p >= commit),
-            "a batch's commit is {commit} persists: {persists:?}"
-        );
+        // A batch that changes nothing (deletes of keys no earlier batch left present)
+        // persists nothing: only the others must show their commit. (The kit draws batches
+        // of one operation, a delete one time in seven: with a random seed the assertion
+        // failed about one run in six, `[7, 0, 1, 1]`: batch 5 of seed 3776690001250395808
+        // is one delete of a key never written.)
+        let mut present = std::collections::BTreeSet::new();
+        let mut changes = std::collections::BTreeMap::new();
+        for s in 1..=40u64 {
+            let b = kit.batch(0, s);
+            let changed = b
+                .iter()
+                .any(|(k, op)| op.value().is_some() || present.contains(k));
+            changes.insert(s, changed);
+            for (k, op) in b.iter() {
+                match op.value() {
+                    Some(_) => present.insert(k.to_vec()),
+                    None => present.remove(k),
+                };
+            }
+        }
+        for (s, &p) in [1u64, 5, 9, 40].iter().zip(&persists) {
+            if changes.get(s).copied().unwrap_or(true) {
+                assert!(
+                    p >= commit,
+                    "a batch's commit is {commit} persists: {persists:?} (batch {s})"
+                );
+            }
+        }
     }
 }
 
