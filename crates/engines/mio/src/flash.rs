@@ -281,13 +281,16 @@ impl<'a> FlashStream<'a> {
         })
     }
 
-    /// The key and seq of the current entry (`None` at the end).
-    pub fn current_key(&mut self) -> Result<Option<(Vec<u8>, u64)>> {
+    /// The current entry's key copied into `key` (its old contents replaced) and its seq;
+    /// `None` at the end.
+    pub fn current_key_into(&mut self, key: &mut Vec<u8>) -> Result<Option<u64>> {
         match self.peek()? {
             None => Ok(None),
             Some((k, raw)) => {
                 let (seq, _) = decode_value(raw).ok_or_else(|| bad_stream_entry(k))?;
-                Ok(Some((k.to_vec(), seq)))
+                key.clear();
+                key.extend_from_slice(k);
+                Ok(Some(seq))
             }
         }
     }

@@ -23,12 +23,16 @@
 //! meets the newer first (versions are ordered newest first), and the source table, which
 //! its version still lists and it searches before the repository, holds that newer
 //! version anyway. Only the free of an unlinked node excludes readers: it takes the
-//! repository level's lock exclusively, which waits until no reader (they hold every
-//! level's lock shared for their whole read of the tables, `zerocopy.rs`) can still stand
-//! on the node; one that comes later cannot reach it. So an insert of a new key takes no
-//! lock at all (it used to hold the lock exclusively for each entry, and every get waited
-//! behind it). The source table's runs are freed when the last version that lists it is
-//! dropped (`table.rs`).
+//! repository level's lock exclusively, which waits until no reader (they hold it shared
+//! for their whole read of the repository, `store.rs`) can still stand on the node; one
+//! that comes later cannot reach it. So an insert of a new key takes no lock at all (it
+//! used to hold the lock exclusively for each entry, and every get waited behind it). The
+//! source table's runs are freed when the last version that lists it is dropped
+//! (`table.rs`).
+//!
+//! Cost: the table's entries come in key order and only this copy changes the repository
+//! meanwhile (its mutex keeps defragmentation out), so each entry's search starts where
+//! the last one's ended ([`Finger`]) instead of at the head.
 //!
 //! Thread safety: run by the last buffer level's compaction thread only.
 
@@ -40,7 +44,7 @@ use tierkv_core::Result;
 
 use crate::merge::Merge;
 use crate::node::{self, Kind, MAX_HEIGHT, link_off as link};
-use crate::skiplist::{self, Entry, Source};
+use crate::skiplist::{self, Entry, Finger, Source};
 use crate::store::Inner;
 use crate::table::{PoolSource, Shared, Table};
 use crate::version::Version;
@@ -75,17 +79,20 @@ fn encode_node(e: &Entry, kind: Kind, height: usize, links: &[u64]) -> Vec<u8> {
 /// Applies the newest version `e` of a key to the repository whose head is at `head`
 /// (steps 1-2). `height` is the height a new node gets. `readers`: the lock readers of the
 /// repository hold shared, taken exclusively around each free (none at recovery).
+/// `finger`: where the last entry of this copy was applied (entries come in key order and
+/// the caller owns the repository's changes meanwhile), or [`Finger::default`].
 pub fn apply(
     sh: &Shared,
     head: u64,
     e: &Entry,
     height: usize,
     readers: Option<&RwLock<()>>,
+    finger: &mut Finger,
 ) -> Result<Applied> {
     let pool = &sh.pool;
     let src = PoolSource(pool);
     let mut preds = [0u64; MAX_HEIGHT];
-    let after = skiplist::find_preds(&src, head, &e.key, u64::MAX, &mut preds)?;
+    let after = skiplist::find_preds_from(&src, head, finger, &e.key, u64::MAX, &mut preds)?;
     let newest = if after == 0 {
         None
     } else {
@@ -160,6 +167,11 @@ pub fn apply(
         drop(no_reader);
         out.freed += 1;
     }
+    // The freed nodes followed the anchor: the finger never holds one.
+    match anchor {
+        (0, _) => finger.after_search(&preds),
+        (a, h) => finger.after_insert(&preds, a, h),
+    }
     Ok(out)
 }
 
@@ -179,6 +191,8 @@ impl Inner {
         let src = t.source();
         let mut m = Merge::new(&[(&src as &dyn Source, t.meta.head)], b"")?;
         let c = &self.shared.counters;
+        // The repository mutex keeps defragmentation out: only this copy changes it.
+        let mut finger = Finger::default();
         while let Some(e) = m.next_entry()? {
             if self.stop.load(Ordering::Acquire) {
                 return Ok(true); // re-run (idempotently) at the next open
@@ -192,6 +206,7 @@ impl Inner {
                 &e,
                 height,
                 Some(&self.level_locks[repo]),
+                &mut finger,
             )?;
             if a.node_bytes > 0 {
                 self.lazy_done.lock().add(self.sizes.slot(a.node_bytes));
@@ -312,9 +327,12 @@ mod tests {
                     height: 1,
                 };
                 let h = node::random_height(&mut rng);
-                apply(&sh, head, &e, h, None).unwrap();
+                apply(&sh, head, &e, h, None, &mut Finger::default()).unwrap();
                 // Applying the same entry again changes nothing (idempotent re-run).
-                assert_eq!(apply(&sh, head, &e, h, None).unwrap(), Applied::default());
+                assert_eq!(
+                    apply(&sh, head, &e, h, None, &mut Finger::default()).unwrap(),
+                    Applied::default()
+                );
                 match v {
                     Some(_) => model.insert(k, seq),
                     None => model.remove(&k),

@@ -35,9 +35,12 @@
 //!   authors' DRAM objects, which did not survive a crash.
 //! - Buffer memory is reclaimed when the last reader's version drops a retired table (an
 //!   `Arc` is the reader's epoch), not at the end of a lazy copy.
-//! - Readers of a pair under zero-copy compaction hold the merge's lock shared and each
-//!   node move holds it exclusively (`zerocopy.rs` argues why the paper's lock-free
-//!   reading can miss nodes in a scan); writers are never blocked.
+//! - Readers of a pair under zero-copy compaction do not consult the insertion mark:
+//!   each node move makes both tables' move counts odd while it runs, and a get or scan
+//!   that read a buffer level without locks keeps its answer only if the counts did not
+//!   change (a seqlock), else reads again under the level locks, which each move holds
+//!   exclusively (`zerocopy.rs` argues why the paper's lock-free reading can miss nodes);
+//!   writers are never blocked.
 //! - The lazy copy inserts each newest version as a new node and unlinks and frees the
 //!   older ones (no in-place update: a value larger than 8 bytes cannot be overwritten
 //!   crash-atomically).

@@ -5,7 +5,7 @@
 //!
 //! Thread safety: a merge belongs to one thread.
 
-use tierkv_core::Result;
+use tierkv_core::{Error, Result, Tier};
 
 use crate::flash::FlashStream;
 use crate::skiplist::{Cursor, Entry, Source};
@@ -17,10 +17,10 @@ enum Input<'a> {
 }
 
 impl Input<'_> {
-    fn current_key(&mut self) -> Result<Option<(Vec<u8>, u64)>> {
+    fn current_key_into(&mut self, key: &mut Vec<u8>) -> Result<Option<u64>> {
         match self {
-            Input::List(c) => c.current_key(),
-            Input::Flash(f) => f.current_key(),
+            Input::List(c) => c.current_key_into(key),
+            Input::Flash(f) => f.current_key_into(key),
         }
     }
     fn current(&mut self) -> Result<Option<Entry>> {
@@ -37,19 +37,36 @@ impl Input<'_> {
     }
 }
 
+/// An input with its current key and seq read once per position (a merge compares them
+/// in DRAM; the input is read again only when it moves).
+struct Head<'a> {
+    input: Input<'a>,
+    /// The current key (meaningless at the end).
+    key: Vec<u8>,
+    /// The current seq; `None` at the end.
+    seq: Option<u64>,
+}
+
+impl Head<'_> {
+    fn load(&mut self) -> Result<()> {
+        self.seq = self.input.current_key_into(&mut self.key)?;
+        Ok(())
+    }
+}
+
 /// The merge of some cursors.
 pub struct Merge<'a> {
-    cursors: Vec<Input<'a>>,
+    heads: Vec<Head<'a>>,
 }
 
 impl<'a> Merge<'a> {
     /// A merge of the skiplists `(source, head)`, each positioned at `start`.
     pub fn new(lists: &[(&'a dyn Source, u64)], start: &[u8]) -> Result<Merge<'a>> {
-        let cursors = lists
+        let inputs = lists
             .iter()
             .map(|(s, head)| Cursor::seek(*s, *head, start).map(Input::List))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Merge { cursors })
+        Merge::of(inputs)
     }
 
     /// A merge of the skiplists `lists` and the flash streams `flash` (positioned at the
@@ -59,42 +76,63 @@ impl<'a> Merge<'a> {
         flash: Vec<FlashStream<'a>>,
         start: &[u8],
     ) -> Result<Merge<'a>> {
-        let mut m = Merge::new(lists, start)?;
-        m.cursors.extend(flash.into_iter().map(Input::Flash));
-        Ok(m)
+        let mut inputs = lists
+            .iter()
+            .map(|(s, head)| Cursor::seek(*s, *head, start).map(Input::List))
+            .collect::<Result<Vec<_>>>()?;
+        inputs.extend(flash.into_iter().map(Input::Flash));
+        Merge::of(inputs)
+    }
+
+    fn of(inputs: Vec<Input<'a>>) -> Result<Merge<'a>> {
+        let mut heads = Vec::with_capacity(inputs.len());
+        for input in inputs {
+            let mut h = Head {
+                input,
+                key: Vec::new(),
+                seq: None,
+            };
+            h.load()?;
+            heads.push(h);
+        }
+        Ok(Merge { heads })
     }
 
     /// The newest version of the next key (tombstones included), or `None` at the end.
     pub fn next_entry(&mut self) -> Result<Option<Entry>> {
-        let mut best: Option<(usize, Vec<u8>, u64)> = None;
-        for (i, c) in self.cursors.iter_mut().enumerate() {
-            if let Some((k, seq)) = c.current_key()? {
-                let better = match &best {
-                    None => true,
-                    Some((_, bk, bs)) => k < *bk || (k == *bk && seq > *bs),
-                };
-                if better {
-                    best = Some((i, k, seq));
+        let mut best: Option<(usize, u64)> = None;
+        for (i, h) in self.heads.iter().enumerate() {
+            let Some(seq) = h.seq else { continue };
+            let better = match best {
+                None => true,
+                Some((b, bs)) => {
+                    let bk = &self.heads[b].key;
+                    h.key < *bk || (h.key == *bk && seq > bs)
                 }
+            };
+            if better {
+                best = Some((i, seq));
             }
         }
-        let Some((i, key, _)) = best else {
+        let Some((i, _)) = best else {
             return Ok(None);
         };
-        let entry = match self.cursors.get_mut(i) {
-            Some(c) => c.current()?,
-            None => None,
+        let Some(entry) = self.heads[i].input.current()? else {
+            // Unreachable: an input with a current key has a current entry.
+            return Err(Error::corruption(
+                Tier::Pmem,
+                0,
+                "mio merge: an input lost its current entry",
+            ));
         };
-        // Skip every version of this key in every list.
-        for c in &mut self.cursors {
-            while let Some((k, _)) = c.current_key()? {
-                if k != key {
-                    break;
-                }
-                c.advance()?;
+        // Skip every version of this key in every input.
+        for h in &mut self.heads {
+            while h.seq.is_some() && h.key == entry.key {
+                h.input.advance()?;
+                h.load()?;
             }
         }
-        Ok(entry)
+        Ok(Some(entry))
     }
 }
 

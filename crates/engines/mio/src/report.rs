@@ -37,6 +37,8 @@ pub(crate) fn stats(inner: &Inner) -> Stats {
     put("compaction_bytes_copied", c.compaction_bytes_copied.get());
     put("compaction_bytes_relinked", c.relinked_words.get() * 8);
     put("nodes_relinked", c.nodes_relinked.get());
+    put("optimistic_retries", c.optimistic_retries.get());
+    put("locked_reads", c.locked_reads.get());
     put("versions_dropped", c.versions_dropped.get());
     put("marks_repaired", c.marks_repaired.get());
     put("repository_nodes_freed", c.repository_nodes_freed.get());

@@ -29,6 +29,11 @@ pub struct Counters {
     pub nodes_relinked: Counter,
     /// Older versions dropped by zero-copy compactions.
     pub versions_dropped: Counter,
+    /// Lock-free reads of a buffer level that a concurrent node move made a get read
+    /// again.
+    pub optimistic_retries: Counter,
+    /// Gets that read a buffer level under the level locks (moves kept racing them).
+    pub locked_reads: Counter,
     /// Marked nodes whose move recovery finished.
     pub marks_repaired: Counter,
     /// Older repository versions freed by lazy copies.

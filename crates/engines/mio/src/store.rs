@@ -28,11 +28,12 @@ use crate::flash::FlashRepo;
 use crate::merge::Merge;
 use crate::node::{self, Kind};
 use crate::options::MioOptions;
-use crate::skiplist::Source;
+use crate::skiplist::{Entry, Source};
 use crate::space::{Debt, Footprint, Pair, PairShape, Sizes};
-use crate::table::{Shared, TAG_TABLE, TAG_WAL, TableShape};
+use crate::table::{Shared, TAG_TABLE, TAG_WAL, Table, TableShape};
 use crate::version::{MemTable, Version};
 use crate::wal::LogWriter;
+use crate::zerocopy::read_unmoved;
 
 /// Root word holding [`ROOT_MAGIC`] once the store is formatted.
 pub const ROOT_FORMATTED: usize = 0;
@@ -40,6 +41,9 @@ pub const ROOT_FORMATTED: usize = 0;
 pub const ROOT_DIR: usize = 1;
 /// `"MIODB\0\0\x01"`.
 pub const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"MIODB\0\0\x01");
+
+/// Lock-free tries of a get on one buffer level before it reads under the level locks.
+const OPTIMISTIC_TRIES: usize = 2;
 
 /// The writer's state (under `Inner::writer`).
 pub(crate) struct WriterState {
@@ -599,9 +603,18 @@ impl Inner {
                 return Ok(self.found(e.value));
             }
         }
-        let frozen: Vec<_> = self.level_locks.iter().map(|l| l.read()).collect();
-        for level in &v.levels {
-            for t in level.iter().rev() {
+        let repo = v.levels.len() - 1;
+        for level in &v.levels[..repo] {
+            if let Some(e) = self.get_in_level(level, key)? {
+                c.reads_from_pmem.incr();
+                return Ok(self.found(e.value));
+            }
+        }
+        {
+            // Lazy copies and defragmentation free repository nodes under its lock held
+            // exclusively, once no reader holds it (`lazycopy.rs`).
+            let _repository = self.level_locks[repo].read();
+            for t in v.levels[repo].iter().rev() {
                 if let Some(e) = t.get(key)? {
                     c.reads_from_pmem.incr();
                     return Ok(self.found(e.value));
@@ -609,7 +622,6 @@ impl Inner {
             }
         }
         // Flash tables never change: no level lock across their I/O.
-        drop(frozen);
         if let Some(repo) = &self.flash
             && let Some(e) = v.flash.get(key, &repo.cache)?
         {
@@ -619,6 +631,29 @@ impl Inner {
         Ok(None)
     }
 
+    /// The newest version of `key` in one buffer level of a version, newest table first:
+    /// read without locks and kept if no node moved into or out of the level's tables
+    /// meanwhile ([`read_unmoved`]); else read under every buffer level's lock (the
+    /// level's tables may sit one level further down by now).
+    fn get_in_level(&self, level: &[Arc<Table>], key: &[u8]) -> Result<Option<Entry>> {
+        let search = || -> Result<Option<Entry>> {
+            for t in level.iter().rev() {
+                if let Some(e) = t.get(key)? {
+                    return Ok(Some(e));
+                }
+            }
+            Ok(None)
+        };
+        let tables = level.iter().map(|t| &**t);
+        let c = &self.shared.counters;
+        if let Some(found) = read_unmoved(tables, OPTIMISTIC_TRIES, &c.optimistic_retries, search) {
+            return found;
+        }
+        c.locked_reads.incr();
+        let _frozen: Vec<_> = self.level_locks.iter().map(|l| l.read()).collect();
+        search()
+    }
+
     fn found(&self, v: Option<Vec<u8>>) -> Option<Vec<u8>> {
         if let Some(v) = &v {
             self.shared.counters.ops.user_bytes_read.add(v.len() as u64);
@@ -626,9 +661,39 @@ impl Inner {
         v
     }
 
+    /// A scan: read without the buffer levels' locks and kept if no node moved into or
+    /// out of a buffer table meanwhile (as a get's level, `zerocopy.rs`), else read again
+    /// under every level's lock. The repository's lock is held shared throughout (its
+    /// nodes are freed under it).
     fn scan(&self, start: &[u8], limit: usize) -> Result<Vec<KvPair>> {
         let v = self.version();
+        let repo = v.levels.len() - 1;
+        let tables = v.levels[..repo].iter().flatten().map(|t| &**t);
+        let c = &self.shared.counters;
+        let read = read_unmoved(tables, 1, &c.optimistic_retries, || {
+            let _repository = self.level_locks[repo].read();
+            self.scan_in(&v, start, limit)
+        });
+        if let Some(read) = read {
+            return self.scanned(read);
+        }
+        c.locked_reads.incr();
         let _frozen: Vec<_> = self.level_locks.iter().map(|l| l.read()).collect();
+        self.scanned(self.scan_in(&v, start, limit))
+    }
+
+    /// Counts what a scan returns.
+    fn scanned(&self, read: Result<Vec<KvPair>>) -> Result<Vec<KvPair>> {
+        if let Ok(out) = &read {
+            let bytes: usize = out.iter().map(|(_, v)| v.len()).sum();
+            self.shared.counters.ops.user_bytes_read.add(bytes as u64);
+        }
+        read
+    }
+
+    /// The first `limit` live keys at or after `start` in the version `v` (the caller
+    /// holds what keeps the tables still).
+    fn scan_in(&self, v: &Version, start: &[u8], limit: usize) -> Result<Vec<KvPair>> {
         let pools: Vec<_> = v
             .levels
             .iter()
@@ -651,11 +716,6 @@ impl Inner {
         while out.len() < limit {
             let Some(e) = m.next_entry()? else { break };
             if let Some(val) = e.value {
-                self.shared
-                    .counters
-                    .ops
-                    .user_bytes_read
-                    .add(val.len() as u64);
                 out.push((e.key, val));
             }
         }

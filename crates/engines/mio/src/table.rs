@@ -18,7 +18,7 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 
 use parking_lot::{Mutex, RwLock};
 use tierkv_core::media::pmem::{PmemAllocator, PmemPool};
@@ -105,6 +105,37 @@ pub struct Runs {
     /// newtable): kept alive as long as this one.
     absorbed: Mutex<Vec<Arc<Runs>>>,
     obsolete: AtomicBool,
+    /// The table's move count, a seqlock: a zero-copy node move into or out of the table
+    /// makes it odd before its first link store and even after its last
+    /// ([`NodeMoves`]). A get that reads a level without its lock compares the sum of
+    /// the level's counts before and after (`store.rs`).
+    moves: AtomicU64,
+}
+
+/// A zero-copy node move in progress between two tables (`zerocopy.rs`): their move
+/// counts are odd from `begin` until it drops.
+pub struct NodeMoves<'a>([&'a Runs; 2]);
+
+impl<'a> NodeMoves<'a> {
+    /// Marks a move between `old` and `new` as started.
+    pub fn begin(old: &'a Table, new: &'a Table) -> NodeMoves<'a> {
+        let m = NodeMoves([&old.runs, &new.runs]);
+        for r in m.0 {
+            r.moves.fetch_add(1, Ordering::Relaxed);
+        }
+        // Orders the odd counts before every link store of the move (a reader that sees
+        // one of those stores sees the odd count at its second load).
+        fence(Ordering::Release);
+        m
+    }
+}
+
+impl Drop for NodeMoves<'_> {
+    fn drop(&mut self) {
+        for r in self.0 {
+            r.moves.fetch_add(1, Ordering::Release);
+        }
+    }
 }
 
 impl Runs {
@@ -114,6 +145,7 @@ impl Runs {
             runs,
             absorbed: Mutex::new(Vec::new()),
             obsolete: AtomicBool::new(false),
+            moves: AtomicU64::new(0),
         })
     }
 
@@ -122,6 +154,11 @@ impl Runs {
         for r in self.absorbed.lock().iter() {
             r.retire();
         }
+    }
+
+    /// The move count without ordering (a reader's second load, after its fence).
+    pub fn moves_relaxed(&self) -> u64 {
+        self.moves.load(Ordering::Relaxed)
     }
 
     /// The runs this owner frees (not those of the owners it absorbed).
@@ -158,6 +195,12 @@ impl Table {
             return Ok(None);
         }
         skiplist::get(&self.source(), self.meta.head, key)
+    }
+
+    /// The table's move count (`Acquire`): odd while a zero-copy node move into or out
+    /// of it runs; it changes with every move.
+    pub fn moves(&self) -> u64 {
+        self.runs.moves.load(Ordering::Acquire)
     }
 
     /// Another handle on the same pmem table (sharing its filter), with other metadata or
