@@ -40,8 +40,23 @@ pub const DEFAULT_SEED: u64 = 42;
 pub const DEFAULT_VALUE_SIZE: ByteSize = ByteSize::kib(1);
 /// YCSB's default field size.
 pub const DEFAULT_FIELD_SIZE: ByteSize = ByteSize(100);
-/// The default pmem pool size.
+/// The smallest default pmem pool size.
 pub const DEFAULT_PMEM_SIZE: ByteSize = ByteSize::gib(1);
+
+/// The default pmem pool: four times the records' bytes (a key of up to 24 bytes and the
+/// encoded value each), in whole GiB, at least [`DEFAULT_PMEM_SIZE`] — room for an
+/// engine that keeps every record on pmem, its old versions and its logs, as the papers'
+/// setups had; a smaller pool is a space test, asked for with `--pmem-size`.
+pub fn default_pmem_size(records: u64, value_bytes: usize) -> ByteSize {
+    let data = u128::from(records) * (value_bytes as u128 + 24) * 4;
+    let gib = 1u128 << 30;
+    let size = data.div_ceil(gib).saturating_mul(gib);
+    ByteSize(
+        u64::try_from(size)
+            .unwrap_or(u64::MAX)
+            .max(DEFAULT_PMEM_SIZE.bytes()),
+    )
+}
 /// The most client threads (the acknowledgement window allows far more; this bounds
 /// mistakes).
 pub const MAX_THREADS: usize = 1024;
@@ -120,7 +135,8 @@ pub struct BenchArgs {
     /// it exists, else each engine's data directory]
     #[arg(long, value_name = "DIR")]
     pub pmem_path: Option<PathBuf>,
-    /// Pmem pool size per engine. [default: 1GiB]
+    /// Pmem pool size per engine. [default: 4 x the records' bytes, in whole GiB, at
+    /// least 1GiB (4GiB for 1,000,000 records of 1 KiB)]
     #[arg(long, value_name = "SIZE")]
     pub pmem_size: Option<ByteSize>,
     /// Pmem durability mode: dax, msync or volatile. [default: volatile on /dev/shm, else
@@ -309,7 +325,10 @@ impl BenchArgs {
         let defaults = Options::default();
         let media = MediaSettings {
             dram: self.dram.unwrap_or(defaults.dram_budget),
-            pmem_size: self.pmem_size.unwrap_or(DEFAULT_PMEM_SIZE),
+            pmem_size: match self.pmem_size {
+                Some(s) => s,
+                None => default_pmem_size(self.records, self.value_shape()?.encoded_len()),
+            },
             pmem_mode,
             pmem_latency: self.pmem_latency.unwrap_or_default(),
             flash_size: self.flash_size.unwrap_or(defaults.flash.size),
@@ -507,6 +526,19 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<BenchArgs, clap::Error> {
         Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied())).map(|c| c.bench)
+    }
+
+    #[test]
+    fn the_default_pool_holds_four_times_the_records() {
+        assert_eq!(default_pmem_size(1_000_000, 1024), ByteSize::gib(4));
+        assert_eq!(default_pmem_size(1_000_000, 4096), ByteSize::gib(16));
+        assert_eq!(default_pmem_size(1000, 1024), ByteSize::gib(1));
+        assert_eq!(default_pmem_size(0, 0), ByteSize::gib(1));
+        assert_eq!(default_pmem_size(u64::MAX, usize::MAX), ByteSize(u64::MAX));
+        let a = parse(&["--records", "2000000"]).unwrap();
+        assert_eq!(a.plan().unwrap().media.pmem_size, ByteSize::gib(8));
+        let a = parse(&["--records", "2000000", "--pmem-size", "300MiB"]).unwrap();
+        assert_eq!(a.plan().unwrap().media.pmem_size, ByteSize::mib(300));
     }
 
     #[test]

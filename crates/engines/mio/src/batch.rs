@@ -46,6 +46,9 @@ impl Inner {
         } else {
             Need::Delete
         };
+        if need == Need::Put {
+            self.throttle();
+        }
         let mut w = self.admit(self.writer.lock(), need, fp, false)?;
         let first = w.next_seq;
         let n = batch.len() as u64;

@@ -243,6 +243,7 @@ mod tests {
             memtable: 64 << 10,
             log: 64 << 10,
             max_key: 64,
+            pool: 64 << 20,
         }
     }
 

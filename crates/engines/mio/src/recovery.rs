@@ -138,7 +138,7 @@ pub fn open(
             *v = Arc::new(nv);
         }
         inner.restore_spare()?;
-        w.budget = inner.put_budget();
+        w.budget = inner.put_budget(0);
     }
     let threads = crate::background::start(&inner)?;
     if !created {

@@ -38,6 +38,7 @@ pub(crate) fn stats(inner: &Inner) -> Stats {
     put("compaction_bytes_relinked", c.relinked_words.get() * 8);
     put("nodes_relinked", c.nodes_relinked.get());
     put("optimistic_retries", c.optimistic_retries.get());
+    put("throttle_micros", c.throttle_micros.get());
     put("locked_reads", c.locked_reads.get());
     put("versions_dropped", c.versions_dropped.get());
     put("marks_repaired", c.marks_repaired.get());

@@ -27,6 +27,12 @@
 //!   could have taken. Puts switch only while the spare is held; it is allocated again as
 //!   soon as the room allows. The spare is in no directory: after a crash recovery frees
 //!   it as an unreferenced run, and the open allocates a new one.
+//! - **Writes slow first.** While the room last measured is under an eighth of the pool
+//!   and the buffer can drain, a put sleeps before admission, up to 0.5 ms as the room
+//!   goes to zero (`Inner::throttle`, counter `mio_throttle_micros`): on few cores the
+//!   writers otherwise starve the flushes and compactions that give room back, and a
+//!   sustained write load ran into refusals on a pool four times the data's size. Puts
+//!   take budget in steps of at most a 32nd of the pool, so the room is measured often.
 //! - **No fixed timer.** A write that finds no room waits only while the background makes
 //!   progress (a flush, a table moved or merged, an entry lazily copied); when nothing is
 //!   left to drain, or (for a put) nothing moved for `progress_wait_ms` (400 ms), it is
@@ -103,6 +109,8 @@ pub struct Sizes {
     pub log: u64,
     /// The longest key.
     pub max_key: usize,
+    /// Bytes of the pool's chunks (all of them, free or not).
+    pub pool: u64,
 }
 
 /// Free space as the allocator has it: whole free chunks, and free slot bytes per class.
@@ -162,6 +170,7 @@ impl Sizes {
             memtable,
             log,
             max_key,
+            pool: alloc.stats().chunks * chunk,
         }
     }
 

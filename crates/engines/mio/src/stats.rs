@@ -29,6 +29,8 @@ pub struct Counters {
     pub nodes_relinked: Counter,
     /// Older versions dropped by zero-copy compactions.
     pub versions_dropped: Counter,
+    /// Microseconds puts slept before admission because the room was low (`throttle`).
+    pub throttle_micros: Counter,
     /// Lock-free reads of a buffer level that a concurrent node move made a get read
     /// again.
     pub optimistic_retries: Counter,

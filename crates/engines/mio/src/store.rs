@@ -45,6 +45,9 @@ pub const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"MIODB\0\0\x01");
 /// Lock-free tries of a get on one buffer level before it reads under the level locks.
 const OPTIMISTIC_TRIES: usize = 2;
 
+/// The longest a put sleeps before it is admitted when the room is low (`throttle`).
+const MAX_THROTTLE: Duration = Duration::from_micros(500);
+
 /// The writer's state (under `Inner::writer`).
 pub(crate) struct WriterState {
     pub mem: Arc<MemTable>,
@@ -221,14 +224,43 @@ impl Inner {
         room
     }
 
+    /// The room below which puts slow down: an eighth of the pool's chunks.
+    pub fn soft_room(&self) -> u64 {
+        self.sizes.pool / 8
+    }
+
+    /// Writes slow before they stall (issue 18 item 9, "writes slow, then fail"): while
+    /// the room last measured is under [`Inner::soft_room`] and background work can give
+    /// room back, a put first sleeps, without any lock, up to [`MAX_THROTTLE`] as the
+    /// room goes to zero. On few cores the writers would otherwise take the CPU the
+    /// flushes and compactions need to drain the buffer, and writes would stall, then be
+    /// refused, on a pool several times the data's size.
+    pub(crate) fn throttle(&self) {
+        let room = self.last_room.load(Ordering::Acquire).max(0) as u64;
+        let soft = self.soft_room();
+        if room >= soft || !self.draining() {
+            return;
+        }
+        let delay = MAX_THROTTLE.mul_f64(1.0 - room as f64 / soft as f64);
+        std::thread::sleep(delay);
+        self.shared
+            .counters
+            .throttle_micros
+            .add(delay.as_micros() as u64);
+    }
+
     /// What puts may add to the debt now: the room, less the spare pair when it is not
-    /// held.
-    pub fn put_budget(&self) -> u64 {
+    /// held, and at most a quarter of the soft room or `want` (the debt of the write
+    /// asking), whichever is more (so that the room is measured again, and
+    /// [`Inner::throttle`] sees it, before it can fall far).
+    pub fn put_budget(&self, want: u64) -> u64 {
         let spare = match *self.spare.lock() {
             Some(_) => 0,
             None => self.sizes.shape_bytes(self.sizes.spare_shape()),
         };
-        let pmem = u64::try_from(self.room() - i128::from(spare)).unwrap_or(0);
+        let pmem = u64::try_from(self.room() - i128::from(spare))
+            .unwrap_or(0)
+            .min((self.soft_room() / 4).max(want));
         match self.flash_room() {
             Some(flash) => pmem.min(flash),
             None => pmem,
@@ -410,7 +442,10 @@ impl Inner {
         }
         w.mem = mem;
         w.log = log;
-        w.budget = self.put_budget();
+        w.budget = self.put_budget(match need {
+            Need::Put => fp.cost,
+            Need::Delete => 0,
+        });
         self.notify();
         Ok(true)
     }
@@ -477,7 +512,7 @@ impl Inner {
                     false
                 }
             } else if cost > w.budget {
-                w.budget = self.put_budget();
+                w.budget = self.put_budget(cost);
                 cost <= w.budget
             } else {
                 true
@@ -550,6 +585,9 @@ impl Inner {
             Kind::Delete => Need::Delete,
         };
         let fp = self.sizes.one(key.len(), value.len(), need == Need::Put);
+        if need == Need::Put {
+            self.throttle();
+        }
         let mut w = self.admit(self.writer.lock(), need, fp, false)?;
         let seq = w.next_seq;
         if seq > node::MAX_SEQ {
