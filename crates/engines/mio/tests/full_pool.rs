@@ -1,8 +1,9 @@
 //! A full pool (issue 23, `src/space.rs`): puts are refused with `NoSpace` promptly (no
 //! fixed stall), every delete on the full store succeeds, the space of the deleted keys
 //! comes back (tombstones reach the repository, the lazy copy frees the older versions),
-//! new keys fit again, and everything survives a reopen. Three writer threads, so that
-//! writers queued behind a refused one are measured too.
+//! new keys fit again, and everything survives a reopen; puts slow down before they are
+//! refused. Three writer threads, so that writers queued behind a refused one are
+//! measured too.
 
 #![allow(clippy::unwrap_used, reason = "test code: an unwrap is an assertion")]
 
@@ -112,6 +113,12 @@ fn a_full_pool_refuses_puts_promptly_takes_every_delete_and_gives_the_space_back
             store.stats().counters.get("mio_writes_refused")
         );
         assert!(longest < WRITE_BOUND, "a put took {longest:?}");
+        // Writes slowed down before they were refused (`space.rs`, "Writes slow first").
+        let throttled = store.stats().counters.get("mio_throttle_micros").copied();
+        assert!(
+            throttled.unwrap_or(0) > 0,
+            "round {round}: puts filled the pool without slowing down ({throttled:?} us)"
+        );
         assert!(
             live as f64 > 0.10 * f64::from(4u32 << 20),
             "refused with only {live} bytes live"
