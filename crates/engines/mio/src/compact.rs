@@ -81,11 +81,14 @@ impl Inner {
             return self.zero_copy_step(level);
         }
         let a = self.shared.alloc.stats();
-        // Pressure: less than half the pool free, or room for less than two normal
-        // MemTables (`space.rs`): the buffer drains towards the repository, where the
-        // deletes give space back.
+        // Pressure: less than half the pool free, room under the soft limit where puts
+        // slow down (`Inner::throttle`), or room for less than two normal MemTables
+        // (`space.rs`): the buffer drains towards the repository, where the lazy copies
+        // pay the debt and the deletes give space back.
+        let room = self.last_room.load(Ordering::Acquire);
         let pressure = a.free_bytes < a.chunks * a.chunk_size / 2
-            || i128::from(self.last_room.load(Ordering::Acquire))
+            || room < i64::try_from(self.soft_room()).unwrap_or(i64::MAX)
+            || i128::from(room)
                 < 2 * i128::from(
                     self.sizes
                         .shape_bytes(self.sizes.normal_shape(crate::space::Footprint::default())),
