@@ -11,7 +11,7 @@
 //! | `bloom` | on | on | Bloom filters on buffer tables |
 //! | `bloom_bits` | 16 | 16 | bits per key |
 //! | `compaction` | zero-copy | `zero_copy` | `zero_copy` (relink, §4.3) or `copy` (merge buffer levels by copying into a new table: the baseline of the WA comparison) |
-//! | `stall_timeout_ms` | - | 3000 | the longest a write waits for room while the background makes progress (`space.rs`) |
+//! | `stall_timeout_ms` | - | 3000 | the longest a write waits for room while the background makes progress (`space.rs`; a wait for the previous MemTable's flush, which needs no room, is capped at 60 s instead) |
 //! | `progress_wait_ms` | - | 400 | a put waiting for room is refused with `NoSpace` once the background made no progress for this long (a delete waits up to `stall_timeout_ms`) |
 //!
 //! The SSD extension (`mio:flash`, §4.1, §5.4; `flash.rs`) adds, accepted only with that

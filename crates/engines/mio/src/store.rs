@@ -45,6 +45,10 @@ pub const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"MIODB\0\0\x01");
 /// Lock-free tries of a get on one buffer level before it reads under the level locks.
 const OPTIMISTIC_TRIES: usize = 2;
 
+/// The longest a write waits for the previous MemTable's flush (`admit`): a flush needs
+/// no pool space, so only a starved machine makes it this slow.
+const FLUSH_WAIT_CAP: Duration = Duration::from_secs(60);
+
 /// The longest a put sleeps before it is admitted when the room is low (`throttle`).
 const MAX_THROTTLE: Duration = Duration::from_micros(500);
 
@@ -502,8 +506,10 @@ impl Inner {
                 || w.mem.arena.used() as u64 >= self.sizes.memtable
                 || !w.mem.arena.fits_bytes(fp.nodes)
                 || !w.log.fits(fp.log);
+            let mut flush_wait = false;
             let admitted = if full {
                 let pending = self.version.read().imm.is_some();
+                flush_wait = pending;
                 if !pending && self.switch_memtable(&mut w, need, fp)? {
                     switch = false;
                     // The new MemTable may still lack budget for the put: check again.
@@ -540,7 +546,25 @@ impl Inner {
             // compaction (a lazy copy of a large entry, a merge's publish) can take longer
             // than `progress_wait_ms`; a delete waits for it up to `stall_timeout_ms`.
             let quiet_over = need == Need::Put && now.duration_since(seen.1) >= quiet;
-            if !self.draining() || quiet_over || waited >= cap {
+            if flush_wait {
+                // The previous MemTable's flush needs no pool space and always ends (a
+                // failed one poisons the store, which `check_writable` reports): room
+                // is not what is missing, so wait for it, however slow the machine, up
+                // to a cap that is no hang.
+                if waited >= FLUSH_WAIT_CAP {
+                    let c = &self.shared.counters;
+                    c.writes_refused.incr();
+                    c.stall_micros.add(waited.as_micros() as u64);
+                    return Err(Error::no_space(
+                        Tier::Pmem,
+                        format!(
+                            "mio: the MemTable is full and the previous one's flush did not \
+                             finish within {} s",
+                            FLUSH_WAIT_CAP.as_secs()
+                        ),
+                    ));
+                }
+            } else if !self.draining() || quiet_over || waited >= cap {
                 let c = &self.shared.counters;
                 c.writes_refused.incr();
                 c.stall_micros.add(waited.as_micros() as u64);
@@ -881,13 +905,17 @@ impl KvStore for MioStore {
                 drop(self.inner.admit(w, Need::Delete, fp, true)?);
             }
         }
-        let until = Instant::now() + Duration::from_millis(self.inner.opts.stall_timeout_ms);
+        // A flush needs no pool space and always ends (or poisons the store).
+        let until = Instant::now() + FLUSH_WAIT_CAP;
         while self.inner.version().imm.is_some() {
             self.inner.check_writable()?;
             if Instant::now() >= until {
                 return Err(Error::no_space(
                     Tier::Pmem,
-                    "mio: flush did not finish in time",
+                    format!(
+                        "mio: the flush did not finish within {} s",
+                        FLUSH_WAIT_CAP.as_secs()
+                    ),
                 ));
             }
             let seen = self.inner.signal_now();
