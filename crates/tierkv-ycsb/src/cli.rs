@@ -48,7 +48,9 @@ pub const DEFAULT_PMEM_SIZE: ByteSize = ByteSize::gib(1);
 /// engine that keeps every record on pmem, its old versions and its logs, as the papers'
 /// setups had; a smaller pool is a space test, asked for with `--pmem-size`.
 pub fn default_pmem_size(records: u64, value_bytes: usize) -> ByteSize {
-    let data = u128::from(records) * (value_bytes as u128 + 24) * 4;
+    let data = u128::from(records)
+        .saturating_mul(value_bytes as u128 + 24)
+        .saturating_mul(4);
     let gib = 1u128 << 30;
     let size = data.div_ceil(gib).saturating_mul(gib);
     ByteSize(
