@@ -93,26 +93,7 @@ pub fn find_preds<S: Source + ?Sized>(
     seq: u64,
     preds: &mut [u64; node::MAX_HEIGHT],
 ) -> Result<u64> {
-    let mut x = head;
-    let mut after = 0;
-    for level in (0..node::MAX_HEIGHT).rev() {
-        loop {
-            let n = next(s, x, level)?;
-            if n == 0 {
-                after = 0;
-                break;
-            }
-            let h = header(s, n)?;
-            if cmp_node(&key_of(s, n, &h)?, h.seq, key, seq) == Ordering::Less {
-                x = n;
-            } else {
-                after = n;
-                break;
-            }
-        }
-        preds[level] = x;
-    }
-    Ok(after)
+    find_preds_from(s, head, &Finger::default(), key, seq, preds)
 }
 
 /// Where the last search of a merge of sorted input ended, per level (0: nowhere): the
