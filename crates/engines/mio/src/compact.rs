@@ -175,7 +175,7 @@ impl Inner {
             target: None,
             cost: self.sizes.cost_of(&out, 0)?,
         };
-        let t = table::write_table(&self.shared, out.snapshot(), id, max_seq, self.shape, place)?;
+        let t = table::write_table(&self.shared, &out, id, max_seq, self.shape, place)?;
         Ok(Some(Arc::new(t)))
     }
 

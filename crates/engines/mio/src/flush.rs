@@ -1,6 +1,7 @@
 //! One-piece flushing (MioDB §4.2, P2 in `FORMAT.md`): the immutable MemTable's arena is
-//! copied to ONE pmem allocation with ONE bulk write, its links rebased in one pass
-//! (`table::write_table`), persisted, then published in L0 with one atomic root update in
+//! copied to ONE pmem allocation in arena order, its links rebased in the same pass
+//! (`table::write_table`, through a small buffer rather than a DRAM copy of the arena),
+//! persisted, then published in L0 with one atomic root update in
 //! the same directory that retires its log; only then do readers switch from the DRAM copy
 //! to the PMTable, and the log's run is freed.
 //!
@@ -34,15 +35,14 @@ impl Inner {
             None
         } else {
             let id = self.take_id();
-            let image = mem.arena.snapshot();
-            let len = image.len() as u64;
+            let len = mem.arena.used() as u64;
             let place = table::Placement {
                 target: mem.target,
                 cost: self.sizes.cost_of(&mem.arena, 0)?,
             };
             let t = table::write_table(
                 &self.shared,
-                image,
+                &mem.arena,
                 id,
                 mem.arena.max_seq(),
                 self.shape,

@@ -91,6 +91,7 @@ pub fn open(
         shape,
         sizes,
         spare: Mutex::new(None),
+        arenas: Default::default(),
         lazy_done: Mutex::new(Default::default()),
         progress: AtomicU64::new(0),
         dir_len: AtomicU64::new(dir_len),

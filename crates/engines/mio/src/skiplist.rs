@@ -21,6 +21,11 @@ pub trait Source {
     fn word(&self, off: u64) -> Result<u64>;
     /// `len` bytes at `off`.
     fn bytes(&self, off: u64, len: usize) -> Result<Cow<'_, [u8]>>;
+    /// The `len` bytes at `off` compared with `key` (a source that would copy them for
+    /// [`Source::bytes`] compares them in place).
+    fn cmp_key(&self, off: u64, len: usize, key: &[u8]) -> Result<Ordering> {
+        Ok(self.bytes(off, len)?.as_ref().cmp(key))
+    }
 }
 
 impl<T: Source + ?Sized> Source for &T {
@@ -29,6 +34,9 @@ impl<T: Source + ?Sized> Source for &T {
     }
     fn bytes(&self, off: u64, len: usize) -> Result<Cow<'_, [u8]>> {
         (**self).bytes(off, len)
+    }
+    fn cmp_key(&self, off: u64, len: usize, key: &[u8]) -> Result<Ordering> {
+        (**self).cmp_key(off, len, key)
     }
 }
 
@@ -77,6 +85,19 @@ pub fn entry<S: Source + ?Sized>(s: &S, off: u64) -> Result<Entry> {
         value,
         height: h.height,
     })
+}
+
+/// Compares the node at `off` (header `h`) with the target (`key`, `seq`) in skiplist
+/// order, reading the node's key in place.
+pub fn cmp_at<S: Source + ?Sized>(
+    s: &S,
+    off: u64,
+    h: &NodeHeader,
+    key: &[u8],
+    seq: u64,
+) -> Result<Ordering> {
+    Ok(s.cmp_key(off + h.key_off() as u64, h.key_len, key)?
+        .then(seq.cmp(&h.seq)))
 }
 
 /// Compares the node (`nkey`, `nseq`) with the target (`key`, `seq`) in skiplist order.
@@ -139,7 +160,7 @@ pub fn find_preds_from<S: Source + ?Sized>(
         if f != 0 && f != x && f != head {
             let hf = header(s, f)?;
             let kf = key_of(s, f, &hf)?;
-            let before_target = cmp_node(&kf, hf.seq, key, seq) == Ordering::Less;
+            let before_target = cmp_at(s, f, &hf, key, seq)? == Ordering::Less;
             let further = x == head || {
                 let hx = header(s, x)?;
                 cmp_node(&key_of(s, x, &hx)?, hx.seq, &kf, hf.seq) == Ordering::Less
@@ -154,8 +175,12 @@ pub fn find_preds_from<S: Source + ?Sized>(
                 after = 0;
                 break;
             }
+            // The node that ended the level above is known not to lie before the target.
+            if n == after {
+                break;
+            }
             let h = header(s, n)?;
-            if cmp_node(&key_of(s, n, &h)?, h.seq, key, seq) == Ordering::Less {
+            if cmp_at(s, n, &h, key, seq)? == Ordering::Less {
                 x = n;
             } else {
                 after = n;
@@ -187,8 +212,11 @@ pub fn seek<S: Source + ?Sized>(s: &S, head: u64, key: &[u8]) -> Result<u64> {
                 at = 0;
                 break;
             }
+            if n == at {
+                break; // ended the level above: not before `key`
+            }
             let h = header(s, n)?;
-            if key_of(s, n, &h)?.as_ref() < key {
+            if s.cmp_key(n + h.key_off() as u64, h.key_len, key)? == Ordering::Less {
                 x = n;
             } else {
                 at = n;
@@ -206,7 +234,7 @@ pub fn get<S: Source + ?Sized>(s: &S, head: u64, key: &[u8]) -> Result<Option<En
         return Ok(None);
     }
     let h = header(s, n)?;
-    if key_of(s, n, &h)?.as_ref() != key {
+    if s.cmp_key(n + h.key_off() as u64, h.key_len, key)? != Ordering::Equal {
         return Ok(None);
     }
     entry(s, n).map(Some)

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 use tierkv_core::{Error, KvPair, KvStore, Limits, Result, Stats, Tier, WriteBatch};
 
-use crate::arena::Arena;
+use crate::arena::{Arena, ArenaRecycler};
 use crate::dir::{self, Directory, LogMeta, Run};
 use crate::flash::FlashRepo;
 use crate::merge::Merge;
@@ -89,6 +89,8 @@ pub(crate) struct Inner {
     pub sizes: Sizes,
     /// The spare pair (`space.rs`); `None` while a delete's MemTable uses it.
     pub spare: Mutex<Option<Pair>>,
+    /// The DRAM block of the last MemTable whose flush is done, for the next MemTable.
+    pub arenas: ArenaRecycler,
     /// Debt the lazy copy in flight has paid already (its table is still listed); reset
     /// under the version lock when the table leaves the version.
     pub lazy_done: Mutex<Debt>,
@@ -396,9 +398,10 @@ impl Inner {
             }
             id
         };
-        let arena = Arena::new(
+        let arena = Arena::recycled(
             (pair.table.chunks * cs) as usize,
             id.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            &self.arenas,
         );
         let mem = Arc::new(MemTable::new(
             arena,

@@ -24,6 +24,7 @@ use parking_lot::{Mutex, RwLock};
 use tierkv_core::media::pmem::{PmemAllocator, PmemPool};
 use tierkv_core::{Error, Result, Tier};
 
+use crate::arena::Arena;
 use crate::bloom::Bloom;
 use crate::dir::{Run, TableMeta};
 use crate::node::{self, HEAD_LEN, LINKS_OFF};
@@ -267,40 +268,54 @@ impl Table {
 /// Rebases every non-zero link of the nodes in `image` (an arena image, head at 0) by
 /// `base`, in one pass over the nodes in arena order; returns the nodes' keys' visitor
 /// results through `on_node` (for the Bloom filter). Fails on a malformed image.
-pub fn rebase(image: &mut [u8], base: u64, mut on_node: impl FnMut(&[u8])) -> Result<u64> {
+pub fn rebase(image: &mut [u8], base: u64, on_node: impl FnMut(&[u8])) -> Result<u64> {
+    let len = image.len();
+    rebase_nodes(image, 0, len, base, on_node)
+}
+
+/// [`rebase`] of a piece of an arena image of `total` bytes: `piece` holds the whole
+/// nodes that start at `start` (the head when `start` is 0).
+pub fn rebase_nodes(
+    piece: &mut [u8],
+    start: usize,
+    total: usize,
+    base: u64,
+    mut on_node: impl FnMut(&[u8]),
+) -> Result<u64> {
+    let at_of = |local: usize| (start + local) as u64;
     let word = |b: &[u8], at: usize| -> Result<u64> {
         b.get(at..at + 8)
             .and_then(|s| s.try_into().ok())
             .map(u64::from_le_bytes)
-            .ok_or_else(|| Error::corruption(Tier::Dram, at as u64, "arena image truncated"))
+            .ok_or_else(|| Error::corruption(Tier::Dram, at_of(at), "arena image truncated"))
     };
     let mut at = 0usize;
     let mut nodes = 0u64;
-    while at < image.len() {
-        let (height, size, key) = if at == 0 {
+    while at < piece.len() {
+        let (height, size, key) = if start + at == 0 {
             (node::MAX_HEIGHT, HEAD_LEN, None)
         } else {
-            let h = node::decode_header(word(image, at)?, word(image, at + 8)?, at as u64)?;
+            let h = node::decode_header(word(piece, at)?, word(piece, at + 8)?, at_of(at))?;
             (h.height, h.size(), Some((at + h.key_off(), h.key_len)))
         };
         for level in 0..height {
             let l = at + LINKS_OFF + 8 * level;
-            let v = word(image, l)?;
+            let v = word(piece, l)?;
             if v != 0 {
-                if v as usize >= image.len() {
+                if v as usize >= total {
                     return Err(Error::corruption(
                         Tier::Dram,
-                        l as u64,
+                        at_of(l),
                         "arena link out of range",
                     ));
                 }
-                if let Some(dst) = image.get_mut(l..l + 8) {
+                if let Some(dst) = piece.get_mut(l..l + 8) {
                     dst.copy_from_slice(&(v + base).to_le_bytes());
                 }
             }
         }
         if let Some((k, n)) = key {
-            if let Some(kb) = image.get(k..k + n) {
+            if let Some(kb) = piece.get(k..k + n) {
                 on_node(kb);
             }
             nodes += 1;
@@ -335,20 +350,34 @@ pub struct Placement {
     pub cost: Debt,
 }
 
-/// The one-piece write of an arena image as a new table (P2 steps 1-2): one run (the
-/// MemTable's flush target, allocated at its switch, or allocated now), one write, links
-/// rebased in one pass, one persist. Not yet in the directory.
+/// The one-piece write of an arena as a new table (P2 steps 1-2): one run (the MemTable's
+/// flush target, allocated at its switch, or allocated now), the arena's image copied
+/// into it in order with its links rebased in the same pass ([`stream_image`]), one
+/// persist. Not yet in the directory. The arena must not change meanwhile.
 pub fn write_table(
     shared: &Arc<Shared>,
-    mut image: Vec<u8>,
+    arena: &Arena,
     id: u64,
     max_seq: u64,
     shape: TableShape,
     place: Placement,
 ) -> Result<Table> {
+    write_table_in_pieces(shared, arena, (id, max_seq), shape, place, STREAM_PIECE)
+}
+
+/// [`write_table`] streaming the arena through pieces of about `piece` bytes.
+fn write_table_in_pieces(
+    shared: &Arc<Shared>,
+    arena: &Arena,
+    (id, max_seq): (u64, u64),
+    shape: TableShape,
+    place: Placement,
+    piece: usize,
+) -> Result<Table> {
+    let len = arena.used() as u64;
     let cs = shared.alloc.chunk_size();
     let (off, chunks, owned) = match place.target {
-        Some(r) if (image.len() as u64) <= r.chunks * cs => (r.off, r.chunks, false),
+        Some(r) if len <= r.chunks * cs => (r.off, r.chunks, false),
         Some(_) => {
             return Err(Error::corruption(
                 Tier::Dram,
@@ -357,39 +386,28 @@ pub fn write_table(
             ));
         }
         None => {
-            let chunks = (image.len() as u64).div_ceil(cs).max(1);
+            let chunks = len.div_ceil(cs).max(1);
             (shared.alloc.alloc_chunks(TAG_TABLE, chunks)?, chunks, true)
         }
     };
-    // A failed write frees a run allocated here; a flush target stays allocated (the
-    // store is poisoned then, and recovery collects it).
-    let undo = |shared: &Shared| {
-        if owned {
-            let _ = shared.alloc.free_chunk(off);
-        }
-    };
     let mut bloom = shape.new_bloom();
-    let entries = rebase(&mut image, off, |k| {
-        if let Some(b) = bloom.as_mut() {
-            b.insert(k);
-        }
+    let written = stream_image(shared, arena, off, &mut bloom, piece).and_then(|entries| {
+        shared
+            .persist("flush-table", off, len as usize)
+            .map(|()| entries)
     });
-    let entries = match entries {
+    let entries = match written {
         Ok(n) => n,
         Err(e) => {
-            undo(shared);
+            // A run allocated here is freed; a flush target stays allocated (the store
+            // is poisoned then, and recovery collects it).
+            if owned {
+                let _ = shared.alloc.free_chunk(off);
+            }
             return Err(e);
         }
     };
-    let written = shared
-        .pool
-        .write(off, &image)
-        .and_then(|()| shared.persist("flush-table", off, image.len()));
-    if let Err(e) = written {
-        undo(shared);
-        return Err(e);
-    }
-    shared.counters.table_bytes_written.add(image.len() as u64);
+    shared.counters.table_bytes_written.add(len);
     let allocs = vec![Run { off, chunks }];
     Ok(Table {
         shared: shared.clone(),
@@ -406,6 +424,37 @@ pub fn write_table(
         merge: None,
         cost: place.cost,
     })
+}
+
+/// Bytes of the buffer [`write_table`] streams an arena through.
+const STREAM_PIECE: usize = 1 << 20;
+
+/// Copies `arena`'s image to `off` in order, a piece of whole nodes at a time through one
+/// small buffer, each piece rebased before it is written and its keys added to `bloom`;
+/// returns the nodes written. The pieces are written back to back, so the pmem image is
+/// the one bulk copy of the arena (§4.2), without a second copy of it in DRAM.
+fn stream_image(
+    shared: &Shared,
+    arena: &Arena,
+    off: u64,
+    bloom: &mut Option<Bloom>,
+    limit: usize,
+) -> Result<u64> {
+    let total = arena.used();
+    let mut piece = Vec::with_capacity(limit.min(total));
+    let (mut at, mut entries) = (0usize, 0u64);
+    while at < total {
+        piece.clear();
+        let next = arena.copy_nodes(at, limit, &mut piece)?;
+        entries += rebase_nodes(&mut piece, at, total, off, |k| {
+            if let Some(b) = bloom.as_mut() {
+                b.insert(k);
+            }
+        })?;
+        shared.pool.write(off + at as u64, &piece)?;
+        at = next;
+    }
+    Ok(entries)
 }
 
 /// Opens a table the directory lists (recovery §4.7): walks level 0, checking that every
@@ -476,15 +525,15 @@ mod tests {
     use crate::arena::Arena;
     use crate::node::Kind;
     use crate::stats::Counters;
-    use tierkv_core::media::pmem::{DurabilityMode, EmulatedLatency, PmemConfig};
+    use tierkv_core::media::pmem::DurabilityMode;
 
-    #[test]
-    fn a_table_absorbing_one_without_a_filter_drops_its_own() {
+    /// A volatile pool of `size` bytes in a temporary directory, formatted for tables.
+    fn shared(size: u64) -> (tempfile::TempDir, Arc<Shared>) {
         let d = tempfile::tempdir().unwrap();
         let pool = tierkv_testkit::rig::create_pool(
             &d.path().join("pool"),
-            4 << 20,
-            tierkv_core::media::pmem::DurabilityMode::Volatile,
+            size,
+            DurabilityMode::Volatile,
         );
         let (start, len) = (pool.data_start(), pool.len());
         let alloc = PmemAllocator::format(pool.clone(), start, len - start, 4096).unwrap();
@@ -494,6 +543,12 @@ mod tests {
             counters: Counters::default(),
             hook: None,
         });
+        (d, sh)
+    }
+
+    #[test]
+    fn a_table_absorbing_one_without_a_filter_drops_its_own() {
+        let (_d, sh) = shared(4 << 20);
         let table = |id: u64, key: &[u8], bloom_keys: u64| {
             let a = Arena::new(1 << 12, id);
             a.insert(id, Kind::Put, key, b"v").unwrap();
@@ -501,7 +556,7 @@ mod tests {
                 bloom_keys,
                 bloom_bits: 16,
             };
-            write_table(&sh, a.snapshot(), id, id, shape, Placement::default()).unwrap()
+            write_table(&sh, &a, id, id, shape, Placement::default()).unwrap()
         };
         let old = table(1, b"old", 64);
         let new = table(2, b"new", 0);
@@ -519,22 +574,7 @@ mod tests {
 
     #[test]
     fn one_piece_flush_makes_one_allocation_and_every_rebased_link_lies_inside_it() {
-        let d = tempfile::tempdir().unwrap();
-        let pool = PmemPool::create(&PmemConfig {
-            path: d.path().join("pool"),
-            size: 4 << 20,
-            mode: DurabilityMode::Volatile,
-            latency: EmulatedLatency::default(),
-        })
-        .unwrap();
-        let start = pool.data_start();
-        let alloc = PmemAllocator::format(pool.clone(), start, pool.len() - start, 4096).unwrap();
-        let sh = Arc::new(Shared {
-            pool,
-            alloc,
-            counters: Counters::default(),
-            hook: None,
-        });
+        let (_d, sh) = shared(4 << 20);
         let arena = Arena::new(1 << 18, 3);
         for i in 0..500u64 {
             let k = format!("key{:04}", (i * 37) % 311);
@@ -549,7 +589,7 @@ mod tests {
             bloom_keys: 512,
             bloom_bits: 16,
         };
-        let t = write_table(&sh, image.clone(), 9, 500, shape, Placement::default()).unwrap();
+        let t = write_table(&sh, &arena, 9, 500, shape, Placement::default()).unwrap();
         let runs: Vec<_> = sh.alloc.iter_chunks(TAG_TABLE).collect();
         assert_eq!(runs.len(), runs_before + 1, "one allocation");
         assert_eq!(t.meta.allocs.len(), 1);
@@ -601,6 +641,50 @@ mod tests {
             assert!(
                 t.get(k.as_bytes()).unwrap().is_some() || (0..500).all(|j| (j * 37) % 311 != i)
             );
+        }
+    }
+
+    /// The flush streams the arena through a small buffer: whatever the piece size, the
+    /// table is the arena's image rebased by its offset, with the same entries and filter.
+    #[test]
+    fn a_table_written_in_pieces_is_the_rebased_image() {
+        let (_d, sh) = shared(8 << 20);
+        let arena = Arena::new(1 << 18, 11);
+        for i in 0..700u64 {
+            let k = format!("k{:05}", (i * 7919) % 1009);
+            let (kind, v) = if i % 9 == 0 {
+                (Kind::Delete, Vec::new())
+            } else {
+                (Kind::Put, vec![b'a' + (i % 26) as u8; (i % 300) as usize])
+            };
+            arena.insert(i + 1, kind, k.as_bytes(), &v).unwrap();
+        }
+        let shape = TableShape {
+            bloom_keys: 1024,
+            bloom_bits: 16,
+        };
+        let whole = write_table(&sh, &arena, 1, 700, shape, Placement::default()).unwrap();
+        for piece in [1, 64, 300, 4096, 1 << 20] {
+            let t =
+                write_table_in_pieces(&sh, &arena, (2, 700), shape, Placement::default(), piece)
+                    .unwrap();
+            let mut want = arena.snapshot();
+            rebase(&mut want, t.meta.head, |_| {}).unwrap();
+            let got = sh.pool.read(t.meta.head, want.len()).unwrap();
+            assert!(got == want.as_slice(), "piece {piece}: image differs");
+            assert_eq!(t.meta.entries, 700);
+            assert_eq!(
+                t.bloom.read().as_ref().map(|b| b.words().to_vec()),
+                whole.bloom.read().as_ref().map(|b| b.words().to_vec())
+            );
+            for i in 0..1009u64 {
+                let k = format!("k{i:05}");
+                assert_eq!(
+                    t.get(k.as_bytes()).unwrap(),
+                    whole.get(k.as_bytes()).unwrap(),
+                    "piece {piece}, {k}"
+                );
+            }
         }
     }
 }

@@ -468,7 +468,7 @@ mod tests {
             bloom_keys: 64,
             bloom_bits: 16,
         };
-        write_table(sh, a.snapshot(), id, max, shape, Default::default()).unwrap()
+        write_table(sh, &a, id, max, shape, Default::default()).unwrap()
     }
 
     fn contents(pool: &PmemPool, head: u64) -> Vec<(Vec<u8>, u64)> {

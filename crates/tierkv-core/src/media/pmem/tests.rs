@@ -372,3 +372,50 @@ fn a_small_msync_persist_on_a_disk_writes_pages_not_large_folios() {
         "an 8-byte persist dirtied {per_persist} bytes of page cache (large folios)"
     );
 }
+
+/// Minor page faults of the calling thread so far (`getrusage(RUSAGE_THREAD)`).
+#[expect(unsafe_code, reason = "getrusage")]
+fn thread_minor_faults() -> Option<i64> {
+    let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `u` is a valid, writable rusage; RUSAGE_THREAD reads the calling thread's.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, u.as_mut_ptr()) };
+    // SAFETY: getrusage filled `u` when it returned 0 (and it was zeroed before anyway).
+    (rc == 0).then(|| unsafe { u.assume_init() }.ru_minflt)
+}
+
+/// A new pool on tmpfs has its pages faulted in by the create (`Mapping::populate_write`):
+/// writing every page of it afterwards takes (almost) no page fault, and the pool reads
+/// back exactly what was written. Elsewhere (a disk filesystem) the create does not.
+#[test]
+fn a_new_pool_on_tmpfs_is_faulted_in_by_the_create() {
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        println!("skipped: no /dev/shm");
+        return;
+    }
+    let d = tempfile::tempdir_in(shm).unwrap();
+    let path = d.path().join("pool");
+    if !super::pool::page_cache_is_the_storage(&path) {
+        println!("skipped: /dev/shm is not tmpfs");
+        return;
+    }
+    let size = 16u64 << 20;
+    let p = PmemPool::create(&cfg(&path, size, DurabilityMode::Volatile)).unwrap();
+    let Some(before) = thread_minor_faults() else {
+        println!("skipped: no RUSAGE_THREAD");
+        return;
+    };
+    let pages = (size - p.data_start()) / 4096;
+    for i in 0..pages {
+        p.store_u64(p.data_start() + i * 4096, i + 1).unwrap();
+    }
+    let faults = thread_minor_faults().unwrap() - before;
+    assert!(
+        (faults as u64) < pages / 8,
+        "{faults} page faults writing {pages} pages of a new pool"
+    );
+    for i in 0..pages {
+        assert_eq!(p.load_u64(p.data_start() + i * 4096).unwrap(), i + 1);
+        assert_eq!(p.load_u64(p.data_start() + i * 4096 + 8).unwrap(), 0);
+    }
+}
