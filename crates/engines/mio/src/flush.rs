@@ -31,6 +31,9 @@ impl Inner {
     /// `installed`: `mem` is the version's immutable MemTable (false at recovery).
     pub fn flush_memtable(&self, mem: &Arc<MemTable>, installed: bool) -> Result<()> {
         let started = Instant::now();
+        // Puts that took their room before the MemTable became immutable may still be
+        // linking their nodes (`arena.rs`): the image is taken once they are all in.
+        mem.arena.wait_for_fills();
         let t = if mem.arena.entries() == 0 {
             None
         } else {

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 use tierkv_core::{Error, KvPair, KvStore, Limits, Result, Stats, Tier, WriteBatch};
 
-use crate::arena::{Arena, ArenaRecycler};
+use crate::arena::{Arena, ArenaRecycler, Reservation};
 use crate::dir::{self, Directory, LogMeta, Run};
 use crate::flash::FlashRepo;
 use crate::merge::Merge;
@@ -623,10 +623,19 @@ impl Inner {
         w.log.append(&self.shared, seq, kind, key, value)?;
         w.next_seq += 1;
         self.shared.counters.wal_bytes.add(fp.log);
-        self.insert(&mut w, seq, kind, key, value)
+        let r = self.reserve(&mut w, (seq, kind), (key.len(), value.len()))?;
+        // P1 step 2 outside the writer lock: the MemTable search and node write of this
+        // put run beside the next puts' logging (`arena.rs`, concurrent fills). The write
+        // is acknowledged once its node is linked.
+        let mem = w.mem.clone();
+        drop(w);
+        mem.arena
+            .fill(r, seq, kind, key, value)
+            .inspect_err(|e| self.poison(e))
     }
 
-    /// Inserts a logged write into the MemTable and counts it (P1 step 2).
+    /// Inserts a logged write into the MemTable under the writer lock (a batch's
+    /// operations, which `multi_get` must see all or none of).
     pub(crate) fn insert(
         &self,
         w: &mut WriterState,
@@ -635,20 +644,31 @@ impl Inner {
         key: &[u8],
         value: &[u8],
     ) -> Result<()> {
-        let height = w.mem.arena.insert(seq, kind, key, value)?;
+        let r = self.reserve(w, (seq, kind), (key.len(), value.len()))?;
+        w.mem.arena.fill(r, seq, kind, key, value)
+    }
+
+    /// Takes a logged write's node room in the MemTable and counts it (P1 step 2, its
+    /// first half; [`crate::arena::Arena::fill`] is the second).
+    fn reserve(
+        &self,
+        w: &mut WriterState,
+        (seq, kind): (u64, Kind),
+        (key_len, value_len): (usize, usize),
+    ) -> Result<Reservation> {
+        let r = w.mem.arena.reserve(seq, key_len, value_len)?;
+        let height = r.height();
         if kind == Kind::Delete {
             w.mem.deletes.fetch_add(1, Ordering::AcqRel);
         }
         let c = &self.shared.counters;
         if kind == Kind::Put {
-            let cost = self.sizes.put_cost(key.len(), value.len(), height);
+            let cost = self.sizes.put_cost(key_len, value_len, height);
             w.mem.cost.lock().add(cost);
             w.budget = w.budget.saturating_sub(cost.1);
-            c.ops
-                .user_bytes_written
-                .add((key.len() + value.len()) as u64);
+            c.ops.user_bytes_written.add((key_len + value_len) as u64);
         }
-        Ok(())
+        Ok(r)
     }
 
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
