@@ -463,6 +463,12 @@ impl Source for Arena {
         Ok(Cow::Owned(out))
     }
 
+    fn prefetch_node(&self, off: u64) {
+        if let Some(w) = self.words.get((off / 8) as usize) {
+            tierkv_core::common::prefetch::prefetch(w);
+        }
+    }
+
     /// Word by word, with no copy of the node's key: the MemTable's searches compare a
     /// key at every node they pass.
     fn cmp_key(&self, off: u64, len: usize, key: &[u8]) -> Result<KeyOrder> {

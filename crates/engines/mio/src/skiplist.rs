@@ -26,6 +26,8 @@ pub trait Source {
     fn cmp_key(&self, off: u64, len: usize, key: &[u8]) -> Result<Ordering> {
         Ok(self.bytes(off, len)?.as_ref().cmp(key))
     }
+    /// Hints that the node at `off` will be read soon (nothing by default).
+    fn prefetch_node(&self, _off: u64) {}
 }
 
 impl<T: Source + ?Sized> Source for &T {
@@ -37,6 +39,9 @@ impl<T: Source + ?Sized> Source for &T {
     }
     fn cmp_key(&self, off: u64, len: usize, key: &[u8]) -> Result<Ordering> {
         (**self).cmp_key(off, len, key)
+    }
+    fn prefetch_node(&self, off: u64) {
+        (**self).prefetch_node(off)
     }
 }
 
@@ -179,6 +184,7 @@ pub fn find_preds_from<S: Source + ?Sized>(
             if n == after {
                 break;
             }
+            prefetch_descent(s, x, n, level)?;
             let h = header(s, n)?;
             if cmp_at(s, n, &h, key, seq)? == Ordering::Less {
                 x = n;
@@ -190,6 +196,20 @@ pub fn find_preds_from<S: Source + ?Sized>(
         preds[level] = x;
     }
     Ok(after)
+}
+
+/// While the search at `level` reads `n`, the node after `x` one level down: where the
+/// search goes next if `n` is past the target. Its fetch then overlaps `n`'s instead of
+/// following it (a search ends each level with such an overshoot; on pmem tables each
+/// node is a cache miss).
+fn prefetch_descent<S: Source + ?Sized>(s: &S, x: u64, n: u64, level: usize) -> Result<()> {
+    if level > 0 {
+        let below = next(s, x, level - 1)?;
+        if below != 0 && below != n {
+            s.prefetch_node(below);
+        }
+    }
+    Ok(())
 }
 
 fn key_of<'a, S: Source + ?Sized>(s: &'a S, off: u64, h: &NodeHeader) -> Result<Cow<'a, [u8]>> {
@@ -215,6 +235,7 @@ pub fn seek<S: Source + ?Sized>(s: &S, head: u64, key: &[u8]) -> Result<u64> {
             if n == at {
                 break; // ended the level above: not before `key`
             }
+            prefetch_descent(s, x, n, level)?;
             let h = header(s, n)?;
             if s.cmp_key(n + h.key_off() as u64, h.key_len, key)? == Ordering::Less {
                 x = n;

@@ -74,6 +74,10 @@ impl Source for PoolSource<'_> {
     fn bytes(&self, off: u64, len: usize) -> Result<Cow<'_, [u8]>> {
         self.0.read(off, len).map(Cow::Borrowed)
     }
+    fn prefetch_node(&self, off: u64) {
+        // The header and links, and for most heights the key: the search's next reads.
+        self.0.prefetch(off, 64);
+    }
 }
 
 /// One PMTable.
