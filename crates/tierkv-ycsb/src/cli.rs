@@ -179,6 +179,12 @@ pub struct BenchArgs {
     /// (`scripts/recovery-after-kill.sh` does both). One engine only; no workload runs.
     #[arg(long)]
     pub crash_after_load: bool,
+    /// After the load, wait until the engine's background work is done (its pmem and
+    /// flash bytes written unchanged for 1 s), at most TIME, and report the load's
+    /// counters again up to then: work a load leaves to background threads (compactions,
+    /// flushes) is part of its write amplification (`30s`, `2m`)
+    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
+    pub settle_load: Option<Duration>,
 }
 
 pub use tierkv::core::api::size::parse_duration;
@@ -245,6 +251,7 @@ impl BenchArgs {
             dir: PathBuf::from("bench-data"),
             keep: false,
             crash_after_load: false,
+            settle_load: None,
         }
     }
 
@@ -362,6 +369,7 @@ impl BenchArgs {
             schema: self.schema,
             seed: self.seed,
             crash_after_load: self.crash_after_load,
+            settle_load: self.settle_load,
         };
         let phases = parse_phases(&self.workloads)?;
         if self.schema.is_none()

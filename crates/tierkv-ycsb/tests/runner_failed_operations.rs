@@ -4,13 +4,12 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+mod common;
+
 use tierkv::{Error, Stats};
 use tierkv_ycsb::BenchTarget;
-use tierkv_ycsb::keys::KeyFormat;
-use tierkv_ycsb::runner::phase::Quota;
 use tierkv_ycsb::runner::progress::Progress;
 use tierkv_ycsb::runner::{PhaseStatus, RunSettings, run_target};
-use tierkv_ycsb::values::ValueShape;
 use tierkv_ycsb::workload::{OpKind, Phase, workload};
 
 /// Fails every tenth put with an I/O error; scans are unsupported.
@@ -45,21 +44,7 @@ impl BenchTarget for Flaky {
 }
 
 fn settings() -> RunSettings {
-    RunSettings {
-        records: 1_000,
-        quota: Quota {
-            ops: Some(1_000),
-            time: None,
-        },
-        warmup: Quota::NONE,
-        threads: 2,
-        distribution: None,
-        keys: KeyFormat::default(),
-        values: ValueShape::Bytes(16),
-        schema: None,
-        seed: 1,
-        crash_after_load: false,
-    }
+    common::runner_settings(1_000, Some(1_000))
 }
 
 #[test]

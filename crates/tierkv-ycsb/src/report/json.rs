@@ -26,6 +26,10 @@
 //!   field of [`tierkv::Stats`] (integers; `dram_bytes` and `recovery_micros` are gauges taken
 //!   at the end), then the engine's own counters (integers) and gauges (numbers). An engine
 //!   counter named like a common one is written as `engine_<name>`.
+//! - `settled` (the load only, with `--settle-load`; else absent): `{"waited_s": 2.5,
+//!   "quiet": true, "counters": {...}}`, the counters from the load's start until its
+//!   background work ended `waited_s` after its last operation (`quiet` false: the wait
+//!   gave up with bytes still being written).
 //!
 //! Thread safety: pure functions.
 
@@ -78,7 +82,7 @@ fn result_json(r: &PhaseResult) -> Value {
             }),
         );
     }
-    json!({
+    let mut v = json!({
         "engine": r.engine,
         "workload": r.phase.name(),
         "status": r.status.name(),
@@ -89,7 +93,18 @@ fn result_json(r: &PhaseResult) -> Value {
         "duration_s": r.duration.as_secs_f64(),
         "ops": ops,
         "counters": counters_json(&r.counters),
-    })
+    });
+    if let (Some(s), Some(m)) = (&r.settled, v.as_object_mut()) {
+        m.insert(
+            "settled".into(),
+            json!({
+                "waited_s": s.waited.as_secs_f64(),
+                "quiet": s.quiet,
+                "counters": counters_json(&s.counters),
+            }),
+        );
+    }
+    v
 }
 
 /// The counters as one flat object.

@@ -250,6 +250,22 @@ fn counter_table(results: &[&PhaseResult]) -> TextTable {
     for r in results {
         t.row(counter_row(&r.engine, &r.counters));
     }
+    // `--settle-load`: the load again, up to the end of the work it left behind.
+    for r in results {
+        if let Some(s) = &r.settled {
+            let label = format!(
+                "{} +{:.1} s{}",
+                r.engine,
+                s.waited.as_secs_f64(),
+                if s.quiet {
+                    " settled"
+                } else {
+                    " (still writing)"
+                }
+            );
+            t.row(counter_row(&label, &s.counters));
+        }
+    }
     t
 }
 

@@ -83,6 +83,7 @@ fn result(engine: &str, phase: Phase, ops_scale: u64, status: PhaseStatus) -> Ph
         duration: Duration::from_millis(100),
         ops,
         counters,
+        settled: None,
     }
 }
 
@@ -135,4 +136,36 @@ fn header_says_where_data_goes_and_how_durable_pmem_is() {
     assert!(h.contains("/dev/shm/tierkv-bench"));
     assert!(h.contains("seed 42"));
     assert!(h.contains("emulated pmem latency: off"));
+}
+
+/// `--settle-load`: the load's counters up to the end of its background work are a second
+/// counter row (the wait and whether it ended in the label) and a `settled` object in JSON.
+#[test]
+fn a_settled_load_is_a_second_counter_row_and_a_json_object() {
+    let mut report = sample_report();
+    let load = report
+        .results
+        .iter_mut()
+        .find(|r| r.phase == Phase::Load)
+        .unwrap();
+    let mut counters = load.counters.clone();
+    counters.pmem_bytes_written = 7 << 20;
+    load.settled = Some(crate::runner::Settled {
+        waited: Duration::from_millis(2_500),
+        quiet: true,
+        counters,
+    });
+    let text = super::table::render(&report);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("dram:btree +2.5 s settled"))
+        .unwrap_or_else(|| panic!("no settled row in\n{text}"));
+    assert!(row.contains("7.0"), "{row}");
+    let json = super::json::to_json(&report);
+    let first = &json["results"][0];
+    assert_eq!(first["workload"], "load");
+    assert_eq!(first["settled"]["waited_s"], 2.5);
+    assert_eq!(first["settled"]["quiet"], true);
+    assert_eq!(first["settled"]["counters"]["pmem_bytes_written"], 7 << 20);
+    assert!(json["results"][1].get("settled").is_none());
 }

@@ -13,7 +13,7 @@ pub mod phase;
 pub mod progress;
 pub mod worker;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tierkv::Stats;
 
@@ -50,6 +50,9 @@ pub struct RunSettings {
     pub seed: u64,
     /// SIGKILL the process once the load has ended (`--crash-after-load`).
     pub crash_after_load: bool,
+    /// After the load, wait at most this long for the target's background work to end,
+    /// and count the load's counters again up to then (`--settle-load`).
+    pub settle_load: Option<Duration>,
 }
 
 impl RunSettings {
@@ -121,6 +124,57 @@ pub struct PhaseResult {
     pub ops: OpHistograms,
     /// The target's counters over the measured part.
     pub counters: Stats,
+    /// The load's counters once the target's background work ended (`--settle-load`).
+    pub settled: Option<Settled>,
+}
+
+/// A load's counters from its start until the target's background work ended: what the
+/// load cost, including the flushes and compactions it left behind.
+#[derive(Clone, Debug)]
+pub struct Settled {
+    /// How long after the load's last operation the counters stopped changing (or the
+    /// wait gave up).
+    pub waited: Duration,
+    /// True when they stopped changing; false when the wait gave up.
+    pub quiet: bool,
+    /// The counters from the load's start to the end of the wait.
+    pub counters: Stats,
+}
+
+/// How long the written bytes must stay unchanged for the target to count as settled.
+const SETTLE_QUIET: Duration = Duration::from_secs(1);
+/// How often the counters are read meanwhile.
+const SETTLE_POLL: Duration = Duration::from_millis(250);
+
+/// Waits (at most `max`) until `target`'s pmem and flash bytes written stop changing for
+/// [`SETTLE_QUIET`], then returns its counters since `before`.
+fn settle(target: &dyn BenchTarget, before: &Stats, max: Duration) -> Settled {
+    let started = Instant::now();
+    let written = |s: &Stats| (s.pmem_bytes_written, s.flash_bytes_written);
+    let mut last = target.stats();
+    let mut quiet_since = Instant::now();
+    loop {
+        let waited = started.elapsed();
+        if quiet_since.elapsed() >= SETTLE_QUIET || waited >= max {
+            let quiet = quiet_since.elapsed() >= SETTLE_QUIET;
+            return Settled {
+                // The time the bytes last changed, not the quiet second after it.
+                waited: if quiet {
+                    waited.saturating_sub(quiet_since.elapsed())
+                } else {
+                    waited
+                },
+                quiet,
+                counters: last.delta_since(before),
+            };
+        }
+        std::thread::sleep(SETTLE_POLL.min(max.saturating_sub(waited)));
+        let now = target.stats();
+        if written(&now) != written(&last) {
+            quiet_since = Instant::now();
+        }
+        last = now;
+    }
 }
 
 impl PhaseResult {
@@ -243,6 +297,10 @@ fn run_one(
     let bar = progress.bar(label, phase.name(), quota, settings.records);
     let out = run_phase(setup, &work, warmup, quota, &bar)?;
     bar.finish_and_clear();
+    let settled = match (phase, settings.settle_load) {
+        (Phase::Load, Some(max)) => Some(settle(setup.target, &out.before, max)),
+        _ => None,
+    };
     let status = match (out.unsupported, out.first_error) {
         (Some(why), _) => PhaseStatus::Unsupported(why),
         (None, Some(first)) => PhaseStatus::Failed(first),
@@ -256,5 +314,6 @@ fn run_one(
         duration: out.duration,
         ops: out.hist,
         counters: out.counters,
+        settled,
     })
 }

@@ -102,6 +102,8 @@ pub struct PhaseOutcome {
     pub duration: Duration,
     /// The target's counters over the measured part.
     pub counters: Stats,
+    /// The target's counters when the measured part began.
+    pub before: Stats,
     /// Why the target could not run the phase, if it could not.
     pub unsupported: Option<String>,
     /// The first failure's message, if any operation failed.
@@ -216,6 +218,7 @@ pub fn run_phase(
         hist,
         duration: finished.saturating_duration_since(start),
         counters,
+        before,
         unsupported: shared.unsupported(),
         first_error: shared.first_error(),
     })
