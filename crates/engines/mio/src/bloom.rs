@@ -25,6 +25,12 @@ fn hash(key: &[u8]) -> u64 {
     h
 }
 
+/// Probe `i` of a key: the word and the bit in it.
+fn probe(h: u64, delta: u64, mask: u64, i: u64) -> (usize, u64) {
+    let bit = h.wrapping_add(i.wrapping_mul(delta)) & mask;
+    ((bit / 64) as usize, 1u64 << (bit % 64))
+}
+
 impl Bloom {
     /// An empty filter sized for `keys` keys at `bits_per_key` (the size is a power of two
     /// of at least 512 bits, so every table's filter of one store has the same size).
@@ -39,20 +45,22 @@ impl Bloom {
         }
     }
 
-    fn probes(&self, key: &[u8]) -> impl Iterator<Item = (usize, u64)> + '_ {
+    /// The key's hash, the step between its probes and the mask of a bit index.
+    fn hashes(&self, key: &[u8]) -> (u64, u64, u64) {
         let h = hash(key);
-        let delta = h.rotate_right(17) | 1;
-        let mask = (self.bits.len() as u64 * 64) - 1;
-        (0..u64::from(self.k)).map(move |i| {
-            let bit = h.wrapping_add(i.wrapping_mul(delta)) & mask;
-            ((bit / 64) as usize, 1u64 << (bit % 64))
-        })
+        (h, h.rotate_right(17) | 1, (self.bits.len() as u64 * 64) - 1)
+    }
+
+    fn probes(&self, key: &[u8]) -> impl Iterator<Item = (usize, u64)> + '_ {
+        let (h, delta, mask) = self.hashes(key);
+        (0..u64::from(self.k)).map(move |i| probe(h, delta, mask, i))
     }
 
     /// Adds a key.
     pub fn insert(&mut self, key: &[u8]) {
-        let probes: Vec<_> = self.probes(key).collect();
-        for (w, m) in probes {
+        let (h, delta, mask) = self.hashes(key);
+        for i in 0..u64::from(self.k) {
+            let (w, m) = probe(h, delta, mask, i);
             if let Some(x) = self.bits.get_mut(w) {
                 *x |= m;
             }

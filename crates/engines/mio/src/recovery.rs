@@ -114,6 +114,7 @@ pub fn open(
                 off: 0,
                 cap: 0,
                 tail: 0,
+                buf: Vec::new(),
             },
             next_seq: 0,
             budget: 0,

@@ -413,6 +413,7 @@ impl Inner {
             off: pair.log.off,
             cap: pair.log.chunks * cs,
             tail: 0,
+            buf: Vec::new(),
         };
         Ok((mem, log))
     }

@@ -39,6 +39,20 @@ fn crc(log_id: u64, rest: &[u8]) -> u32 {
 /// Encodes one record of log `log_id`.
 pub fn encode_record(log_id: u64, seq: u64, kind: Kind, key: &[u8], value: &[u8]) -> Vec<u8> {
     let mut r = Vec::with_capacity(record_len(key.len(), value.len()));
+    encode_record_into(&mut r, log_id, seq, kind, key, value);
+    r
+}
+
+/// [`encode_record`] into `r` (cleared first), so that a writer reuses one buffer.
+pub fn encode_record_into(
+    r: &mut Vec<u8>,
+    log_id: u64,
+    seq: u64,
+    kind: Kind,
+    key: &[u8],
+    value: &[u8],
+) {
+    r.clear();
     r.extend_from_slice(&[0; 4]);
     r.extend_from_slice(&((key.len() + value.len()) as u32).to_le_bytes());
     r.extend_from_slice(&seq_kind(seq, kind).to_le_bytes());
@@ -50,7 +64,6 @@ pub fn encode_record(log_id: u64, seq: u64, kind: Kind, key: &[u8], value: &[u8]
     let c = crc(log_id, r.get(4..).unwrap_or_default());
     r[..4].copy_from_slice(&c.to_le_bytes());
     r.resize(r.len().next_multiple_of(8), 0);
-    r
 }
 
 /// Kind byte of a batch record (a node never carries it).
@@ -218,6 +231,8 @@ pub struct LogWriter {
     pub cap: u64,
     /// Bytes written.
     pub tail: u64,
+    /// The record being written (reused from put to put).
+    pub buf: Vec<u8>,
 }
 
 impl LogWriter {
@@ -235,7 +250,11 @@ impl LogWriter {
         key: &[u8],
         value: &[u8],
     ) -> Result<()> {
-        self.append_encoded(sh, &encode_record(self.id, seq, kind, key, value))
+        let mut rec = std::mem::take(&mut self.buf);
+        encode_record_into(&mut rec, self.id, seq, kind, key, value);
+        let done = self.append_encoded(sh, &rec);
+        self.buf = rec;
+        done
     }
 
     /// Appends the batch record of `batch`, its operations at seqs from `first_seq`, with
