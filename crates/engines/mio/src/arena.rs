@@ -417,8 +417,12 @@ impl Arena {
                     "arena node overruns",
                 ));
             }
-            for w in self.words.get(at / 8..end / 8).unwrap_or_default() {
-                out.extend_from_slice(&w.load(Ordering::Acquire).to_le_bytes());
+            let words = self.words.get(at / 8..end / 8).unwrap_or_default();
+            let start = out.len();
+            out.resize(start + size, 0);
+            let dst = out.get_mut(start..).unwrap_or_default();
+            for (d, w) in dst.chunks_exact_mut(8).zip(words) {
+                d.copy_from_slice(&w.load(Ordering::Acquire).to_le_bytes());
             }
             taken += size;
             at = end;
