@@ -78,15 +78,17 @@ fn encode_node(e: &Entry, kind: Kind, height: usize, links: &[u64]) -> Vec<u8> {
 
 /// Applies the newest version `e` of a key to the repository whose head is at `head`
 /// (steps 1-2). `height` is the height a new node gets. `readers`: the lock readers of the
-/// repository hold shared, taken exclusively around each free (none at recovery).
-/// `finger`: where the last entry of this copy was applied (entries come in key order and
-/// the caller owns the repository's changes meanwhile), or [`Finger::default`].
+/// repository hold shared (none at recovery, where older versions are freed at once);
+/// with one, the older versions it unlinks are pushed on `unlinked`, for
+/// [`free_unlinked`] to free under that lock. `finger`: where the last entry of this copy
+/// was applied (entries come in key order and the caller owns the repository's changes
+/// meanwhile), or [`Finger::default`].
 pub fn apply(
     sh: &Shared,
     head: u64,
     e: &Entry,
     height: usize,
-    readers: Option<&RwLock<()>>,
+    (readers, unlinked): (Option<&RwLock<()>>, &mut Vec<u64>),
     finger: &mut Finger,
 ) -> Result<Applied> {
     let pool = &sh.pool;
@@ -161,10 +163,10 @@ pub fn apply(
             }
         }
         pool.crash_point("mio.lazycopy.before_free");
-        // IMPORTANT: no reader may still stand on y: wait for those inside the repository.
-        let no_reader = readers.map(RwLock::write);
-        sh.alloc.free(y)?;
-        drop(no_reader);
+        match readers {
+            Some(_) => unlinked.push(y),
+            None => sh.alloc.free(y)?,
+        }
         out.freed += 1;
     }
     // The freed nodes followed the anchor: the finger never holds one.
@@ -173,6 +175,28 @@ pub fn apply(
         (a, h) => finger.after_insert(&preds, a, h),
     }
     Ok(out)
+}
+
+/// Unlinked repository nodes a lazy copy frees at once: one exclusive hold of the
+/// repository's reader lock per this many, not one per node (gets read the repository
+/// under it shared, so each exclusive hold waits for every get inside and stops new ones:
+/// held per node, a copy under a read-heavy load crawled and gets queued behind it).
+const FREE_BATCH: usize = 1024;
+
+/// Frees the nodes in `unlinked` (unlinked from the repository at every level) holding
+/// `readers` exclusively once: no reader still stands on one (every reader that could
+/// reach one entered before its unlink, and holds the lock shared until it leaves), and
+/// none can reach one after. A crash before leaves them unreferenced objects, which
+/// recovery frees.
+pub fn free_unlinked(sh: &Shared, readers: &RwLock<()>, unlinked: &mut Vec<u64>) -> Result<()> {
+    if unlinked.is_empty() {
+        return Ok(());
+    }
+    let _no_reader = readers.write();
+    for y in unlinked.drain(..) {
+        sh.alloc.free(y)?;
+    }
+    Ok(())
 }
 
 impl Inner {
@@ -193,8 +217,11 @@ impl Inner {
         let c = &self.shared.counters;
         // The repository mutex keeps defragmentation out: only this copy changes it.
         let mut finger = Finger::default();
+        let readers = &self.level_locks[repo];
+        let mut unlinked = Vec::new();
         while let Some(e) = m.next_entry()? {
             if self.stop.load(Ordering::Acquire) {
+                free_unlinked(&self.shared, readers, &mut unlinked)?;
                 return Ok(true); // re-run (idempotently) at the next open
             }
             // The repository node keeps the table node's height (random when the MemTable
@@ -205,9 +232,12 @@ impl Inner {
                 r.meta.head,
                 &e,
                 height,
-                Some(&self.level_locks[repo]),
+                (Some(readers), &mut unlinked),
                 &mut finger,
             )?;
+            if unlinked.len() >= FREE_BATCH {
+                free_unlinked(&self.shared, readers, &mut unlinked)?;
+            }
             if a.node_bytes > 0 {
                 self.lazy_done.lock().add(self.sizes.slot(a.node_bytes));
             }
@@ -215,6 +245,7 @@ impl Inner {
             c.compaction_bytes_copied.add(a.copied);
             c.repository_nodes_freed.add(a.freed);
         }
+        free_unlinked(&self.shared, readers, &mut unlinked)?;
         self.publish_lazy_copy(level, &t)?;
         if let Some(c) = c.compactions.get(level) {
             c.incr();
@@ -327,10 +358,26 @@ mod tests {
                     height: 1,
                 };
                 let h = node::random_height(&mut rng);
-                apply(&sh, head, &e, h, None, &mut Finger::default()).unwrap();
+                apply(
+                    &sh,
+                    head,
+                    &e,
+                    h,
+                    (None, &mut Vec::new()),
+                    &mut Finger::default(),
+                )
+                .unwrap();
                 // Applying the same entry again changes nothing (idempotent re-run).
                 assert_eq!(
-                    apply(&sh, head, &e, h, None, &mut Finger::default()).unwrap(),
+                    apply(
+                        &sh,
+                        head,
+                        &e,
+                        h,
+                        (None, &mut Vec::new()),
+                        &mut Finger::default()
+                    )
+                    .unwrap(),
                     Applied::default()
                 );
                 match v {
@@ -345,5 +392,65 @@ mod tests {
         // Freed older versions went back to the allocator: only live nodes (+ the head).
         let objects = sh.alloc.iter_allocated().count();
         assert_eq!(objects, model.len() + 1);
+    }
+
+    /// With the repository's reader lock, the older versions a lazy copy unlinks are kept
+    /// for one batched free: still allocated after `apply`, unreachable at every level, and
+    /// freed by `free_unlinked` only once the reader that holds the lock shared is gone.
+    #[test]
+    fn unlinked_versions_are_freed_in_a_batch_once_no_reader_holds_the_repository() {
+        let d = tempfile::tempdir().unwrap();
+        let (sh, head) = repository(d.path());
+        let readers = RwLock::new(());
+        let mut unlinked = Vec::new();
+        let entry = |i: u64, seq: u64| Entry {
+            key: format!("key{i:03}").into_bytes(),
+            seq,
+            value: Some(vec![b'v'; 100]),
+            height: 1,
+        };
+        let mut used = 0;
+        for seq in 1..=2u64 {
+            for i in 0..50 {
+                let at = (Some(&readers), &mut unlinked);
+                let a = apply(&sh, head, &entry(i, seq), 2, at, &mut Finger::default());
+                assert_eq!(
+                    a.unwrap().freed,
+                    seq - 1,
+                    "the second version unlinks the first"
+                );
+            }
+            if seq == 1 {
+                used = sh.alloc.stats().used_bytes;
+            }
+        }
+        assert_eq!(unlinked.len(), 50);
+        assert!(
+            sh.alloc.stats().used_bytes > used,
+            "the old versions are still allocated"
+        );
+        let l0 = walk(&sh, head);
+        assert_eq!(l0.len(), 50);
+        assert!(
+            l0.iter().all(|(_, seq)| *seq == 2),
+            "only the new versions are linked"
+        );
+        let freed = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let reader = readers.read();
+            let h = s.spawn(|| {
+                free_unlinked(&sh, &readers, &mut unlinked).unwrap();
+                freed.store(true, std::sync::atomic::Ordering::Release);
+            });
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            assert!(
+                !freed.load(std::sync::atomic::Ordering::Acquire),
+                "freed while a reader held the repository"
+            );
+            drop(reader);
+            h.join().unwrap();
+        });
+        assert!(unlinked.is_empty());
+        assert_eq!(sh.alloc.stats().used_bytes, used, "every old version freed");
     }
 }
