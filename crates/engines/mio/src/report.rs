@@ -26,7 +26,8 @@ pub(crate) fn stats(inner: &Inner) -> Stats {
         .flatten()
         .filter_map(|t| t.bloom.read().as_ref().map(|b| b.bytes() as u64))
         .sum();
-    s.dram_bytes = dram + blooms;
+    // The spare MemTable block kept for the next switch is DRAM in use too.
+    s.dram_bytes = dram + blooms + inner.arenas.bytes() as u64;
     let mut put = |k: &str, x: u64| {
         s.counters.insert(format!("mio_{k}"), x);
     };
