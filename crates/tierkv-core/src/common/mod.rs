@@ -4,6 +4,7 @@
 pub(crate) mod falloc;
 pub mod index;
 pub mod prefetch;
+pub mod priority;
 pub mod skipindex;
 mod treekey;
 
