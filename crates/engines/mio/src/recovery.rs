@@ -97,6 +97,7 @@ pub fn open(
         dir_len: AtomicU64::new(dir_len),
         last_room: AtomicI64::new(0),
         level_locks: (0..opts.levels).map(|_| RwLock::new(())).collect(),
+        move_pause: crate::zerocopy::MovePause::default(),
         repository: Mutex::new(()),
         defrag_skip: Mutex::new(HashSet::new()),
         batch_gate: RwLock::new(()),

@@ -36,6 +36,8 @@ pub struct Counters {
     pub optimistic_retries: Counter,
     /// Gets that read a buffer level under the level locks (moves kept racing them).
     pub locked_reads: Counter,
+    /// Reads that raced a node move and held while the merges paused for them.
+    pub paused_reads: Counter,
     /// Marked nodes whose move recovery finished.
     pub marks_repaired: Counter,
     /// Older repository versions freed by lazy copies.

@@ -33,7 +33,7 @@ use crate::space::{Debt, Footprint, Pair, PairShape, Sizes};
 use crate::table::{Shared, TAG_TABLE, TAG_WAL, Table, TableShape};
 use crate::version::{MemTable, Version};
 use crate::wal::LogWriter;
-use crate::zerocopy::read_unmoved;
+use crate::zerocopy::{MovePause, read_paused, read_unmoved};
 
 /// Root word holding [`ROOT_MAGIC`] once the store is formatted.
 pub const ROOT_FORMATTED: usize = 0;
@@ -110,6 +110,9 @@ pub(crate) struct Inner {
     /// One per buffer level: a zero-copy node move holds its level's exclusively, readers
     /// hold all of them shared (`zerocopy.rs`).
     pub level_locks: Vec<RwLock<()>>,
+    /// Readers whose lock-free read raced a node move pause the merges while they retry
+    /// (`zerocopy.rs`).
+    pub move_pause: MovePause,
     /// Held exclusively while a write batch's operations go into the MemTable, shared by
     /// `multi_get`, which therefore sees none or all of each batch (`FORMAT.md` § Write
     /// batches). Taken after `writer`; never held while waiting for anything else.
@@ -719,8 +722,9 @@ impl Inner {
 
     /// The newest version of `key` in one buffer level of a version, newest table first:
     /// read without locks and kept if no node moved into or out of the level's tables
-    /// meanwhile ([`read_unmoved`]); else read under every buffer level's lock (the
-    /// level's tables may sit one level further down by now).
+    /// meanwhile ([`read_unmoved`]); else read again while the merges pause
+    /// ([`read_paused`]); else under every buffer level's lock (the level's tables may
+    /// sit one level further down by now).
     fn get_in_level(&self, level: &[Arc<Table>], key: &[u8]) -> Result<Option<Entry>> {
         let search = || -> Result<Option<Entry>> {
             for t in level.iter().rev() {
@@ -732,12 +736,34 @@ impl Inner {
         };
         let tables = level.iter().map(|t| &**t);
         let c = &self.shared.counters;
-        if let Some(found) = read_unmoved(tables, OPTIMISTIC_TRIES, &c.optimistic_retries, search) {
+        if let Some(found) = read_unmoved(
+            tables.clone(),
+            OPTIMISTIC_TRIES,
+            &c.optimistic_retries,
+            search,
+        ) {
+            return found;
+        }
+        if let Some(found) = self.read_paused(tables, &search) {
             return found;
         }
         c.locked_reads.incr();
         let _frozen: Vec<_> = self.level_locks.iter().map(|l| l.read()).collect();
         search()
+    }
+
+    /// [`read_paused`] with this store's pause and counters.
+    fn read_paused<'t, T>(
+        &self,
+        tables: impl Iterator<Item = &'t Table> + Clone,
+        read: &dyn Fn() -> Result<T>,
+    ) -> Option<Result<T>> {
+        let c = &self.shared.counters;
+        let found = read_paused(&self.move_pause, tables, &c.optimistic_retries, read);
+        if found.is_some() {
+            c.paused_reads.incr();
+        }
+        found
     }
 
     fn found(&self, v: Option<Vec<u8>>) -> Option<Vec<u8>> {
@@ -749,17 +775,19 @@ impl Inner {
 
     /// A scan: read without the buffer levels' locks and kept if no node moved into or
     /// out of a buffer table meanwhile (as a get's level, `zerocopy.rs`), else read again
-    /// under every level's lock. The repository's lock is held shared throughout (its
+    /// while the merges pause, else under every level's lock. The repository's lock is held shared throughout (its
     /// nodes are freed under it).
     fn scan(&self, start: &[u8], limit: usize) -> Result<Vec<KvPair>> {
         let v = self.version();
         let repo = v.levels.len() - 1;
         let tables = v.levels[..repo].iter().flatten().map(|t| &**t);
         let c = &self.shared.counters;
-        let read = read_unmoved(tables, 1, &c.optimistic_retries, || {
+        let read_once = || {
             let _repository = self.level_locks[repo].read();
             self.scan_in(&v, start, limit)
-        });
+        };
+        let read = read_unmoved(tables.clone(), 1, &c.optimistic_retries, read_once)
+            .or_else(|| self.read_paused(tables, &read_once));
         if let Some(read) = read {
             return self.scanned(read);
         }
