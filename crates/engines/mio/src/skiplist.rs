@@ -162,7 +162,12 @@ pub fn find_preds_from<S: Source + ?Sized>(
     let mut after = 0;
     for level in (0..node::MAX_HEIGHT).rev() {
         let f = finger.0[level];
-        if f != 0 && f != x && f != head {
+        // The finger holds the same node at many neighbouring levels (the last inserted
+        // node below its height, one predecessor above). A node the level above already
+        // weighed needs no second look: it was taken (and `x` is it or lies past it) or
+        // it lay at or past the target, or not past `x`, and `x` only moves on.
+        let weighed = finger.0.get(level + 1) == Some(&f);
+        if f != 0 && f != x && f != head && !weighed {
             let hf = header(s, f)?;
             let kf = key_of(s, f, &hf)?;
             let before_target = cmp_at(s, f, &hf, key, seq)? == Ordering::Less;
@@ -346,5 +351,45 @@ impl<S: Source> Cursor<S> {
     /// Where the cursor is (0 at the end).
     pub fn position(&self) -> u64 {
         self.at
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arena::Arena;
+    use crate::node::Kind;
+
+    /// A finger search over probes in ascending order finds exactly the predecessors a
+    /// search from the head finds, at every level (the finger then holds the same node at
+    /// many levels, which the search weighs once).
+    #[test]
+    fn a_finger_search_finds_the_predecessors_a_search_from_the_head_finds() {
+        let a = Arena::new(1 << 20, 11);
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for seq in 1..=3_000u64 {
+            let k = format!("k{:05}", next() % 20_000);
+            a.insert(seq, Kind::Put, k.as_bytes(), b"v").unwrap();
+        }
+        let mut probes: Vec<(String, u64)> = (0..2_000)
+            .map(|_| (format!("k{:05}", next() % 20_500), next() % 4_000))
+            .collect();
+        probes.sort_by(|x, y| x.0.cmp(&y.0).then(y.1.cmp(&x.1)));
+        let mut finger = Finger::default();
+        for (key, seq) in &probes {
+            let (mut from_head, mut from_finger) = ([0; node::MAX_HEIGHT], [0; node::MAX_HEIGHT]);
+            let a1 = find_preds(&a, 0, key.as_bytes(), *seq, &mut from_head).unwrap();
+            let a2 =
+                find_preds_from(&a, 0, &finger, key.as_bytes(), *seq, &mut from_finger).unwrap();
+            assert_eq!(from_finger, from_head, "predecessors of {key}@{seq}");
+            assert_eq!(a1, a2, "the node after {key}@{seq}");
+            finger.after_search(&from_finger);
+        }
     }
 }
