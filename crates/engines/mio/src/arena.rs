@@ -24,10 +24,22 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
+use tierkv_core::common::hugepage::WordBlock;
 use tierkv_core::{Error, Result, Tier};
 
 use crate::node::{self, HEAD_LEN, Kind, MAX_HEIGHT, link_off as link};
 use crate::skiplist::{self, Entry, Source};
+
+/// A new zeroed block of `words` words, on huge pages where the kernel offers them: a
+/// MemTable search visits nodes at random across tens of MiB, and with 4 KiB pages
+/// nearly every visit also missed the TLB. Out of memory aborts, as a `Box` would.
+fn new_block(words: usize) -> WordBlock {
+    WordBlock::zeroed(words).unwrap_or_else(|_| {
+        std::alloc::handle_alloc_error(
+            std::alloc::Layout::array::<u64>(words).unwrap_or(std::alloc::Layout::new::<u64>()),
+        )
+    })
+}
 
 /// Keeps the block of the last dropped arena for the next one of the same size.
 ///
@@ -41,12 +53,12 @@ use crate::skiplist::{self, Entry, Source};
 /// and resets the head before anything can read them (invariant 1).
 #[derive(Clone, Default)]
 pub struct ArenaRecycler {
-    spare: Arc<Mutex<Option<Box<[AtomicU64]>>>>,
+    spare: Arc<Mutex<Option<WordBlock>>>,
 }
 
 impl ArenaRecycler {
     /// A block of exactly `words` words: the spare if it has that size, else a new one.
-    fn take(&self, words: usize) -> Box<[AtomicU64]> {
+    fn take(&self, words: usize) -> WordBlock {
         let mut spare = self.spare.lock();
         match spare.take() {
             Some(b) if b.len() == words => b,
@@ -54,14 +66,14 @@ impl ArenaRecycler {
                 // A spare of another size (a delete's small MemTable) stays for later.
                 *spare = other;
                 drop(spare);
-                (0..words).map(|_| AtomicU64::new(0)).collect()
+                new_block(words)
             }
         }
     }
 
     /// Keeps `block` if no spare is kept yet (one is enough: a store has at most one
     /// MemTable being filled and one being flushed).
-    fn give(&self, block: Box<[AtomicU64]>) {
+    fn give(&self, block: WordBlock) {
         let mut spare = self.spare.lock();
         if spare.is_none() && !block.is_empty() {
             *spare = Some(block);
@@ -92,7 +104,7 @@ impl Reservation {
 
 /// A skiplist arena in DRAM.
 pub struct Arena {
-    words: Box<[AtomicU64]>,
+    words: WordBlock,
     used: AtomicU64,
     entries: AtomicU64,
     max_seq: AtomicU64,
@@ -117,7 +129,7 @@ impl Arena {
     /// An empty arena of `capacity` bytes (rounded up to 8) holding only the head node.
     pub fn new(capacity: usize, seed: u64) -> Arena {
         let n = capacity.max(HEAD_LEN).div_ceil(8);
-        Self::over((0..n).map(|_| AtomicU64::new(0)).collect(), seed, None)
+        Self::over(new_block(n), seed, None)
     }
 
     /// [`Arena::new`] over `recycler`'s spare block when it has the size, giving the
@@ -127,7 +139,7 @@ impl Arena {
         Self::over(recycler.take(n), seed, Some(recycler.clone()))
     }
 
-    fn over(words: Box<[AtomicU64]>, seed: u64, recycler: Option<ArenaRecycler>) -> Arena {
+    fn over(words: WordBlock, seed: u64, recycler: Option<ArenaRecycler>) -> Arena {
         let a = Arena {
             words,
             used: AtomicU64::new(HEAD_LEN as u64),

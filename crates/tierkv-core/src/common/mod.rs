@@ -2,6 +2,7 @@
 //! bloom filters, caches, epochs, budgets).
 
 pub(crate) mod falloc;
+pub mod hugepage;
 pub mod index;
 pub mod prefetch;
 pub mod priority;
