@@ -4,9 +4,7 @@
 //! (`flush_step`, `compact_step(level)`) while there is work, otherwise wait for a change
 //! (or 100 ms). A step that fails for lack of space waits for other levels to free some
 //! (back-pressure: stalled writers time out with `NoSpace`); any other failure poisons the
-//! store (later writes are refused until it is reopened). The compaction threads run at the
-//! nice value `compaction_nice` adds; the flush thread never does, since writers wait for
-//! it.
+//! store (later writes are refused until it is reopened).
 //!
 //! Thread safety: the threads share `Inner`.
 
@@ -15,7 +13,6 @@ use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use tierkv_core::common::priority;
 use tierkv_core::{Error, Result};
 
 use crate::store::Inner;
@@ -27,15 +24,11 @@ type Step = Box<dyn Fn(&Inner) -> Result<bool> + Send>;
 pub(crate) fn start(inner: &Arc<Inner>) -> Result<Vec<JoinHandle<()>>> {
     let buffer_levels = inner.opts.levels - 1;
     let mut threads = Vec::with_capacity(buffer_levels + 1);
-    let spawn = |name: String, nice: i32, job: Step| {
+    let spawn = |name: String, job: Step| {
         let inner = inner.clone();
         std::thread::Builder::new()
             .name(name)
-            .spawn(move || {
-                // A thread left at its old priority still does its work: nothing to report.
-                let _ = priority::lower_current_thread_priority(nice);
-                run(&inner, &*job)
-            })
+            .spawn(move || run(&inner, &*job))
             .map_err(|e| Error::io("spawn mio thread", "", e))
     };
     let stop_all = |threads: Vec<JoinHandle<()>>| {
@@ -45,14 +38,13 @@ pub(crate) fn start(inner: &Arc<Inner>) -> Result<Vec<JoinHandle<()>>> {
             let _ = t.join();
         }
     };
-    match spawn("mio:flush".into(), 0, Box::new(|i: &Inner| i.flush_step())) {
+    match spawn("mio:flush".into(), Box::new(|i: &Inner| i.flush_step())) {
         Ok(t) => threads.push(t),
         Err(e) => return Err(e),
     }
     if inner.flash.is_some() {
         match spawn(
             "mio:flash-compact".into(),
-            inner.opts.compaction_nice,
             Box::new(|i: &Inner| i.flash_compact_step()),
         ) {
             Ok(t) => threads.push(t),
@@ -65,7 +57,6 @@ pub(crate) fn start(inner: &Arc<Inner>) -> Result<Vec<JoinHandle<()>>> {
     for level in 0..buffer_levels {
         match spawn(
             format!("mio:compact-{level}"),
-            inner.opts.compaction_nice,
             Box::new(move |i: &Inner| i.compact_step(level)),
         ) {
             Ok(t) => threads.push(t),

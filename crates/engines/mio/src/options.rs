@@ -12,7 +12,6 @@
 //! | `bloom_bits` | 16 | 16 | bits per key |
 //! | `compaction` | zero-copy | `zero_copy` | `zero_copy` (relink, §4.3) or `copy` (merge buffer levels by copying into a new table: the baseline of the WA comparison) |
 //! | `stall_timeout_ms` | - | 3000 | the longest a write waits for room while the background makes progress (`space.rs`; a wait for the previous MemTable's flush, which needs no room, is capped at 60 s instead) |
-//! | `compaction_nice` | - | 0 | nice value added to the compaction threads (buffer levels, lazy copy, flash levels; not the flush thread), 0 ..= 19: on a machine with fewer cores than busy threads, merges yield the CPU to gets and puts and catch up in the gaps (`tierkv_core::common::priority`) |
 //! | `progress_wait_ms` | - | 400 | a put waiting for room is refused with `NoSpace` once the background made no progress for this long (a delete waits up to `stall_timeout_ms`) |
 //!
 //! The SSD extension (`mio:flash`, §4.1, §5.4; `flash.rs`) adds, accepted only with that
@@ -62,8 +61,6 @@ pub struct MioOptions {
     /// A write waiting for room is refused once no background progress was seen for this
     /// many milliseconds.
     pub progress_wait_ms: u64,
-    /// Nice value added to the compaction threads (0 ..= 19).
-    pub compaction_nice: i32,
     /// The SSD extension's shape: `Some` with the `flash` variant (set at open), or when a
     /// flash option was given (which the `pmem` variant then refuses).
     pub flash: Option<FlashShape>,
@@ -149,7 +146,6 @@ impl Default for MioOptions {
             compaction: Compaction::ZeroCopy,
             stall_timeout_ms: 3_000,
             progress_wait_ms: 400,
-            compaction_nice: 0,
             flash: None,
         }
     }
@@ -246,12 +242,6 @@ impl MioOptions {
             compaction,
             stall_timeout_ms: p.take("stall_timeout_ms", d.stall_timeout_ms)?,
             progress_wait_ms: p.take("progress_wait_ms", d.progress_wait_ms)?,
-            compaction_nice: p.take_checked(
-                "compaction_nice",
-                d.compaction_nice,
-                |n| (0..=tierkv_core::common::priority::MAX_NICE).contains(n),
-                "must be 0 ..= 19",
-            )?,
         };
         p.finish()?;
         if let Some(m) = o.memtable
@@ -342,8 +332,6 @@ mod tests {
             "mio@typo=1",
             "mio@compaction=magic",
             "mio@bloom_bits=0",
-            "mio@compaction_nice=20",
-            "mio@compaction_nice=-1",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
@@ -351,7 +339,6 @@ mod tests {
             parse("mio@compaction=copy").unwrap().compaction,
             Compaction::Copy
         );
-        assert_eq!(parse("mio@compaction_nice=19").unwrap().compaction_nice, 19);
         assert_eq!(MioOptions::chunk_size_for(4 << 20), 16 << 10);
         assert_eq!(MioOptions::chunk_size_for(1 << 34), 1 << 20);
     }

@@ -5,7 +5,6 @@ pub(crate) mod falloc;
 pub mod hugepage;
 pub mod index;
 pub mod prefetch;
-pub mod priority;
 pub mod skipindex;
 mod treekey;
 
