@@ -58,7 +58,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
 use tierkv_core::{Error, Result, Tier};
 
 use crate::dir::MergeMeta;
-use crate::node::{MAX_HEIGHT, link_off as link};
+use crate::node::{MAX_HEIGHT, NodeHeader, link_off as link};
 use crate::skiplist::{self, Finger};
 use crate::store::Inner;
 use crate::table::{NodeMoves, PoolSource, Shared, Table};
@@ -109,9 +109,26 @@ fn unlink_from_new(sh: &Shared, new_head: u64, kx: &[u8], m: &mut Moved) -> Resu
     sh.persist("zc-unlink-new", new_head + link(0), 8 * MAX_HEIGHT)
 }
 
+/// Where `x` goes in the oldtable: its predecessors per level, found from `finger` (where
+/// the last move's search ended: the newtable's nodes come in key order). Reads only, so
+/// a merge finds it before its move begins and readers wait for less.
+fn find_place(
+    sh: &Shared,
+    old_head: u64,
+    x: u64,
+    finger: &Finger,
+) -> Result<(NodeHeader, Vec<u8>, [u64; MAX_HEIGHT])> {
+    let src = PoolSource(&sh.pool);
+    let hx = skiplist::header(&src, x)?;
+    let kx = skiplist::key(&src, x, &hx)?.into_owned();
+    let mut preds = [0u64; MAX_HEIGHT];
+    skiplist::find_preds_from(&src, old_head, finger, &kx, hx.seq, &mut preds)?;
+    Ok((hx, kx, preds))
+}
+
 /// Steps 3-4: links `x` into the oldtable (skipping levels where it is linked already) and
-/// unlinks the older versions after it. The search for x's place starts at `finger` (where
-/// the last move's ended: the newtable's nodes come in key order), which then moves to x.
+/// unlinks the older versions after it. The search for x's place starts at `finger`,
+/// which then moves to x.
 fn link_into_old(
     sh: &Shared,
     old_head: u64,
@@ -119,11 +136,19 @@ fn link_into_old(
     finger: &mut Finger,
     m: &mut Moved,
 ) -> Result<()> {
+    let place = find_place(sh, old_head, x, finger)?;
+    link_at(sh, x, place, finger, m)
+}
+
+/// [`link_into_old`] at a place [`find_place`] found (nothing changed the oldtable since).
+fn link_at(
+    sh: &Shared,
+    x: u64,
+    (hx, kx, preds): (NodeHeader, Vec<u8>, [u64; MAX_HEIGHT]),
+    finger: &mut Finger,
+    m: &mut Moved,
+) -> Result<()> {
     let src = PoolSource(&sh.pool);
-    let hx = skiplist::header(&src, x)?;
-    let kx = skiplist::key(&src, x, &hx)?.into_owned();
-    let mut preds = [0u64; MAX_HEIGHT];
-    skiplist::find_preds_from(&src, old_head, finger, &kx, hx.seq, &mut preds)?;
     let h = hx.height;
     let linked: Vec<bool> = (0..h)
         .map(|l| skiplist::next(&src, preds[l], l).map(|n| n == x))
@@ -169,6 +194,55 @@ fn link_into_old(
     Ok(())
 }
 
+/// A move of the newtable's first node, planned before it begins ([`plan_first`]).
+pub struct PlannedMove {
+    x: u64,
+    place: (NodeHeader, Vec<u8>, [u64; MAX_HEIGHT]),
+}
+
+/// Plans the move of the newtable's first node: the node and its place in the oldtable
+/// (reads only); `None` when the newtable is empty. Valid until the pair changes, which
+/// only the merge does.
+pub fn plan_first(
+    sh: &Shared,
+    old_head: u64,
+    new_head: u64,
+    finger: &Finger,
+) -> Result<Option<PlannedMove>> {
+    let src = PoolSource(&sh.pool);
+    let x = skiplist::next(&src, new_head, 0)?;
+    if x == 0 {
+        return Ok(None);
+    }
+    Ok(Some(PlannedMove {
+        x,
+        place: find_place(sh, old_head, x, finger)?,
+    }))
+}
+
+/// Moves a planned node (steps 1-5, each persisted before the next).
+pub fn apply_move(
+    sh: &Shared,
+    meta: &MergeMeta,
+    new_head: u64,
+    planned: PlannedMove,
+    finger: &mut Finger,
+) -> Result<Moved> {
+    let PlannedMove { x, place } = planned;
+    let mut m = Moved::default();
+    put(sh, meta.mark, x, &mut m)?;
+    sh.persist("zc-mark", meta.mark, 8)?;
+    sh.pool.crash_point("mio.zerocopy.after_mark");
+    unlink_from_new(sh, new_head, &place.1, &mut m)?;
+    sh.pool.crash_point("mio.zerocopy.after_unlink_new");
+    link_at(sh, x, place, finger, &mut m)?;
+    sh.pool.crash_point("mio.zerocopy.after_drop_old");
+    put(sh, meta.mark, 0, &mut m)?;
+    sh.persist("zc-unmark", meta.mark, 8)?;
+    sh.pool.crash_point("mio.zerocopy.after_unmark");
+    Ok(m)
+}
+
 /// Moves the newtable's first node into the oldtable (steps 1-5); `None` when the
 /// newtable is empty. `finger`: where the last move of this merge linked its node
 /// ([`Finger::default`] for the first move, or after anything else changed the oldtable).
@@ -179,25 +253,10 @@ pub fn move_first(
     new_head: u64,
     finger: &mut Finger,
 ) -> Result<Option<Moved>> {
-    let src = PoolSource(&sh.pool);
-    let x = skiplist::next(&src, new_head, 0)?;
-    if x == 0 {
-        return Ok(None);
+    match plan_first(sh, old_head, new_head, finger)? {
+        Some(p) => apply_move(sh, meta, new_head, p, finger).map(Some),
+        None => Ok(None),
     }
-    let hx = skiplist::header(&src, x)?;
-    let kx = skiplist::key(&src, x, &hx)?.into_owned();
-    let mut m = Moved::default();
-    put(sh, meta.mark, x, &mut m)?;
-    sh.persist("zc-mark", meta.mark, 8)?;
-    sh.pool.crash_point("mio.zerocopy.after_mark");
-    unlink_from_new(sh, new_head, &kx, &mut m)?;
-    sh.pool.crash_point("mio.zerocopy.after_unlink_new");
-    link_into_old(sh, old_head, x, finger, &mut m)?;
-    sh.pool.crash_point("mio.zerocopy.after_drop_old");
-    put(sh, meta.mark, 0, &mut m)?;
-    sh.persist("zc-unmark", meta.mark, 8)?;
-    sh.pool.crash_point("mio.zerocopy.after_unmark");
-    Ok(Some(m))
 }
 
 /// Runs `read` over some buffer tables without their level locks and returns its answer
@@ -413,21 +472,18 @@ impl Inner {
             if moves % YIELD_CHECK_EVERY == 0 {
                 yields = self.version().levels[level].len() <= self.opts.trigger;
             }
+            // The search for the node's place reads only: readers need not wait for it.
+            let Some(planned) = plan_first(&self.shared, o.meta.head, n.meta.head, &finger)? else {
+                break;
+            };
             if yields {
                 self.move_pause.wait(&self.stop);
             }
-            let moved = {
+            let m = {
                 let _exclusive = self.level_locks[level].write();
                 let _moving = NodeMoves::begin(&o, &n);
-                move_first(
-                    &self.shared,
-                    &state.meta,
-                    o.meta.head,
-                    n.meta.head,
-                    &mut finger,
-                )?
+                apply_move(&self.shared, &state.meta, n.meta.head, planned, &mut finger)?
             };
-            let Some(m) = moved else { break };
             self.progress.fetch_add(1, Ordering::AcqRel);
             self.shared.counters.relinked_words.add(m.words);
             self.shared.counters.nodes_relinked.incr();
