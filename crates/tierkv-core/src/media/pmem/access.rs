@@ -251,6 +251,27 @@ impl PmemPool {
     pub(super) fn store_bytes(&self, start: usize, data: &[u8]) {
         let mut pos = start;
         let mut rest = data;
+        // The whole words in the middle through one bounds check (a 1 KiB write is 128
+        // words; checking each one cost more than storing it).
+        let head = ((8 - pos % 8) % 8).min(rest.len());
+        let (first, after) = rest.split_at(head);
+        if !first.is_empty() {
+            self.merge_into_word(pos - pos % 8, pos % 8, first);
+            pos += first.len();
+        }
+        let whole = after.len() / 8;
+        if let Some(words) = self.map.words(pos, whole) {
+            let (mid, tail) = after.split_at(whole * 8);
+            for (w, b) in words.iter().zip(mid.chunks_exact(8)) {
+                let mut bytes = [0u8; 8];
+                bytes.copy_from_slice(b);
+                w.store(word_from_memory_bytes(bytes), Ordering::Relaxed);
+            }
+            pos += mid.len();
+            rest = tail;
+        } else {
+            rest = after;
+        }
         while !rest.is_empty() {
             let in_word = pos % 8;
             let n = (8 - in_word).min(rest.len());

@@ -144,6 +144,21 @@ impl Mapping {
         Some(unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(off).cast::<u64>()) })
     }
 
+    /// The `n` aligned words from `off`, or `None` if `off` is misaligned or the range is
+    /// not inside the mapping.
+    #[expect(unsafe_code, reason = "atomics inside the mapping")]
+    pub(super) fn words(&self, off: usize, n: usize) -> Option<&[AtomicU64]> {
+        if !off.is_multiple_of(8) || off.checked_add(n.checked_mul(8)?)? > self.len {
+            return None;
+        }
+        // SAFETY: as for `word`, for each of the n words: in bounds, 8-aligned, valid for
+        // reads and writes while `&self` lives (1, 2) and only ever mutated atomically
+        // (4); `AtomicU64` has the size and alignment of `u64`.
+        Some(unsafe {
+            std::slice::from_raw_parts(self.base.as_ptr().add(off).cast::<AtomicU64>(), n)
+        })
+    }
+
     /// Asks the kernel to fault the mapping in page by page (`MADV_RANDOM`: no readahead
     /// around a fault), so that the page cache holds the file in base pages.
     ///

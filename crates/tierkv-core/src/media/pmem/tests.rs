@@ -217,6 +217,36 @@ fn unaligned_writes_merge_with_neighbouring_bytes() {
     assert_eq!(p.read(base + 3, 6).unwrap(), b"ab\0\0\0f");
 }
 
+/// Writes of every alignment and length (head bytes, whole words, tail bytes, and writes
+/// inside one word) land exactly where a byte copy would put them.
+#[test]
+fn writes_at_every_alignment_and_length_match_a_byte_copy() {
+    let (_d, p) = new_pool(DurabilityMode::Volatile);
+    let base = p.data_start();
+    let mut shadow = vec![0x5au8; 256];
+    p.write(base, &shadow).unwrap();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for start in 0..24usize {
+        for len in 0..70usize {
+            let data: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            p.write(base + start as u64, &data).unwrap();
+            shadow[start..start + len].copy_from_slice(&data);
+            assert_eq!(
+                p.read(base, 256).unwrap(),
+                &shadow[..],
+                "write of {len} at +{start}"
+            );
+        }
+    }
+}
+
 #[test]
 fn words_are_little_endian_and_atomics_report_old_values() {
     let (_d, p) = new_pool(DurabilityMode::Volatile);
