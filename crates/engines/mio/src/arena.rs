@@ -348,17 +348,23 @@ impl Arena {
         for level in 0..height {
             self.store(off + link(level), 0, Ordering::Relaxed)?;
         }
-        // Key then value then zero padding, eight bytes per word, with no buffer between.
+        // Key then value then zero padding, eight bytes per word, with no buffer between;
+        // one bounds check for the whole body.
         let body_off = off + link(height);
-        let body_len = key.len() + value.len();
-        let mut at = 0usize;
-        while at < body_len {
-            self.store(
-                body_off + at as u64,
-                body_word(key, value, at),
-                Ordering::Relaxed,
-            )?;
-            at += 8;
+        let (klen, body_len) = (key.len(), key.len() + value.len());
+        let first = usize::try_from(body_off / 8).unwrap_or(usize::MAX);
+        let words = first
+            .checked_add(body_len.div_ceil(8))
+            .and_then(|end| self.words.get(first..end))
+            .ok_or_else(|| Error::corruption(Tier::Dram, body_off, "arena node out of range"))?;
+        for (i, w) in words.iter().enumerate() {
+            let at = i * 8;
+            // Words wholly inside the value (most of a large one) are read straight from it.
+            let v = match at.checked_sub(klen).and_then(|o| value.get(o..o + 8)) {
+                Some(b) => u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
+                None => body_word(key, value, at),
+            };
+            w.store(v, Ordering::Relaxed);
         }
         Ok(())
     }
