@@ -309,7 +309,7 @@ const YIELD_CHECK_EVERY: u64 = 256;
 /// between moves, holding no lock, and readers hold a pause only while they retry, so
 /// with no raced reader in flight the merge goes on. Under a steady read load a merge
 /// thus moves about one node per read, which defers it to quieter times; it stops
-/// yielding once its level holds more tables than the trigger (writes go on and the
+/// yielding once its level holds twice the trigger's tables (writes go on and the
 /// backlog would grow), so the buffer's shape stays bounded.
 #[derive(Debug, Default)]
 pub struct MovePause {
@@ -467,10 +467,10 @@ impl Inner {
             if self.stop.load(Ordering::Acquire) {
                 return Ok(true); // resumed at the next open
             }
-            // The merge yields to raced readers while its level holds no more tables than
-            // the trigger; with a backlog behind it, it no longer waits for them.
+            // The merge yields to raced readers while its level holds fewer than twice the
+            // trigger's tables; with that backlog behind it, it no longer waits for them.
             if moves % YIELD_CHECK_EVERY == 0 {
-                yields = self.version().levels[level].len() <= self.opts.trigger;
+                yields = self.version().levels[level].len() < 2 * self.opts.trigger;
             }
             // The search for the node's place reads only: readers need not wait for it.
             let Some(planned) = plan_first(&self.shared, o.meta.head, n.meta.head, &finger)? else {
