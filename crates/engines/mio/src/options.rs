@@ -12,6 +12,7 @@
 //! | `bloom_bits` | 16 | 16 | bits per key |
 //! | `compaction` | zero-copy | `zero_copy` | `zero_copy` (relink, §4.3) or `copy` (merge buffer levels by copying into a new table: the baseline of the WA comparison) |
 //! | `stall_timeout_ms` | - | 3000 | the longest a write waits for room while the background makes progress (`space.rs`; a wait for the previous MemTable's flush, which needs no room, is capped at 60 s instead) |
+//! | `merge_share` | - | 50 | percent of the time a zero-copy merge runs while gets or puts are being served and its level holds fewer than twice `trigger` tables; it sleeps the rest, leaving the CPU to the foreground (with a backlog, or an idle foreground, it runs flat out). 100 never sleeps (measured in STATUS.md, 2026-11-28) |
 //! | `progress_wait_ms` | - | 400 | a put waiting for room is refused with `NoSpace` once the background made no progress for this long (a delete waits up to `stall_timeout_ms`) |
 //!
 //! The SSD extension (`mio:flash`, §4.1, §5.4; `flash.rs`) adds, accepted only with that
@@ -61,6 +62,9 @@ pub struct MioOptions {
     /// A write waiting for room is refused once no background progress was seen for this
     /// many milliseconds.
     pub progress_wait_ms: u64,
+    /// Percent of the time a zero-copy merge without backlog runs while the foreground
+    /// is busy (1 ..= 100).
+    pub merge_share: u32,
     /// The SSD extension's shape: `Some` with the `flash` variant (set at open), or when a
     /// flash option was given (which the `pmem` variant then refuses).
     pub flash: Option<FlashShape>,
@@ -146,6 +150,7 @@ impl Default for MioOptions {
             compaction: Compaction::ZeroCopy,
             stall_timeout_ms: 3_000,
             progress_wait_ms: 400,
+            merge_share: 50,
             flash: None,
         }
     }
@@ -242,6 +247,12 @@ impl MioOptions {
             compaction,
             stall_timeout_ms: p.take("stall_timeout_ms", d.stall_timeout_ms)?,
             progress_wait_ms: p.take("progress_wait_ms", d.progress_wait_ms)?,
+            merge_share: p.take_checked(
+                "merge_share",
+                d.merge_share,
+                |s| (1..=100).contains(s),
+                "must be 1 ..= 100 (percent)",
+            )?,
         };
         p.finish()?;
         if let Some(m) = o.memtable
@@ -332,6 +343,8 @@ mod tests {
             "mio@typo=1",
             "mio@compaction=magic",
             "mio@bloom_bits=0",
+            "mio@merge_share=0",
+            "mio@merge_share=101",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }

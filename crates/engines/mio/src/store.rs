@@ -725,7 +725,16 @@ impl Inner {
     /// meanwhile ([`read_unmoved`]); else read again while the merges pause
     /// ([`read_paused`]); else under every buffer level's lock (the level's tables may
     /// sit one level further down by now).
+    ///
+    /// First, if every table's Bloom filter refuses the key (asked newest first), the
+    /// key is absent without reading a node, and no move can spoil that: nodes only
+    /// leave the newer table of a merging pair, so a key the newer table's filter refused
+    /// is in neither table when the older one's refuses it too (filters only grow). Most
+    /// gets of a level that does not hold their key thus never race its merge.
     fn get_in_level(&self, level: &[Arc<Table>], key: &[u8]) -> Result<Option<Entry>> {
+        if level.iter().rev().all(|t| !t.may_contain(key)) {
+            return Ok(None);
+        }
         let search = || -> Result<Option<Entry>> {
             for t in level.iter().rev() {
                 if let Some(e) = t.get(key)? {
@@ -764,6 +773,16 @@ impl Inner {
             c.paused_reads.incr();
         }
         found
+    }
+
+    /// A number that grows with every put, delete, get answered and scan row: a merge
+    /// compares two readings to see whether the foreground was busy in between.
+    pub(crate) fn foreground_ops(&self) -> u64 {
+        let o = &self.shared.counters.ops;
+        o.user_bytes_written.get()
+            + o.user_bytes_read.get()
+            + o.reads_from_dram.get()
+            + o.reads_from_pmem.get()
     }
 
     fn found(&self, v: Option<Vec<u8>>) -> Option<Vec<u8>> {

@@ -193,13 +193,23 @@ impl Table {
 
     /// The newest version of `key` in this table (a tombstone has no value).
     pub fn get(&self, key: &[u8]) -> Result<Option<Entry>> {
+        if !self.may_contain(key) {
+            return Ok(None);
+        }
+        skiplist::get(&self.source(), self.meta.head, key)
+    }
+
+    /// Whether the table's Bloom filter admits `key` (always, without one); a "no" is
+    /// counted. Filters only grow: a zero-copy merge ORs the newtable's into the
+    /// oldtable's before the first node moves (`zerocopy.rs`).
+    pub fn may_contain(&self, key: &[u8]) -> bool {
         if let Some(b) = &*self.bloom.read()
             && !b.may_contain(key)
         {
             self.shared.counters.bloom_negatives.incr();
-            return Ok(None);
+            return false;
         }
-        skiplist::get(&self.source(), self.meta.head, key)
+        true
     }
 
     /// The table's move count (`Acquire`): odd while a zero-copy node move into or out
@@ -574,6 +584,43 @@ mod tests {
                 .is_none_or(|b| b.may_contain(b"new")),
             "a filter that does not cover the absorbed table's keys"
         );
+    }
+
+    /// `may_contain` says no only for keys the table cannot hold (counting each no), and
+    /// after a table absorbs another's filter it admits that table's keys too (what a get
+    /// relies on when every filter of a level refuses its key: `Inner::get_in_level`).
+    #[test]
+    fn may_contain_refuses_only_keys_the_table_cannot_hold() {
+        let (_d, sh) = shared(4 << 20);
+        let table = |id: u64, prefix: &str| {
+            let a = Arena::new(1 << 16, id);
+            for i in 0..200u64 {
+                a.insert(
+                    id * 1000 + i,
+                    Kind::Put,
+                    format!("{prefix}{i}").as_bytes(),
+                    b"v",
+                )
+                .unwrap();
+            }
+            let shape = TableShape {
+                bloom_keys: 200,
+                bloom_bits: 16,
+            };
+            write_table(&sh, &a, id, id * 1000 + 199, shape, Placement::default()).unwrap()
+        };
+        let (old, new) = (table(1, "o"), table(2, "n"));
+        assert!((0..200).all(|i| old.may_contain(format!("o{i}").as_bytes())));
+        let refused = (0..200)
+            .filter(|i| !old.may_contain(format!("n{i}").as_bytes()))
+            .count() as u64;
+        assert!(
+            refused > 190,
+            "a 16-bit filter refuses most absent keys: {refused}"
+        );
+        assert_eq!(sh.counters.bloom_negatives.get(), refused);
+        old.absorb_filter(&new);
+        assert!((0..200).all(|i| old.may_contain(format!("n{i}").as_bytes())));
     }
 
     #[test]

@@ -299,6 +299,9 @@ pub fn read_unmoved<'t, T>(
 
 /// How many moves a merge makes between two looks at its level's backlog.
 const YIELD_CHECK_EVERY: u64 = 256;
+/// Moves per batch of a merge that runs `merge_share` of the time: after each batch it
+/// sleeps in proportion to how long the batch took.
+const SHARE_BATCH: u64 = 64;
 
 /// Readers whose lock-free read of a merging level raced a node move ask every merge to
 /// pause between two moves until their retry is done ([`MovePause::hold`]). Such a reader
@@ -309,7 +312,7 @@ const YIELD_CHECK_EVERY: u64 = 256;
 /// between moves, holding no lock, and readers hold a pause only while they retry, so
 /// with no raced reader in flight the merge goes on. Under a steady read load a merge
 /// thus moves about one node per read, which defers it to quieter times; it stops
-/// yielding once its level holds twice the trigger's tables (writes go on and the
+/// yielding once its level holds three times the trigger's tables (writes go on and the
 /// backlog would grow), so the buffer's shape stays bounded.
 #[derive(Debug, Default)]
 pub struct MovePause {
@@ -462,15 +465,30 @@ impl Inner {
         };
         // Only this thread changes the pair: the finger stays valid across the moves.
         let mut finger = Finger::default();
-        let mut yields = true;
+        // (yields to raced readers, shares the CPU with a busy foreground)
+        let (mut yields, mut shares) = (true, true);
+        let mut batch = (std::time::Instant::now(), self.foreground_ops());
         for moves in 0u64.. {
             if self.stop.load(Ordering::Acquire) {
                 return Ok(true); // resumed at the next open
             }
-            // The merge yields to raced readers while its level holds fewer than twice the
-            // trigger's tables; with that backlog behind it, it no longer waits for them.
+            // A busy foreground gets all but `merge_share` of the merge's time while the
+            // level holds fewer than twice the trigger's tables, and raced readers get a
+            // pause while it holds fewer than three times as many; past that the merge
+            // runs flat out, so the buffer's shape stays bounded.
             if moves % YIELD_CHECK_EVERY == 0 {
-                yields = self.version().levels[level].len() < 2 * self.opts.trigger;
+                let tables = self.version().levels[level].len();
+                shares = tables < 2 * self.opts.trigger;
+                yields = tables < 3 * self.opts.trigger;
+            }
+            if self.opts.merge_share < 100 && moves > 0 && moves % SHARE_BATCH == 0 {
+                let ops = self.foreground_ops();
+                if shares && ops != batch.1 {
+                    let ran = batch.0.elapsed();
+                    let share = f64::from(self.opts.merge_share) / 100.0;
+                    std::thread::sleep(ran.mul_f64((1.0 - share) / share));
+                }
+                batch = (std::time::Instant::now(), ops);
             }
             // The search for the node's place reads only: readers need not wait for it.
             let Some(planned) = plan_first(&self.shared, o.meta.head, n.meta.head, &finger)? else {
