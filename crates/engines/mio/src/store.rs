@@ -732,7 +732,9 @@ impl Inner {
     /// is in neither table when the older one's refuses it too (filters only grow). Most
     /// gets of a level that does not hold their key thus never race its merge.
     fn get_in_level(&self, level: &[Arc<Table>], key: &[u8]) -> Result<Option<Entry>> {
-        if level.iter().rev().all(|t| !t.may_contain(key)) {
+        if level.iter().rev().all(|t| !t.admits(key)) {
+            let refused = level.len() as u64;
+            self.shared.counters.bloom_negatives.add(refused);
             return Ok(None);
         }
         let search = || -> Result<Option<Entry>> {

@@ -203,13 +203,19 @@ impl Table {
     /// counted. Filters only grow: a zero-copy merge ORs the newtable's into the
     /// oldtable's before the first node moves (`zerocopy.rs`).
     pub fn may_contain(&self, key: &[u8]) -> bool {
-        if let Some(b) = &*self.bloom.read()
-            && !b.may_contain(key)
-        {
+        let admits = self.admits(key);
+        if !admits {
             self.shared.counters.bloom_negatives.incr();
-            return false;
         }
-        true
+        admits
+    }
+
+    /// [`Table::may_contain`] without counting a "no".
+    pub fn admits(&self, key: &[u8]) -> bool {
+        self.bloom
+            .read()
+            .as_ref()
+            .is_none_or(|b| b.may_contain(key))
     }
 
     /// The table's move count (`Acquire`): odd while a zero-copy node move into or out
