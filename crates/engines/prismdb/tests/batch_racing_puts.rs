@@ -207,3 +207,94 @@ fn a_put_ordered_after_a_pending_batch_waits_for_its_commit() {
     assert_eq!(read_group(&*live)[9].as_deref(), Some(&b"b1:"[..]));
     live.close().unwrap();
 }
+
+/// What the paused batch saw: the group's values, and whether the later batch had returned.
+type SeenGroup = (Vec<Option<Vec<u8>>>, bool);
+
+/// Two batches on the same keys publish in timestamp order: a batch that reserved its
+/// slots after another (a higher timestamp) waits at its commit until the earlier one has
+/// committed. Without the wait the later batch committed first, a compaction demoted the
+/// keys of one partition, and the earlier batch then published over the demoted keys only
+/// (publication compares timestamps with the index alone): half the group showed one
+/// batch, half the other (CI, `tests/batch_model.rs`). Batch `b1` is paused at its named
+/// point `prismdb.batch.objects_persisted` while `b2` runs and partition 0 is demoted.
+#[test]
+fn a_batch_ordered_after_a_pending_batch_waits_for_its_commit() {
+    use tierkv_prismdb::compaction::{Trigger, compact};
+    let rig = Rig::new(SPEC, 4);
+    let (live, pool) = rig.create_with_pool();
+    live.stop_background();
+    let group = |n: u64| {
+        let mut b = WriteBatch::new();
+        for i in 0..KEYS {
+            b.put(key(i), format!("b{n}:"));
+        }
+        b
+    };
+    live.write_batch(&group(0)).unwrap();
+    let fired = Arc::new(AtomicBool::new(false));
+    let during: Arc<parking_lot::Mutex<Option<SeenGroup>>> = Arc::default();
+    let second: Arc<parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>> = Arc::default();
+    {
+        let (store, fired, during, second) = (
+            Arc::downgrade(&live),
+            fired.clone(),
+            during.clone(),
+            second.clone(),
+        );
+        let b2 = group(2);
+        pool.arm_crash_points(Arc::new(
+            move |cp: tierkv_core::media::pmem::CrashPoint<'_>| {
+                let tierkv_core::media::pmem::CrashPoint::Named("prismdb.batch.objects_persisted") =
+                    cp
+                else {
+                    return;
+                };
+                if fired.swap(true, Ordering::AcqRel) {
+                    return;
+                }
+                let Some(store) = store.upgrade() else { return };
+                let (s2, b2) = (store.clone(), b2.clone());
+                let h = std::thread::spawn(move || s2.write_batch(&b2).unwrap());
+                std::thread::sleep(std::time::Duration::from_millis(150));
+                let sh = store.shared();
+                let part = sh.parts.first().unwrap();
+                while compact(sh, part, Trigger::Write, true)
+                    .unwrap()
+                    .is_some_and(|o| o.demoted > 0)
+                {}
+                *during.lock() = Some((read_group(&*store), h.is_finished()));
+                *second.lock() = Some(h);
+            },
+        ))
+        .unwrap();
+    }
+    live.write_batch(&group(1)).unwrap();
+    second.lock().take().unwrap().join().unwrap();
+    pool.disarm_crash_points();
+    let (seen, finished) = during.lock().take().unwrap();
+    assert!(
+        !finished,
+        "the later batch returned before the earlier one committed"
+    );
+    assert_eq!(
+        newest_whole(&seen),
+        Ok(0),
+        "the group changed before b1 committed"
+    );
+    let after = read_group(&*live);
+    assert_eq!(
+        newest_whole(&after),
+        Ok(2),
+        "the later batch is not whole and last: {:?}",
+        after
+            .iter()
+            .map(|v| v.as_deref().map(String::from_utf8_lossy))
+            .collect::<Vec<_>>()
+    );
+    live.close().unwrap();
+    drop((live, pool));
+    let store = rig.reopen().unwrap();
+    assert_eq!(newest_whole(&read_group(&*store)), Ok(2), "after a reopen");
+    store.close().unwrap();
+}

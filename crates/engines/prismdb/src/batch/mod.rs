@@ -12,7 +12,8 @@
 //!    as reserved by a batch (promotions skip them); a record run of pool chunks;
 //! 2. *intent*: the record listing the slots, persisted;
 //! 3. *objects*: each object written and persisted (no lock held);
-//! 4. *commit*, under the same locks: the record voided whole ([`void_record`]: magic,
+//! 4. *commit*, under the same locks, once every batch that took its timestamps earlier
+//!    and shares a key with this one has committed or been abandoned: the record voided whole ([`void_record`]: magic,
 //!    count and checksum zeroed, persisted; the commit point), then every object
 //!    published as a put publishes it (the older version freed), and a tombstone that
 //!    hides nothing on flash freed again;
@@ -463,9 +464,40 @@ fn unmark(st: &mut State, key: &[u8], ts: u64) {
     }
 }
 
+/// True while a batch with an earlier timestamp than `ops`' has one of their keys
+/// reserved and has not committed or been abandoned.
+fn earlier_batch_pending(
+    guards: &mut [RwLockWriteGuard<'_, State>],
+    parts: &[usize],
+    ops: &[Op<'_>],
+) -> Result<bool> {
+    for op in ops {
+        let st = guard_of(guards, parts, op.part)?;
+        if st
+            .batch_keys
+            .get(op.key)
+            .is_some_and(|b| b.iter().any(|&ts| ts < op.ts))
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// Step 4: the commit word, then publication (FORMAT.md §3 "Write batches").
 fn commit(sh: &Shared, ops: &[Op<'_>], parts: &[usize], run: Run) -> Result<()> {
     let mut guards = lock_all(sh, parts);
+    // A batch that took its timestamps before this one and shares a key with it commits
+    // first (FORMAT.md §3 "Write batches", "Batches on the same keys"): publication keeps
+    // the higher timestamp only while both versions are on the fast tier, so a batch that
+    // committed first and had part of its keys demoted in between would be overwritten on
+    // those keys alone (CI: a `multi_get` saw two batches' values in one group).
+    while earlier_batch_pending(&mut guards, parts, ops)? {
+        let seen = sh.batches_seen();
+        drop(guards);
+        sh.wait_for_batches(seen);
+        guards = lock_all(sh, parts);
+    }
     for op in ops {
         unmark(guard_of(&mut guards, parts, op.part)?, op.key, op.ts);
     }
