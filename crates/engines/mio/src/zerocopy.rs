@@ -29,7 +29,8 @@
 //!   key order, so a walk ends) and keeps the answer only if the level's move counts were
 //!   even and unchanged across the read (a seqlock). After two failed tries it asks the
 //!   merges to pause between moves ([`MovePause`]), waits for the move under way to end
-//!   and reads again ([`read_paused`]); a scan does the same after one failed try. Only
+//!   and reads again ([`read_paused`]); a scan does the same after one failed try, or at once
+//!   while a table of its version is merging (its try would race). Only
 //!   if moves still race (a merge whose level has a backlog does not pause) does it read
 //!   with every buffer level's lock shared (a get searches the DRAM MemTables first,
 //!   without either);
