@@ -31,6 +31,10 @@ impl Inner {
     /// `installed`: `mem` is the version's immutable MemTable (false at recovery).
     pub fn flush_memtable(&self, mem: &Arc<MemTable>, installed: bool) -> Result<()> {
         let started = Instant::now();
+        // The MemTable now written to is new: in bursts until writers find it half full.
+        self.shared
+            .flush_urgent
+            .store(false, std::sync::atomic::Ordering::Relaxed);
         // Puts that took their room before the MemTable became immutable may still be
         // linking their nodes (`arena.rs`): the image is taken once they are all in.
         mem.arena.wait_for_fills();
@@ -42,6 +46,7 @@ impl Inner {
             let place = table::Placement {
                 target: mem.target,
                 cost: self.sizes.cost_of(&mem.arena, 0)?,
+                bursts: installed,
             };
             let t = table::write_table(
                 &self.shared,

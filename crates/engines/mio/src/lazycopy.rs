@@ -219,7 +219,13 @@ impl Inner {
         let mut finger = Finger::default();
         let readers = &self.level_locks[repo];
         let mut unlinked = Vec::new();
+        // In bursts while the level is within the bound the merges keep (`zerocopy.rs`).
+        let yields = v.levels[level].len() < 3 * self.opts.trigger;
+        let mut bursts = crate::background::Bursts::start();
         while let Some(e) = m.next_entry()? {
+            if yields {
+                bursts.between();
+            }
             if self.stop.load(Ordering::Acquire) {
                 free_unlinked(&self.shared, readers, &mut unlinked)?;
                 return Ok(true); // re-run (idempotently) at the next open
@@ -304,6 +310,7 @@ mod tests {
             alloc,
             counters: Counters::default(),
             hook: None,
+            flush_urgent: Default::default(),
         });
         let head = sh.alloc.alloc(node::HEAD_LEN as u64).unwrap();
         sh.pool.write(head, &Arena::new(0, 1).snapshot()).unwrap();

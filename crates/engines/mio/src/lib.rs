@@ -51,7 +51,7 @@
 #![forbid(unsafe_code)]
 
 pub mod arena;
-mod background;
+pub mod background;
 mod batch;
 pub mod bloom;
 mod check;

@@ -54,6 +54,7 @@ pub fn open(
         alloc,
         counters: Counters::default(),
         hook,
+        flush_urgent: Default::default(),
     });
     if !fresh {
         collect_leaks(&shared, &dir_state)?;

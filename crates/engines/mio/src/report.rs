@@ -42,6 +42,7 @@ pub(crate) fn stats(inner: &Inner) -> Stats {
     put("throttle_micros", c.throttle_micros.get());
     put("locked_reads", c.locked_reads.get());
     put("paused_reads", c.paused_reads.get());
+    put("slow_paused_reads", c.slow_paused_reads.get());
     put("versions_dropped", c.versions_dropped.get());
     put("marks_repaired", c.marks_repaired.get());
     put("repository_nodes_freed", c.repository_nodes_freed.get());

@@ -38,6 +38,9 @@ pub struct Counters {
     pub locked_reads: Counter,
     /// Reads that raced a node move and held while the merges paused for them.
     pub paused_reads: Counter,
+    /// Paused reads that waited a millisecond or more for the move under way (the merge
+    /// thread was off its core mid-move).
+    pub slow_paused_reads: Counter,
     /// Marked nodes whose move recovery finished.
     pub marks_repaired: Counter,
     /// Older repository versions freed by lazy copies.

@@ -513,6 +513,12 @@ impl Inner {
                 || w.mem.arena.used() as u64 >= self.sizes.memtable
                 || !w.mem.arena.fits_bytes(fp.nodes)
                 || !w.log.fits(fp.log);
+            let urgent = &self.shared.flush_urgent;
+            if 2 * w.mem.arena.used() as u64 >= self.sizes.memtable
+                && !urgent.load(Ordering::Relaxed)
+            {
+                urgent.store(true, Ordering::Relaxed);
+            }
             let mut flush_wait = false;
             let admitted = if full {
                 let pending = self.version.read().imm.is_some();
@@ -770,9 +776,13 @@ impl Inner {
         read: &dyn Fn() -> Result<T>,
     ) -> Option<Result<T>> {
         let c = &self.shared.counters;
+        let started = std::time::Instant::now();
         let found = read_paused(&self.move_pause, tables, &c.optimistic_retries, read);
         if found.is_some() {
             c.paused_reads.incr();
+        }
+        if started.elapsed() >= std::time::Duration::from_millis(1) {
+            c.slow_paused_reads.incr();
         }
         found
     }

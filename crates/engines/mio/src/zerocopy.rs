@@ -469,14 +469,16 @@ impl Inner {
         // (yields to raced readers, shares the CPU with a busy foreground)
         let (mut yields, mut shares) = (true, true);
         let mut batch = (std::time::Instant::now(), self.foreground_ops());
+        let mut bursts = crate::background::Bursts::start();
         for moves in 0u64.. {
             if self.stop.load(Ordering::Acquire) {
                 return Ok(true); // resumed at the next open
             }
             // A busy foreground gets all but `merge_share` of the merge's time while the
             // level holds fewer than twice the trigger's tables, and raced readers get a
-            // pause while it holds fewer than three times as many; past that the merge
-            // runs flat out, so the buffer's shape stays bounded.
+            // pause and the merge runs in bursts (`Bursts`) while it holds fewer than three
+            // times as many; past that the merge runs flat out, so the buffer's shape stays
+            // bounded.
             if moves % YIELD_CHECK_EVERY == 0 {
                 let tables = self.version().levels[level].len();
                 shares = tables < 2 * self.opts.trigger;
@@ -488,8 +490,12 @@ impl Inner {
                     let ran = batch.0.elapsed();
                     let share = f64::from(self.opts.merge_share) / 100.0;
                     std::thread::sleep(ran.mul_f64((1.0 - share) / share));
+                    bursts.restart();
                 }
                 batch = (std::time::Instant::now(), ops);
+            }
+            if yields {
+                bursts.between();
             }
             // The search for the node's place reads only: readers need not wait for it.
             let Some(planned) = plan_first(&self.shared, o.meta.head, n.meta.head, &finger)? else {
@@ -648,6 +654,7 @@ mod tests {
             alloc,
             counters: Counters::default(),
             hook,
+            flush_urgent: Default::default(),
         })
     }
 
@@ -1067,6 +1074,7 @@ mod tests {
                 alloc,
                 counters: Counters::default(),
                 hook: None,
+                flush_urgent: Default::default(),
             };
             let ctx = format!("image {i} (before persist {label})");
             repair_mark(&rec, &meta, o.meta.head, n.meta.head).unwrap();
