@@ -174,7 +174,6 @@ impl Inner {
         let place = table::Placement {
             target: None,
             cost: self.sizes.cost_of(&out, 0)?,
-            bursts: false,
         };
         let t = table::write_table(&self.shared, &out, id, max_seq, self.shape, place)?;
         Ok(Some(Arc::new(t)))

@@ -31,10 +31,6 @@ impl Inner {
     /// `installed`: `mem` is the version's immutable MemTable (false at recovery).
     pub fn flush_memtable(&self, mem: &Arc<MemTable>, installed: bool) -> Result<()> {
         let started = Instant::now();
-        // The MemTable now written to is new: in bursts until writers find it half full.
-        self.shared
-            .flush_urgent
-            .store(false, std::sync::atomic::Ordering::Relaxed);
         // Puts that took their room before the MemTable became immutable may still be
         // linking their nodes (`arena.rs`): the image is taken once they are all in.
         mem.arena.wait_for_fills();
@@ -46,7 +42,6 @@ impl Inner {
             let place = table::Placement {
                 target: mem.target,
                 cost: self.sizes.cost_of(&mem.arena, 0)?,
-                bursts: installed,
             };
             let t = table::write_table(
                 &self.shared,
@@ -61,6 +56,9 @@ impl Inner {
             Some(Arc::new(t))
         };
         self.publish_flush(mem, t, installed)?;
+        self.shared
+            .flush_awaited
+            .store(false, std::sync::atomic::Ordering::Relaxed);
         self.shared.pool.crash_point("mio.flush.after_publish");
         self.shared.pool.crash_point("mio.flush.before_log_free");
         // P2 step 5: the log is no longer listed; free its run. An empty MemTable's flush

@@ -223,9 +223,7 @@ impl Inner {
         let yields = v.levels[level].len() < 3 * self.opts.trigger;
         let mut bursts = crate::background::Bursts::start();
         while let Some(e) = m.next_entry()? {
-            if yields {
-                bursts.between();
-            }
+            bursts.between_steps(yields, &self.shared);
             if self.stop.load(Ordering::Acquire) {
                 free_unlinked(&self.shared, readers, &mut unlinked)?;
                 return Ok(true); // re-run (idempotently) at the next open
@@ -310,7 +308,7 @@ mod tests {
             alloc,
             counters: Counters::default(),
             hook: None,
-            flush_urgent: Default::default(),
+            flush_awaited: Default::default(),
         });
         let head = sh.alloc.alloc(node::HEAD_LEN as u64).unwrap();
         sh.pool.write(head, &Arena::new(0, 1).snapshot()).unwrap();

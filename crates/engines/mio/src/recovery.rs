@@ -54,7 +54,7 @@ pub fn open(
         alloc,
         counters: Counters::default(),
         hook,
-        flush_urgent: Default::default(),
+        flush_awaited: Default::default(),
     });
     if !fresh {
         collect_leaks(&shared, &dir_state)?;

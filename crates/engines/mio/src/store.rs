@@ -513,16 +513,16 @@ impl Inner {
                 || w.mem.arena.used() as u64 >= self.sizes.memtable
                 || !w.mem.arena.fits_bytes(fp.nodes)
                 || !w.log.fits(fp.log);
-            let urgent = &self.shared.flush_urgent;
-            if 2 * w.mem.arena.used() as u64 >= self.sizes.memtable
-                && !urgent.load(Ordering::Relaxed)
-            {
-                urgent.store(true, Ordering::Relaxed);
-            }
             let mut flush_wait = false;
             let admitted = if full {
                 let pending = self.version.read().imm.is_some();
                 flush_wait = pending;
+                if pending {
+                    // NOTE: a flush published since `pending` was read leaves the flag set
+                    // until the next flush is published: merges then yield more than
+                    // needed for one MemTable's time, nothing worse.
+                    self.shared.flush_awaited.store(true, Ordering::Relaxed);
+                }
                 if !pending && self.switch_memtable(&mut w, need, fp)? {
                     switch = false;
                     // The new MemTable may still lack budget for the put: check again.

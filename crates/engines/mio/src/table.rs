@@ -51,10 +51,10 @@ pub struct Shared {
     pub counters: Counters,
     /// The persist hook (tests only; `None` in a store opened normally).
     pub hook: Option<PersistHook>,
-    /// The MemTable being written is half full (or full, a writer waiting): the flush
-    /// under way copies flat out, not in bursts (`background::Bursts`), so that it ends
-    /// before writers must wait for it. Set by writers, cleared when a flush begins.
-    pub flush_urgent: std::sync::atomic::AtomicBool,
+    /// A writer waits for the flush under way (the MemTable filled first): merges and lazy
+    /// copies yield the core after every step until the flush is published, so that the
+    /// flush gets it (writers are waiting: nothing else needs it more).
+    pub flush_awaited: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -372,9 +372,6 @@ pub struct Placement {
     pub target: Option<Run>,
     /// The debt of its puts.
     pub cost: Debt,
-    /// Copied in bursts (`background::Bursts`) unless `Shared::flush_urgent`: a flush by
-    /// the flush thread. A copying compaction and a flush at recovery run flat out.
-    pub bursts: bool,
 }
 
 /// The one-piece write of an arena as a new table (P2 steps 1-2): one run (the MemTable's
@@ -418,12 +415,11 @@ fn write_table_in_pieces(
         }
     };
     let mut bloom = shape.new_bloom();
-    let written =
-        stream_image(shared, arena, off, &mut bloom, piece, place.bursts).and_then(|entries| {
-            shared
-                .persist("flush-table", off, len as usize)
-                .map(|()| entries)
-        });
+    let written = stream_image(shared, arena, off, &mut bloom, piece).and_then(|entries| {
+        shared
+            .persist("flush-table", off, len as usize)
+            .map(|()| entries)
+    });
     let entries = match written {
         Ok(n) => n,
         Err(e) => {
@@ -455,7 +451,7 @@ fn write_table_in_pieces(
 }
 
 /// Bytes of the buffer [`write_table`] streams an arena through.
-const STREAM_PIECE: usize = 256 << 10;
+const STREAM_PIECE: usize = 1 << 20;
 
 /// Copies `arena`'s image to `off` in order, a piece of whole nodes at a time through one
 /// small buffer, each piece rebased before it is written and its keys added to `bloom`;
@@ -467,20 +463,11 @@ fn stream_image(
     off: u64,
     bloom: &mut Option<Bloom>,
     limit: usize,
-    in_bursts: bool,
 ) -> Result<u64> {
     let total = arena.used();
     let mut piece = Vec::with_capacity(limit.min(total));
     let (mut at, mut entries) = (0usize, 0u64);
-    let mut bursts = crate::background::Bursts::start();
     while at < total {
-        if in_bursts
-            && !shared
-                .flush_urgent
-                .load(std::sync::atomic::Ordering::Relaxed)
-        {
-            bursts.between();
-        }
         piece.clear();
         let next = arena.copy_nodes(at, limit, &mut piece)?;
         entries += rebase_nodes(&mut piece, at, total, off, |k| {
@@ -579,7 +566,7 @@ mod tests {
             alloc,
             counters: Counters::default(),
             hook: None,
-            flush_urgent: Default::default(),
+            flush_awaited: Default::default(),
         });
         (d, sh)
     }

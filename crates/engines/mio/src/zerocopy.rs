@@ -494,9 +494,7 @@ impl Inner {
                 }
                 batch = (std::time::Instant::now(), ops);
             }
-            if yields {
-                bursts.between();
-            }
+            bursts.between_steps(yields, &self.shared);
             // The search for the node's place reads only: readers need not wait for it.
             let Some(planned) = plan_first(&self.shared, o.meta.head, n.meta.head, &finger)? else {
                 break;
@@ -654,7 +652,7 @@ mod tests {
             alloc,
             counters: Counters::default(),
             hook,
-            flush_urgent: Default::default(),
+            flush_awaited: Default::default(),
         })
     }
 
@@ -1074,7 +1072,7 @@ mod tests {
                 alloc,
                 counters: Counters::default(),
                 hook: None,
-                flush_urgent: Default::default(),
+                flush_awaited: Default::default(),
             };
             let ctx = format!("image {i} (before persist {label})");
             repair_mark(&rec, &meta, o.meta.head, n.meta.head).unwrap();
