@@ -98,7 +98,7 @@ const BURST: Duration = Duration::from_micros(100);
 /// then waits about a burst, not the rest of the scheduler's slice. On a machine with idle
 /// cores the yield returns at once. Measured on YCSB A right after a 1M-record load, 2
 /// cores, 4 client threads: a read's p99 was 142-158 µs while merges ran flat out, and
-/// 18-23 µs in bursts.
+/// 18-25 µs in bursts.
 pub struct Bursts {
     since: std::time::Instant,
 }
