@@ -23,6 +23,7 @@
 //! | §4.1 "Supporting Memory/Storage Hierarchy", §5.4 | the SSD extension, variant `mio:flash`: the repository is leveled sorted tables on flash (shared `tierkv-sstable`); the lazy copy becomes a write-out to flash level 0 | `flash.rs`, `flash_work.rs` |
 //! | (ours) | node layout shared by DRAM and pmem | `node.rs`, `skiplist.rs` |
 //! | (ours) | counters, check | `stats.rs`, `report.rs`, `check.rs` |
+//! | (ours) §4.6's reads, on pmem | a DRAM seek index per buffer table (its nodes of level 2 and up), kept right through zero-copy merges | `seek_index.rs`, `table.rs`, `zerocopy.rs` |
 //! | (ours) §4.4's repository after deletes | defragmentation: sparse slabs emptied by moving their nodes, under space pressure | `defrag.rs`, `recovery.rs` (`unlink_upper_only`) |
 //! | §4.5 "writes never stall", meets a full pool (issue 23) | room: MemTables own their flush target, puts admitted against the lazy copies' debt, a spare pair for deletes, refusal when the background makes no progress | `space.rs`, `store.rs` (`admit`) |
 //!
@@ -69,6 +70,7 @@ pub mod options;
 mod read_windows;
 mod recovery;
 mod report;
+pub mod seek_index;
 pub mod skiplist;
 pub mod space;
 pub mod stats;

@@ -69,16 +69,17 @@ impl<'a> Merge<'a> {
         Merge::of(inputs)
     }
 
-    /// A merge of the skiplists `lists` and the flash streams `flash` (positioned at the
-    /// same start by their caller).
+    /// A merge of the skiplists `lists` (source, head, where a search for `start` may
+    /// begin: [`skiplist::seek_from`](crate::skiplist::seek_from)) and the flash streams
+    /// `flash` (positioned at the same start by their caller).
     pub fn with_flash(
-        lists: &[(&'a dyn Source, u64)],
+        lists: &[(&'a dyn Source, u64, Option<u64>)],
         flash: Vec<FlashStream<'a>>,
         start: &[u8],
     ) -> Result<Merge<'a>> {
         let mut inputs = lists
             .iter()
-            .map(|(s, head)| Cursor::seek(*s, *head, start).map(Input::List))
+            .map(|(s, head, from)| Cursor::seek_from(*s, *head, *from, start).map(Input::List))
             .collect::<Result<Vec<_>>>()?;
         inputs.extend(flash.into_iter().map(Input::Flash));
         Merge::of(inputs)

@@ -26,8 +26,14 @@ pub(crate) fn stats(inner: &Inner) -> Stats {
         .flatten()
         .filter_map(|t| t.bloom.read().as_ref().map(|b| b.bytes() as u64))
         .sum();
+    let seek_indexes: u64 = v
+        .levels
+        .iter()
+        .flatten()
+        .map(|t| t.runs().index_bytes() as u64)
+        .sum();
     // The spare MemTable block kept for the next switch is DRAM in use too.
-    s.dram_bytes = dram + blooms + inner.arenas.bytes() as u64;
+    s.dram_bytes = dram + blooms + seek_indexes + inner.arenas.bytes() as u64;
     let mut put = |k: &str, x: u64| {
         s.counters.insert(format!("mio_{k}"), x);
     };
@@ -66,6 +72,8 @@ pub(crate) fn stats(inner: &Inner) -> Stats {
     for (i, l) in v.levels.iter().enumerate() {
         s.gauges.insert(format!("mio_tables_l{i}"), l.len() as f64);
     }
+    s.gauges
+        .insert("mio_seek_index_bytes".into(), seek_indexes as f64);
     if let Some(repo) = &inner.flash {
         put("flash_tables_written", c.flash_tables_written.get());
         put("flash_bytes_written_out", c.flash_bytes_written_out.get());

@@ -228,9 +228,25 @@ fn key_of<'a, S: Source + ?Sized>(s: &'a S, off: u64, h: &NodeHeader) -> Result<
 /// loads, and that node may lie *before* `key` (a scan would start below its start) or be
 /// another key (a get would miss `key` and read an older version further down).
 pub fn seek<S: Source + ?Sized>(s: &S, head: u64, key: &[u8]) -> Result<u64> {
-    let mut x = head;
+    seek_from(s, head, None, key)
+}
+
+/// [`seek`] starting at `start` instead of the head when given: a node still linked in
+/// the list, taller than [`INDEX_LEVEL`](crate::seek_index::INDEX_LEVEL), whose key is
+/// smaller than `key` (what a table's seek index answers); the search then walks only the
+/// levels below that height.
+pub fn seek_from<S: Source + ?Sized>(
+    s: &S,
+    head: u64,
+    start: Option<u64>,
+    key: &[u8],
+) -> Result<u64> {
+    let (mut x, top) = match start {
+        Some(n) => (n, crate::seek_index::INDEX_LEVEL + 1),
+        None => (head, node::MAX_HEIGHT),
+    };
     let mut at = 0;
-    for level in (0..node::MAX_HEIGHT).rev() {
+    for level in (0..top).rev() {
         loop {
             let n = next(s, x, level)?;
             if n == 0 {
@@ -255,7 +271,17 @@ pub fn seek<S: Source + ?Sized>(s: &S, head: u64, key: &[u8]) -> Result<u64> {
 
 /// The newest version of `key`: `Some(entry)` (a tombstone has no value) or `None`.
 pub fn get<S: Source + ?Sized>(s: &S, head: u64, key: &[u8]) -> Result<Option<Entry>> {
-    let n = seek(s, head, key)?;
+    get_from(s, head, None, key)
+}
+
+/// [`get`] whose search starts at `start` ([`seek_from`]).
+pub fn get_from<S: Source + ?Sized>(
+    s: &S,
+    head: u64,
+    start: Option<u64>,
+    key: &[u8],
+) -> Result<Option<Entry>> {
+    let n = seek_from(s, head, start, key)?;
     if n == 0 {
         return Ok(None);
     }
@@ -307,7 +333,12 @@ pub struct Cursor<S> {
 impl<S: Source> Cursor<S> {
     /// A cursor at the first node at or after `key`.
     pub fn seek(src: S, head: u64, key: &[u8]) -> Result<Self> {
-        let at = seek(&src, head, key)?;
+        Cursor::seek_from(src, head, None, key)
+    }
+
+    /// [`Cursor::seek`] whose search starts at `start` ([`seek_from`]).
+    pub fn seek_from(src: S, head: u64, start: Option<u64>, key: &[u8]) -> Result<Self> {
+        let at = seek_from(&src, head, start, key)?;
         Ok(Cursor { src, at })
     }
 

@@ -849,14 +849,14 @@ impl Inner {
             .levels
             .iter()
             .flatten()
-            .map(|t| (t.source(), t.meta.head))
+            .map(|t| (t.source(), t.meta.head, t.seek_start(start)))
             .collect();
-        let mut lists: Vec<(&dyn Source, u64)> = vec![(&v.mem.arena, 0)];
+        let mut lists: Vec<(&dyn Source, u64, Option<u64>)> = vec![(&v.mem.arena, 0, None)];
         if let Some(imm) = &v.imm {
-            lists.push((&imm.arena, 0));
+            lists.push((&imm.arena, 0, None));
         }
-        for (s, head) in &pools {
-            lists.push((s as &dyn Source, *head));
+        for (s, head, from) in &pools {
+            lists.push((s as &dyn Source, *head, *from));
         }
         let flash = match &self.flash {
             Some(repo) => v.flash.streams(start, &repo.cache, limit),

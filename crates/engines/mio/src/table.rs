@@ -28,6 +28,7 @@ use crate::arena::Arena;
 use crate::bloom::Bloom;
 use crate::dir::{Run, TableMeta};
 use crate::node::{self, HEAD_LEN, LINKS_OFF};
+use crate::seek_index::{IndexSlot, SeekIndex};
 use crate::skiplist::{self, Entry, Source};
 use crate::space::{Debt, Sizes};
 use crate::stats::Counters;
@@ -119,6 +120,9 @@ pub struct Runs {
     /// ([`NodeMoves`]). A get that reads a level without its lock compares the sum of
     /// the level's counts before and after (`store.rs`).
     moves: AtomicU64,
+    /// The table's DRAM seek index (`seek_index.rs`; none for the repository), shared by
+    /// every handle like the move count, so that a merge's dead marks reach them all.
+    index: IndexSlot,
 }
 
 /// A zero-copy node move in progress between two tables (`zerocopy.rs`): their move
@@ -155,7 +159,24 @@ impl Runs {
             absorbed: Mutex::new(Vec::new()),
             obsolete: AtomicBool::new(false),
             moves: AtomicU64::new(0),
+            index: IndexSlot::default(),
         })
+    }
+
+    /// The table's seek index now, if it has one.
+    pub fn index(&self) -> Option<&SeekIndex> {
+        self.index.current()
+    }
+
+    /// Makes `ix` the table's seek index (one installer at a time: the table's writer or
+    /// the compaction thread that owns it).
+    pub fn install_index(&self, ix: SeekIndex) {
+        self.index.install(ix);
+    }
+
+    /// DRAM taken by the table's seek indexes.
+    pub fn index_bytes(&self) -> usize {
+        self.index.bytes()
     }
 
     fn retire(&self) {
@@ -200,7 +221,13 @@ impl Table {
         if !self.may_contain(key) {
             return Ok(None);
         }
-        skiplist::get(&self.source(), self.meta.head, key)
+        skiplist::get_from(&self.source(), self.meta.head, self.seek_start(key), key)
+    }
+
+    /// Where a search of this table for `key` may start (its seek index's answer), or
+    /// `None` (from the head).
+    pub fn seek_start(&self, key: &[u8]) -> Option<u64> {
+        self.runs.index().and_then(|ix| ix.start(key))
     }
 
     /// Whether the table's Bloom filter admits `key` (always, without one); a "no" is
@@ -416,11 +443,11 @@ fn write_table_in_pieces(
     };
     let mut bloom = shape.new_bloom();
     let written = stream_image(shared, arena, off, &mut bloom, piece).and_then(|entries| {
-        shared
-            .persist("flush-table", off, len as usize)
-            .map(|()| entries)
+        shared.persist("flush-table", off, len as usize)?;
+        let ix = SeekIndex::build(&PoolSource(&shared.pool), off)?;
+        Ok((entries, ix))
     });
-    let entries = match written {
+    let (entries, index) = match written {
         Ok(n) => n,
         Err(e) => {
             // A run allocated here is freed; a flush target stays allocated (the store
@@ -433,9 +460,11 @@ fn write_table_in_pieces(
     };
     shared.counters.table_bytes_written.add(len);
     let allocs = vec![Run { off, chunks }];
+    let runs = Runs::new(shared, allocs.clone());
+    runs.install_index(index);
     Ok(Table {
         shared: shared.clone(),
-        runs: Runs::new(shared, allocs.clone()),
+        runs,
         meta: TableMeta {
             id,
             head: off,
@@ -532,9 +561,13 @@ pub fn open_table(
         Ok(())
     })?;
     let bytes = meta.allocs.iter().map(|r| r.chunks).sum::<u64>() * shared.alloc.chunk_size();
+    let owner = Runs::new(shared, meta.allocs.clone());
+    if runs.is_some() {
+        owner.install_index(SeekIndex::build(&src, meta.head)?);
+    }
     Ok(Table {
         shared: shared.clone(),
-        runs: Runs::new(shared, meta.allocs.clone()),
+        runs: owner,
         meta: TableMeta { entries: n, ..meta },
         bloom: Arc::new(RwLock::new(bloom)),
         bytes,

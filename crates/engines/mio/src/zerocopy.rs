@@ -60,6 +60,7 @@ use tierkv_core::{Error, Result, Tier};
 
 use crate::dir::MergeMeta;
 use crate::node::{MAX_HEIGHT, NodeHeader, link_off as link};
+use crate::seek_index::{INDEX_LEVEL, SeekIndex};
 use crate::skiplist::{self, Finger};
 use crate::store::Inner;
 use crate::table::{NodeMoves, PoolSource, Shared, Table};
@@ -80,6 +81,26 @@ pub struct Moved {
     pub dropped: u64,
 }
 
+/// The seek indexes (`seek_index.rs`) of a merging pair, where a move marks the indexed
+/// nodes that leave their table (none at recovery: indexes are built after the repair).
+#[derive(Clone, Copy, Default)]
+pub struct Indexes<'a> {
+    /// The oldtable's: older versions unlinked from it.
+    pub old: Option<&'a SeekIndex>,
+    /// The newtable's: the moved node and the older versions its head skips.
+    pub new: Option<&'a SeekIndex>,
+}
+
+impl<'a> Indexes<'a> {
+    /// The indexes of the pair (`old`, `new`).
+    pub fn of(old: &'a Table, new: &'a Table) -> Indexes<'a> {
+        Indexes {
+            old: old.runs().index(),
+            new: new.runs().index(),
+        }
+    }
+}
+
 /// Stores a word and counts it.
 fn put(sh: &Shared, off: u64, v: u64, m: &mut Moved) -> Result<()> {
     sh.pool.store_u64(off, v)?;
@@ -88,7 +109,14 @@ fn put(sh: &Shared, off: u64, v: u64, m: &mut Moved) -> Result<()> {
 }
 
 /// Step 2: the newtable's head skips every node of key `kx` at every level.
-fn unlink_from_new(sh: &Shared, new_head: u64, kx: &[u8], m: &mut Moved) -> Result<()> {
+/// Indexed nodes it skips are marked dead in `index` (the newtable's seek index).
+fn unlink_from_new(
+    sh: &Shared,
+    new_head: u64,
+    kx: &[u8],
+    index: Option<&SeekIndex>,
+    m: &mut Moved,
+) -> Result<()> {
     let src = PoolSource(&sh.pool);
     for l in (0..MAX_HEIGHT).rev() {
         let first = skiplist::next(&src, new_head, l)?;
@@ -97,6 +125,11 @@ fn unlink_from_new(sh: &Shared, new_head: u64, kx: &[u8], m: &mut Moved) -> Resu
             let h = skiplist::header(&src, s)?;
             if skiplist::key(&src, s, &h)?.as_ref() != kx {
                 break;
+            }
+            if l == INDEX_LEVEL
+                && let Some(ix) = index
+            {
+                ix.mark_dead(kx, s);
             }
             if l == 0 && s != first {
                 m.dropped += 1;
@@ -138,15 +171,17 @@ fn link_into_old(
     m: &mut Moved,
 ) -> Result<()> {
     let place = find_place(sh, old_head, x, finger)?;
-    link_at(sh, x, place, finger, m)
+    link_at(sh, x, place, finger, None, m)
 }
 
 /// [`link_into_old`] at a place [`find_place`] found (nothing changed the oldtable since).
+/// Indexed older versions it unlinks are marked dead in `index` (the oldtable's).
 fn link_at(
     sh: &Shared,
     x: u64,
     (hx, kx, preds): (NodeHeader, Vec<u8>, [u64; MAX_HEIGHT]),
     finger: &mut Finger,
+    index: Option<&SeekIndex>,
     m: &mut Moved,
 ) -> Result<()> {
     let src = PoolSource(&sh.pool);
@@ -181,6 +216,11 @@ fn link_at(
         let hy = skiplist::header(&src, y)?;
         if skiplist::key(&src, y, &hy)?.as_ref() != kx.as_slice() {
             break;
+        }
+        if hy.height > INDEX_LEVEL
+            && let Some(ix) = index
+        {
+            ix.mark_dead(&kx, y);
         }
         for l in (0..hy.height).rev() {
             let p = if l < h { x } else { preds[l] };
@@ -221,22 +261,24 @@ pub fn plan_first(
     }))
 }
 
-/// Moves a planned node (steps 1-5, each persisted before the next).
+/// Moves a planned node (steps 1-5, each persisted before the next), marking the indexed
+/// nodes that leave either table dead in `indexes` (before the move ends: `seek_index.rs`).
 pub fn apply_move(
     sh: &Shared,
     meta: &MergeMeta,
     new_head: u64,
     planned: PlannedMove,
     finger: &mut Finger,
+    indexes: Indexes<'_>,
 ) -> Result<Moved> {
     let PlannedMove { x, place } = planned;
     let mut m = Moved::default();
     put(sh, meta.mark, x, &mut m)?;
     sh.persist("zc-mark", meta.mark, 8)?;
     sh.pool.crash_point("mio.zerocopy.after_mark");
-    unlink_from_new(sh, new_head, &place.1, &mut m)?;
+    unlink_from_new(sh, new_head, &place.1, indexes.new, &mut m)?;
     sh.pool.crash_point("mio.zerocopy.after_unlink_new");
-    link_at(sh, x, place, finger, &mut m)?;
+    link_at(sh, x, place, finger, indexes.old, &mut m)?;
     sh.pool.crash_point("mio.zerocopy.after_drop_old");
     put(sh, meta.mark, 0, &mut m)?;
     sh.persist("zc-unmark", meta.mark, 8)?;
@@ -247,15 +289,16 @@ pub fn apply_move(
 /// Moves the newtable's first node into the oldtable (steps 1-5); `None` when the
 /// newtable is empty. `finger`: where the last move of this merge linked its node
 /// ([`Finger::default`] for the first move, or after anything else changed the oldtable).
+/// `indexes`: the pair's seek indexes ([`apply_move`]).
 pub fn move_first(
     sh: &Shared,
     meta: &MergeMeta,
-    old_head: u64,
-    new_head: u64,
+    (old_head, new_head): (u64, u64),
     finger: &mut Finger,
+    indexes: Indexes<'_>,
 ) -> Result<Option<Moved>> {
     match plan_first(sh, old_head, new_head, finger)? {
-        Some(p) => apply_move(sh, meta, new_head, p, finger).map(Some),
+        Some(p) => apply_move(sh, meta, new_head, p, finger, indexes).map(Some),
         None => Ok(None),
     }
 }
@@ -428,7 +471,7 @@ pub fn repair_mark(sh: &Shared, meta: &MergeMeta, old_head: u64, new_head: u64) 
     // While the newtable's head still points at a node of x's key at some level, step 2
     // was not persisted, so step 3 has not touched x's links: skipping along them is
     // right. Where it points past them, nothing is done again.
-    unlink_from_new(sh, new_head, &kx, &mut m)?;
+    unlink_from_new(sh, new_head, &kx, None, &mut m)?;
     link_into_old(sh, old_head, x, &mut Finger::default(), &mut m)?;
     sh.pool.store_u64(meta.mark, 0)?;
     sh.persist("zc-repair-unmark", meta.mark, 8)?;
@@ -505,13 +548,25 @@ impl Inner {
             let m = {
                 let _exclusive = self.level_locks[level].write();
                 let _moving = NodeMoves::begin(&o, &n);
-                apply_move(&self.shared, &state.meta, n.meta.head, planned, &mut finger)?
+                let indexes = Indexes::of(&o, &n);
+                apply_move(
+                    &self.shared,
+                    &state.meta,
+                    n.meta.head,
+                    planned,
+                    &mut finger,
+                    indexes,
+                )?
             };
             self.progress.fetch_add(1, Ordering::AcqRel);
             self.shared.counters.relinked_words.add(m.words);
             self.shared.counters.nodes_relinked.incr();
             self.shared.counters.versions_dropped.add(m.dropped);
         }
+        // The merged table gets an index of all its nodes (the oldtable's indexed only
+        // its own); only this thread changes the pair, so the walk sees it whole.
+        o.runs()
+            .install_index(SeekIndex::build(&o.source(), o.meta.head)?);
         self.finish_merge(level, &o, &n, &state)?;
         if let Some(c) = self.shared.counters.compactions.get(level) {
             c.incr();
@@ -687,6 +742,99 @@ mod tests {
         out
     }
 
+    /// A seek that starts where a table's seek index says lands where a seek from the
+    /// head lands, in both tables of a pair, after every move of a merge (the moved node and
+    /// the older versions it drops leave their tables: their entries must be dead) and in
+    /// the merged table with its fresh index.
+    #[test]
+    fn seeks_from_the_seek_indexes_match_seeks_from_the_head_through_a_merge() {
+        let d = tempfile::tempdir().unwrap();
+        let sh = shared(d.path());
+        let mut rng = 11u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let (mut old_rows, mut new_rows) = (Vec::new(), Vec::new());
+        for seq in 1..=3000u64 {
+            let k = format!("k{:04}", next() % 1500);
+            let row = (k, seq, Some(format!("v{seq}")));
+            if seq <= 1800 {
+                old_rows.push(row);
+            } else {
+                new_rows.push(row);
+            }
+        }
+        let o = table(&sh, 1, &old_rows);
+        let n = table(&sh, 2, &new_rows);
+        let (oi, ni) = (o.runs().index().unwrap(), n.runs().index().unwrap());
+        assert!(
+            oi.len() > 40 && ni.len() > 20,
+            "{} and {} entries",
+            oi.len(),
+            ni.len()
+        );
+        let meta = MergeMeta {
+            level: 0,
+            old: 1,
+            new: 2,
+            mark: sh.alloc.alloc(8).unwrap(),
+        };
+        let probes: Vec<String> = (0..1510).step_by(7).map(|i| format!("k{i:04}")).collect();
+        let src = PoolSource(&sh.pool);
+        let check = |ctx: &str| {
+            let mut from_index = 0;
+            for t in [&o, &n] {
+                for p in &probes {
+                    let start = t.seek_start(p.as_bytes());
+                    from_index += usize::from(start.is_some());
+                    let a = skiplist::seek_from(&src, t.meta.head, start, p.as_bytes()).unwrap();
+                    let b = skiplist::seek(&src, t.meta.head, p.as_bytes()).unwrap();
+                    assert_eq!(a, b, "{ctx}: table {} key {p}", t.meta.id);
+                }
+            }
+            from_index
+        };
+        assert!(check("before the merge") > probes.len());
+        let mut finger = Finger::default();
+        let mut moves = 0;
+        while move_first(
+            &sh,
+            &meta,
+            (o.meta.head, n.meta.head),
+            &mut finger,
+            Indexes::of(&o, &n),
+        )
+        .unwrap()
+        .is_some()
+        {
+            moves += 1;
+            if moves % 25 == 0 {
+                check(&format!("after {moves} moves"));
+            }
+        }
+        assert!(
+            ni.dead_entries() == ni.len(),
+            "every indexed newtable node left it"
+        );
+        assert!(
+            oi.dead_entries() > 0,
+            "older versions dropped from the oldtable"
+        );
+        check("after the last move");
+        o.runs()
+            .install_index(SeekIndex::build(&src, o.meta.head).unwrap());
+        let fresh = o.runs().index().unwrap();
+        assert_eq!(fresh.dead_entries(), 0);
+        assert!(
+            fresh.len() > oi.len() - oi.dead_entries(),
+            "the merged table's nodes"
+        );
+        assert!(check("merged, fresh index") > probes.len() / 2);
+    }
+
     #[test]
     fn merge_relinks_every_node_keeps_newest_and_writes_no_key_or_value_bytes() {
         let d = tempfile::tempdir().unwrap();
@@ -723,7 +871,15 @@ mod tests {
         let before = sh.pool.counters().pmem_bytes_written;
         let mut words = 0;
         let mut finger = Finger::default();
-        while let Some(m) = move_first(&sh, &meta, o.meta.head, n.meta.head, &mut finger).unwrap() {
+        while let Some(m) = move_first(
+            &sh,
+            &meta,
+            (o.meta.head, n.meta.head),
+            &mut finger,
+            Indexes::of(&o, &n),
+        )
+        .unwrap()
+        {
             words += m.words;
         }
         let written = sh.pool.counters().pmem_bytes_written - before;
@@ -850,9 +1006,15 @@ mod tests {
             loop {
                 {
                     let _moving = NodeMoves::begin(&o, &n);
-                    if move_first(&sh, &meta, o.meta.head, n.meta.head, &mut finger)
-                        .unwrap()
-                        .is_none()
+                    if move_first(
+                        &sh,
+                        &meta,
+                        (o.meta.head, n.meta.head),
+                        &mut finger,
+                        Indexes::of(&o, &n),
+                    )
+                    .unwrap()
+                    .is_none()
                     {
                         break;
                     }
@@ -965,9 +1127,15 @@ mod tests {
             loop {
                 pause.wait(&stop);
                 let _moving = NodeMoves::begin(&o, &n);
-                if move_first(&sh, &meta, o.meta.head, n.meta.head, &mut finger)
-                    .unwrap()
-                    .is_none()
+                if move_first(
+                    &sh,
+                    &meta,
+                    (o.meta.head, n.meta.head),
+                    &mut finger,
+                    Indexes::of(&o, &n),
+                )
+                .unwrap()
+                .is_none()
                 {
                     break;
                 }
@@ -1047,9 +1215,15 @@ mod tests {
         }
         *pool_cell.lock().unwrap() = Some(sh.pool.clone());
         let mut finger = Finger::default();
-        while move_first(&sh, &meta, o.meta.head, n.meta.head, &mut finger)
-            .unwrap()
-            .is_some()
+        while move_first(
+            &sh,
+            &meta,
+            (o.meta.head, n.meta.head),
+            &mut finger,
+            Indexes::of(&o, &n),
+        )
+        .unwrap()
+        .is_some()
         {}
         *pool_cell.lock().unwrap() = None;
         let final_old = contents(&sh.pool, o.meta.head);
@@ -1090,9 +1264,9 @@ mod tests {
             while move_first(
                 &rec,
                 &meta,
-                o.meta.head,
-                n.meta.head,
+                (o.meta.head, n.meta.head),
                 &mut Finger::default(),
+                Indexes::default(),
             )
             .unwrap()
             .is_some()
