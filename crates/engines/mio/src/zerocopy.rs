@@ -742,6 +742,16 @@ mod tests {
         out
     }
 
+    /// A xorshift generator from `seed` (non-zero).
+    fn xorshift(mut rng: u64) -> impl FnMut() -> u64 {
+        move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        }
+    }
+
     /// A seek that starts where a table's seek index says lands where a seek from the
     /// head lands, in both tables of a pair, after every move of a merge (the moved node and
     /// the older versions it drops leave their tables: their entries must be dead) and in
@@ -750,13 +760,7 @@ mod tests {
     fn seeks_from_the_seek_indexes_match_seeks_from_the_head_through_a_merge() {
         let d = tempfile::tempdir().unwrap();
         let sh = shared(d.path());
-        let mut rng = 11u64;
-        let mut next = || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = xorshift(11);
         let (mut old_rows, mut new_rows) = (Vec::new(), Vec::new());
         for seq in 1..=3000u64 {
             let k = format!("k{:04}", next() % 1500);
@@ -839,13 +843,7 @@ mod tests {
     fn merge_relinks_every_node_keeps_newest_and_writes_no_key_or_value_bytes() {
         let d = tempfile::tempdir().unwrap();
         let sh = shared(d.path());
-        let mut rng = 7u64;
-        let mut next = || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = xorshift(7);
         let mut old_rows = Vec::new();
         let mut new_rows = Vec::new();
         let mut newest: BTreeMap<String, u64> = BTreeMap::new();
