@@ -368,6 +368,12 @@ impl<S: Source> Cursor<S> {
         let h = header(&self.src, self.at)?;
         key.clear();
         key.extend_from_slice(&self::key(&self.src, self.at, &h)?);
+        // The node after this one is where the cursor goes next: its fetch (a cache miss on
+        // pmem) then overlaps the work until the merge advances this cursor.
+        let after = next(&self.src, self.at, 0)?;
+        if after != 0 {
+            self.src.prefetch_node(after);
+        }
         Ok(Some(h.seq))
     }
 
