@@ -97,6 +97,8 @@ impl SeekIndex {
         ix.dead = (0..ix.slots.len())
             .map(|_| AtomicBool::new(false))
             .collect();
+        ix.slots.shrink_to_fit();
+        ix.keys.shrink_to_fit();
         Ok(ix)
     }
 
