@@ -56,12 +56,15 @@ const DEAD_STEPS: usize = 16;
 /// right (its dead marks go on), only less dense.
 const GENERATIONS: usize = 20;
 
-/// One indexed node.
+/// Entries per block of the fence: a search first finds its block among the fence's
+/// prefixes (a few KiB, cache-resident), then its entry among the block's 64 prefixes, so
+/// it touches a handful of cache lines instead of one per step of a binary search over the
+/// whole index (which cost as much as the walk on pmem it saves).
+const BLOCK: usize = 64;
+
+/// One indexed node (its key's prefix is in `SeekIndex::prefixes` at the same position).
 #[derive(Debug)]
 struct Slot {
-    /// The key's first 16 bytes, zero-padded, big-endian: integer order is key order
-    /// wherever two prefixes differ.
-    prefix: u128,
     key_at: u32,
     key_len: u32,
     /// The node's pool offset.
@@ -80,6 +83,11 @@ fn prefix(key: &[u8]) -> u128 {
 /// The index of one table (see the module doc).
 #[derive(Debug, Default)]
 pub struct SeekIndex {
+    /// Each entry's key's first 16 bytes, zero-padded, big-endian: integer order is key
+    /// order wherever two prefixes differ.
+    prefixes: Vec<u128>,
+    /// The prefix of every [`BLOCK`]-th entry.
+    fence: Vec<u128>,
     slots: Vec<Slot>,
     keys: Vec<u8>,
     dead: Vec<AtomicBool>,
@@ -97,14 +105,16 @@ impl SeekIndex {
         ix.dead = (0..ix.slots.len())
             .map(|_| AtomicBool::new(false))
             .collect();
+        ix.fence = ix.prefixes.iter().step_by(BLOCK).copied().collect();
+        ix.prefixes.shrink_to_fit();
         ix.slots.shrink_to_fit();
         ix.keys.shrink_to_fit();
         Ok(ix)
     }
 
     fn push(&mut self, key: &[u8], off: u64) {
+        self.prefixes.push(prefix(key));
         self.slots.push(Slot {
-            prefix: prefix(key),
             key_at: self.keys.len() as u32,
             key_len: key.len() as u32,
             off,
@@ -121,9 +131,19 @@ impl SeekIndex {
     /// smaller.
     fn rank(&self, key: &[u8]) -> usize {
         let p = prefix(key);
-        self.slots.partition_point(|s| {
-            s.prefix.cmp(&p).then_with(|| self.key(s).cmp(key)) == Ordering::Less
-        })
+        // The first entry whose prefix is not below `p`: in the block before the first
+        // fence prefix not below it.
+        let block = self.fence.partition_point(|f| *f < p).saturating_sub(1);
+        let from = block * BLOCK;
+        let to = (from + BLOCK).min(self.prefixes.len());
+        let lo = from + self.prefixes[from..to].partition_point(|x| *x < p);
+        // Entries with `p` as their prefix (rarely more than one) order by whole key.
+        let equal = if self.prefixes.get(lo) == Some(&p) {
+            self.prefixes[lo..].partition_point(|x| *x == p)
+        } else {
+            0
+        };
+        lo + self.slots[lo..lo + equal].partition_point(|s| self.key(s).cmp(key) == Ordering::Less)
     }
 
     /// Where a search for `key` may start: the last live indexed node whose key is smaller
@@ -172,6 +192,7 @@ impl SeekIndex {
     /// DRAM it takes.
     pub fn bytes(&self) -> usize {
         self.slots.capacity() * std::mem::size_of::<Slot>()
+            + (self.prefixes.capacity() + self.fence.capacity()) * std::mem::size_of::<u128>()
             + self.keys.capacity()
             + self.dead.capacity()
     }
@@ -289,6 +310,34 @@ mod tests {
                 .find(|(k, _)| k.as_slice() < probe.as_bytes())
                 .map(|(_, off)| *off);
             assert_eq!(ix.start(probe.as_bytes()), want, "start for {probe:?}");
+        }
+    }
+
+    /// The fenced search ranks like a plain count over whole keys, for keys whose 16-byte
+    /// prefixes differ, keys that share them (long common prefixes), and probes between,
+    /// before, after and equal to indexed keys.
+    #[test]
+    fn the_fenced_search_ranks_as_a_count_of_smaller_keys() {
+        let mut keys: Vec<String> = (0..3000)
+            .map(|i| format!("u{:07}", i * 13 % 3000))
+            .collect();
+        keys.extend((0..1500).map(|i| format!("tenant-00000000042/row/{i:05}")));
+        keys.extend((0..300).map(|i| format!("t{i}")));
+        let refs: Vec<&str> = keys.iter().map(|s| s.as_str()).collect();
+        let a = arena_with(&refs);
+        let ix = SeekIndex::build(&a, 0).unwrap();
+        assert!(ix.len() > 4 * BLOCK && ix.fence.len() > 4);
+        let indexed: Vec<Vec<u8>> = ix.slots.iter().map(|s| ix.key(s).to_vec()).collect();
+        let mut probes: Vec<Vec<u8>> = indexed.clone();
+        probes.extend(indexed.iter().map(|k| [k.as_slice(), b"\0"].concat()));
+        probes.extend(indexed.iter().map(|k| k[..k.len() - 1].to_vec()));
+        probes.extend([b"".to_vec(), b"\xff".to_vec(), b"tenant-".to_vec()]);
+        for p in &probes {
+            let want = indexed
+                .iter()
+                .filter(|k| k.as_slice() < p.as_slice())
+                .count();
+            assert_eq!(ix.rank(p), want, "rank of {:?}", String::from_utf8_lossy(p));
         }
     }
 

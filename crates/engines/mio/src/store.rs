@@ -699,8 +699,9 @@ impl Inner {
             }
         }
         let repo = v.levels.len() - 1;
+        let h = crate::bloom::hash_key(key);
         for level in &v.levels[..repo] {
-            if let Some(e) = self.get_in_level(level, key)? {
+            if let Some(e) = self.get_in_level(level, key, h)? {
                 c.reads_from_pmem.incr();
                 return Ok(self.found(e.value));
             }
@@ -710,7 +711,7 @@ impl Inner {
             // exclusively, once no reader holds it (`lazycopy.rs`).
             let _repository = self.level_locks[repo].read();
             for t in v.levels[repo].iter().rev() {
-                if let Some(e) = t.get(key)? {
+                if let Some(e) = t.get_hashed(key, h)? {
                     c.reads_from_pmem.incr();
                     return Ok(self.found(e.value));
                 }
@@ -737,15 +738,16 @@ impl Inner {
     /// leave the newer table of a merging pair, so a key the newer table's filter refused
     /// is in neither table when the older one's refuses it too (filters only grow). Most
     /// gets of a level that does not hold their key thus never race its merge.
-    fn get_in_level(&self, level: &[Arc<Table>], key: &[u8]) -> Result<Option<Entry>> {
-        if level.iter().rev().all(|t| !t.admits(key)) {
+    /// `h`: the key's [`crate::bloom::hash_key`].
+    fn get_in_level(&self, level: &[Arc<Table>], key: &[u8], h: u64) -> Result<Option<Entry>> {
+        if level.iter().rev().all(|t| !t.admits_hash(h)) {
             let refused = level.len() as u64;
             self.shared.counters.bloom_negatives.add(refused);
             return Ok(None);
         }
         let search = || -> Result<Option<Entry>> {
             for t in level.iter().rev() {
-                if let Some(e) = t.get(key)? {
+                if let Some(e) = t.get_hashed(key, h)? {
                     return Ok(Some(e));
                 }
             }

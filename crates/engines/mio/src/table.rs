@@ -25,7 +25,7 @@ use tierkv_core::media::pmem::{PmemAllocator, PmemPool};
 use tierkv_core::{Error, Result, Tier};
 
 use crate::arena::Arena;
-use crate::bloom::Bloom;
+use crate::bloom::{self, Bloom};
 use crate::dir::{Run, TableMeta};
 use crate::node::{self, HEAD_LEN, LINKS_OFF};
 use crate::seek_index::{IndexSlot, SeekIndex};
@@ -218,7 +218,14 @@ impl Table {
 
     /// The newest version of `key` in this table (a tombstone has no value).
     pub fn get(&self, key: &[u8]) -> Result<Option<Entry>> {
-        if !self.may_contain(key) {
+        self.get_hashed(key, bloom::hash_key(key))
+    }
+
+    /// [`Table::get`] of a key whose [`bloom::hash_key`] is `h` (a get hashes once for
+    /// every table it asks).
+    pub fn get_hashed(&self, key: &[u8], h: u64) -> Result<Option<Entry>> {
+        if !self.admits_hash(h) {
+            self.shared.counters.bloom_negatives.incr();
             return Ok(None);
         }
         skiplist::get_from(&self.source(), self.meta.head, self.seek_start(key), key)
@@ -243,10 +250,15 @@ impl Table {
 
     /// [`Table::may_contain`] without counting a "no".
     pub fn admits(&self, key: &[u8]) -> bool {
+        self.admits_hash(bloom::hash_key(key))
+    }
+
+    /// [`Table::admits`] of the key whose [`bloom::hash_key`] is `h`.
+    pub fn admits_hash(&self, h: u64) -> bool {
         self.bloom
             .read()
             .as_ref()
-            .is_none_or(|b| b.may_contain(key))
+            .is_none_or(|b| b.may_contain_hash(h))
     }
 
     /// The table's move count (`Acquire`): odd while a zero-copy node move into or out
