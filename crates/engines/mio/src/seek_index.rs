@@ -51,10 +51,11 @@ pub const INDEX_LEVEL: usize = 1;
 /// How many dead entries a search steps back over before it starts from the head.
 const DEAD_STEPS: usize = 16;
 
-/// Indexes one table's run owner keeps (one more per zero-copy merge the table absorbs
-/// as the oldtable, at most one per level); past this the last one stays in use, still
-/// right (its dead marks go on), only less dense.
-const GENERATIONS: usize = 20;
+/// Indexes one table's run owner keeps: the first, and one more per zero-copy merge in
+/// which the table is the oldtable (at most one per level; `levels` is at most 32). Past
+/// this the last one would stay in use: still right (its dead marks go on), only blind to
+/// the nodes merged in since.
+const GENERATIONS: usize = 33;
 
 /// Entries per block of the fence: a search first finds its block among the fence's
 /// prefixes (a few KiB, cache-resident), then its entry among the block's 64 prefixes, so
@@ -200,10 +201,19 @@ impl SeekIndex {
 
 /// The indexes of one table's run owner: the newest is in use; older ones stay until the
 /// owner is dropped, so a reader that took one keeps a valid reference.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct IndexSlot {
     gens: [OnceLock<SeekIndex>; GENERATIONS],
     installed: AtomicUsize,
+}
+
+impl Default for IndexSlot {
+    fn default() -> IndexSlot {
+        IndexSlot {
+            gens: std::array::from_fn(|_| OnceLock::new()),
+            installed: AtomicUsize::new(0),
+        }
+    }
 }
 
 impl IndexSlot {
