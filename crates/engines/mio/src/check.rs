@@ -1,5 +1,6 @@
 //! `tierkv check` for a mio store (issue 18, item 11): every table's skiplist is in order
-//! at every level and every upper-level list is a subsequence of level 0; levels and the
+//! at every level and every upper-level list is a subsequence of level 0, and no live entry
+//! of a table's DRAM seek index names a node that left it; levels and the
 //! directory agree; every run the directory references is allocated with its tag; the
 //! allocator's own invariants hold. With `mio:flash`: every flash table's blocks read back
 //! whole (checksums), keys ascending and every entry a version; deeper levels' tables
@@ -8,11 +9,12 @@
 //!
 //! Thread safety: reads a cloned version and the directory under its lock.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use tierkv_core::{Error, Result, Tier};
 
 use crate::node::MAX_HEIGHT;
+use crate::seek_index::INDEX_LEVEL;
 use crate::skiplist;
 use crate::store::Inner;
 use crate::table::{TAG_TABLE, TAG_WAL, Table};
@@ -230,8 +232,9 @@ fn check_table(t: &Table, runs: Option<&[(u64, u64)]>) -> Result<u64> {
         level0.insert(at);
         Ok(())
     })?;
+    let mut indexed = HashMap::new();
     for level in 1..MAX_HEIGHT {
-        skiplist::walk_level(&src, t.meta.head, level, |at, h, _| {
+        skiplist::walk_level(&src, t.meta.head, level, |at, h, key| {
             placed(at, h)?;
             if h.height <= level {
                 return Err(bad(at, "node linked above its height"));
@@ -239,8 +242,16 @@ fn check_table(t: &Table, runs: Option<&[(u64, u64)]>) -> Result<u64> {
             if !level0.contains(&at) {
                 return Err(bad(at, "upper-level node missing from level 0"));
             }
+            if level == INDEX_LEVEL {
+                indexed.insert(at, key.to_vec());
+            }
             Ok(())
         })?;
+    }
+    // The DRAM seek index (`seek_index.rs`): no live entry may name a node that left
+    // the table (a zero-copy move marks those dead).
+    if let Some(ix) = t.runs().index() {
+        ix.verify(&indexed).map_err(|e| bad(t.meta.head, &e))?;
     }
     Ok(n)
 }

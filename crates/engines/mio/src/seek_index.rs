@@ -38,6 +38,7 @@
 //! and kept until the table's runs are freed, so a reader's reference stays valid.
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtomicOrdering};
 
@@ -170,6 +171,42 @@ impl SeekIndex {
             }
             i += 1;
         }
+    }
+
+    /// `tierkv check`: every live entry names a node linked at [`INDEX_LEVEL`] in its table
+    /// (`linked`: offset → key of each) with that node's key, and the entries are in key
+    /// order. Returns the live entries; a stale one is an error naming it.
+    pub fn verify(&self, linked: &HashMap<u64, Vec<u8>>) -> std::result::Result<usize, String> {
+        let mut live = 0;
+        for (i, s) in self.slots.iter().enumerate() {
+            if i > 0 && self.key(&self.slots[i - 1]) > self.key(s) {
+                return Err(format!("seek index entry {i} out of key order"));
+            }
+            if self.prefixes[i] != prefix(self.key(s)) {
+                return Err(format!(
+                    "seek index entry {i}: prefix does not match its key"
+                ));
+            }
+            if self.dead[i].load(AtomicOrdering::Acquire) {
+                continue;
+            }
+            match linked.get(&s.off) {
+                Some(k) if k.as_slice() == self.key(s) => live += 1,
+                Some(_) => {
+                    return Err(format!(
+                        "seek index entry {i}: node {} has another key",
+                        s.off
+                    ));
+                }
+                None => {
+                    return Err(format!(
+                        "seek index entry {i}: node {} is live in the index but not linked at level {INDEX_LEVEL}",
+                        s.off
+                    ));
+                }
+            }
+        }
+        Ok(live)
     }
 
     /// Entries (live and dead).
@@ -381,6 +418,33 @@ mod tests {
             ix.mark_dead(&key_of(i), ix.slots[i].off);
         }
         assert_eq!(ix.start(b"zzz"), None);
+    }
+
+    /// `verify` accepts the index of a list as built and with dead entries whose nodes
+    /// left it, and names an entry still live whose node is no longer linked.
+    #[test]
+    fn verify_finds_a_live_entry_whose_node_left_the_list() {
+        let keys: Vec<String> = (0..600).map(|i| format!("v{i:04}")).collect();
+        let refs: Vec<&str> = keys.iter().map(|s| s.as_str()).collect();
+        let a = arena_with(&refs);
+        let ix = SeekIndex::build(&a, 0).unwrap();
+        let mut linked = HashMap::new();
+        skiplist::walk_level(&a, 0, INDEX_LEVEL, |off, _h, k| {
+            linked.insert(off, k.to_vec());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(ix.verify(&linked), Ok(ix.len()));
+        // The node of entry 3 leaves the list: stale until it is marked dead.
+        let (k3, off3) = (ix.key(&ix.slots[3]).to_vec(), ix.slots[3].off);
+        linked.remove(&off3);
+        let err = ix.verify(&linked).unwrap_err();
+        assert!(
+            err.contains("entry 3") && err.contains("not linked"),
+            "{err}"
+        );
+        ix.mark_dead(&k3, off3);
+        assert_eq!(ix.verify(&linked), Ok(ix.len() - 1));
     }
 
     #[test]
