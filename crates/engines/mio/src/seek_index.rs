@@ -289,6 +289,14 @@ mod tests {
     use crate::arena::Arena;
     use crate::node::Kind;
 
+    /// An arena holding `keys` and its index.
+    fn indexed(keys: &[String]) -> (Arena, SeekIndex) {
+        let refs: Vec<&str> = keys.iter().map(|s| s.as_str()).collect();
+        let a = arena_with(&refs);
+        let ix = SeekIndex::build(&a, 0).unwrap();
+        (a, ix)
+    }
+
     fn arena_with(keys: &[&str]) -> Arena {
         let a = Arena::new(1 << 20, 3);
         for (i, k) in keys.iter().enumerate() {
@@ -391,9 +399,7 @@ mod tests {
     #[test]
     fn a_dead_entry_is_stepped_over_and_many_send_the_search_to_the_head() {
         let keys: Vec<String> = (0..4000).map(|i| format!("k{i:05}")).collect();
-        let refs: Vec<&str> = keys.iter().map(|s| s.as_str()).collect();
-        let a = arena_with(&refs);
-        let ix = SeekIndex::build(&a, 0).unwrap();
+        let (_arena, ix) = indexed(&keys);
         assert!(ix.len() > DEAD_STEPS + 2);
         let key_of = |i: usize| ix.key(&ix.slots[i]).to_vec();
         // Just past entry 5: starts at entry 5; with 5 dead, at entry 4.
@@ -425,9 +431,7 @@ mod tests {
     #[test]
     fn verify_finds_a_live_entry_whose_node_left_the_list() {
         let keys: Vec<String> = (0..600).map(|i| format!("v{i:04}")).collect();
-        let refs: Vec<&str> = keys.iter().map(|s| s.as_str()).collect();
-        let a = arena_with(&refs);
-        let ix = SeekIndex::build(&a, 0).unwrap();
+        let (a, ix) = indexed(&keys);
         let mut linked = HashMap::new();
         skiplist::walk_level(&a, 0, INDEX_LEVEL, |off, _h, k| {
             linked.insert(off, k.to_vec());
