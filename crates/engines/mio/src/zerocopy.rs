@@ -750,6 +750,23 @@ mod tests {
         out
     }
 
+    /// The next move of the merge of the pair (`o`, `n`) with their seek indexes.
+    fn move_pair(
+        sh: &Shared,
+        meta: &MergeMeta,
+        (o, n): (&Table, &Table),
+        finger: &mut Finger,
+    ) -> Option<Moved> {
+        move_first(
+            sh,
+            meta,
+            (o.meta.head, n.meta.head),
+            finger,
+            Indexes::of(o, n),
+        )
+        .unwrap()
+    }
+
     /// A xorshift generator from `seed` (non-zero).
     fn xorshift(mut rng: u64) -> impl FnMut() -> u64 {
         move || {
@@ -812,16 +829,7 @@ mod tests {
         assert!(check("before the merge") > probes.len());
         let mut finger = Finger::default();
         let mut moves = 0;
-        while move_first(
-            &sh,
-            &meta,
-            (o.meta.head, n.meta.head),
-            &mut finger,
-            Indexes::of(&o, &n),
-        )
-        .unwrap()
-        .is_some()
-        {
+        while move_pair(&sh, &meta, (&o, &n), &mut finger).is_some() {
             moves += 1;
             if moves % 25 == 0 {
                 check(&format!("after {moves} moves"));
@@ -877,15 +885,7 @@ mod tests {
         let before = sh.pool.counters().pmem_bytes_written;
         let mut words = 0;
         let mut finger = Finger::default();
-        while let Some(m) = move_first(
-            &sh,
-            &meta,
-            (o.meta.head, n.meta.head),
-            &mut finger,
-            Indexes::of(&o, &n),
-        )
-        .unwrap()
-        {
+        while let Some(m) = move_pair(&sh, &meta, (&o, &n), &mut finger) {
             words += m.words;
         }
         let written = sh.pool.counters().pmem_bytes_written - before;
@@ -1012,16 +1012,7 @@ mod tests {
             loop {
                 {
                     let _moving = NodeMoves::begin(&o, &n);
-                    if move_first(
-                        &sh,
-                        &meta,
-                        (o.meta.head, n.meta.head),
-                        &mut finger,
-                        Indexes::of(&o, &n),
-                    )
-                    .unwrap()
-                    .is_none()
-                    {
+                    if move_pair(&sh, &meta, (&o, &n), &mut finger).is_none() {
                         break;
                     }
                 }
@@ -1133,16 +1124,7 @@ mod tests {
             loop {
                 pause.wait(&stop);
                 let _moving = NodeMoves::begin(&o, &n);
-                if move_first(
-                    &sh,
-                    &meta,
-                    (o.meta.head, n.meta.head),
-                    &mut finger,
-                    Indexes::of(&o, &n),
-                )
-                .unwrap()
-                .is_none()
-                {
+                if move_pair(&sh, &meta, (&o, &n), &mut finger).is_none() {
                     break;
                 }
             }
@@ -1221,16 +1203,7 @@ mod tests {
         }
         *pool_cell.lock().unwrap() = Some(sh.pool.clone());
         let mut finger = Finger::default();
-        while move_first(
-            &sh,
-            &meta,
-            (o.meta.head, n.meta.head),
-            &mut finger,
-            Indexes::of(&o, &n),
-        )
-        .unwrap()
-        .is_some()
-        {}
+        while move_pair(&sh, &meta, (&o, &n), &mut finger).is_some() {}
         *pool_cell.lock().unwrap() = None;
         let final_old = contents(&sh.pool, o.meta.head);
         let images = std::mem::take(&mut *images.lock().unwrap());
