@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     d.generation = word(1);
     d.last_seq = word(2);
     for i in 0..(word(3) % 4) as usize {
-        d.logs.push(LogMeta { id: word(4 + i), run: Run { off: word(5 + i), chunks: 1 } });
+        d.logs.push(LogMeta { id: word(4 + i), run: Run { off: word(5 + i), chunks: 1 }, nonce: word(6 + i) | 1 });
     }
     if word(9) % 2 == 1 {
         d.merges.push(MergeMeta { level: 0, old: word(10), new: word(11), mark: word(12) });

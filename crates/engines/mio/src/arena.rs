@@ -240,6 +240,14 @@ impl Arena {
         done
     }
 
+    /// Gives up a reservation whose write failed (its log record could not be written):
+    /// its room stays unwritten, so the caller has poisoned the store first and no image
+    /// of this arena may be taken any more (`flush.rs` checks after its wait).
+    pub fn abandon(&self, r: Reservation) {
+        let _ = r;
+        self.pending.fetch_sub(1, Ordering::AcqRel);
+    }
+
     /// Nodes reserved and not yet filled.
     pub fn pending(&self) -> u64 {
         self.pending.load(Ordering::Acquire)

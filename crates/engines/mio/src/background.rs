@@ -90,7 +90,7 @@ fn run(inner: &Inner, step: &dyn Fn(&Inner) -> Result<bool>) {
 }
 
 /// How long background work runs before it hands the core back ([`Bursts`]).
-const BURST: Duration = Duration::from_micros(100);
+pub(crate) const BURST: Duration = Duration::from_micros(100);
 
 /// Background work (a merge's moves, a lazy copy's entries) in bursts of about
 /// [`BURST`], each ended by a yield of the core: a foreground thread that the scheduler

@@ -7,7 +7,7 @@
 //! 0   8  magic "MIODIR01"     8  4 version     12 4 crc (bytes 16..len)
 //! 16  4  len                  20 4 levels      24 8 generation
 //! 32  8  next_id              40 8 last_seq    48 4 log_count   52 4 reserved
-//! 56  .. logs { id, off, chunks }, merge_count u32, pad u32,
+//! 56  .. logs { id, off, chunks, (version 4:) nonce }, merge_count u32, pad u32,
 //!        merges { level, old id, new id, mark offset }, then per level: count u32, pad u32,
 //!        tables { id, head, entries, max_seq, alloc_count u32, pad u32, allocs { off, chunks } }
 //!        (version 3:) flash_levels u32, pad u32, flash_next u64, then per flash level:
@@ -24,10 +24,11 @@ use tierkv_core::{Error, Result, Tier};
 /// Magic of a directory object.
 pub const MAGIC: &[u8; 8] = b"MIODIR01";
 /// Format version written (2: the logs may hold batch records; 3: the flash repository's
-/// tables, `FORMAT.md` § Version changes).
-pub const VERSION: u32 = 3;
+/// tables; 4: a nonce per log, whose records may leave holes, `FORMAT.md` § Version
+/// changes).
+pub const VERSION: u32 = 4;
 /// The oldest version read (1 and 2 have the same layout without the flash section; 1's
-/// logs hold no batch records).
+/// logs hold no batch records; 1-3 list logs without a nonce, replayed by the old rule).
 pub const MIN_VERSION: u32 = 1;
 /// Bytes before the logs.
 pub const FIXED_LEN: usize = 56;
@@ -52,6 +53,9 @@ pub struct LogMeta {
     pub id: u64,
     /// Its run.
     pub run: Run,
+    /// The random secret folded into its records' checksums (`wal.rs`); 0 for a log
+    /// listed by a directory older than version 4 (records back to back, no holes).
+    pub nonce: u64,
 }
 
 /// A PMTable as the directory lists it.
@@ -145,7 +149,7 @@ pub fn encode(d: &Directory) -> Vec<u8> {
     b.extend_from_slice(&(d.logs.len() as u32).to_le_bytes());
     b.extend_from_slice(&[0; 4]);
     for l in &d.logs {
-        for w in [l.id, l.run.off, l.run.chunks] {
+        for w in [l.id, l.run.off, l.run.chunks, l.nonce] {
             b.extend_from_slice(&w.to_le_bytes());
         }
     }
@@ -287,7 +291,7 @@ pub fn decode(bytes: &[u8], base: u64) -> Result<Directory> {
         flash_next: 1,
         ..Directory::default()
     };
-    let logs = r.count(24)?;
+    let logs = r.count(if version >= 4 { 32 } else { 24 })?;
     r.u32()?;
     for _ in 0..logs {
         let id = r.u64()?;
@@ -295,7 +299,11 @@ pub fn decode(bytes: &[u8], base: u64) -> Result<Directory> {
             off: r.u64()?,
             chunks: r.u64()?,
         };
-        d.logs.push(LogMeta { id, run });
+        let nonce = if version >= 4 { r.u64()? } else { 0 };
+        if version >= 4 && nonce == 0 {
+            return Err(corrupt("a log without a nonce"));
+        }
+        d.logs.push(LogMeta { id, run, nonce });
     }
     let merges = r.count(32)?;
     r.u32()?;
@@ -381,6 +389,7 @@ mod tests {
                 off: 8192,
                 chunks: 2,
             },
+            nonce: 0x5eed_0000_0000_0001,
         });
         d.levels[0].push(TableMeta {
             id: 7,
@@ -403,28 +412,40 @@ mod tests {
         d
     }
 
-    /// Version 1 directories (stores written before batch records) still open; a newer
+    /// Directories of versions 1-3 (stores written before batch records, before the
+    /// flash section, before log nonces) still open, their logs without a nonce; a newer
     /// version than this code knows is refused, never read.
     #[test]
-    fn version_1_is_read_and_a_newer_version_refused() {
+    fn older_versions_are_read_and_a_newer_version_refused() {
         let mut d = sample();
         d.flash.clear();
         d.flash_next = 1;
-        // Versions 1 and 2 end before the flash section (16 bytes when empty).
         let with_version = |v: u32| {
             let mut b = encode(&d);
-            if v < 3 {
-                b.truncate(b.len() - 16);
-                let len = b.len() as u32;
-                b[16..20].copy_from_slice(&len.to_le_bytes());
+            if v < 4 {
+                // Versions 1-3 list each log as { id, off, chunks }: drop the nonces.
+                for i in (0..d.logs.len()).rev() {
+                    let nonce = FIXED_LEN + 32 * i + 24;
+                    b.drain(nonce..nonce + 8);
+                }
             }
+            if v < 3 {
+                // Versions 1 and 2 end before the flash section (16 bytes when empty).
+                b.truncate(b.len() - 16);
+            }
+            let len = b.len() as u32;
+            b[16..20].copy_from_slice(&len.to_le_bytes());
             b[8..12].copy_from_slice(&v.to_le_bytes());
             let c = masked_crc32c(&b[16..]);
             b[12..16].copy_from_slice(&c.to_le_bytes());
             b
         };
-        assert_eq!(decode(&with_version(1), 0).unwrap(), d);
-        assert_eq!(decode(&with_version(2), 0).unwrap(), d);
+        let mut old = d.clone();
+        old.logs.iter_mut().for_each(|l| l.nonce = 0);
+        for v in 1..4 {
+            assert_eq!(decode(&with_version(v), 0).unwrap(), old, "version {v}");
+        }
+        assert_eq!(decode(&with_version(4), 0).unwrap(), d);
         assert!(matches!(
             decode(&with_version(VERSION + 1), 0),
             Err(Error::UnsupportedFormat { found, .. }) if found == VERSION + 1

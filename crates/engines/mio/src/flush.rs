@@ -34,6 +34,9 @@ impl Inner {
         // Puts that took their room before the MemTable became immutable may still be
         // linking their nodes (`arena.rs`): the image is taken once they are all in.
         mem.arena.wait_for_fills();
+        // A writer whose log record failed gave its node's room up unwritten, after
+        // poisoning the store: such an image is never taken.
+        self.check_writable()?;
         let t = if mem.arena.entries() == 0 {
             None
         } else {
@@ -99,6 +102,8 @@ impl Inner {
         }
         if installed {
             nv.imm = None;
+            self.imm_pending
+                .store(false, std::sync::atomic::Ordering::Release);
         }
         *v = Arc::new(nv);
         Ok(())

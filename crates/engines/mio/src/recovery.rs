@@ -80,6 +80,7 @@ pub fn open(
         dir::LogMeta {
             id: 0,
             run: dir::Run { off: 0, chunks: 0 },
+            nonce: 0,
         },
         None,
     ));
@@ -112,11 +113,10 @@ pub fn open(
         writer: Mutex::new(WriterState {
             mem: placeholder,
             log: wal::LogWriter {
-                id: 0,
+                key: wal::LogKey { id: 0, nonce: 0 },
                 off: 0,
                 cap: 0,
                 tail: 0,
-                buf: Vec::new(),
             },
             next_seq: 0,
             budget: 0,
@@ -125,6 +125,7 @@ pub fn open(
         signal: Mutex::new(0),
         wake: Condvar::new(),
         stop: AtomicBool::new(false),
+        imm_pending: AtomicBool::new(false),
         poisoned: OnceLock::new(),
         opts,
     });
@@ -445,7 +446,7 @@ fn replay_logs(inner: &Inner, logs: &[dir::LogMeta]) -> Result<u64> {
             .shared
             .pool
             .read(log.run.off, (log.run.chunks * cs) as usize)?;
-        let (records, _) = wal::replay(bytes, log.id);
+        let (records, _) = wal::replay(bytes, wal::LogKey::of(log));
         let cap = node::HEAD_LEN
             + records
                 .iter()
