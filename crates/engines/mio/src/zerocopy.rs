@@ -400,8 +400,10 @@ impl Drop for PauseHold<'_> {
 fn backoff(spins: &mut u32) {
     if *spins < 64 {
         std::hint::spin_loop();
-    } else {
+    } else if *spins < 80 {
         std::thread::yield_now();
+    } else {
+        std::thread::sleep(std::time::Duration::from_micros(20));
     }
     *spins = spins.saturating_add(1);
 }
