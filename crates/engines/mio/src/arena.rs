@@ -16,7 +16,7 @@
 //! and its seq together); fills of reserved nodes run concurrently, outside that lock
 //! (RocksDB's concurrent MemTable inserts: the MemTable search, most of a put's work,
 //! no longer holds the writer lock); any number of concurrent readers through
-//! [`Source`]. A builder arena ([`Arena::append`]) has one thread.
+//! [`Source`].
 
 use std::borrow::Cow;
 use std::cmp::Ordering as KeyOrder;
@@ -109,8 +109,6 @@ pub struct Arena {
     entries: AtomicU64,
     max_seq: AtomicU64,
     rng: AtomicU64,
-    /// Per level, the last node appended by [`Arena::append`] (writer only).
-    tail: [AtomicU64; MAX_HEIGHT],
     /// Nodes reserved and not yet filled ([`Arena::reserve`]).
     pending: AtomicU64,
     /// Where the block goes when the arena is dropped.
@@ -146,7 +144,6 @@ impl Arena {
             entries: AtomicU64::new(0),
             max_seq: AtomicU64::new(0),
             rng: AtomicU64::new(seed | 1),
-            tail: std::array::from_fn(|_| AtomicU64::new(0)),
             pending: AtomicU64::new(0),
             recycler,
         };
@@ -299,32 +296,6 @@ impl Arena {
                 }
             }
         }
-        Ok(())
-    }
-
-    /// Appends a node after every node so far (a builder fed in skiplist order: the
-    /// compaction output). The caller guarantees the order and checked [`Arena::fits`].
-    pub fn append(
-        &self,
-        seq: u64,
-        kind: Kind,
-        key: &[u8],
-        value: &[u8],
-        height: usize,
-    ) -> Result<()> {
-        let len = node::node_len(key.len(), value.len(), height);
-        let off = self.used.load(Ordering::Relaxed);
-        if off as usize + len > self.capacity() {
-            return Err(Error::no_space(Tier::Dram, "memtable arena is full"));
-        }
-        self.write_node_at(off, seq, kind, key, value, height)?;
-        self.used.store(off + len as u64, Ordering::Release);
-        for level in 0..height {
-            let pred = self.tail[level].load(Ordering::Relaxed);
-            self.store(pred + link(level), off, Ordering::Release)?;
-            self.tail[level].store(off, Ordering::Relaxed);
-        }
-        self.finish_insert(seq);
         Ok(())
     }
 

@@ -16,13 +16,13 @@ use std::sync::atomic::Ordering;
 
 use tierkv_core::Result;
 
-use crate::arena::Arena;
+use crate::builder::TableBuilder;
 use crate::merge::Merge;
-use crate::node::{HEAD_LEN, Kind};
 use crate::options::Compaction;
 use crate::skiplist::Source;
+use crate::space::Debt;
 use crate::store::Inner;
-use crate::table::{self, Table};
+use crate::table::Table;
 use crate::version::Version;
 
 /// What a level's compaction thread should do now.
@@ -146,37 +146,31 @@ impl Inner {
         Ok(true)
     }
 
-    /// Copies the newest version of every key of `inputs` into a new table.
+    /// Copies the newest version of every key of `inputs` into a new table, built in
+    /// place on pmem (`builder.rs`).
     fn merge_tables(&self, inputs: &[Arc<Table>]) -> Result<Option<Arc<Table>>> {
-        let cap = HEAD_LEN as u64 + inputs.iter().map(|t| t.bytes).sum::<u64>();
-        let out = Arena::new(cap as usize, inputs.iter().map(|t| t.meta.id).sum());
+        let want = inputs.iter().map(|t| t.bytes).sum::<u64>();
+        let mut out = TableBuilder::new(&self.shared, self.shape, want)?;
         let sources: Vec<_> = inputs.iter().map(|t| (t.source(), t.meta.head)).collect();
         let lists: Vec<(&dyn Source, u64)> = sources
             .iter()
             .map(|(s, h)| (s as &dyn Source, *h))
             .collect();
         let mut m = Merge::new(&lists, b"")?;
-        let mut copied = 0u64;
+        let (mut copied, mut cost) = (0u64, Debt::default());
         while let Some(e) = m.next_entry()? {
-            let (kind, value) = match &e.value {
-                Some(v) => (Kind::Put, v.as_slice()),
-                None => (Kind::Delete, &[][..]),
-            };
-            out.append(e.seq, kind, &e.key, value, e.height)?;
-            copied += (e.key.len() + value.len()) as u64;
+            out.append(&e)?;
+            let value_len = e.value.as_ref().map_or(0, Vec::len);
+            copied += (e.key.len() + value_len) as u64;
+            // The merge yields one version per key: the debt `Sizes::cost_of` would count.
+            if e.value.is_some() {
+                cost.add(self.sizes.put_cost(e.key.len(), value_len, e.height));
+            }
         }
         self.shared.counters.compaction_bytes_copied.add(copied);
-        if out.entries() == 0 {
-            return Ok(None);
-        }
         let max_seq = inputs.iter().map(|t| t.meta.max_seq).max().unwrap_or(0);
         let id = self.take_id();
-        let place = table::Placement {
-            target: None,
-            cost: self.sizes.cost_of(&out, 0)?,
-        };
-        let t = table::write_table(&self.shared, &out, id, max_seq, self.shape, place)?;
-        Ok(Some(Arc::new(t)))
+        Ok(out.finish(id, max_seq, cost)?.map(Arc::new))
     }
 
     /// Moves table `t` from `level` to the end (newest) of the next level. The order

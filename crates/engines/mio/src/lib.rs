@@ -17,6 +17,7 @@
 //! | §4.3, Fig. 5 | zero-copy compaction, insertion mark | `zerocopy.rs` |
 //! | §4.4 | lazy-copy into the repository | `lazycopy.rs` |
 //! | §4.5 | one compaction thread per level | `background.rs`, `compact.rs` (`choose`) |
+//! | (baseline) | `compaction=copy`: a copying merge of a level's two oldest tables, built in place on pmem | `compact.rs`, `builder.rs` |
 //! | §4.6 | reads newest first; mergeable Bloom filters | `store.rs` (`get`, `scan`), `merge.rs`, `bloom.rs` |
 //! | §4.7 | WAL, recovery | `wal.rs`, `recovery.rs`, `dir.rs` |
 //! | §4.7's WAL, for many keys (issue 24) | crash-atomic write batches: one checksummed batch record in the log, one MemTable, `multi_get` behind the batch gate | `batch.rs`, `wal.rs` (`encode_batch`) |
@@ -55,6 +56,7 @@ pub mod arena;
 pub mod background;
 mod batch;
 pub mod bloom;
+pub mod builder;
 mod check;
 pub mod compact;
 pub mod defrag;

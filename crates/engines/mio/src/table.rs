@@ -211,6 +211,29 @@ impl Drop for Runs {
 }
 
 impl Table {
+    /// A table just written (not yet in the directory): its runs are `meta.allocs`,
+    /// owned by a fresh owner holding `index`.
+    pub(crate) fn assemble(
+        shared: &Arc<Shared>,
+        meta: TableMeta,
+        bloom: Option<Bloom>,
+        bytes: u64,
+        cost: Debt,
+        index: SeekIndex,
+    ) -> Table {
+        let runs = Runs::new(shared, meta.allocs.clone());
+        runs.install_index(index);
+        Table {
+            shared: shared.clone(),
+            runs,
+            meta,
+            bloom: Arc::new(RwLock::new(bloom)),
+            bytes,
+            merge: None,
+            cost,
+        }
+    }
+
     /// The table's reader.
     pub fn source(&self) -> PoolSource<'_> {
         PoolSource(&self.shared.pool)
@@ -471,24 +494,21 @@ fn write_table_in_pieces(
         }
     };
     shared.counters.table_bytes_written.add(len);
-    let allocs = vec![Run { off, chunks }];
-    let runs = Runs::new(shared, allocs.clone());
-    runs.install_index(index);
-    Ok(Table {
-        shared: shared.clone(),
-        runs,
-        meta: TableMeta {
-            id,
-            head: off,
-            entries,
-            max_seq,
-            allocs,
-        },
-        bloom: Arc::new(RwLock::new(bloom)),
-        bytes: chunks * cs,
-        merge: None,
-        cost: place.cost,
-    })
+    let meta = TableMeta {
+        id,
+        head: off,
+        entries,
+        max_seq,
+        allocs: vec![Run { off, chunks }],
+    };
+    Ok(Table::assemble(
+        shared,
+        meta,
+        bloom,
+        chunks * cs,
+        place.cost,
+        index,
+    ))
 }
 
 /// Bytes of the buffer [`write_table`] streams an arena through.
@@ -589,7 +609,7 @@ pub fn open_table(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::arena::Arena;
     use crate::node::Kind;
@@ -597,7 +617,8 @@ mod tests {
     use tierkv_core::media::pmem::DurabilityMode;
 
     /// A volatile pool of `size` bytes in a temporary directory, formatted for tables.
-    fn shared(size: u64) -> (tempfile::TempDir, Arc<Shared>) {
+    /// A pool of `size` bytes in a fresh directory, with 4 KiB chunks.
+    pub(crate) fn shared(size: u64) -> (tempfile::TempDir, Arc<Shared>) {
         let d = tempfile::tempdir().unwrap();
         let pool = tierkv_testkit::rig::create_pool(
             &d.path().join("pool"),
