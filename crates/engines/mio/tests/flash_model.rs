@@ -50,10 +50,23 @@ fn scenario(threads: usize, ops: usize, params: &str, test: &str) {
         counter(&s, "flash_compactions_f0") >= 3,
         "flash level-0 compactions"
     );
-    assert!(s.reads_from_flash > 0, "gets answered from flash");
     println!("{}", store.check().unwrap().join("\n"));
     let all = store.scan(b"", usize::MAX).unwrap();
     let oracle: BTreeMap<Vec<u8>, Vec<u8>> = all.into_iter().collect();
+    // The model's gets race the write-outs, so how many reach flash depends on the
+    // machine's load (a CI run beside other work once had none: the buffer still held
+    // every key they asked for). Once the background has settled, gets of every key must
+    // reach flash for the keys that live only there.
+    if s.reads_from_flash == 0 {
+        for (k, v) in &oracle {
+            assert_eq!(store.get(k).unwrap().as_ref(), Some(v), "settled get");
+        }
+    }
+    assert!(
+        store.stats().reads_from_flash > 0,
+        "gets answered from flash ({} during the model run)",
+        s.reads_from_flash
+    );
     store.close().unwrap();
     drop(store);
     let pool = PmemPool::open(&config(&path, 0, DurabilityMode::Volatile)).unwrap();
