@@ -90,7 +90,7 @@ fn run(inner: &Inner, step: &dyn Fn(&Inner) -> Result<bool>) {
 }
 
 /// How long background work runs before it hands the core back ([`Bursts`]).
-pub(crate) const BURST: Duration = Duration::from_micros(100);
+const BURST: Duration = Duration::from_micros(100);
 
 /// Background work (a merge's moves, a lazy copy's entries) in bursts of about
 /// [`BURST`], each ended by a yield of the core: a foreground thread that the scheduler
@@ -98,7 +98,9 @@ pub(crate) const BURST: Duration = Duration::from_micros(100);
 /// then waits about a burst, not the rest of the scheduler's slice. On a machine with idle
 /// cores the yield returns at once. Measured on YCSB A right after a 1M-record load, 2
 /// cores, 4 client threads: a read's p99 was 142-158 µs while merges ran flat out, and
-/// 18-25 µs in bursts.
+/// 18-25 µs in bursts. Writers use them too while a flush is pending
+/// (`Inner::give_way`).
+#[derive(Clone, Copy, Debug)]
 pub struct Bursts {
     since: std::time::Instant,
 }

@@ -23,6 +23,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 use tierkv_core::{Error, KvPair, KvStore, Limits, Result, Stats, Tier, WriteBatch};
 
 use crate::arena::{Arena, ArenaRecycler, Reservation};
+use crate::background::Bursts;
 use crate::dir::{self, Directory, LogMeta, Run};
 use crate::flash::FlashRepo;
 use crate::merge::Merge;
@@ -56,8 +57,8 @@ const WRITER_LOCK_PATIENCE: Duration = Duration::from_millis(1);
 const MAX_THROTTLE: Duration = Duration::from_micros(500);
 
 thread_local! {
-    /// When this writer thread's current burst began ([`Inner::give_way`]).
-    static WRITER_BURST: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+    /// This writer thread's current burst ([`Inner::give_way`]).
+    static WRITER_BURST: std::cell::Cell<Option<Bursts>> = const { std::cell::Cell::new(None) };
 }
 
 /// The writer's state (under `Inner::writer`).
@@ -628,8 +629,8 @@ impl Inner {
         Ok(w)
     }
 
-    /// While an immutable MemTable waits for its flush, a writer runs in bursts of about
-    /// [`crate::background::BURST`], each ended by a yield of the core (per thread). A
+    /// While an immutable MemTable waits for its flush, a writer runs in [`Bursts`], each
+    /// ended by a yield of the core (per thread). A
     /// writer takes no lock across its log record any more (P1), so writers no longer
     /// queue and sleep on one: on a machine with fewer cores than busy threads they would
     /// take the CPU the flush needs, and the next MemTable would fill before the flush
@@ -640,15 +641,9 @@ impl Inner {
             return;
         }
         WRITER_BURST.with(|b| {
-            let now = Instant::now();
-            match b.get() {
-                Some(since) if now.duration_since(since) < crate::background::BURST => {}
-                Some(_) => {
-                    std::thread::yield_now();
-                    b.set(Some(Instant::now()));
-                }
-                None => b.set(Some(now)),
-            }
+            let mut burst = b.get().unwrap_or_else(Bursts::start);
+            burst.between();
+            b.set(Some(burst));
         });
     }
 
