@@ -40,10 +40,11 @@
 //! - Readers of a pair under zero-copy compaction do not consult the insertion mark:
 //!   each node move makes both tables' move counts odd while it runs, and a get or scan
 //!   that read a buffer level without locks keeps its answer only if the counts did not
-//!   change (a seqlock), else reads again while the merges pause between moves, and only
-//!   as a last resort under the level locks, which each move holds exclusively
-//!   (`zerocopy.rs` argues why the paper's lock-free reading can miss nodes); writers are
-//!   never blocked.
+//!   change (a seqlock; a get reads around a move under way from a DRAM record of it
+//!   instead of waiting for its end), else reads again while the merges pause between
+//!   moves, and only as a last resort under the level locks, which each move holds
+//!   exclusively (`zerocopy.rs` argues why the paper's lock-free reading can miss nodes);
+//!   writers are never blocked.
 //! - The lazy copy inserts each newest version as a new node and unlinks and frees the
 //!   older ones (no in-place update: a value larger than 8 bytes cannot be overwritten
 //!   crash-atomically).
@@ -68,6 +69,7 @@ pub mod lazycopy;
 pub mod merge;
 pub mod node;
 pub mod options;
+pub mod points;
 #[cfg(test)]
 mod read_windows;
 mod recovery;

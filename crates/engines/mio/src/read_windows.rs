@@ -26,19 +26,7 @@ use crate::MioOptions;
 use crate::store::MioStore;
 use crate::version::Version;
 
-const PAUSED: &[&str] = &[
-    "mio.flush.after_copy",
-    "mio.flush.after_publish",
-    "mio.flush.before_log_free",
-    "mio.zerocopy.after_start",
-    "mio.zerocopy.before_finish",
-    "mio.zerocopy.after_finish",
-    "mio.lazycopy.after_copy",
-    "mio.lazycopy.after_link",
-    "mio.lazycopy.before_free",
-    "mio.lazycopy.before_publish",
-    "mio.lazycopy.after_publish",
-];
+const PAUSED: &[&str] = crate::points::UNLOCKED;
 
 /// Per key, every state it has had, oldest first (`None`: absent).
 type History = BTreeMap<u32, Vec<Option<Vec<u8>>>>;

@@ -151,10 +151,24 @@ impl SeekIndex {
     /// Where a search for `key` may start: the last live indexed node whose key is smaller
     /// than `key` (its height exceeds [`INDEX_LEVEL`]), or `None` (search from the head).
     pub fn start(&self, key: &[u8]) -> Option<u64> {
+        self.live_below(key).map(|i| self.slots[i].off)
+    }
+
+    /// The entry [`SeekIndex::start`] answers.
+    fn live_below(&self, key: &[u8]) -> Option<usize> {
         let r = self.rank(key);
         (r.saturating_sub(DEAD_STEPS)..r)
             .rev()
             .find(|&i| !self.dead[i].load(AtomicOrdering::Acquire))
+    }
+
+    /// [`SeekIndex::start`] that never answers a node whose key is `floor` or smaller
+    /// (`None` instead: search from the head). A newtable read during a node move
+    /// (`zerocopy.rs`) passes the moving node's key: the nodes of that key are the ones
+    /// the move relinks, dead-marked or not yet.
+    pub fn start_past(&self, key: &[u8], floor: &[u8]) -> Option<u64> {
+        self.live_below(key)
+            .filter(|&i| self.key(&self.slots[i]) > floor)
             .map(|i| self.slots[i].off)
     }
 

@@ -34,7 +34,7 @@ use crate::space::{Debt, Footprint, Pair, PairShape, Sizes};
 use crate::table::{Shared, TAG_TABLE, TAG_WAL, Table, TableShape};
 use crate::version::{MemTable, Version};
 use crate::wal::{self, LogKey, LogWriter};
-use crate::zerocopy::{MovePause, read_paused, read_unmoved};
+use crate::zerocopy::{AroundMove, MovePause, newest_in, read_level, read_paused, read_unmoved};
 
 /// Root word holding [`ROOT_MAGIC`] once the store is formatted.
 pub const ROOT_FORMATTED: usize = 0;
@@ -795,8 +795,9 @@ impl Inner {
     }
 
     /// The newest version of `key` in one buffer level of a version, newest table first:
-    /// read without locks and kept if no node moved into or out of the level's tables
-    /// meanwhile ([`read_unmoved`]); else read again while the merges pause
+    /// read without locks (around a node move under way) and kept if no move began or
+    /// ended in the level's tables meanwhile ([`read_level`]); else read again while the
+    /// merges pause
     /// ([`read_paused`]); else under every buffer level's lock (the level's tables may
     /// sit one level further down by now).
     ///
@@ -812,17 +813,11 @@ impl Inner {
             self.shared.counters.bloom_negatives.add(refused);
             return Ok(None);
         }
-        let search = || -> Result<Option<Entry>> {
-            for t in level.iter().rev() {
-                if let Some(e) = t.get_hashed(key, h)? {
-                    return Ok(Some(e));
-                }
-            }
-            Ok(None)
-        };
+        let search =
+            |moving: AroundMove<'_>| newest_in(level.iter().rev().map(|t| &**t), key, h, &moving);
         let tables = level.iter().map(|t| &**t);
         let c = &self.shared.counters;
-        if let Some(found) = read_unmoved(
+        if let Some(found) = read_level(
             tables.clone(),
             OPTIMISTIC_TRIES,
             &c.optimistic_retries,
@@ -830,23 +825,30 @@ impl Inner {
         ) {
             return found;
         }
-        if let Some(found) = self.read_paused(tables, &search) {
+        if let Some(found) = self.read_paused(tables, true, &search) {
             return found;
         }
         c.locked_reads.incr();
         let _frozen: Vec<_> = self.level_locks.iter().map(|l| l.read()).collect();
-        search()
+        search(None)
     }
 
     /// [`read_paused`] with this store's pause and counters.
     fn read_paused<'t, T>(
         &self,
         tables: impl Iterator<Item = &'t Table> + Clone,
-        read: &dyn Fn() -> Result<T>,
+        around: bool,
+        read: &dyn Fn(AroundMove<'t>) -> Result<T>,
     ) -> Option<Result<T>> {
         let c = &self.shared.counters;
         let started = std::time::Instant::now();
-        let found = read_paused(&self.move_pause, tables, &c.optimistic_retries, read);
+        let found = read_paused(
+            &self.move_pause,
+            tables,
+            &c.optimistic_retries,
+            around,
+            read,
+        );
         if found.is_some() {
             c.paused_reads.incr();
         }
@@ -893,7 +895,7 @@ impl Inner {
         let merging = v.levels[..repo].iter().flatten().any(|t| t.merge.is_some());
         let tries = usize::from(!merging);
         let read = read_unmoved(tables.clone(), tries, &c.optimistic_retries, read_once)
-            .or_else(|| self.read_paused(tables, &read_once));
+            .or_else(|| self.read_paused(tables, false, &|_| read_once()));
         if let Some(read) = read {
             return self.scanned(read);
         }

@@ -85,6 +85,33 @@ impl Source for PoolSource<'_> {
     }
 }
 
+/// A newtable read around a node move: the head's links are the recorded links past the
+/// moving node's key ([`Table::get_around_move`]); every other word is the pool's.
+struct PastMove<'a> {
+    inner: PoolSource<'a>,
+    head: u64,
+    past: &'a [u64; node::MAX_HEIGHT],
+}
+
+impl Source for PastMove<'_> {
+    fn word(&self, off: u64) -> Result<u64> {
+        let links = self.head + LINKS_OFF as u64;
+        if off >= links && off < links + 8 * node::MAX_HEIGHT as u64 {
+            return Ok(self.past[((off - links) / 8) as usize]);
+        }
+        self.inner.word(off)
+    }
+    fn bytes(&self, off: u64, len: usize) -> Result<Cow<'_, [u8]>> {
+        self.inner.bytes(off, len)
+    }
+    fn cmp_key(&self, off: u64, len: usize, key: &[u8]) -> Result<std::cmp::Ordering> {
+        self.inner.cmp_key(off, len, key)
+    }
+    fn prefetch_node(&self, off: u64) {
+        self.inner.prefetch_node(off)
+    }
+}
+
 /// One PMTable.
 pub struct Table {
     shared: Arc<Shared>,
@@ -120,9 +147,34 @@ pub struct Runs {
     /// ([`NodeMoves`]). A get that reads a level without its lock compares the sum of
     /// the level's counts before and after (`store.rs`).
     moves: AtomicU64,
+    /// The move this table is the newtable of while its count is odd ([`MoveRecord`]):
+    /// what a get needs to read the table without waiting for the move to end.
+    moving: MoveRecord,
     /// The table's DRAM seek index (`seek_index.rs`; none for the repository), shared by
     /// every handle like the move count, so that a merge's dead marks reach them all.
     index: IndexSlot,
+}
+
+/// The newtable's side of a node move, recorded in DRAM before the move begins
+/// (`zerocopy.rs`, readers): the moving node x and the newtable's links *past* every node
+/// of x's key, per level (what the head will point at once step 2 is done). `tag` is the
+/// newtable's odd move count during that move; a record whose tag is not the count a
+/// reader loaded describes another move.
+#[derive(Debug, Default)]
+struct MoveRecord {
+    tag: AtomicU64,
+    x: AtomicU64,
+    past: [AtomicU64; node::MAX_HEIGHT],
+}
+
+/// What a reader of a newtable needs while a node move is under way ([`Runs::move_under_way`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoveView {
+    /// The moving node x (the newest version of its key in the pair).
+    pub x: u64,
+    /// The newtable's links past x's key, per level: the head a reader searches from for
+    /// any other key, which reaches none of the nodes the move relinks.
+    pub past: [u64; node::MAX_HEIGHT],
 }
 
 /// A zero-copy node move in progress between two tables (`zerocopy.rs`): their move
@@ -130,11 +182,23 @@ pub struct Runs {
 pub struct NodeMoves<'a>([&'a Runs; 2]);
 
 impl<'a> NodeMoves<'a> {
-    /// Marks a move between `old` and `new` as started.
-    pub fn begin(old: &'a Table, new: &'a Table) -> NodeMoves<'a> {
+    /// Marks a move of `view.x` from `new` into `old` as started, recording `view` for the
+    /// readers of `new` first. Only the merge of the pair's level calls it (one at a time).
+    pub fn begin(old: &'a Table, new: &'a Table, view: &MoveView) -> NodeMoves<'a> {
         let m = NodeMoves([&old.runs, &new.runs]);
+        let rec = &new.runs.moving;
+        // Orders the last move's even count before this record's stores: a reader that
+        // loads one of them (then fences) sees that count, not the odd one it started at.
+        fence(Ordering::Release);
+        rec.x.store(view.x, Ordering::Relaxed);
+        for (slot, link) in rec.past.iter().zip(view.past) {
+            slot.store(link, Ordering::Relaxed);
+        }
+        let odd = new.runs.moves.load(Ordering::Relaxed).wrapping_add(1);
+        rec.tag.store(odd, Ordering::Relaxed);
         for r in m.0 {
-            r.moves.fetch_add(1, Ordering::Relaxed);
+            // Release: a reader that loads the odd count sees the record.
+            r.moves.fetch_add(1, Ordering::Release);
         }
         // Orders the odd counts before every link store of the move (a reader that sees
         // one of those stores sees the odd count at its second load).
@@ -159,6 +223,7 @@ impl Runs {
             absorbed: Mutex::new(Vec::new()),
             obsolete: AtomicBool::new(false),
             moves: AtomicU64::new(0),
+            moving: MoveRecord::default(),
             index: IndexSlot::default(),
         })
     }
@@ -189,6 +254,25 @@ impl Runs {
     /// The move count without ordering (a reader's second load, after its fence).
     pub fn moves_relaxed(&self) -> u64 {
         self.moves.load(Ordering::Relaxed)
+    }
+
+    /// The node move this table is the newtable of, if `count` (an odd move count the
+    /// caller loaded with `Acquire`) is that move's; `None` for a move it is the oldtable
+    /// of. The caller keeps what it read only if the count is still `count` afterwards
+    /// (a later move overwrites the record).
+    pub fn move_under_way(&self, count: u64) -> Option<MoveView> {
+        let rec = &self.moving;
+        if count.is_multiple_of(2) || rec.tag.load(Ordering::Relaxed) != count {
+            return None;
+        }
+        let mut past = [0u64; node::MAX_HEIGHT];
+        for (link, slot) in past.iter_mut().zip(&rec.past) {
+            *link = slot.load(Ordering::Relaxed);
+        }
+        Some(MoveView {
+            x: rec.x.load(Ordering::Relaxed),
+            past,
+        })
     }
 
     /// The runs this owner frees (not those of the owners it absorbed).
@@ -258,6 +342,37 @@ impl Table {
     /// `None` (from the head).
     pub fn seek_start(&self, key: &[u8]) -> Option<u64> {
         self.runs.index().and_then(|ix| ix.start(key))
+    }
+
+    /// [`Table::get_hashed`] of a newtable while the node move `view` is under way
+    /// (`zerocopy.rs`, readers): x's own key is answered by x (the newest version of it in
+    /// the pair); any other key by a search from a head whose links are `view.past`,
+    /// which never reaches x or the older versions of its key (the only newtable nodes
+    /// whose links the move rewrites). Right at every step of the move; the caller checks
+    /// that the move count did not change.
+    pub fn get_around_move(&self, key: &[u8], h: u64, view: &MoveView) -> Result<Option<Entry>> {
+        if !self.admits_hash(h) {
+            self.shared.counters.bloom_negatives.incr();
+            return Ok(None);
+        }
+        let src = self.source();
+        let hx = skiplist::header(&src, view.x)?;
+        let kx = skiplist::key(&src, view.x, &hx)?;
+        if kx.as_ref() == key {
+            return skiplist::entry(&src, view.x).map(Some);
+        }
+        // Every indexed node comes at or after x's key (x is the table's first node): a
+        // start on x's key would be one of the nodes the move relinks.
+        let start = self
+            .runs
+            .index()
+            .and_then(|ix| ix.start_past(key, kx.as_ref()));
+        let around = PastMove {
+            inner: src,
+            head: self.meta.head,
+            past: &view.past,
+        };
+        skiplist::get_from(&around, self.meta.head, start, key)
     }
 
     /// Whether the table's Bloom filter admits `key` (always, without one); a "no" is

@@ -27,15 +27,27 @@
 //! - a get reads a buffer level without locks (every node it may reach stays allocated:
 //!   the oldtable's handles hold both tables' runs, and links only ever point forward in
 //!   key order, so a walk ends) and keeps the answer only if the level's move counts were
-//!   even and unchanged across the read (a seqlock). After two failed tries it asks the
-//!   merges to pause between moves ([`MovePause`]), waits for the move under way to end
-//!   and reads again ([`read_paused`]); a scan does the same after one failed try, or at once
-//!   while a table of its version is merging (its try would race). Only
-//!   if moves still race (a merge whose level has a backlog does not pause) does it read
-//!   with every buffer level's lock shared (a get searches the DRAM MemTables first,
-//!   without either);
+//!   unchanged across the read (a seqlock). It does not wait for a move under way
+//!   ([`read_level`]): before the counts turn odd, the merge records in DRAM the moving
+//!   node x and the newtable's links *past* every node of x's key (what step 2 will point
+//!   the head at; the merge reads them before the move, as it finds x's place), tagged
+//!   with the newtable's odd count ([`NodeMoves::begin`]). A get that loads that count
+//!   answers x's key kx with x (the newest version of kx in the pair), and any other key
+//!   from the newtable searched from a head made of the recorded links, which reaches
+//!   neither x nor kx's older versions (the only newtable nodes whose links the move
+//!   rewrites), then from the oldtable as it is (step 3 sets x's links before linking it,
+//!   step 4's unlinked versions keep theirs: every other key reads right at every step);
+//!   a seek-index start on kx is replaced by that head. So a merge thread taken off its
+//!   core in the middle of a move holds up no get. After two tries that a move's start or
+//!   end spoiled, a get asks the merges to pause between moves ([`MovePause`]) and reads
+//!   again ([`read_paused`]); a scan (which does not read around a move) waits for the
+//!   move under way to end instead, after one failed try, or at once while a table of its
+//!   version is merging (its try would race). Only if moves still race (a merge whose
+//!   level has a backlog does not pause) does a reader read with every buffer level's
+//!   lock shared (a get searches the DRAM MemTables first, without either);
 //! - under the locks a reader sees a frozen state, in which every node is in exactly one
-//!   table. A validated lock-free read saw that same state.
+//!   table. A validated lock-free read saw that same state, or (around a move) the state
+//!   in which x is in the newtable alone and every other node where the move found it.
 //!
 //! That state is right for any version the reader holds: nodes only move from a table into
 //! its next-older neighbour, so a reader that walks its version's tables newest first
@@ -61,9 +73,9 @@ use tierkv_core::{Error, Result, Tier};
 use crate::dir::MergeMeta;
 use crate::node::{MAX_HEIGHT, NodeHeader, link_off as link};
 use crate::seek_index::{INDEX_LEVEL, SeekIndex};
-use crate::skiplist::{self, Finger};
+use crate::skiplist::{self, Entry, Finger};
 use crate::store::Inner;
-use crate::table::{NodeMoves, PoolSource, Shared, Table};
+use crate::table::{MoveView, NodeMoves, PoolSource, Shared, Table};
 use crate::version::Version;
 
 /// The DRAM side of a zero-copy compaction in progress.
@@ -118,29 +130,48 @@ fn unlink_from_new(
     m: &mut Moved,
 ) -> Result<()> {
     let src = PoolSource(&sh.pool);
-    for l in (0..MAX_HEIGHT).rev() {
-        let first = skiplist::next(&src, new_head, l)?;
-        let mut s = first;
-        while s != 0 {
-            let h = skiplist::header(&src, s)?;
-            if skiplist::key(&src, s, &h)?.as_ref() != kx {
-                break;
-            }
-            if l == INDEX_LEVEL
-                && let Some(ix) = index
-            {
-                ix.mark_dead(kx, s);
-            }
-            if l == 0 && s != first {
-                m.dropped += 1;
-            }
-            s = skiplist::next(&src, s, l)?;
+    let past = links_past_key(&src, new_head, kx, |l, s, first| {
+        if l == INDEX_LEVEL
+            && let Some(ix) = index
+        {
+            ix.mark_dead(kx, s);
         }
-        if s != first {
-            put(sh, new_head + link(l), s, m)?;
+        if l == 0 && !first {
+            m.dropped += 1;
+        }
+    })?;
+    for l in (0..MAX_HEIGHT).rev() {
+        if past[l] != skiplist::next(&src, new_head, l)? {
+            put(sh, new_head + link(l), past[l], m)?;
         }
     }
     sh.persist("zc-unlink-new", new_head + link(0), 8 * MAX_HEIGHT)
+}
+
+/// Per level, the first node after the head at `head` whose key is not `kx` (0: none):
+/// what step 2 points the newtable's head at. `skipped(level, node, first)` is called for
+/// each node of `kx` passed (`first`: the head's own successor). Reads only.
+fn links_past_key(
+    src: &PoolSource<'_>,
+    head: u64,
+    kx: &[u8],
+    mut skipped: impl FnMut(usize, u64, bool),
+) -> Result<[u64; MAX_HEIGHT]> {
+    let mut past = [0u64; MAX_HEIGHT];
+    for (l, link) in past.iter_mut().enumerate() {
+        let first = skiplist::next(src, head, l)?;
+        let mut s = first;
+        while s != 0 {
+            let h = skiplist::header(src, s)?;
+            if skiplist::key(src, s, &h)?.as_ref() != kx {
+                break;
+            }
+            skipped(l, s, s == first);
+            s = skiplist::next(src, s, l)?;
+        }
+        *link = s;
+    }
+    Ok(past)
 }
 
 /// Where `x` goes in the oldtable: its predecessors per level, found from `finger` (where
@@ -239,6 +270,19 @@ fn link_at(
 pub struct PlannedMove {
     x: u64,
     place: (NodeHeader, Vec<u8>, [u64; MAX_HEIGHT]),
+    /// The newtable's links past x's key ([`links_past_key`]).
+    past: [u64; MAX_HEIGHT],
+}
+
+impl PlannedMove {
+    /// What the newtable's readers need while this move is under way
+    /// ([`NodeMoves::begin`] records it).
+    pub fn view(&self) -> MoveView {
+        MoveView {
+            x: self.x,
+            past: self.past,
+        }
+    }
 }
 
 /// Plans the move of the newtable's first node: the node and its place in the oldtable
@@ -255,10 +299,9 @@ pub fn plan_first(
     if x == 0 {
         return Ok(None);
     }
-    Ok(Some(PlannedMove {
-        x,
-        place: find_place(sh, old_head, x, finger)?,
-    }))
+    let place = find_place(sh, old_head, x, finger)?;
+    let past = links_past_key(&src, new_head, &place.1, |_, _, _| {})?;
+    Ok(Some(PlannedMove { x, place, past }))
 }
 
 /// Moves a planned node (steps 1-5, each persisted before the next), marking the indexed
@@ -271,7 +314,7 @@ pub fn apply_move(
     finger: &mut Finger,
     indexes: Indexes<'_>,
 ) -> Result<Moved> {
-    let PlannedMove { x, place } = planned;
+    let PlannedMove { x, place, .. } = planned;
     let mut m = Moved::default();
     put(sh, meta.mark, x, &mut m)?;
     sh.persist("zc-mark", meta.mark, 8)?;
@@ -318,17 +361,82 @@ pub fn read_unmoved<'t, T>(
     retries: &tierkv_core::Counter,
     mut read: impl FnMut() -> Result<T>,
 ) -> Option<Result<T>> {
+    read_validated(tables, tries, retries, false, |_| read())
+}
+
+/// A node move a get reads around: the newtable it moves out of and what that table's
+/// readers need ([`Table::get_around_move`]).
+pub type AroundMove<'t> = Option<(&'t Table, MoveView)>;
+
+/// The newest version of `key` (hashed `h`) in `tables`, asked newest first, reading the
+/// newtable of the move under way around it ([`read_level`]).
+pub fn newest_in<'t>(
+    tables: impl Iterator<Item = &'t Table>,
+    key: &[u8],
+    h: u64,
+    moving: &AroundMove<'_>,
+) -> Result<Option<Entry>> {
+    for t in tables {
+        let found = match moving {
+            Some((n, view)) if Arc::ptr_eq(n.runs(), t.runs()) => {
+                t.get_around_move(key, h, view)?
+            }
+            _ => t.get_hashed(key, h)?,
+        };
+        if found.is_some() {
+            return Ok(found);
+        }
+    }
+    Ok(None)
+}
+
+/// [`read_unmoved`] of a get in one buffer level, which also reads while a node move is
+/// under way instead of waiting for it: `read` is given the move ([`AroundMove`]) and
+/// must read its newtable with [`Table::get_around_move`] and every other table as it
+/// is; the answer is kept if no count changed meanwhile (the move neither ended nor was
+/// followed by another). So a merge thread that the scheduler takes off its core in the
+/// middle of a move holds up no get.
+pub fn read_level<'t, T>(
+    tables: impl Iterator<Item = &'t Table> + Clone,
+    tries: usize,
+    retries: &tierkv_core::Counter,
+    read: impl FnMut(AroundMove<'t>) -> Result<T>,
+) -> Option<Result<T>> {
+    read_validated(tables, tries, retries, true, read)
+}
+
+/// The seqlock loop of [`read_unmoved`] (`around: false`: a move under way sends the
+/// caller on) and [`read_level`] (`around: true`).
+fn read_validated<'t, T>(
+    tables: impl Iterator<Item = &'t Table> + Clone,
+    tries: usize,
+    retries: &tierkv_core::Counter,
+    around: bool,
+    mut read: impl FnMut(AroundMove<'t>) -> Result<T>,
+) -> Option<Result<T>> {
     for _ in 0..tries {
         // Counts only grow: an unchanged sum means every count is unchanged.
         let mut before = 0u64;
+        let mut moving: AroundMove<'t> = None;
         for t in tables.clone() {
             let m = t.moves();
             if m % 2 == 1 {
-                return None; // a move is under way: the locks wait for its end
+                if !around {
+                    return None; // a move is under way: the locks wait for its end
+                }
+                // The newtable of the move has its record; the oldtable is read as it is
+                // (step 3 sets x's links before linking it, step 4's unlinked versions
+                // keep theirs: every other key reads right at every step).
+                if let Some(view) = t.runs().move_under_way(m) {
+                    if moving.is_some() {
+                        return None; // two moves in one set of tables: not a level's
+                    }
+                    moving = Some((t, view));
+                }
             }
             before = before.wrapping_add(m);
         }
-        let answer = read();
+        let answer = read(moving);
         fence(Ordering::Acquire);
         let after = tables
             .clone()
@@ -348,8 +456,9 @@ const YIELD_CHECK_EVERY: u64 = 256;
 const SHARE_BATCH: u64 = 64;
 
 /// Readers whose lock-free read of a merging level raced a node move ask every merge to
-/// pause between two moves until their retry is done ([`MovePause::hold`]). Such a reader
-/// then waits for at most the move under way, instead of queueing on the level locks
+/// pause between two moves until their retry is done ([`MovePause::hold`]). Such a get
+/// then reads around at most the move under way (a scan waits for it), instead of
+/// queueing on the level locks
 /// behind the merge: on a machine with fewer cores than busy threads, each hand-off of a
 /// contended lock waits for a scheduler slot, and a get that queued there took
 /// milliseconds (issue 18's p99.9 on YCSB A). A merge waits ([`MovePause::wait`]) only
@@ -443,18 +552,23 @@ const MOVE_PATIENCE: std::time::Duration = std::time::Duration::from_millis(100)
 /// moves ([`MovePause`]): each try first waits for the move under way to end. `None` if
 /// moves still raced every try (a merge with a backlog does not pause) or one never
 /// ended, when the caller reads under the level locks.
+///
+/// `around`: a get of one level ([`read_level`]), which does not wait for the move under
+/// way but reads around it (the merges then start no further move, so a try after the
+/// one it raced holds).
 pub fn read_paused<'t, T>(
     pause: &MovePause,
     tables: impl Iterator<Item = &'t Table> + Clone,
     retries: &tierkv_core::Counter,
-    mut read: impl FnMut() -> Result<T>,
+    around: bool,
+    mut read: impl FnMut(AroundMove<'t>) -> Result<T>,
 ) -> Option<Result<T>> {
     let _pause = pause.hold();
     for _ in 0..PAUSED_TRIES {
-        if !wait_unmoving(tables.clone(), MOVE_PATIENCE) {
+        if !around && !wait_unmoving(tables.clone(), MOVE_PATIENCE) {
             return None;
         }
-        if let Some(found) = read_unmoved(tables.clone(), 1, retries, &mut read) {
+        if let Some(found) = read_validated(tables.clone(), 1, retries, around, &mut read) {
             return Some(found);
         }
     }
@@ -557,7 +671,7 @@ impl Inner {
             }
             let m = {
                 let _exclusive = self.level_locks[level].write();
-                let _moving = NodeMoves::begin(&o, &n);
+                let _moving = NodeMoves::begin(&o, &n, &planned.view());
                 let indexes = Indexes::of(&o, &n);
                 apply_move(
                     &self.shared,
@@ -759,14 +873,9 @@ mod tests {
         (o, n): (&Table, &Table),
         finger: &mut Finger,
     ) -> Option<Moved> {
-        move_first(
-            sh,
-            meta,
-            (o.meta.head, n.meta.head),
-            finger,
-            Indexes::of(o, n),
-        )
-        .unwrap()
+        let planned = plan_first(sh, o.meta.head, n.meta.head, finger).unwrap()?;
+        let _moving = NodeMoves::begin(o, n, &planned.view());
+        Some(apply_move(sh, meta, n.meta.head, planned, finger, Indexes::of(o, n)).unwrap())
     }
 
     /// A xorshift generator from `seed` (non-zero).
@@ -1012,11 +1121,8 @@ mod tests {
                 .collect();
             let mut finger = Finger::default();
             loop {
-                {
-                    let _moving = NodeMoves::begin(&o, &n);
-                    if move_pair(&sh, &meta, (&o, &n), &mut finger).is_none() {
-                        break;
-                    }
+                if move_pair(&sh, &meta, (&o, &n), &mut finger).is_none() {
+                    break;
                 }
                 // Room for whole reads between moves (a move on real media persists
                 // several times; here it takes about as long as a read).
@@ -1100,7 +1206,8 @@ mod tests {
                             let found = match read_unmoved(tables.clone(), 1, &retries, search) {
                                 Some(found) => Some(found),
                                 None => {
-                                    let again = read_paused(&pause, tables, &retries, search);
+                                    let again =
+                                        read_paused(&pause, tables, &retries, false, |_| search());
                                     paused += u64::from(again.is_some());
                                     again
                                 }
@@ -1125,7 +1232,6 @@ mod tests {
             let mut finger = Finger::default();
             loop {
                 pause.wait(&stop);
-                let _moving = NodeMoves::begin(&o, &n);
                 if move_pair(&sh, &meta, (&o, &n), &mut finger).is_none() {
                     break;
                 }
@@ -1275,5 +1381,116 @@ mod tests {
                 "{label}: {labels:?}"
             );
         }
+    }
+
+    /// Gets of a merging pair read around the move under way ([`read_level`]) at every
+    /// persist point of every move (the merge stands there while they read): each is
+    /// answered at its one try, without waiting for the move to end, and each answer is
+    /// the newest version in the pair (tombstones included; keys with several versions
+    /// in either table; keys in neither).
+    #[test]
+    fn gets_reading_around_a_move_are_right_at_every_persist_point_of_it() {
+        type Probe = Box<dyn Fn(&'static str) + Send + Sync>;
+        let d = tempfile::tempdir().unwrap();
+        let probe: Arc<parking_lot::Mutex<Option<Probe>>> = Arc::default();
+        let hook: crate::table::PersistHook = {
+            let probe = probe.clone();
+            Arc::new(move |label| {
+                if let Some(p) = probe.lock().as_ref() {
+                    p(label);
+                }
+            })
+        };
+        let sh = shared_in(d.path(), DurabilityMode::Volatile, 8 << 20, Some(hook));
+        let mut next = xorshift(29);
+        let (mut old_rows, mut new_rows) = (Vec::new(), Vec::new());
+        let mut newest: BTreeMap<String, (u64, Option<Vec<u8>>)> = BTreeMap::new();
+        for seq in 1..=900u64 {
+            let k = format!("k{:03}", next() % 300);
+            let v = (!next().is_multiple_of(6)).then(|| format!("v{seq}"));
+            newest.insert(k.clone(), (seq, v.clone().map(String::into_bytes)));
+            if seq <= 540 {
+                old_rows.push((k, seq, v));
+            } else {
+                new_rows.push((k, seq, v));
+            }
+        }
+        let o = Arc::new(table(&sh, 1, &old_rows));
+        let n = Arc::new(table(&sh, 2, &new_rows));
+        assert!(n.runs().index().is_some_and(|ix| ix.len() > 5));
+        o.absorb_filter(&n); // as `start_merge` does
+        let mark = sh.alloc.alloc(8).unwrap();
+        sh.pool.store_u64(mark, 0).unwrap();
+        let meta = MergeMeta {
+            level: 0,
+            old: 1,
+            new: 2,
+            mark,
+        };
+        let seen: Arc<parking_lot::Mutex<BTreeMap<&'static str, u64>>> = Arc::default();
+        let failures: Arc<parking_lot::Mutex<Vec<String>>> = Arc::default();
+        *probe.lock() = Some({
+            let (o, n, seen, failures) = (o.clone(), n.clone(), seen.clone(), failures.clone());
+            Box::new(move |label| {
+                let retries = tierkv_core::Counter::default();
+                let mut around = false;
+                for i in 0..305u64 {
+                    let key = format!("k{i:03}");
+                    let h = crate::bloom::hash_key(key.as_bytes());
+                    let found = read_level([&*n, &*o].into_iter(), 1, &retries, |moving| {
+                        around |= moving.is_some();
+                        newest_in([&*n, &*o].into_iter(), key.as_bytes(), h, &moving)
+                    });
+                    let got = match found {
+                        None => {
+                            failures.lock().push(format!("{label}: {key} waited"));
+                            continue;
+                        }
+                        Some(found) => found.unwrap().map(|e| (e.seq, e.value)),
+                    };
+                    if got.as_ref() != newest.get(&key) {
+                        failures.lock().push(format!(
+                            "{label}: {key} read {got:?}, newest {:?}",
+                            newest.get(&key)
+                        ));
+                    }
+                }
+                if around {
+                    *seen.lock().entry(label).or_default() += 1;
+                }
+            })
+        });
+        let mut finger = Finger::default();
+        let mut moves = 0;
+        while move_pair(&sh, &meta, (&o, &n), &mut finger).is_some() {
+            moves += 1;
+        }
+        *probe.lock() = None;
+        let failures = failures.lock();
+        assert!(
+            failures.is_empty(),
+            "{} wrong or waiting gets, the first: {:#?}",
+            failures.len(),
+            &failures[..failures.len().min(6)]
+        );
+        let seen = seen.lock();
+        println!("{moves} moves; gets read around them at {seen:?}");
+        assert!(moves > 100, "{moves} moves");
+        for label in [
+            "zc-mark",
+            "zc-unlink-new",
+            "zc-x-links",
+            "zc-link-old",
+            "zc-unmark",
+        ] {
+            assert!(
+                seen.get(label).copied().unwrap_or(0) >= 50,
+                "{label}: {seen:?}"
+            );
+        }
+        assert!(
+            seen.get("zc-drop-old").copied().unwrap_or(0) > 0,
+            "{seen:?}"
+        );
     }
 }

@@ -245,26 +245,7 @@ fn every_named_crash_point_of_background_work_recovers() {
     pool.disarm_crash_points();
     store.close().unwrap();
     crasher.assert_verified(
-        &[
-            "mio.flush.after_copy",
-            "mio.flush.after_publish",
-            "mio.flush.before_log_free",
-            "mio.zerocopy.after_start",
-            "mio.zerocopy.after_mark",
-            "mio.zerocopy.after_unlink_new",
-            "mio.zerocopy.after_x_links",
-            "mio.zerocopy.after_link_level0",
-            "mio.zerocopy.after_link_upper",
-            "mio.zerocopy.after_drop_old",
-            "mio.zerocopy.after_unmark",
-            "mio.zerocopy.before_finish",
-            "mio.zerocopy.after_finish",
-            "mio.lazycopy.after_copy",
-            "mio.lazycopy.after_link",
-            "mio.lazycopy.before_free",
-            "mio.lazycopy.before_publish",
-            "mio.lazycopy.after_publish",
-        ],
+        &[tierkv_mio::points::UNLOCKED, tierkv_mio::points::NODE_MOVE].concat(),
         3,
     );
 }
