@@ -5,7 +5,7 @@
 //! Defaults (no flags): every engine of this build, Load and A-F, 100 000 records of 1 KiB
 //! and 100 000 operations per workload, one client thread per CPU, data under
 //! `./bench-data`, pmem pools on `/dev/shm` in Volatile mode where `/dev/shm` exists (said
-//! in the header: not power-loss durable), seed 42.
+//! in the header: not power-loss durable; so is a `--pmem-path` on tmpfs or ramfs), seed 42.
 //!
 //! Thread safety: [`run`] blocks its caller for the whole run.
 
@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use tierkv::core::api::options::DEFAULT_MAX_VALUE_LEN;
+use tierkv::core::media::pmem::memory_backed;
 use tierkv::{ByteSize, DurabilityMode, EmulatedLatency, Options};
 
 use crate::keys::KeyFormat;
@@ -141,8 +142,9 @@ pub struct BenchArgs {
     /// least 1GiB (4GiB for 1,000,000 records of 1 KiB)]
     #[arg(long, value_name = "SIZE")]
     pub pmem_size: Option<ByteSize>,
-    /// Pmem durability mode: dax, msync or volatile. [default: volatile on /dev/shm, else
-    /// msync]
+    /// Pmem durability mode: dax, msync or volatile. [default: volatile where the pmem
+    /// directory is on tmpfs or ramfs (such as /dev/shm: msync there writes nothing back),
+    /// else msync]
     #[arg(long, value_name = "MODE")]
     pub pmem_mode: Option<DurabilityMode>,
     /// Emulated pmem latency on DRAM-speed pools, e.g. `200,100`: nanoseconds added per
@@ -308,6 +310,9 @@ impl BenchArgs {
     fn pmem(&self) -> (PmemRoot, DurabilityMode) {
         let shm = Path::new(SHM);
         let (root, default_mode) = match &self.pmem_path {
+            // msync on tmpfs is a system call per persist that writes nothing back: a pool
+            // there survives a process crash in any mode and a power loss in none.
+            Some(p) if memory_backed(p) => (PmemRoot::Dir(p.clone()), DurabilityMode::Volatile),
             Some(p) => (PmemRoot::Dir(p.clone()), DurabilityMode::Msync),
             None if shm.is_dir() => (
                 PmemRoot::Dir(shm.join(SHM_ROOT_NAME)),
@@ -430,7 +435,7 @@ impl BenchArgs {
             },
             pmem_size: plan.media.pmem_size.bytes(),
             pmem_mode: plan.media.pmem_mode.to_string(),
-            pmem_durability: plan.media.pmem_mode.guarantee().to_owned(),
+            pmem_durability: durability(plan.media.pmem_mode, &plan.layout.pmem_root),
             pmem_emulated_latency: plan.media.pmem_latency.is_on(),
             pmem_latency_read_ns_per_line: plan.media.pmem_latency.read_ns_per_line,
             pmem_latency_persist_ns: plan.media.pmem_latency.persist_ns,
@@ -448,6 +453,22 @@ impl BenchArgs {
             run_dir: path(&plan.layout.run_dir()),
             keep: self.keep || self.crash_after_load,
         }
+    }
+}
+
+/// What the report says pools in `mode` under `root` survive: a mode that would be durable
+/// elsewhere is not on tmpfs or ramfs, and the report must not claim it.
+fn durability(mode: DurabilityMode, root: &PmemRoot) -> String {
+    let on_memory = match root {
+        PmemRoot::Dir(d) => memory_backed(d),
+        PmemRoot::InDataDir => false,
+    };
+    match mode {
+        DurabilityMode::Msync | DurabilityMode::Dax if on_memory => format!(
+            "NOT durable across power loss or reboot: {mode} on tmpfs/ramfs writes nothing back \
+             (survives only a process crash)"
+        ),
+        _ => mode.guarantee().to_owned(),
     }
 }
 
@@ -566,6 +587,40 @@ mod tests {
             assert_eq!(
                 plan.layout.pmem_root,
                 PmemRoot::Dir(Path::new(SHM).join(SHM_ROOT_NAME))
+            );
+        }
+    }
+
+    /// A `--pmem-path` on tmpfs gets Volatile (msync there writes nothing back) and the
+    /// report never claims power-loss durability for pools there; one on a disk gets
+    /// Msync; `--pmem-mode` overrides either.
+    #[test]
+    fn the_pmem_mode_follows_the_filesystem_of_the_pmem_path() {
+        let disk = tempfile::tempdir_in(".").unwrap();
+        let on_disk = disk.path().join("not-yet/pools");
+        let a = parse(&["--pmem-path", on_disk.to_str().unwrap()]).unwrap();
+        if !memory_backed(disk.path()) {
+            let plan = a.plan().unwrap();
+            assert_eq!(plan.media.pmem_mode, DurabilityMode::Msync);
+            let root = &plan.layout.pmem_root;
+            assert_eq!(
+                durability(DurabilityMode::Msync, root),
+                "durable across power loss (msync)"
+            );
+        }
+        if memory_backed(Path::new(SHM)) {
+            let a = parse(&["--pmem-path", "/dev/shm/tierkv-test-not-created/x"]).unwrap();
+            let plan = a.plan().unwrap();
+            assert_eq!(plan.media.pmem_mode, DurabilityMode::Volatile);
+            let root = &plan.layout.pmem_root;
+            assert!(durability(DurabilityMode::Volatile, root).starts_with("NOT durable"));
+            let a = parse(&["--pmem-path", "/dev/shm/x", "--pmem-mode", "msync"]).unwrap();
+            let plan = a.plan().unwrap();
+            assert_eq!(plan.media.pmem_mode, DurabilityMode::Msync);
+            let said = durability(DurabilityMode::Msync, &plan.layout.pmem_root);
+            assert!(
+                said.starts_with("NOT durable") && said.contains("msync on tmpfs"),
+                "{said}"
             );
         }
     }

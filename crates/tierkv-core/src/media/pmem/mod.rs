@@ -62,7 +62,7 @@ pub use header::{
     ROOTS_OFF, STATIC_LEN as HEADER_STATIC_LEN, decode_pool_header, encode_pool_header,
 };
 pub use persist::{FlushInstr, LINE as CACHE_LINE};
-pub use pool::{PmemConfig, PmemPool};
+pub use pool::{PmemConfig, PmemPool, memory_backed};
 pub use tracked::CrashImageOptions;
 
 #[cfg(test)]

@@ -363,8 +363,23 @@ pub(super) fn page_cache_is_the_storage(path: &Path) -> bool {
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
+    memory_backed(dir)
+}
+
+/// Whether files under the directory `dir` (or, if it does not exist yet, under its
+/// nearest existing ancestor) live on a filesystem whose page cache is the storage itself
+/// (tmpfs, ramfs: /dev/shm). There `msync` writes nothing back and nothing survives a
+/// power loss in any mode, so pmem pools there are `Volatile` by default (`tierkv bench`).
+/// A filesystem that cannot be asked counts as a disk.
+pub fn memory_backed(dir: &Path) -> bool {
+    let Some(existing) = dir
+        .ancestors()
+        .find(|d| !d.as_os_str().is_empty() && d.exists())
+    else {
+        return false;
+    };
     matches!(
-        crate::media::flash::probe::fs_without_direct_io(dir),
+        crate::media::flash::probe::fs_without_direct_io(existing),
         Ok(Some(_))
     )
 }
