@@ -128,3 +128,34 @@ fn a_weaker_pmem_mode_than_the_store_was_created_with_is_never_silent() {
         );
     }
 }
+
+/// A store whose pool is on tmpfs (/dev/shm) in msync mode survives no power loss: msync
+/// writes nothing back there, and a write says so; a pool on a disk does not.
+#[test]
+fn an_msync_pool_on_tmpfs_is_never_called_durable() {
+    let shm = Path::new("/dev/shm");
+    if !tierkv::core::media::pmem::memory_backed(shm) {
+        println!("skipped: /dev/shm is not tmpfs");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let pools = tempfile::tempdir_in(shm).unwrap();
+    let s = d.path().join("s");
+    let mut extra = vec!["--engine", "prism", "--pmem-path"];
+    extra.push(pools.path().to_str().unwrap());
+    extra.extend_from_slice(&SMALL);
+    let o = put(&s, &extra, "k", "v");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("is on tmpfs or ramfs") && stderr(&o).contains("not a power loss"),
+        "a put to an msync pool on /dev/shm said nothing: {}",
+        stderr(&o)
+    );
+    let on_disk = d.path().join("t");
+    create_prism(&on_disk);
+    let o = put(&on_disk, &[], "k", "w");
+    assert!(o.status.success(), "{}", stderr(&o));
+    if !tierkv::core::media::pmem::memory_backed(d.path()) {
+        assert!(!stderr(&o).contains("tmpfs"), "{}", stderr(&o));
+    }
+}

@@ -98,6 +98,14 @@ fn warn_if_volatile(db: &Db) {
     };
     let mode = pool.mode();
     if matches!(mode, DurabilityMode::Dax | DurabilityMode::Msync) {
+        if pool_on_memory(pool.path()) {
+            eprintln!(
+                "tierkv: warning: pmem pool {} is on tmpfs or ramfs: {mode} writes nothing \
+                 back there, so this write survives a process crash but not a power loss or \
+                 reboot",
+                pool.path().display()
+            );
+        }
         return;
     }
     let created = db.manifest().pmem.as_ref().map(|p| p.created_mode);
@@ -111,6 +119,12 @@ fn warn_if_volatile(db: &Db) {
         "tierkv: warning: pmem mode {mode}: this write is {}{downgrade}",
         mode.guarantee()
     );
+}
+
+/// Whether the pool file at `path` is on a filesystem whose page cache is the storage.
+fn pool_on_memory(path: &std::path::Path) -> bool {
+    path.parent()
+        .is_some_and(tierkv::core::media::pmem::memory_backed)
 }
 
 pub fn put(s: &StoreArgs, a: &PutArgs) -> Result<u8> {
