@@ -120,56 +120,78 @@ fn put(sh: &Shared, off: u64, v: u64, m: &mut Moved) -> Result<()> {
     Ok(())
 }
 
-/// Step 2: the newtable's head skips every node of key `kx` at every level.
-/// Indexed nodes it skips are marked dead in `index` (the newtable's seek index).
+/// Step 2: the newtable's head skips every node of key `kx` at every level (`past`, read
+/// before: [`past_key`]). Indexed nodes it skips are marked dead in `index` (the
+/// newtable's seek index).
 fn unlink_from_new(
     sh: &Shared,
     new_head: u64,
     kx: &[u8],
+    past: &PastKey,
     index: Option<&SeekIndex>,
     m: &mut Moved,
 ) -> Result<()> {
+    if let Some(ix) = index {
+        for &(s, height) in &past.nodes {
+            if height > INDEX_LEVEL {
+                ix.mark_dead(kx, s);
+            }
+        }
+    }
+    // The first is x (or, at recovery, the newest version left).
+    m.dropped += past.nodes.len().saturating_sub(1) as u64;
     let src = PoolSource(&sh.pool);
-    let past = links_past_key(&src, new_head, kx, |l, s, first| {
-        if l == INDEX_LEVEL
-            && let Some(ix) = index
-        {
-            ix.mark_dead(kx, s);
-        }
-        if l == 0 && !first {
-            m.dropped += 1;
-        }
-    })?;
     for l in (0..MAX_HEIGHT).rev() {
-        if past[l] != skiplist::next(&src, new_head, l)? {
-            put(sh, new_head + link(l), past[l], m)?;
+        if past.links[l] != skiplist::next(&src, new_head, l)? {
+            put(sh, new_head + link(l), past.links[l], m)?;
         }
     }
     sh.persist("zc-unlink-new", new_head + link(0), 8 * MAX_HEIGHT)
 }
 
-/// Per level, the first node after the head at `head` whose key is not `kx` (0: none):
-/// what step 2 points the newtable's head at. `skipped(level, node, first)` is called for
-/// each node of `kx` passed (`first`: the head's own successor). Reads only.
-fn links_past_key(
-    src: &PoolSource<'_>,
-    head: u64,
-    kx: &[u8],
-    mut skipped: impl FnMut(usize, u64, bool),
-) -> Result<[u64; MAX_HEIGHT]> {
-    let mut past = [0u64; MAX_HEIGHT];
-    for (l, link) in past.iter_mut().enumerate() {
-        let first = skiplist::next(src, head, l)?;
-        let mut s = first;
+/// The nodes of one key at the front of a newtable and the head's links past them.
+#[derive(Clone, Debug, Default)]
+struct PastKey {
+    /// Per level, the first node after the head whose key is not the key (0: none): what
+    /// step 2 points the head at.
+    links: [u64; MAX_HEIGHT],
+    /// The key's nodes the head reaches at level 0 (offset, height), newest first.
+    nodes: Vec<(u64, usize)>,
+}
+
+/// [`PastKey`] of `kx` in the newtable whose head is at `head`. Reads only. The key's
+/// nodes follow the head at level 0 (the newtable's first key). With `whole` (a head no
+/// move has half rewritten: a merge planning its next move) the upper levels reach only
+/// those, so their first other node needs no key compared; at recovery a crash image may
+/// hold any subset of step 2's link stores, so every level's first node is compared.
+fn past_key(src: &PoolSource<'_>, head: u64, kx: &[u8], whole: bool) -> Result<PastKey> {
+    let mut past = PastKey::default();
+    let mut s = skiplist::next(src, head, 0)?;
+    while s != 0 {
+        let h = skiplist::header(src, s)?;
+        if skiplist::key(src, s, &h)?.as_ref() != kx {
+            break;
+        }
+        past.nodes.push((s, h.height));
+        s = skiplist::next(src, s, 0)?;
+    }
+    past.links[0] = s;
+    for l in 1..MAX_HEIGHT {
+        let mut s = skiplist::next(src, head, l)?;
         while s != 0 {
-            let h = skiplist::header(src, s)?;
-            if skiplist::key(src, s, &h)?.as_ref() != kx {
-                break;
+            if !past.nodes.iter().any(|n| n.0 == s) {
+                if whole {
+                    break;
+                }
+                let h = skiplist::header(src, s)?;
+                if skiplist::key(src, s, &h)?.as_ref() != kx {
+                    break;
+                }
+                past.nodes.push((s, h.height));
             }
-            skipped(l, s, s == first);
             s = skiplist::next(src, s, l)?;
         }
-        *link = s;
+        past.links[l] = s;
     }
     Ok(past)
 }
@@ -270,8 +292,8 @@ fn link_at(
 pub struct PlannedMove {
     x: u64,
     place: (NodeHeader, Vec<u8>, [u64; MAX_HEIGHT]),
-    /// The newtable's links past x's key ([`links_past_key`]).
-    past: [u64; MAX_HEIGHT],
+    /// x's key at the front of the newtable ([`past_key`]).
+    past: PastKey,
 }
 
 impl PlannedMove {
@@ -280,7 +302,7 @@ impl PlannedMove {
     pub fn view(&self) -> MoveView {
         MoveView {
             x: self.x,
-            past: self.past,
+            past: self.past.links,
         }
     }
 }
@@ -300,7 +322,7 @@ pub fn plan_first(
         return Ok(None);
     }
     let place = find_place(sh, old_head, x, finger)?;
-    let past = links_past_key(&src, new_head, &place.1, |_, _, _| {})?;
+    let past = past_key(&src, new_head, &place.1, true)?;
     Ok(Some(PlannedMove { x, place, past }))
 }
 
@@ -314,12 +336,12 @@ pub fn apply_move(
     finger: &mut Finger,
     indexes: Indexes<'_>,
 ) -> Result<Moved> {
-    let PlannedMove { x, place, .. } = planned;
+    let PlannedMove { x, place, past } = planned;
     let mut m = Moved::default();
     put(sh, meta.mark, x, &mut m)?;
     sh.persist("zc-mark", meta.mark, 8)?;
     sh.pool.crash_point("mio.zerocopy.after_mark");
-    unlink_from_new(sh, new_head, &place.1, indexes.new, &mut m)?;
+    unlink_from_new(sh, new_head, &place.1, &past, indexes.new, &mut m)?;
     sh.pool.crash_point("mio.zerocopy.after_unlink_new");
     link_at(sh, x, place, finger, indexes.old, &mut m)?;
     sh.pool.crash_point("mio.zerocopy.after_drop_old");
@@ -588,7 +610,8 @@ pub fn repair_mark(sh: &Shared, meta: &MergeMeta, old_head: u64, new_head: u64) 
     // While the newtable's head still points at a node of x's key at some level, step 2
     // was not persisted, so step 3 has not touched x's links: skipping along them is
     // right. Where it points past them, nothing is done again.
-    unlink_from_new(sh, new_head, &kx, None, &mut m)?;
+    let past = past_key(&src, new_head, &kx, false)?;
+    unlink_from_new(sh, new_head, &kx, &past, None, &mut m)?;
     link_into_old(sh, old_head, x, &mut Finger::default(), &mut m)?;
     sh.pool.store_u64(meta.mark, 0)?;
     sh.persist("zc-repair-unmark", meta.mark, 8)?;
