@@ -42,7 +42,7 @@ fuzz_target!(|data: &[u8]| {
     entries.sort();
     entries.dedup_by(|a, b| a.0 == b.0);
     if !entries.is_empty() {
-        let (img, footer) = build_table(&entries, 10);
+        let (img, footer) = build_table(&entries, 10).expect("memory for the image");
         assert_eq!(decode_footer(&img[img.len() - 4096..]), Some(footer.clone()));
         let (io, il, _) = footer.index;
         let index = decode_index(&img[io as usize..io as usize + il as usize]).expect("index");

@@ -118,22 +118,21 @@ impl Table {
         entries: &[(Vec<u8>, Vec<u8>)],
         bloom_bits: u32,
     ) -> Result<Table> {
-        let (img, footer) = build_table(entries, bloom_bits);
+        let (img, footer) = build_table(entries, bloom_bits)?;
         let file = dev.create_file(name, img.len() as u64)?;
         Table::write_image(file, number, &img, footer)
     }
 
     /// Writes the image `img` (from [`format::build_table`], whose footer is `footer`)
     /// into `file`, created with the image's length, and syncs it.
-    pub fn write_image(file: FlashFile, number: u64, img: &[u8], footer: Footer) -> Result<Table> {
-        let mut at = 0u64;
-        for piece in img.chunks(SEQ_READ) {
-            with_io_buf(piece.len(), |buf| {
-                buf.copy_from_slice(piece);
-                file.write_at(at, buf)
-            })?;
-            at += piece.len() as u64;
-        }
+    pub fn write_image(
+        file: FlashFile,
+        number: u64,
+        img: &AlignedBuf,
+        footer: Footer,
+    ) -> Result<Table> {
+        // One request: the image is aligned memory already (no copy into an I/O buffer).
+        file.write_at(0, img)?;
         file.sync()?;
         let region = |(off, len, _): (u64, u32, u32)| {
             img.get(off as usize..off as usize + len as usize)

@@ -38,12 +38,13 @@ use tierkv_core::media::flash::FlashFile;
 use tierkv_core::{Error, Result};
 
 use crate::format::{decode_object, object_len};
+use crate::key::{dram_key, range_from, range_from_mut};
 use crate::manifest::{ManifestData, TableEntry, commit_file, manifest_name};
 use crate::mapper::{is_pinned, pin_draw, pin_probabilities};
 use crate::partition::{Partition, State};
 use crate::policy::{Candidate, choose};
 use crate::shared::Shared;
-use crate::table::format::{Footer, build_table};
+use crate::table::format::{Footer, TableImage, build_table};
 use crate::table::{Table, TableSet, table_name};
 
 /// What started a compaction.
@@ -201,9 +202,8 @@ pub fn candidates(part: &Partition, st: &State) -> Vec<Candidate> {
 
 /// The tombstones of the fast tier in candidate range `c`.
 fn tombstones_in(st: &State, c: &Candidate) -> usize {
-    st.index
-        .range(c.lo.clone()..)
-        .take_while(|(k, _)| c.hi.as_ref().is_none_or(|h| *k < h))
+    range_from(&st.index, &c.lo)
+        .take_while(|(k, _)| c.hi.as_ref().is_none_or(|h| k.as_slice() < h.as_slice()))
         .filter(|(_, l)| l.tomb)
         .count()
 }
@@ -374,9 +374,13 @@ fn pick_victims(
     let tracker = part.tracker.lock();
     let mut out = Vec::new();
     let mut bytes = 0u64;
-    let range = st.index.range(cand.lo.clone()..);
-    for (k, loc) in range {
-        if cand.hi.as_ref().is_some_and(|h| k >= h) || bytes >= sh.opts.table_size {
+    for (k, loc) in range_from(&st.index, &cand.lo) {
+        if cand
+            .hi
+            .as_ref()
+            .is_some_and(|h| k.as_slice() >= h.as_slice())
+            || bytes >= sh.opts.table_size
+        {
             break;
         }
         if tombs_only && !loc.tomb {
@@ -399,7 +403,7 @@ fn pick_victims(
             })?;
         bytes += object_len(k.len(), o.value.map_or(0, <[u8]>::len)) as u64;
         out.push(Victim {
-            key: k.clone(),
+            key: k.to_vec(),
             value: o.value.map(<[u8]>::to_vec),
             off: loc.off,
             ts: loc.ts,
@@ -446,10 +450,12 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>
     for t in &plan.old {
         flash.extend(t.read_all()?);
     }
-    // Merge: the fast-tier version wins; a tombstone drops the key.
-    let mut merged: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(flash.len() + plan.victims.len());
+    // Merge: the fast-tier version wins; a tombstone drops the key. The merged entries
+    // borrow the victims' and the old tables' bytes: each is copied once more, into the new
+    // table's image.
+    let mut merged: Vec<(&[u8], &[u8])> = Vec::with_capacity(flash.len() + plan.victims.len());
     let mut promote: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-    let mut fi = flash.into_iter().peekable();
+    let mut fi = flash.iter().peekable();
     let mut vi = plan.victims.iter().peekable();
     let promoting = plan.promote;
     loop {
@@ -466,7 +472,7 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>
             }
             match &v.value {
                 Some(val) => {
-                    merged.push((v.key.clone(), val.clone()));
+                    merged.push((&v.key, val));
                     outcome.demoted += 1;
                 }
                 None => outcome.tombstones += 1,
@@ -475,7 +481,7 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>
             if promoting && is_hot(part, &f.0, &plan.probs) {
                 promote.push(f.clone());
             }
-            merged.push(f);
+            merged.push((&f.0, &f.1));
         }
     }
     // Held until the old files are removed (`PrismDbStore::hold_flash_commits`).
@@ -586,7 +592,10 @@ fn promote_one(sh: &Shared, part: &Partition, k: &[u8], v: &[u8]) -> Result<bool
 /// Writes the merged entries as tables and commits the manifest that lists them in place
 /// of the old ones. Returns the new tables and the manifest sequence.
 /// Cuts sorted entries into runs of about `table_size` bytes, one per new table.
-fn split_tables(merged: &[(Vec<u8>, Vec<u8>)], table_size: u64) -> Vec<&[(Vec<u8>, Vec<u8>)]> {
+fn split_tables<'m, 'e>(
+    merged: &'m [(&'e [u8], &'e [u8])],
+    table_size: u64,
+) -> Vec<&'m [(&'e [u8], &'e [u8])]> {
     let mut groups = Vec::new();
     let mut start = 0;
     let mut bytes = 0u64;
@@ -606,7 +615,7 @@ fn split_tables(merged: &[(Vec<u8>, Vec<u8>)], table_size: u64) -> Vec<&[(Vec<u8
 
 /// A compaction's new files, planned: the table images and the manifest image.
 struct Output {
-    tables: Vec<(Vec<u8>, Footer)>,
+    tables: Vec<(TableImage, Footer)>,
     manifest: Vec<u8>,
 }
 
@@ -696,7 +705,7 @@ fn write_and_commit<'a>(
     sh: &'a Shared,
     part: &Partition,
     plan: &Plan,
-    merged: &[(Vec<u8>, Vec<u8>)],
+    merged: &[(&[u8], &[u8])],
 ) -> Result<Option<(Vec<Arc<Table>>, u64, Option<MutexGuard<'a, ()>>)>> {
     let groups = split_tables(merged, sh.opts.table_size);
     let (first, seq, keep) = {
@@ -712,10 +721,10 @@ fn write_and_commit<'a>(
             .collect();
         (first, st.manifest_seq + 1, keep)
     };
-    let tables: Vec<(Vec<u8>, Footer)> = groups
+    let tables: Vec<(TableImage, Footer)> = groups
         .iter()
         .map(|g| build_table(g, sh.opts.bloom_bits))
-        .collect();
+        .collect::<Result<_>>()?;
     let mut entries: Vec<TableEntry> = keep
         .iter()
         .map(|t| TableEntry {
@@ -824,20 +833,27 @@ fn install(
     st.tables = Arc::new(TableSet { tables: all });
     st.manifest_seq = seq;
     for v in &plan.victims {
-        let same = st
-            .index
-            .get(&v.key)
-            .is_some_and(|l| l.off == v.off && l.ts == v.ts);
-        if same && let Some(loc) = st.index.remove(&v.key) {
+        // One search: the entry is taken out, and put back if a write replaced the victim
+        // meanwhile (rare: the range is being compacted only while writers go on).
+        let Some(loc) = st.index.remove(v.key.as_slice()) else {
+            continue;
+        };
+        if loc.off == v.off && loc.ts == v.ts {
             part.unaccount(&v.key, &loc);
             st.slabs.free(loc.off, loc.class)?;
             sh.crash_point("prismdb.compaction.victim_freed");
+        } else {
+            st.index.insert(dram_key(&v.key), loc);
         }
     }
     // Refresh the flash flags of the range (approx-MSC overlap counts).
     let tables = st.tables.clone();
-    for (k, loc) in st.index.range_mut(plan.lo.clone()..) {
-        if plan.hi.as_ref().is_some_and(|h| k >= h) {
+    for (k, loc) in range_from_mut(&mut st.index, &plan.lo) {
+        if plan
+            .hi
+            .as_ref()
+            .is_some_and(|h| k.as_slice() >= h.as_slice())
+        {
             break;
         }
         loc.on_flash = tables.may_contain(k);

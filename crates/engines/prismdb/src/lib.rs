@@ -69,6 +69,7 @@ pub mod batch;
 mod check;
 pub mod compaction;
 pub mod format;
+pub mod key;
 pub mod manifest;
 pub mod mapper;
 pub mod msc;

@@ -12,6 +12,7 @@
 //!
 //! Thread safety: `Send + Sync`; all methods take `&self`.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,6 +22,7 @@ use parking_lot::{Mutex, RwLock};
 use tierkv_core::{Error, KvPair, Result, Tier};
 
 use crate::format::{decode_object, encode_object, object_len};
+use crate::key::{DramKey, dram_key, range_from};
 use crate::msc::{Buckets, common_prefix, key_pos};
 use crate::shared::Shared;
 use crate::slab::Slabs;
@@ -51,7 +53,7 @@ pub struct Loc {
 #[derive(Debug)]
 pub struct State {
     /// Key -> fast-tier object.
-    pub index: BTreeMap<Vec<u8>, Loc>,
+    pub index: BTreeMap<DramKey, Loc>,
     /// Slabs.
     pub slabs: Slabs,
     /// Last timestamp given out.
@@ -326,7 +328,7 @@ impl Partition {
             b.pop += 1.0;
         }
         if let Some(ev) = t.evicted
-            && let Some(loc) = st.index.get(&ev)
+            && let Some(loc) = st.index.get(ev.as_slice())
             && loc.popular.swap(false, Ordering::Relaxed)
             && let Some(b) = buckets.at(&ev)
         {
@@ -497,14 +499,6 @@ impl Partition {
         only_if_absent: bool,
     ) -> Result<bool> {
         let on_flash = st.tables.may_contain(key);
-        // NOTE: a promoted copy is the flash value, older than any write in flight even when
-        // its timestamp is higher (it took one after them): such a write replaces it.
-        if let Some(old) = st.index.get(key)
-            && (only_if_absent || (old.ts > ts && !old.promoted))
-        {
-            st.slabs.free(off, class)?;
-            return Ok(false);
-        }
         let popular = self.tracker.lock().clock(key).is_some_and(|c| c > 0);
         let loc = Loc {
             off,
@@ -515,11 +509,27 @@ impl Partition {
             popular: AtomicBool::new(popular),
             promoted: only_if_absent,
         };
-        self.account(key, &loc);
-        if let Some(old) = st.index.insert(key.to_vec(), loc) {
-            self.unaccount(key, &old);
-            // IMPORTANT: after the new object is durable and published.
-            st.slabs.free(old.off, old.class)?;
+        // One search of the index: the entry is taken, then kept or replaced.
+        match st.index.entry(dram_key(key)) {
+            Entry::Occupied(mut e) => {
+                // NOTE: a promoted copy is the flash value, older than any write in flight
+                // even when its timestamp is higher (it took one after them): such a write
+                // replaces it.
+                let old = e.get();
+                if only_if_absent || (old.ts > ts && !old.promoted) {
+                    st.slabs.free(off, class)?;
+                    return Ok(false);
+                }
+                self.account(key, &loc);
+                let old = e.insert(loc);
+                self.unaccount(key, &old);
+                // IMPORTANT: after the new object is durable and published.
+                st.slabs.free(old.off, old.class)?;
+            }
+            Entry::Vacant(e) => {
+                self.account(key, &loc);
+                e.insert(loc);
+            }
         }
         Ok(true)
     }
@@ -548,8 +558,8 @@ impl Partition {
         let n = (keys / bucket_keys.max(1))
             .max(4 * (st.tables.tables.len() + 1))
             .clamp(1, 4096);
-        let first = st.index.keys().next().map(Vec::as_slice);
-        let last = st.index.keys().next_back().map(Vec::as_slice);
+        let first = st.index.keys().next().map(DramKey::as_slice);
+        let last = st.index.keys().next_back().map(DramKey::as_slice);
         let t = &st.tables.tables;
         let lo = [first, t.first().map(|x| x.min_key())]
             .into_iter()
@@ -589,13 +599,13 @@ impl Partition {
         let st = self.state.read();
         let mut mem: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
         let mut live = 0;
-        for (k, loc) in st.index.range(start.to_vec()..) {
+        for (k, loc) in range_from(&st.index, start) {
             match self.read_slot(sh, k, loc, &st)? {
                 Found::Value(v) => {
-                    mem.push((k.clone(), Some(v)));
+                    mem.push((k.to_vec(), Some(v)));
                     live += 1;
                 }
-                Found::Tombstone => mem.push((k.clone(), None)),
+                Found::Tombstone => mem.push((k.to_vec(), None)),
             }
             if live >= limit {
                 break;

@@ -16,6 +16,7 @@
 use rand::Rng;
 
 use crate::compaction::Trigger;
+use crate::key::{DramKey, range_from};
 use crate::msc::{RangeStats, best, msc, power_of_k};
 use crate::options::Victim;
 use crate::partition::{Partition, State};
@@ -35,10 +36,9 @@ pub struct Candidate {
 fn in_range<'a>(
     st: &'a State,
     c: &'a Candidate,
-) -> impl Iterator<Item = (&'a Vec<u8>, &'a crate::partition::Loc)> + 'a {
-    st.index
-        .range(c.lo.clone()..)
-        .take_while(move |(k, _)| c.hi.as_ref().is_none_or(|h| *k < h))
+) -> impl Iterator<Item = (&'a DramKey, &'a crate::partition::Loc)> + 'a {
+    range_from(&st.index, &c.lo)
+        .take_while(move |(k, _)| c.hi.as_ref().is_none_or(|h| k.as_slice() < h.as_slice()))
 }
 
 fn table_entries(st: &State, c: &Candidate) -> f64 {

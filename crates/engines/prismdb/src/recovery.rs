@@ -192,7 +192,7 @@ fn recover_partition(sh: &Shared, part: &Partition, chunks: &[FoundChunk]) -> Re
     for (k, b) in best {
         let on_flash = tables.may_contain(&k);
         st.index.insert(
-            k,
+            crate::key::dram_key(&k),
             Loc {
                 off: b.off,
                 ts: b.ts,

@@ -228,7 +228,12 @@ impl PrismDbStore {
         let mut n = self.sh.cache.bytes();
         for p in &self.sh.parts {
             let st = p.state.read();
-            n += st.index.keys().map(|k| k.len() + 64).sum::<usize>();
+            let entry = std::mem::size_of::<(crate::key::DramKey, crate::partition::Loc)>();
+            n += st
+                .index
+                .keys()
+                .map(|k| entry + if k.spilled() { k.len() } else { 0 })
+                .sum::<usize>();
             n += st
                 .tables
                 .tables
