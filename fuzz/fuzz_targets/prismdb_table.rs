@@ -1,6 +1,7 @@
 //! Fuzz target: PrismDB's flash decoders (`engines/prismdb/src/table/format.rs`,
 //! `table/bloom.rs`, `manifest.rs`): table footers, block indexes, data blocks, Bloom
-//! filters and manifests must return `None` on any bytes, never panic; a manifest whose
+//! filters and manifests must return `None` on any bytes, never panic; a block's spans
+//! (`block_spans`, what compactions merge from) agree with its decoding; a manifest whose
 //! checksum is made valid must decode into sorted, non-overlapping tables; a table built
 //! from entries must decode back to them.
 #![no_main]
@@ -9,12 +10,20 @@ use libfuzzer_sys::fuzz_target;
 use tierkv_core::format::checksum::masked_crc32c;
 use tierkv_prismdb::manifest::{ManifestData, parse_name};
 use tierkv_prismdb::table::bloom::{Bloom, hash64};
-use tierkv_prismdb::table::format::{build_table, decode_block, decode_footer, decode_index};
+use tierkv_prismdb::table::format::{
+    block_spans, build_table, decode_block, decode_footer, decode_index,
+};
 
 fuzz_target!(|data: &[u8]| {
     let _ = decode_footer(data);
     let _ = decode_index(data);
-    let _ = decode_block(data);
+    // The spans of a block are exactly what decoding it gives (both None when malformed).
+    let spans = block_spans(data).map(|s| {
+        s.into_iter()
+            .map(|(k, kl, vl)| (data[k..k + kl].to_vec(), data[k + kl..k + kl + vl].to_vec()))
+            .collect::<Vec<_>>()
+    });
+    assert_eq!(spans, decode_block(data));
     if let Some(b) = Bloom::decode(data) {
         let _ = b.may_contain(hash64(data));
     }

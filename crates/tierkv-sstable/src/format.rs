@@ -7,7 +7,7 @@
 //!
 //! Thread safety: pure functions.
 
-use std::ops::Deref;
+use std::ops::{Deref, DerefMut};
 
 use parking_lot::Mutex;
 use tierkv_core::Result;
@@ -57,8 +57,12 @@ pub struct Footer {
 /// page by page: in a 2M-record PrismDB load that was 14% of all CPU (memset and page
 /// faults of one new 16-22 MiB image per table written).
 static IMAGE_POOL: Mutex<Vec<AlignedBuf>> = Mutex::new(Vec::new());
-/// Images the pool keeps.
-pub const POOLED_IMAGES: usize = 2;
+/// Images the pool keeps (a compaction thread holds its images from build to sync; on two
+/// cores four were in use at once).
+pub const POOLED_IMAGES: usize = 4;
+/// Fresh images are allocated in steps of this many bytes, so that a pooled one fits the
+/// next table of about the same size.
+const IMAGE_STEP: usize = 8 << 20;
 /// The largest image the pool keeps.
 pub const POOLED_IMAGE_MAX: usize = 64 << 20;
 
@@ -72,34 +76,33 @@ pub fn pooled_image_bytes() -> usize {
 /// when dropped.
 #[derive(Debug)]
 pub struct TableImage {
-    buf: Option<AlignedBuf>,
+    buf: AlignedBuf,
 }
 
 impl Deref for TableImage {
     type Target = AlignedBuf;
 
     fn deref(&self) -> &AlignedBuf {
-        // Taken only in `drop`.
-        self.buf.as_ref().unwrap_or(&EMPTY_IMAGE)
+        &self.buf
     }
 }
 
-/// What a [`TableImage`] dereferences to if its buffer were gone (never, before drop).
-static EMPTY_IMAGE: std::sync::LazyLock<AlignedBuf> = std::sync::LazyLock::new(|| {
-    let mut b = AlignedBuf::new(FLASH_BLOCK).unwrap_or_else(|_| unreachable!("4 KiB"));
-    let _ = b.set_len(0);
-    b
-});
+impl DerefMut for TableImage {
+    fn deref_mut(&mut self) -> &mut AlignedBuf {
+        &mut self.buf
+    }
+}
 
 impl Drop for TableImage {
     fn drop(&mut self) {
-        if let Some(buf) = self.buf.take()
-            && buf.capacity() <= POOLED_IMAGE_MAX
+        if self.buf.capacity() > POOLED_IMAGE_MAX {
+            return;
+        }
+        let mut pool = IMAGE_POOL.lock();
+        if pool.len() < POOLED_IMAGES
+            && let Ok(empty) = AlignedBuf::new(0)
         {
-            let mut pool = IMAGE_POOL.lock();
-            if pool.len() < POOLED_IMAGES {
-                pool.push(buf);
-            }
+            pool.push(std::mem::replace(&mut self.buf, empty));
         }
     }
 }
@@ -120,7 +123,7 @@ impl Image {
         };
         let mut buf = match pooled {
             Some(b) => b,
-            None => AlignedBuf::new(bytes.max(FLASH_BLOCK))?,
+            None => AlignedBuf::new(bytes.max(FLASH_BLOCK).next_multiple_of(IMAGE_STEP))?,
         };
         buf.set_len(0)?;
         Ok(Image { buf })
@@ -246,7 +249,7 @@ pub fn build_table<K: AsRef<[u8]>, V: AsRef<[u8]>>(
         max_key: key(entries.last()),
     };
     img.extend(&encode_footer(&footer))?;
-    Ok((TableImage { buf: Some(img.buf) }, footer))
+    Ok((TableImage { buf: img.buf }, footer))
 }
 
 fn len32(b: &[u8]) -> u32 {
@@ -323,8 +326,10 @@ pub fn decode_index(b: &[u8]) -> Option<Vec<BlockHandle>> {
     Some(out)
 }
 
-/// Decodes a data block's payload into its entries (`None` if malformed).
-pub fn decode_block(payload: &[u8]) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+/// The entries of a data block's payload as spans of it, in order: (key offset, key
+/// length, value length), the value following its key; `None` if malformed. What
+/// [`decode_block`] decodes, without copying any entry.
+pub fn block_spans(payload: &[u8]) -> Option<Vec<(usize, usize, usize)>> {
     let len = read_u32(payload, 0)? as usize;
     let body = payload.get(4..len)?;
     let mut r = Reader::new(body);
@@ -332,11 +337,33 @@ pub fn decode_block(payload: &[u8]) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
     while r.pos() < body.len() {
         let kl = usize::from(r.u16()?);
         let vl = r.u32()? as usize;
-        let k = r.bytes(kl)?.to_vec();
-        let v = r.bytes(vl)?.to_vec();
-        out.push((k, v));
+        let at = 4 + r.pos();
+        r.bytes(kl)?;
+        r.bytes(vl)?;
+        out.push((at, kl, vl));
     }
     Some(out)
+}
+
+/// A buffer of `len` bytes from the image pool (its contents are whatever it held), for a
+/// whole-table read ([`crate::Table::read_data`]).
+pub(crate) fn pooled_buffer(len: usize) -> Result<TableImage> {
+    let mut img = Image::with_capacity(len)?;
+    img.buf.set_len(len)?;
+    Ok(TableImage { buf: img.buf })
+}
+
+/// Decodes a data block's payload into its entries (`None` if malformed).
+pub fn decode_block(payload: &[u8]) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+    block_spans(payload)?
+        .into_iter()
+        .map(|(k, kl, vl)| {
+            Some((
+                payload.get(k..k + kl)?.to_vec(),
+                payload.get(k + kl..k + kl + vl)?.to_vec(),
+            ))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -45,7 +45,7 @@ use crate::partition::{Partition, State};
 use crate::policy::{Candidate, choose};
 use crate::shared::Shared;
 use crate::table::format::{Footer, TableImage, build_table};
-use crate::table::{Table, TableSet, table_name};
+use crate::table::{Table, TableData, TableSet, table_name};
 
 /// What started a compaction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -446,16 +446,18 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>
         sh.counters.promoted.add(outcome.promoted);
         return Ok(Some(outcome));
     }
-    let mut flash: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-    for t in &plan.old {
-        flash.extend(t.read_all()?);
-    }
+    let flash: Vec<TableData> = plan
+        .old
+        .iter()
+        .map(|t| t.read_data())
+        .collect::<Result<_>>()?;
     // Merge: the fast-tier version wins; a tombstone drops the key. The merged entries
     // borrow the victims' and the old tables' bytes: each is copied once more, into the new
     // table's image.
-    let mut merged: Vec<(&[u8], &[u8])> = Vec::with_capacity(flash.len() + plan.victims.len());
+    let flash_entries: usize = flash.iter().map(TableData::len).sum();
+    let mut merged: Vec<(&[u8], &[u8])> = Vec::with_capacity(flash_entries + plan.victims.len());
     let mut promote: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-    let mut fi = flash.iter().peekable();
+    let mut fi = flash.iter().flat_map(TableData::iter).peekable();
     let mut vi = plan.victims.iter().peekable();
     let promoting = plan.promote;
     loop {
@@ -463,11 +465,11 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>
             (None, None) => break,
             (Some(_), None) => true,
             (None, Some(_)) => false,
-            (Some(v), Some(f)) => v.key <= f.0,
+            (Some(v), Some(f)) => v.key.as_slice() <= f.0,
         };
         if take_victim {
             let Some(v) = vi.next() else { break };
-            if fi.peek().is_some_and(|f| f.0 == v.key) {
+            if fi.peek().is_some_and(|f| f.0 == v.key.as_slice()) {
                 fi.next();
             }
             match &v.value {
@@ -478,10 +480,10 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>
                 None => outcome.tombstones += 1,
             }
         } else if let Some(f) = fi.next() {
-            if promoting && is_hot(part, &f.0, &plan.probs) {
-                promote.push(f.clone());
+            if promoting && is_hot(part, f.0, &plan.probs) {
+                promote.push((f.0.to_vec(), f.1.to_vec()));
             }
-            merged.push((&f.0, &f.1));
+            merged.push(f);
         }
     }
     // Held until the old files are removed (`PrismDbStore::hold_flash_commits`).
