@@ -553,7 +553,13 @@ impl Partition {
 
     /// Rebuilds the buckets from the index (after a compaction or recovery), with about
     /// `bucket_keys` keys per bucket.
+    ///
+    /// The caller holds the state lock, a read lock at least: no write publishes meanwhile.
+    /// The buckets' lock is held throughout, so that a concurrent [`Partition::touch`]
+    /// changes a popular flag and its count either before the rebuild reads the flag or
+    /// after it, in the new buckets.
     pub fn rebuild_buckets(&self, st: &State, bucket_keys: usize) {
+        let mut current = self.buckets.lock();
         let keys = st.index.len() + usize::try_from(st.tables.entries()).unwrap_or(usize::MAX);
         let n = (keys / bucket_keys.max(1))
             .max(4 * (st.tables.tables.len() + 1))
@@ -590,7 +596,7 @@ impl Partition {
                 x.pop += f64::from(u8::from(loc.popular.load(Ordering::Relaxed)));
             }
         }
-        *self.buckets.lock() = b;
+        *current = b;
     }
 
     /// Up to `limit` pairs with keys `>= start` in this partition.
