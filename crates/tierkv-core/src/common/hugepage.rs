@@ -46,30 +46,41 @@ impl WordBlock {
         let bytes = len
             .checked_mul(8)
             .ok_or_else(|| std::io::Error::other("word block too large"))?;
-        // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        #[cfg(target_os = "linux")]
-        // SAFETY: advice on the range just mapped; it changes no contents. A refusal
-        // (a kernel without THP) leaves ordinary pages, which is fine.
-        unsafe {
-            libc::madvise(p, bytes, libc::MADV_HUGEPAGE);
-        }
-        let base = NonNull::new(p.cast::<AtomicU64>())
-            .ok_or_else(|| std::io::Error::other("mmap returned null"))?;
-        Ok(WordBlock { base, len })
+        let p = map_zeroed(bytes).ok_or_else(std::io::Error::last_os_error)?;
+        Ok(WordBlock {
+            base: p.cast::<AtomicU64>(),
+            len,
+        })
     }
+}
+
+/// A fresh private anonymous mapping of `bytes` (> 0) bytes: page aligned, zero-filled by
+/// the kernel as it is first touched, transparent huge pages asked for; `None` if the
+/// kernel refuses it (`errno` says why). The caller owns it and unmaps it
+/// (`libc::munmap(p, bytes)`).
+#[allow(unsafe_code)]
+pub(crate) fn map_zeroed(bytes: usize) -> Option<NonNull<u8>> {
+    // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    #[cfg(target_os = "linux")]
+    // SAFETY: advice on the range just mapped; it changes no contents. A refusal (a
+    // kernel without THP) leaves ordinary pages, which is fine.
+    unsafe {
+        libc::madvise(p, bytes, libc::MADV_HUGEPAGE);
+    }
+    NonNull::new(p.cast::<u8>())
 }
 
 impl Default for WordBlock {

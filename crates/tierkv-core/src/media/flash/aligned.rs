@@ -176,7 +176,7 @@ impl Clone for AlignedBuf {
 /// it is a mapping.
 fn allocate_zeroed(layout: Layout) -> (NonNull<u8>, bool) {
     if layout.size() >= MAPPED_FROM
-        && let Some(p) = map_zeroed(layout.size())
+        && let Some(p) = crate::common::hugepage::map_zeroed(layout.size())
     {
         return (p, true);
     }
@@ -189,37 +189,12 @@ fn allocate_zeroed(layout: Layout) -> (NonNull<u8>, bool) {
     }
 }
 
-/// A fresh private anonymous mapping of `size` bytes; `None` if the kernel refuses it.
-fn map_zeroed(size: usize) -> Option<NonNull<u8>> {
-    // SAFETY: a new private anonymous mapping; no existing memory is touched.
-    #[expect(unsafe_code, reason = "anonymous mapping for a large O_DIRECT buffer")]
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return None;
-    }
-    // SAFETY: advice on the range just mapped; it changes no contents, and a refusal (a
-    // kernel without transparent huge pages) leaves ordinary pages.
-    #[expect(unsafe_code, reason = "huge-page advice on our own mapping")]
-    unsafe {
-        libc::madvise(p, size, libc::MADV_HUGEPAGE);
-    }
-    NonNull::new(p.cast::<u8>())
-}
-
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
         if self.mapped {
-            // SAFETY: `ptr` is the mapping of `layout.size()` bytes made by `map_zeroed`
-            // for this buffer, unmapped only here; no borrow of it outlives `self`.
+            // SAFETY: `ptr` is the mapping of `layout.size()` bytes that
+            // `common::hugepage::map_zeroed` made for this buffer, unmapped only here; no
+            // borrow of it outlives `self`.
             #[expect(unsafe_code, reason = "unmap of the owned mapping")]
             unsafe {
                 libc::munmap(self.ptr.as_ptr().cast(), self.layout.size());
