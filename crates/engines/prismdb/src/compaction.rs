@@ -376,6 +376,8 @@ fn promotion_bytes(hot: &[Vec<u8>], old: &[Arc<Table>]) -> u64 {
 
 /// Index entries [`pick_victims`] looks at per hold of the state lock.
 const PICK_CHUNK: usize = 256;
+/// Victims [`install`] takes out of the index per hold of the state's write lock.
+const INSTALL_CHUNK: usize = 512;
 
 /// The objects of `cand` to demote (only its tombstones with `tombs_only`), in key
 /// order, up to a table's worth of bytes. The range is marked as compacting (`plan`); the
@@ -864,18 +866,29 @@ fn install(
     all.sort_by(|a, b| a.min_key().cmp(b.min_key()));
     st.tables = Arc::new(TableSet { tables: all });
     st.manifest_seq = seq;
-    for v in &plan.victims {
-        // One search: the entry is taken out, and put back if a write replaced the victim
-        // meanwhile (rare: the range is being compacted only while writers go on).
-        let Some(loc) = st.index.remove(v.key.as_slice()) else {
-            continue;
-        };
-        if loc.off == v.off && loc.ts == v.ts {
-            part.unaccount(&v.key, &loc);
-            st.slabs.free(loc.off, loc.class)?;
-            sh.crash_point("prismdb.compaction.victim_freed");
-        } else {
-            st.index.insert(dram_key(&v.key), loc);
+    // The victims leave the index in chunks, the write lock let go between them: every
+    // victim is in the new tables now, so a get that finds one still indexed reads the same
+    // value from the fast tier, and one that does not reads it from the tables. (Freeing a
+    // whole table's worth of victims in one hold kept the partition's writers spinning on
+    // the lock.) The range stays marked until the end, so deletes in it leave tombstones.
+    for (i, chunk) in plan.victims.chunks(INSTALL_CHUNK).enumerate() {
+        if i > 0 {
+            drop(st);
+            st = part.state.write();
+        }
+        for v in chunk {
+            // One search: the entry is taken out, and put back if a write replaced the
+            // victim meanwhile.
+            let Some(loc) = st.index.remove(v.key.as_slice()) else {
+                continue;
+            };
+            if loc.off == v.off && loc.ts == v.ts {
+                part.unaccount(&v.key, &loc);
+                st.slabs.free(loc.off, loc.class)?;
+                sh.crash_point("prismdb.compaction.victim_freed");
+            } else {
+                st.index.insert(dram_key(&v.key), loc);
+            }
         }
     }
     // Refresh the flash flags of the range (approx-MSC overlap counts).
