@@ -12,7 +12,7 @@
 //! | paper | what | where |
 //! |---|---|---|
 //! | §4.1 | partitions by key range | `partition_map.rs`, `partition.rs` |
-//! | §4.1 | DRAM B-tree index over NVM objects | `partition.rs` (`State::index`) |
+//! | §4.1 | DRAM B-tree index over NVM objects (keys inline up to 24 bytes) | `partition.rs` (`State::index`), `key.rs` |
 //! | §4.1, §6 | slabs per size class, object header with timestamp | `slab.rs`, `format.rs` |
 //! | §4.1 | SST files with block index and Bloom filter | `table/` |
 //! | §4.2, Fig. 4 | write-triggered compaction, watermarks, rate limiting | `background.rs`, `compaction.rs`, `partition.rs` (`reserve`) |
@@ -38,6 +38,9 @@
 //!   resurface the key; tombstones are dropped with the flash versions they hide.
 //! - Table indexes and filters are in DRAM, not on NVM (`table/mod.rs`).
 //! - Tracker per partition behind a mutex instead of TBB's concurrent map (`tracker.rs`).
+//! - A compaction holds its partition's lock only in short pieces: to choose and mark its
+//!   range, to pick victims 256 index entries at a time (shared), to swap the table set and
+//!   to free victims 512 at a time (`compaction.rs`, FORMAT.md §3 "Compaction").
 //! - approx-MSC's popular bit (§6's `pop_bitmap`, set by gets) is set when any access
 //!   raises a tracked key's clock from 0, so a key written once (a load) is cold, as
 //!   precise-MSC and the mapper see it (`msc.rs`); bucket edges include the candidate
