@@ -19,6 +19,34 @@ fn invalid(r: Result<(), Error>, needle: &str) {
 }
 
 #[test]
+fn buffer_pieces_round_trip_and_bad_pieces_are_refused_on_every_path() {
+    for backend in backends() {
+        let dir = data_disk_dir();
+        let dev = open(dir.path(), backend, 1 << 20);
+        let f = dev.create_file("pieces", 4 * BLK as u64).unwrap();
+        let src = pattern(4 * BLK, 7);
+        // Written in two pieces, read back in three.
+        f.write_from(0, &src, 0, BLK).unwrap();
+        f.write_from(BLK as u64, &src, BLK, 3 * BLK).unwrap();
+        let mut back = AlignedBuf::new(4 * BLK).unwrap();
+        f.read_into(0, &mut back, 0, 2 * BLK).unwrap();
+        f.read_into(2 * BLK as u64, &mut back, 2 * BLK, BLK)
+            .unwrap();
+        f.read_into(3 * BLK as u64, &mut back, 3 * BLK, BLK)
+            .unwrap();
+        assert_eq!(&back[..], &src[..], "{backend:?}");
+        invalid(f.write_from(0, &src, 100, BLK), "not block aligned");
+        invalid(f.read_into(0, &mut back, 3 * BLK, 2 * BLK), "past its end");
+        invalid(f.write_from(0, &src, BLK, usize::MAX), "past its end");
+        // A piece that is not whole blocks is refused like any such request.
+        assert!(matches!(
+            f.read_into(0, &mut back, 0, 100),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+}
+
+#[test]
 fn requests_past_the_end_of_a_small_file_are_refused_on_every_path() {
     for backend in backends() {
         let dir = data_disk_dir();

@@ -131,8 +131,15 @@ impl Table {
         img: &AlignedBuf,
         footer: Footer,
     ) -> Result<Table> {
-        // One request: the image is aligned memory already (no copy into an I/O buffer).
-        file.write_at(0, img)?;
+        // Straight from the image (aligned memory already, no copy into an I/O buffer), in
+        // pieces of SEQ_READ: one request for a whole table held the device's queue for
+        // the foreground's 4 KiB reads.
+        let mut at = 0;
+        while at < img.len() {
+            let n = SEQ_READ.min(img.len() - at);
+            file.write_from(at as u64, img, at, n)?;
+            at += n;
+        }
         file.sync()?;
         let region = |(off, len, _): (u64, u32, u32)| {
             img.get(off as usize..off as usize + len as usize)
@@ -295,7 +302,7 @@ impl Table {
         Ok(out)
     }
 
-    /// Every entry, checked, read in one request into one buffer (from the image pool):
+    /// Every entry, checked, read into one buffer (from the image pool):
     /// what a compaction merges, with no allocation or copy per entry.
     pub fn read_data(&self) -> Result<TableData> {
         let (Some(first), Some(last)) = (self.index.first(), self.index.last()) else {
@@ -310,8 +317,15 @@ impl Table {
                 "data blocks past the end of the file",
             ));
         }
-        let mut buf = format::pooled_buffer((end - start) as usize)?;
-        self.file.read_at(start, &mut buf)?;
+        let total = (end - start) as usize;
+        let mut buf = format::pooled_buffer(total)?;
+        // In pieces of SEQ_READ, as `write_image` writes.
+        let mut at = 0;
+        while at < total {
+            let n = SEQ_READ.min(total - at);
+            self.file.read_into(start + at as u64, &mut buf, at, n)?;
+            at += n;
+        }
         let mut entries = Vec::with_capacity(self.footer.entries as usize);
         for h in &self.index {
             let at = (h.offset - start) as usize;

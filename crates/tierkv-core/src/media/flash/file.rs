@@ -176,6 +176,36 @@ impl FlashFile {
         self.transfer(IoOp::Write, offset, buf.as_ptr().cast_mut(), buf.len())
     }
 
+    /// Reads `len` bytes at `offset` into `buf[start..start + len]`; every byte or an
+    /// error. `start` must be a multiple of [`FLASH_BLOCK`] and the span inside the
+    /// buffer's length (else `InvalidArgument`): a large buffer filled in pieces, so that
+    /// other requests to the device are not queued behind one long transfer.
+    pub fn read_into(
+        &self,
+        offset: u64,
+        buf: &mut AlignedBuf,
+        start: usize,
+        len: usize,
+    ) -> Result<()> {
+        check_piece(buf.len(), start, len)?;
+        let ptr = buf.as_mut_ptr().wrapping_add(start);
+        self.transfer(IoOp::Read, offset, ptr, len)
+    }
+
+    /// Writes `buf[start..start + len]` at `offset` (`start` and the span as in
+    /// [`FlashFile::read_into`]); durable only after a later [`FlashFile::sync`].
+    pub fn write_from(
+        &self,
+        offset: u64,
+        buf: &AlignedBuf,
+        start: usize,
+        len: usize,
+    ) -> Result<()> {
+        check_piece(buf.len(), start, len)?;
+        let ptr = buf.as_ptr().cast_mut().wrapping_add(start);
+        self.transfer(IoOp::Write, offset, ptr, len)
+    }
+
     /// Makes every write completed before this call durable (`fdatasync`). If it fails, the
     /// device is poisoned: later writes and syncs fail with [`Error::Poisoned`].
     pub fn sync(&self) -> Result<()> {
@@ -323,6 +353,17 @@ fn try_open(path: &Path, create: bool, exclusive: bool, direct: bool) -> io::Res
         o.custom_flags(libc::O_DIRECT);
     }
     o.open(path)
+}
+
+/// A piece `start..start + len` of a buffer of `buf_len` bytes must start on a block (so the
+/// piece is as aligned as the buffer) and end inside the buffer.
+fn check_piece(buf_len: usize, start: usize, len: usize) -> Result<()> {
+    if !start.is_multiple_of(FLASH_BLOCK) || start.checked_add(len).is_none_or(|e| e > buf_len) {
+        return Err(Error::invalid(format!(
+            "buffer piece {start}..+{len} of a {buf_len}-byte buffer: not block aligned or past its end"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
