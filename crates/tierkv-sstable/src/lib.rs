@@ -309,7 +309,11 @@ impl Table {
             return Ok(TableData::default());
         };
         let start = first.offset;
-        let end = (last.offset + u64::from(last.len)).next_multiple_of(FLASH_BLOCK as u64);
+        let end = last
+            .offset
+            .checked_add(u64::from(last.len))
+            .and_then(|e| e.checked_next_multiple_of(FLASH_BLOCK as u64))
+            .unwrap_or(u64::MAX);
         if !start.is_multiple_of(FLASH_BLOCK as u64) || end > self.file.len() {
             return Err(corrupt(
                 &self.file,
@@ -328,10 +332,15 @@ impl Table {
         }
         let mut entries = Vec::with_capacity(self.footer.entries as usize);
         for h in &self.index {
-            let at = (h.offset - start) as usize;
-            let payload = buf
-                .get(at..at + h.len as usize)
-                .ok_or_else(|| corrupt(&self.file, h.offset, "block past its region"))?;
+            // Checked: an index is only as ordered as the file it came from.
+            let place = h
+                .offset
+                .checked_sub(start)
+                .and_then(|a| usize::try_from(a).ok())
+                .and_then(|a| Some((a, a.checked_add(h.len as usize)?)));
+            let Some((at, payload)) = place.and_then(|(a, e)| buf.get(a..e).map(|p| (a, p))) else {
+                return Err(corrupt(&self.file, h.offset, "block past its region"));
+            };
             if masked_crc32c(payload) != h.crc {
                 return Err(corrupt(&self.file, h.offset, "block checksum mismatch"));
             }
@@ -368,7 +377,7 @@ impl Table {
             return Ok(Vec::new());
         };
         let start = first.offset;
-        let end = last.offset + u64::from(last.len);
+        let end = last.offset.saturating_add(u64::from(last.len));
         let region = read_region(&self.file, start, (end - start) as usize)?;
         hs.iter()
             .map(|h| {
