@@ -214,7 +214,6 @@ pub fn build_table<K: AsRef<[u8]>, V: AsRef<[u8]>>(
         if open > 4 && open + n > BLOCK_TARGET {
             flush(&mut img, &mut block, last)?;
         }
-        img.reserve(n)?;
         img.extend(&u16::try_from(k.len()).unwrap_or(u16::MAX).to_le_bytes())?;
         img.extend(&u32::try_from(v.len()).unwrap_or(u32::MAX).to_le_bytes())?;
         img.extend(k)?;

@@ -381,6 +381,11 @@ impl KvStore for PrismDbStore {
         );
         s.gauges
             .insert("prismdb_block_cache_bytes".into(), sh.cache.bytes() as f64);
+        // Process-wide, outside `dram_bytes`: table images kept for the next compaction.
+        s.gauges.insert(
+            "sstable_image_pool_bytes".into(),
+            crate::table::format::pooled_image_bytes() as f64,
+        );
         let reads = (s.reads_from_pmem + s.reads_from_flash) as f64;
         if reads > 0.0 {
             s.gauges.insert(
