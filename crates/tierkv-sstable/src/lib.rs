@@ -240,18 +240,6 @@ impl Table {
         Ok((entries, Source::Device))
     }
 
-    /// The value of `key` if the block that would hold it is in `cache`; never reads flash.
-    pub fn get_cached(&self, key: &[u8], cache: &BlockCache) -> Option<Vec<u8>> {
-        if !self.may_contain(key) {
-            return None;
-        }
-        let b = cache.get(&(self.cache_id, self.seek_block(key)))?;
-        b.binary_search_by(|(k, _)| k.as_slice().cmp(key))
-            .ok()
-            .and_then(|j| b.get(j))
-            .map(|(_, v)| v.clone())
-    }
-
     /// Checks and decodes the payload of the block `h` points at.
     fn check_block(&self, h: &BlockHandle, payload: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         if masked_crc32c(payload) != h.crc {

@@ -7,7 +7,19 @@
 //! (write-triggered, §4.2), or at once when a writer of its partition waits for
 //! space (then pinning is ignored if it must be). Otherwise it runs the read trigger (with
 //! promotions on only: promoting is the point of a read-triggered compaction), and during an
-//! active epoch compacts the most read table once it served 1% of an epoch from flash.
+//! active epoch compacts once gets have noted hot objects on flash (`hot.rs`) for 1% of
+//! an epoch (at least 16). With `read_epoch=auto` an epoch is 1% of the partition's
+//! objects (the paper's 1M operations on 100M keys), re-measured at every detection
+//! window.
+//!
+//! Monitoring (ours, the paper's quantity measured with less noise): an epoch continues the
+//! compactions when the share of its reads that promoted copies served rose by `read_gain`
+//! over the window before it. The paper compares the fast tier's whole read share; at the
+//! epochs of this machine's scales (a few thousand operations per partition) that share
+//! moved by 2-5% between windows with no compaction at all (the sampling noise of the
+//! zipfian reads), so most epochs cooled down at random; reads of promoted copies are the
+//! reads the compactions took off flash, and nothing else moves their share.
+//!
 //! Threads are named `prismdb:compact-NN`, started at open and joined at close and drop.
 //!
 //! Thread safety: each thread owns its [`ReadTrigger`]; everything else is [`Shared`].
@@ -20,19 +32,24 @@ use std::time::Duration;
 use tierkv_core::{Error, Result};
 
 use crate::compaction::{Trigger, compact};
+use crate::options::Ops;
 use crate::partition::Partition;
 use crate::shared::Shared;
+
+/// The least share of reads among a window's operations that makes it read-dominated.
+const READ_DOMINATED: f64 = 0.95;
 
 /// Phase of the read trigger.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Phase {
     /// Watching for a read-dominated window with tracked keys on flash.
     Detect,
-    /// Compacting until `until` operations; `base` is the fast-tier read share to beat.
+    /// Compacting until `until` operations; `base` is the share of reads served by
+    /// promoted copies to beat.
     Active {
         /// Operation count that ends the epoch.
         until: u64,
-        /// Fast-tier read share before the epoch.
+        /// Share of reads served by promoted copies before the epoch.
         base: f64,
     },
     /// No read-triggered compaction until `until` operations.
@@ -53,13 +70,24 @@ pub struct Window {
     pub fast: u64,
     /// Reads from flash.
     pub flash: u64,
+    /// Reads served by promoted copies on the fast tier (counted in `fast` too).
+    pub promoted: u64,
 }
 
 impl Window {
+    /// The fast tier's share of the reads since `before`.
     fn share(&self, before: &Window) -> f64 {
         let f = self.fast.saturating_sub(before.fast) as f64;
         let s = self.flash.saturating_sub(before.flash) as f64;
         if f + s == 0.0 { 1.0 } else { f / (f + s) }
+    }
+
+    /// The share of the reads since `before` that promoted copies served.
+    fn promoted_share(&self, before: &Window) -> f64 {
+        let p = self.promoted.saturating_sub(before.promoted) as f64;
+        let f = self.fast.saturating_sub(before.fast) as f64;
+        let s = self.flash.saturating_sub(before.flash) as f64;
+        if f + s == 0.0 { 0.0 } else { p / (f + s) }
     }
 }
 
@@ -72,6 +100,8 @@ pub struct ReadTrigger {
     epoch: u64,
     gain: f64,
     cooldown: u64,
+    /// A read-triggered compaction promoted something in the current epoch.
+    promoted: bool,
 }
 
 impl ReadTrigger {
@@ -84,7 +114,24 @@ impl ReadTrigger {
             epoch: epoch.max(1),
             gain,
             cooldown,
+            promoted: false,
         }
+    }
+
+    /// Records that a read-triggered compaction of the current epoch promoted objects.
+    pub fn promoted(&mut self) {
+        self.promoted = true;
+    }
+
+    /// Operations per epoch.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// New epoch and cool-down lengths, for the phases that start from now on.
+    pub fn set_lengths(&mut self, epoch: u64, cooldown: u64) {
+        self.epoch = epoch.max(1);
+        self.cooldown = cooldown;
     }
 
     /// Advances with the counters `now` and the fraction of tracked keys not on the fast
@@ -99,11 +146,12 @@ impl ReadTrigger {
                 let ops = (now.ops - self.mark.ops) as f64;
                 let reads = now.reads.saturating_sub(self.mark.reads) as f64;
                 let share = now.share(&self.mark);
+                let base = now.promoted_share(&self.mark);
                 self.mark = now;
-                if reads / ops >= 0.95 && tracked_on_flash >= 0.1 && share < 1.0 {
+                if reads / ops >= READ_DOMINATED && tracked_on_flash >= 0.1 && share < 1.0 {
                     self.phase = Phase::Active {
                         until: now.ops + self.epoch,
-                        base: share,
+                        base,
                     };
                     return true;
                 }
@@ -113,7 +161,25 @@ impl ReadTrigger {
                 if now.ops < until {
                     return true;
                 }
-                let share = now.share(&self.mark);
+                // An epoch in which no compaction promoted anything (too few hot objects
+                // noted yet, no room that could be made) is not judged: it is extended.
+                // It ends (detection starts over) if the operations are no longer
+                // read-dominated.
+                if !std::mem::replace(&mut self.promoted, false) {
+                    let ops = now.ops.saturating_sub(self.mark.ops).max(1) as f64;
+                    let reads = now.reads.saturating_sub(self.mark.reads) as f64;
+                    if reads / ops < READ_DOMINATED {
+                        self.mark = now;
+                        self.phase = Phase::Detect;
+                        return false;
+                    }
+                    self.phase = Phase::Active {
+                        until: now.ops + self.epoch,
+                        base,
+                    };
+                    return true;
+                }
+                let share = now.promoted_share(&self.mark);
                 self.mark = now;
                 self.phase = if share - base >= self.gain {
                     Phase::Active {
@@ -146,6 +212,7 @@ fn window(p: &Partition) -> Window {
         reads,
         fast: c.fast_reads.load(Ordering::Relaxed),
         flash: c.flash_reads.load(Ordering::Relaxed),
+        promoted: c.promoted_reads.load(Ordering::Relaxed),
     }
 }
 
@@ -159,20 +226,43 @@ fn tracked_on_flash(p: &Partition) -> f64 {
     }
 }
 
-/// Flash hits of the partition's most read table since it was written.
-fn hottest_table_hits(p: &Partition) -> u64 {
-    p.table_hits.lock().values().copied().max().unwrap_or(0)
+/// A partition's epoch and cool-down lengths (operations of the partition): the options'
+/// counts, or with `auto` 1% of its objects (fast tier and flash), at least 10,000 over
+/// all partitions, and ten epochs.
+fn lengths(sh: &Shared, p: &Partition) -> (u64, u64) {
+    let parts = sh.parts.len().max(1) as u64;
+    let epoch = match sh.opts.read_epoch {
+        Ops::Count(n) => n / parts,
+        Ops::Auto => {
+            let st = p.state.read();
+            let objects = st.index.len() as u64 + st.tables.entries();
+            drop(st);
+            (objects / 100).max(10_000 / parts)
+        }
+    };
+    let cooldown = match sh.opts.read_cooldown {
+        Ops::Count(n) => n / parts,
+        Ops::Auto => epoch.saturating_mul(10),
+    };
+    (epoch.max(1), cooldown)
+}
+
+/// One step of the read trigger; in its detection phase the lengths are measured again
+/// first (the store grows and shrinks).
+fn read_step(sh: &Shared, part: &Partition, rt: &mut ReadTrigger) -> bool {
+    if rt.phase == Phase::Detect {
+        let (epoch, cooldown) = lengths(sh, part);
+        rt.set_lengths(epoch, cooldown);
+    }
+    rt.step(window(part), tracked_on_flash(part))
 }
 
 /// The body of partition `i`'s compaction thread.
 fn run(sh: &Shared, i: usize) {
     let Some(part) = sh.parts.get(i) else { return };
-    let parts = sh.parts.len().max(1) as u64;
     let o = &sh.opts;
-    let mut rt = ReadTrigger::new(o.read_epoch / parts, o.read_gain, o.read_cooldown / parts);
-    // A read-triggered compaction rewrites a table: only for one that served at least 1% of
-    // an epoch's operations from flash since it was written (at least 16).
-    let min_hits = (o.read_epoch / parts / 100).max(16);
+    let (epoch, cooldown) = lengths(sh, part);
+    let mut rt = ReadTrigger::new(epoch, o.read_gain, cooldown);
     let mut draining = false;
     let mut failures = 0u32;
     while !sh.stop.load(Ordering::Acquire) {
@@ -187,10 +277,19 @@ fn run(sh: &Shared, i: usize) {
             compact(sh, part, Trigger::Write, pressure)
         } else if o.read_compactions
             && o.promotions
-            && rt.step(window(part), tracked_on_flash(part))
-            && hottest_table_hits(part) >= min_hits
+            && read_step(sh, part, &mut rt)
+            && part.hot.lock().len() as u64 >= (rt.epoch() / 100).max(16)
         {
-            compact(sh, part, Trigger::Read, false)
+            match compact(sh, part, Trigger::Read, false) {
+                Ok(Some(o)) if o.promoted > 0 => {
+                    rt.promoted();
+                    Ok(Some(o))
+                }
+                // Nothing moved (no room could be had, or a writer waits for room): wait,
+                // as after nothing to do.
+                Ok(Some(o)) if o.demoted == 0 && o.tombstones == 0 => Ok(None),
+                other => other,
+            }
         } else {
             Ok(None)
         };
@@ -245,29 +344,52 @@ impl Background {
 mod tests {
     use super::*;
 
-    fn w(ops: u64, reads: u64, fast: u64, flash: u64) -> Window {
+    fn w(ops: u64, reads: u64, fast: u64, flash: u64, promoted: u64) -> Window {
         Window {
             ops,
             reads,
             fast,
             flash,
+            promoted,
         }
     }
 
     #[test]
     fn read_trigger_detects_runs_an_epoch_and_cools_down_without_gain() {
         let mut t = ReadTrigger::new(100, 0.01, 1000);
-        assert!(!t.step(w(5, 5, 1, 4), 0.5), "window not full yet");
+        assert!(!t.step(w(5, 5, 1, 4, 0), 0.5), "window not full yet");
         // A read-only window, half the reads from flash, tracked keys on flash: start.
-        assert!(t.step(w(10, 10, 5, 5), 0.5));
+        assert!(t.step(w(10, 10, 5, 5, 0), 0.5));
         assert!(matches!(t.phase, Phase::Active { until: 110, .. }));
-        assert!(t.step(w(50, 50, 30, 20), 0.5));
-        // Epoch over, share went from 0.5 to 0.9 over the epoch: continue.
-        assert!(t.step(w(110, 110, 95, 15), 0.5));
-        // Next epoch without gain: cool down.
-        assert!(!t.step(w(210, 210, 140, 85), 0.5));
-        assert!(matches!(t.phase, Phase::Cooldown { until: 1210 }));
-        assert!(!t.step(w(1300, 1300, 1000, 300), 0.5));
+        assert!(t.step(w(50, 50, 30, 20, 10), 0.5));
+        t.promoted();
+        // Epoch over: promoted copies served 30 of its 100 reads (none before): continue.
+        assert!(t.step(w(110, 110, 95, 15, 30), 0.5));
+        assert!(matches!(t.phase, Phase::Active { until: 210, .. }));
+        t.promoted();
+        // The next epoch's promoted copies served 30% of its reads again: no gain.
+        assert!(!t.step(w(210, 210, 165, 45, 60), 0.5));
+        assert!(
+            matches!(t.phase, Phase::Cooldown { until: 1210 }),
+            "{:?}",
+            t.phase
+        );
+        assert!(!t.step(w(1300, 1300, 1000, 300, 100), 0.5));
+        assert_eq!(t.phase, Phase::Detect);
+    }
+
+    #[test]
+    fn an_epoch_without_promotions_is_extended_not_judged() {
+        let mut t = ReadTrigger::new(100, 0.01, 1000);
+        assert!(t.step(w(10, 10, 5, 5, 0), 0.5));
+        // Nothing promoted in the epoch: another one, from the same base.
+        assert!(t.step(w(110, 110, 55, 55, 0), 0.5));
+        assert!(matches!(t.phase, Phase::Active { until: 210, base } if base == 0.0));
+        t.promoted();
+        assert!(t.step(w(210, 210, 125, 85, 20), 0.5));
+        assert!(matches!(t.phase, Phase::Active { until: 310, .. }));
+        // An epoch without promotions that was not read-dominated ends the phase.
+        assert!(!t.step(w(310, 260, 150, 110, 40), 0.5));
         assert_eq!(t.phase, Phase::Detect);
     }
 
@@ -275,7 +397,7 @@ mod tests {
     fn write_heavy_windows_never_trigger() {
         let mut t = ReadTrigger::new(100, 0.01, 1000);
         for i in 1..20 {
-            assert!(!t.step(w(10 * i, 5 * i, i, 4 * i), 0.9));
+            assert!(!t.step(w(10 * i, 5 * i, i, 4 * i, 0), 0.9));
         }
     }
 }

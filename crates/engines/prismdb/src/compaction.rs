@@ -13,14 +13,17 @@
 //! 3. *write*: new tables (synced), then the manifest (synced, directory synced: commit);
 //! 4. *install* (state lock): the new table set; each victim still indexed at the same slot
 //!    is unpublished and its slot freed; the range mark is cleared;
-//! 5. the noted hot objects are promoted (copied to the fast tier; the new tables keep
-//!    them too); old tables and the old manifest are removed.
+//! 5. the hot flash objects the merge met are promoted (copied to the fast tier; the new
+//!    tables keep them too), then — in a read-dominated window — the hot objects gets
+//!    noted on flash (`hot.rs`), within the room below the low watermark; old tables and
+//!    the old manifest are removed.
 //!
-//! A read-triggered compaction is for the hot keys (tracked, pinned by the mapper) that only
-//! its range's table holds; it does nothing when there are none. When the room below the
-//! low watermark holds them, it picks no victims: steps 2 to 4 are skipped (the table is
-//! neither read whole nor rewritten), and step 5 promotes the hot keys whose blocks are in
-//! the block cache. Otherwise it demotes the range's victims first, as above.
+//! A read-triggered compaction is for the hot objects gets noted on flash; it does
+//! nothing when there are none. When the room below the low watermark holds them, it
+//! picks no range: steps 1 to 4 are skipped (no table is read or rewritten), and step 5
+//! promotes them. Otherwise it demotes first, in the range MSC chooses (the most room
+//! freed at the least cost), when they are at least `read_min_promote` of that range's
+//! table bytes, and then promotes them into the room freed.
 //!
 //! A failed flash write aborts before the commit with the fast tier untouched (the new
 //! files are removed, or left to the next load when the manifest may have been written).
@@ -71,11 +74,9 @@ struct Plan {
     victims: Vec<Victim>,
     old: Vec<Arc<Table>>,
     probs: [f64; 4],
-    /// Whether the merge promotes the hot flash objects it meets.
+    /// Whether the merge promotes the hot flash objects it meets, and the hot objects
+    /// gets noted on flash are promoted after it (`hot.rs`).
     promote: bool,
-    /// A read-triggered compaction's hot keys that only the range's table holds (the
-    /// tracker's pinned keys, in key order): what a promotion-only compaction looks up.
-    hot: Vec<Vec<u8>>,
 }
 
 /// What a compaction did.
@@ -217,6 +218,41 @@ fn plan(
 ) -> Result<Option<Plan>> {
     let mut st = part.state.write();
     let probs = pin_probabilities(part.tracker.lock().histogram(), sh.opts.pin_threshold);
+    let fullness = Partition::fullness_of(&st.slabs, sh);
+    // A read-triggered compaction is for the hot objects gets noted on flash (`hot.rs`):
+    // with none, there is nothing to do. It only promotes, into the room the fast tier has
+    // below the low watermark, when that room holds them all (or no range can be demoted).
+    // Otherwise it demotes first (its range chosen as a write-triggered one's, by MSC, to
+    // free room at the least cost), when they are worth the rewrite of the range's table:
+    // at least `read_min_promote` of its bytes.
+    let (noted, room) = match trigger {
+        Trigger::Read => (
+            part.hot.lock().bytes() as u64,
+            room_below_low_watermark(sh, fullness),
+        ),
+        Trigger::Write => (0, 0),
+    };
+    let promote_only = |st: parking_lot::RwLockWriteGuard<'_, State>| {
+        drop(st);
+        if room == 0 {
+            sh.counters.read_compactions_skipped.incr();
+            return Ok(None);
+        }
+        Ok(Some(Plan {
+            lo: part.lo.clone(),
+            hi: part.hi.clone(),
+            victims: Vec::new(),
+            old: Vec::new(),
+            probs,
+            promote: true,
+        }))
+    };
+    if trigger == Trigger::Read && (noted == 0 || room >= noted) {
+        if noted == 0 {
+            return Ok(None);
+        }
+        return promote_only(st);
+    }
     let cands = candidates(part, &st);
     let c = if tombs_only {
         // The range with the most tombstones (none: nothing to drop).
@@ -228,10 +264,14 @@ fn plan(
             .max()
             .map(|(_, i)| i)
     } else {
-        choose(sh, part, &st, &cands, trigger, &probs)
+        choose(sh, part, &st, &cands, &probs)
     };
     let Some(c) = c else {
-        return Ok(None);
+        return if trigger == Trigger::Read {
+            promote_only(st)
+        } else {
+            Ok(None)
+        };
     };
     let Some(cand) = cands.get(c) else {
         return Ok(None);
@@ -241,42 +281,10 @@ fn plan(
         .and_then(|j| st.tables.tables.get(j).cloned())
         .into_iter()
         .collect();
-    let fullness = Partition::fullness_of(&st.slabs, sh);
-    // A read-triggered compaction is for the range's hot keys that only its table holds;
-    // with none, its table's hits are forgotten so that the next one picks another.
-    let hot = if trigger == Trigger::Read && sh.opts.promotions {
-        hot_only_on_flash(part, &st, cand, &probs, &old)
-    } else {
-        Vec::new()
-    };
-    if trigger == Trigger::Read && hot.is_empty() {
-        drop(st);
-        forget_table_hits(part, &old);
-        return Ok(None);
-    }
-    // A read-triggered compaction demotes only when the partition needs room for what it
-    // promotes (above the low watermark, or with less room below it than its hot keys
-    // take); otherwise it only promotes, looking the hot keys up (no table is read whole
-    // or rewritten).
-    let demote = match trigger {
-        Trigger::Write => true,
-        Trigger::Read => {
-            fullness >= sh.opts.low_watermark
-                || room_below_low_watermark(sh, fullness) < promotion_bytes(&hot, &old)
-        }
-    };
-    // A read-triggered compaction that must demote rewrites its table: only when what it
-    // promotes is worth that (`read_min_promote` of the table's bytes). Under YCSB's
-    // scrambled zipfian a 16 MiB table's range held about 150 hot keys only on flash (1%),
-    // and rewriting tables for them in a read-only phase cost more flash reads than the
-    // promotions saved (C at 44,637 ops/s against 62,883 without promotions).
-    if trigger == Trigger::Read && demote {
+    if trigger == Trigger::Read {
         let table_bytes: u64 = old.iter().map(|t| t.file.len()).sum();
-        if (promotion_bytes(&hot, &old) as f64) < sh.opts.read_min_promote * table_bytes as f64 {
-            drop(st);
-            forget_table_hits(part, &old);
-            sh.counters.read_compactions_skipped.incr();
-            return Ok(None);
+        if (noted as f64) < sh.opts.read_min_promote * table_bytes as f64 {
+            return promote_only(st);
         }
     }
     // The range is marked before its victims are picked, and the state lock is let go
@@ -291,11 +299,7 @@ fn plan(
         // NOTE: pins hold under pressure too (writers waiting): ignoring them there
         // demoted the hot set with the cold, and the next reads of the hottest keys went to
         // flash. Only a range with nothing unpinned is taken whole.
-        let mut victims = if demote {
-            pick_victims(sh, part, cand, &probs, tombs_only, tombs_only)?
-        } else {
-            Vec::new()
-        };
+        let mut victims = pick_victims(sh, part, cand, &probs, tombs_only, tombs_only)?;
         if victims.is_empty()
             && trigger == Trigger::Write
             && !tombs_only
@@ -306,7 +310,7 @@ fn plan(
         Ok(victims)
     })();
     let victims = match picked {
-        Ok(v) if !v.is_empty() || (trigger == Trigger::Read && !old.is_empty()) => v,
+        Ok(v) if !v.is_empty() => v,
         other => {
             part.state.write().compacting = None;
             return other.map(|_| None);
@@ -328,50 +332,13 @@ fn plan(
         old,
         probs,
         promote,
-        hot,
     }))
-}
-
-/// The tracked keys of `cand` that the mapper pins (`probs`) and that only its table
-/// `old` may hold (no fast-tier version, none reserved by a write batch), in key order.
-fn hot_only_on_flash(
-    part: &Partition,
-    st: &State,
-    cand: &Candidate,
-    probs: &[f64; 4],
-    old: &[Arc<Table>],
-) -> Vec<Vec<u8>> {
-    let Some(table) = old.first() else {
-        return Vec::new();
-    };
-    let tracker = part.tracker.lock();
-    let mut hot: Vec<Vec<u8>> = tracker
-        .iter()
-        .filter(|(k, _)| {
-            *k >= cand.lo.as_slice() && cand.hi.as_ref().is_none_or(|h| *k < h.as_slice())
-        })
-        .filter(|(k, c)| is_pinned(probs, Some(*c), pin_draw(k)))
-        .filter(|(k, _)| !st.index.contains_key(*k) && !st.batch_keys.contains_key(*k))
-        .filter(|(k, _)| table.may_contain(k))
-        .map(|(k, _)| k.to_vec())
-        .collect();
-    drop(tracker);
-    hot.sort_unstable();
-    hot
 }
 
 /// Fast-tier bytes below the low watermark in a partition as full as `fullness`.
 fn room_below_low_watermark(sh: &Shared, fullness: f64) -> u64 {
     let share = sh.usage.capacity as f64 / sh.parts.len().max(1) as f64;
     ((sh.opts.low_watermark - fullness).max(0.0) * share) as u64
-}
-
-/// The fast-tier bytes `hot` takes, estimated from the mean entry of its table.
-fn promotion_bytes(hot: &[Vec<u8>], old: &[Arc<Table>]) -> u64 {
-    let per_entry = old.first().map_or(0, |t| {
-        t.file.len() / t.footer.entries.max(1) + crate::format::OBJECT_HEADER_LEN as u64
-    });
-    hot.len() as u64 * per_entry
 }
 
 /// Index entries [`pick_victims`] looks at per hold of the state lock.
@@ -448,33 +415,10 @@ fn pick_victims(
 fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>> {
     let mut outcome = Outcome::default();
     if plan.victims.is_empty() {
-        // Nothing to demote (a read-triggered compaction with room on the fast tier): the
-        // table is neither read whole nor rewritten (promoted copies keep their flash
-        // version anyway, FORMAT.md §3 "Promotion"); its hot keys are looked up in the
-        // block cache only and promoted. A hot key's block is cached by its own gets; one
-        // that is not waits for a later compaction. Reading the others from flash added
-        // 15% to YCSB-D's flash reads (5,506 promotions in 100,000 ops), which were the
-        // phase's bottleneck.
-        forget_hits(part, plan);
-        part.state.write().compacting = None;
+        // Nothing to demote (a read-triggered compaction with room on the fast tier): no
+        // table is read or rewritten; the noted hot objects are promoted into the room.
         let mut budget = PromotionBudget::now(sh, part);
-        if let Some(table) = plan.old.first() {
-            for k in &plan.hot {
-                if !budget.open(sh, part) {
-                    break;
-                }
-                let Some(v) = table.get_cached(k, &sh.cache) else {
-                    continue;
-                };
-                if !budget.admits(sh, part, k, &v) {
-                    break;
-                }
-                if promote_one(sh, part, k, &v)? {
-                    budget.spend(k, &v);
-                    outcome.promoted += 1;
-                }
-            }
-        }
+        outcome.promoted = promote_noted(sh, part, &mut budget)?;
         sh.counters.promoted.add(outcome.promoted);
         return Ok(Some(outcome));
     }
@@ -536,10 +480,17 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>
         if !budget.open(sh, part) || !budget.admits(sh, part, k, v) {
             break;
         }
-        if promote_one(sh, part, k, v)? {
+        if promote_one(sh, part, k, v, None)? {
             budget.spend(k, v);
             outcome.promoted += 1;
         }
+    }
+    if promoting {
+        outcome.promoted += promote_noted(sh, part, &mut budget)?;
+    } else {
+        // A write-heavy window: hot keys go back to the fast tier by their own updates,
+        // and the notes of those are stale (their versions moved); drop them all.
+        drop(part.hot.lock().take());
     }
     sh.counters.demoted.add(outcome.demoted);
     sh.counters.promoted.add(outcome.promoted);
@@ -597,8 +548,40 @@ fn is_hot(part: &Partition, key: &[u8], probs: &[f64; 4]) -> bool {
     is_pinned(probs, clock, pin_draw(key))
 }
 
-/// Writes `k = v` to the fast tier unless a fast-tier version exists; true if published.
-fn promote_one(sh: &Shared, part: &Partition, k: &[u8], v: &[u8]) -> Result<bool> {
+/// Promotes the hot objects gets noted on flash (`hot.rs`), most read first, within
+/// `budget`; returns how many. A note is promoted only while the table it was read from
+/// is still the one the table set has for its key (tables are immutable: the noted value
+/// is the key's flash version then) and no fast-tier version exists; notes left when the
+/// budget runs out are kept for the next promotion.
+fn promote_noted(sh: &Shared, part: &Partition, budget: &mut PromotionBudget) -> Result<u64> {
+    let mut notes = part.hot.lock().take().into_iter();
+    let mut promoted = 0;
+    for (k, n) in notes.by_ref() {
+        if !budget.open(sh, part) {
+            break;
+        }
+        if !budget.admits(sh, part, &k, &n.value) {
+            continue;
+        }
+        if promote_one(sh, part, &k, &n.value, Some(n.table))? {
+            budget.spend(&k, &n.value);
+            promoted += 1;
+        }
+    }
+    part.hot.lock().restore(notes.collect());
+    Ok(promoted)
+}
+
+/// Writes `k = v` to the fast tier unless a fast-tier version exists (and, with
+/// `from_table`, unless the table set's table for `k` is another than that one); true if
+/// published.
+fn promote_one(
+    sh: &Shared,
+    part: &Partition,
+    k: &[u8],
+    v: &[u8],
+    from_table: Option<u64>,
+) -> Result<bool> {
     let len = object_len(k.len(), v.len());
     let (off, ts, class) = {
         let mut st = part.state.write();
@@ -606,6 +589,11 @@ fn promote_one(sh: &Shared, part: &Partition, k: &[u8], v: &[u8]) -> Result<bool
         // timestamp after the batch's could outrank it after a crash (FORMAT.md §3 "Write
         // batches").
         if st.index.contains_key(k) || st.batch_keys.contains_key(k) {
+            return Ok(false);
+        }
+        if let Some(n) = from_table
+            && (st.tables.find(k).map(|t| t.number) != Some(n) || st.in_compaction(k))
+        {
             return Ok(false);
         }
         let Some(class) = st.slabs.class_for(len) else {
@@ -916,22 +904,8 @@ fn install(
             tr.set_capacity(cap);
         }
     }
-    forget_hits(part, plan);
     *part.last_error.lock() = None;
     Ok(())
-}
-
-/// Resets the flash hits of the plan's tables (the read trigger's choice starts over).
-fn forget_hits(part: &Partition, plan: &Plan) {
-    forget_table_hits(part, &plan.old);
-}
-
-/// Resets the flash hits of `tables`.
-fn forget_table_hits(part: &Partition, tables: &[Arc<Table>]) {
-    let mut hits = part.table_hits.lock();
-    for t in tables {
-        hits.remove(&t.number);
-    }
 }
 
 fn remove_old(sh: &Shared, part: &Partition, plan: &Plan, seq: u64) -> Result<()> {

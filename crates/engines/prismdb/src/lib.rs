@@ -20,7 +20,7 @@
 //! | §4.3 | mapper, pinning threshold | `mapper.rs` |
 //! | §5.2, Eq. 1 | MSC benefit / cost | `msc.rs` |
 //! | §5.3, §6, Fig. 8 | precise/approx MSC, buckets, power-of-k, random | `msc.rs`, `policy.rs` |
-//! | §4.2, §5.3 | promotions, read-triggered compactions | `compaction.rs`, `background.rs` |
+//! | §4.2, §5.3 | promotions, read-triggered compactions | `compaction.rs`, `background.rs`, `hot.rs` |
 //! | §6 | Put / Get / Scan / Delete | `partition.rs`, `store.rs` |
 //! | §6 | manifest of SST files | `manifest.rs` |
 //! | §6 | recovery (not implemented by the authors) | `recovery.rs` |
@@ -48,10 +48,16 @@
 //! - The mapper's probabilistic boundary draws per key (a hash), not per compaction, so the
 //!   same keys of a partly pinned clock value stay pinned (`mapper.rs`).
 //! - Scans read flash tables in runs sized by the entries they still want (`table/mod.rs`).
-//! - A read-triggered compaction promotes by looking its hot keys up when the fast tier has
-//!   room for them, and rewrites its table (demoting first) only when they are at least
-//!   `read_min_promote` of its bytes; a write-triggered compaction promotes only after a
+//! - Promotions take the hot objects gets noted on flash, wherever they are, with the
+//!   values read (`hot.rs`), besides those a compaction meets in its range; a
+//!   read-triggered compaction promotes them into the room below the low watermark, and
+//!   demotes a range first (chosen by MSC) only when they are at least `read_min_promote`
+//!   of its table's bytes; a write-triggered compaction promotes only after a
 //!   read-dominated window (`promote_read_share`) (`compaction.rs`).
+//! - The read trigger's epoch is 1% of the store's objects by default (the paper's 1M
+//!   operations on 100M keys), and its monitoring compares the share of reads served by
+//!   promoted copies, not the fast tier's whole share, which sampling noise moved by more
+//!   than the 1% threshold at these epoch lengths (`background.rs`).
 //! - A full store (the paper does not consider one): slots and chunks of the fast tier are
 //!   reserved for tombstones (`slab.rs`), tables are bounded by a 32nd of the flash device,
 //!   compactions that grow flash use leave a reserve for one table's rewrite, and when
@@ -72,6 +78,7 @@ pub mod batch;
 mod check;
 pub mod compaction;
 pub mod format;
+pub mod hot;
 pub mod key;
 pub mod manifest;
 pub mod mapper;

@@ -22,12 +22,14 @@ use parking_lot::{Mutex, RwLock};
 use tierkv_core::{Error, KvPair, Result, Tier};
 
 use crate::format::{decode_object, encode_object, object_len};
+use crate::hot::HotNotes;
 use crate::key::{DramKey, dram_key, range_from};
+use crate::mapper::{is_pinned, pin_draw, pin_probabilities};
 use crate::msc::{Buckets, common_prefix, key_pos};
 use crate::shared::Shared;
 use crate::slab::Slabs;
 use crate::table::{Source, TableSet};
-use crate::tracker::Tracker;
+use crate::tracker::{Touch, Tracker};
 
 /// Where a key's fast-tier object is.
 #[derive(Debug)]
@@ -93,6 +95,9 @@ pub struct PartCounters {
     pub fast_reads: AtomicU64,
     /// Gets answered from flash.
     pub flash_reads: AtomicU64,
+    /// Gets answered by a promoted copy on the fast tier (reads promotions took off
+    /// flash: what the read trigger's monitoring measures, `background.rs`).
+    pub promoted_reads: AtomicU64,
     /// `reads` and `writes` when the last write-triggered compaction was planned: the
     /// window whose read share decides whether it promotes (`compaction.rs`).
     pub promotion_mark: parking_lot::Mutex<(u64, u64)>,
@@ -136,8 +141,8 @@ pub struct Partition {
     pub last_error: Mutex<Option<String>>,
     /// Operation counters.
     pub counters: PartCounters,
-    /// Flash hits per table number since the table was written (read-triggered choice).
-    pub table_hits: Mutex<BTreeMap<u64, u64>>,
+    /// Hot objects gets met on flash (what promotions copy, `hot.rs`).
+    pub hot: Mutex<HotNotes>,
     /// Free flash bytes the last compaction that found no room needed (0: none): until
     /// flash has that much, write-triggered compactions drop tombstones first.
     pub room_needed: AtomicU64,
@@ -193,6 +198,7 @@ impl Partition {
         hi: Option<Vec<u8>>,
         slabs: Slabs,
         tracker_cap: usize,
+        hot_cap: usize,
     ) -> Partition {
         Partition {
             id,
@@ -213,7 +219,7 @@ impl Partition {
             pressure: AtomicU64::new(0),
             last_error: Mutex::new(None),
             counters: PartCounters::default(),
-            table_hits: Mutex::new(BTreeMap::new()),
+            hot: Mutex::new(HotNotes::new(hot_cap)),
             room_needed: AtomicU64::new(0),
         }
     }
@@ -281,9 +287,13 @@ impl Partition {
         let st = self.state.read();
         let tables = if let Some(loc) = st.index.get(key) {
             let found = self.read_slot(sh, key, loc, &st)?;
+            let promoted = loc.promoted;
             drop(st);
             sh.counters.ops.reads_from_pmem.incr();
             self.counters.fast_reads.fetch_add(1, Ordering::Relaxed);
+            if promoted {
+                self.counters.promoted_reads.fetch_add(1, Ordering::Relaxed);
+            }
             self.touch(key);
             return Ok(match found {
                 Found::Value(v) => {
@@ -297,16 +307,38 @@ impl Partition {
         };
         drop(st);
         let v = tables.get_traced(key, &sh.cache)?;
+        let pinned = self.touch_pinned(sh, key);
         if let Some((v, src)) = &v {
             count_table_read(sh, *src);
             sh.counters.ops.user_bytes_read.add(v.len() as u64);
             self.counters.flash_reads.fetch_add(1, Ordering::Relaxed);
-            if let Some(t) = tables.find(key) {
-                *self.table_hits.lock().entry(t.number).or_insert(0) += 1;
+            if pinned
+                && sh.opts.promotions
+                && let Some(t) = tables.find(key)
+            {
+                self.hot.lock().note(key, t.number, v);
             }
         }
-        self.touch(key);
         Ok(v.map(|(v, _)| v))
+    }
+
+    /// [`Partition::touch`], and whether the mapper pins the key now (it was tracked
+    /// before this access, so its clock is at the top, and the pinning probabilities of the
+    /// tracker's histogram keep that value on the fast tier).
+    fn touch_pinned(&self, sh: &Shared, key: &[u8]) -> bool {
+        let (t, pinned) = {
+            let mut tracker = self.tracker.lock();
+            let t = tracker.touch(key);
+            let pinned = !t.inserted
+                && is_pinned(
+                    &pin_probabilities(tracker.histogram(), sh.opts.pin_threshold),
+                    tracker.clock(key),
+                    pin_draw(key),
+                );
+            (t, pinned)
+        };
+        self.after_touch(key, t);
+        pinned
     }
 
     /// Records an access in the tracker and keeps the popular flags and counts in step: a
@@ -315,6 +347,11 @@ impl Partition {
     /// look popular, and approx-MSC chose at random), and stops being popular when evicted.
     pub fn touch(&self, key: &[u8]) {
         let t = self.tracker.lock().touch(key);
+        self.after_touch(key, t);
+    }
+
+    /// The popular flags and counts after the tracker's `touch` of `key` returned `t`.
+    fn after_touch(&self, key: &[u8], t: Touch) {
         if !t.raised && t.evicted.is_none() {
             return;
         }

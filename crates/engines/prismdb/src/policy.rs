@@ -8,14 +8,13 @@
 //! - `unpopular`: the candidate with the most untracked fast-tier objects (what the
 //!   authors' scripts mostly ran).
 //!
-//! A read-triggered compaction takes the table with the most flash hits since it was
-//! written (§5.3 "Read-triggered compactions": the goal is promoting hot objects).
+//! A read-triggered compaction that must free room for its promotions chooses the same
+//! way (the range whose demotion frees the most at the least cost).
 //!
 //! Thread safety: called with the partition's state lock held.
 
 use rand::Rng;
 
-use crate::compaction::Trigger;
 use crate::key::{DramKey, range_from};
 use crate::msc::{RangeStats, best, msc, power_of_k};
 use crate::options::Victim;
@@ -92,7 +91,6 @@ pub fn choose(
     part: &Partition,
     st: &State,
     cands: &[Candidate],
-    trigger: Trigger,
     probs: &[f64; 4],
 ) -> Option<usize> {
     let has_objects = |i: usize| {
@@ -100,17 +98,6 @@ pub fn choose(
             .get(i)
             .is_some_and(|c| in_range(st, c).next().is_some())
     };
-    if trigger == Trigger::Read {
-        let hits = part.table_hits.lock();
-        return best(0..cands.len(), |i| {
-            cands
-                .get(i)
-                .and_then(|c| c.table)
-                .and_then(|j| st.tables.tables.get(j))
-                .and_then(|t| hits.get(&t.number))
-                .map_or(0.0, |&h| h as f64)
-        });
-    }
     let mut rng = rand::rng();
     let picked = match sh.opts.victim {
         Victim::Approx => power_of_k(

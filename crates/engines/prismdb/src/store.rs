@@ -144,6 +144,7 @@ impl PrismDbStore {
         // Compactions in units bounded by the flash reserve (FORMAT.md §3 "Room on
         // flash"): a table of at most a 32nd of the device.
         opts.table_size = opts.table_size.min((dev.capacity() / 32).max(64 << 10));
+        let hot_cap = usize::try_from(opts.hot_notes / map.len().max(1) as u64).unwrap_or(0);
         let parts = (0..map.len())
             .map(|i| {
                 let slabs = Slabs::new(
@@ -158,6 +159,7 @@ impl PrismDbStore {
                     map.upper(i).map(<[u8]>::to_vec),
                     slabs,
                     opts.tracker_min,
+                    hot_cap,
                 )
             })
             .collect();
@@ -242,6 +244,7 @@ impl PrismDbStore {
                 .sum::<usize>();
             drop(st);
             n += p.tracker.lock().dram_bytes();
+            n += p.hot.lock().bytes();
         }
         n as u64
     }
@@ -367,6 +370,8 @@ impl KvStore for PrismDbStore {
             .insert("prismdb_tracker_keys".into(), tracked as f64);
         s.gauges
             .insert("prismdb_flash_tables".into(), tables as f64);
+        let noted: usize = sh.parts.iter().map(|p| p.hot.lock().len()).sum();
+        s.gauges.insert("prismdb_hot_notes".into(), noted as f64);
         s.gauges
             .insert("prismdb_fast_tier_use".into(), sh.usage.ratio());
         // Pool chunks held by slabs and batch records, and how many the slabs of puts may

@@ -120,9 +120,6 @@ fn approx_picks_the_full_cold_range_that_precise_picks() {
     );
     // The policy itself (k = 8 covers every candidate), never the random fallback.
     for _ in 0..20 {
-        assert_eq!(
-            choose(sh, part, &st, &cands, Trigger::Write, &probs),
-            Some(cold)
-        );
+        assert_eq!(choose(sh, part, &st, &cands, &probs), Some(cold));
     }
 }
