@@ -91,6 +91,9 @@ pub struct PartCounters {
     pub reads: AtomicU64,
     /// Puts and deletes.
     pub writes: AtomicU64,
+    /// Bytes of the objects puts and deletes wrote (the write rate the compaction thread
+    /// measures, `background.rs`).
+    pub written_bytes: AtomicU64,
     /// Gets answered from the fast tier.
     pub fast_reads: AtomicU64,
     /// Gets answered from flash.
@@ -378,6 +381,9 @@ impl Partition {
         self.counters.writes.fetch_add(1, Ordering::Relaxed);
         sh.check_writable()?;
         let len = object_len(key.len(), value.map_or(0, <[u8]>::len));
+        self.counters
+            .written_bytes
+            .fetch_add(len as u64, Ordering::Relaxed);
         let (off, ts, class) = match self.reserve(sh, key, value.is_none(), len)? {
             Some(r) => r,
             None => return Ok(()),
