@@ -29,7 +29,7 @@ pub fn hash64(key: &[u8]) -> u64 {
 /// The flag in the encoded `k` word of a blocked filter.
 pub const BLOCKED: u32 = 1 << 31;
 /// Bytes of a block of a blocked filter (one cache line).
-const BLOCK_BYTES: usize = 64;
+pub(crate) const BLOCK_BYTES: usize = 64;
 
 /// A built or decoded filter.
 #[derive(Clone, Debug, PartialEq, Eq)]

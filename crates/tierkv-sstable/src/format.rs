@@ -170,6 +170,39 @@ impl Image {
     }
 }
 
+/// The length of the file image [`build_table`] makes of `entries` with `bloom_bits`,
+/// computed without building it (the same block packing, index, filter and footer): what
+/// a writer claims and creates files for before it builds the images one at a time.
+pub fn table_len<K: AsRef<[u8]>, V: AsRef<[u8]>>(entries: &[(K, V)], bloom_bits: u32) -> u64 {
+    let block_end = |at: usize| at.div_ceil(FLASH_BLOCK) * FLASH_BLOCK;
+    // Index entry of a block: its last key (length-prefixed), offset, length, checksum.
+    let index_entry = |last: &[u8]| 2 + last.len() + 8 + 4 + 4;
+    let (mut len, mut block, mut index) = (4usize, 0usize, 0usize);
+    let mut last: &[u8] = &[];
+    for (k, v) in entries {
+        let (k, v) = (k.as_ref(), v.as_ref());
+        let n = 6 + k.len() + v.len();
+        let open = len - block;
+        if open > 4 && open + n > BLOCK_TARGET {
+            index += index_entry(last);
+            block = block_end(len);
+            len = block + 4;
+        }
+        len += n;
+        last = k;
+    }
+    if len - block > 4 {
+        index += index_entry(last);
+        block = block_end(len);
+    }
+    let filter = 4
+        + (entries.len() * bloom_bits as usize)
+            .max(64)
+            .div_ceil(8)
+            .next_multiple_of(crate::bloom::BLOCK_BYTES);
+    (block_end(block + index + filter) + FLASH_BLOCK) as u64
+}
+
 /// The file image of a table over `entries` (sorted, unique, non-empty), and its footer.
 /// The image is block aligned in memory and in length, ready for [`crate::Table::write_image`].
 /// Fails only when memory for it cannot be had.
@@ -398,5 +431,42 @@ mod tests {
         let mut bad = img[img.len() - FLASH_BLOCK..].to_vec();
         bad[20] ^= 1;
         assert_eq!(decode_footer(&bad), None);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+        /// `table_len` is the length of the image `build_table` makes, for entries of any
+        /// size (empty values, values of many blocks, blocks that end exactly full).
+        #[test]
+        fn table_len_is_the_built_image_length(
+            sizes in proptest::collection::vec((1usize..40, 0usize..9000), 0..300),
+            bits in 1u32..20,
+        ) {
+            let entries: Vec<(Vec<u8>, Vec<u8>)> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &(k, v))| {
+                    let mut key = format!("{i:06}").into_bytes();
+                    key.resize(k.max(6), b'k');
+                    (key, vec![7u8; v])
+                })
+                .collect();
+            let (img, _) = build_table(&entries, bits).unwrap();
+            proptest::prop_assert_eq!(table_len(&entries, bits), img.len() as u64);
+        }
+    }
+
+    #[test]
+    fn table_len_at_block_edges() {
+        // Entries that fill a block to exactly BLOCK_TARGET, one byte over, one under.
+        for extra in [-1i64, 0, 1] {
+            let v = (BLOCK_TARGET as i64 - 4 - 6 - 6 + extra) as usize;
+            let entries = vec![
+                (b"a00000".to_vec(), vec![1u8; v]),
+                (b"a00001".to_vec(), vec![2u8; 10]),
+            ];
+            let (img, _) = build_table(&entries, 10).unwrap();
+            assert_eq!(table_len(&entries, 10), img.len() as u64, "extra {extra}");
+        }
     }
 }

@@ -47,7 +47,7 @@ use crate::mapper::{is_pinned, pin_draw, pin_probabilities};
 use crate::partition::{Partition, State};
 use crate::policy::{Candidate, choose};
 use crate::shared::Shared;
-use crate::table::format::{Footer, TableImage, build_table};
+use crate::table::format::{build_table, table_len};
 use crate::table::{Table, TableData, TableSet, table_name};
 
 /// What started a compaction.
@@ -608,7 +608,7 @@ fn promote_one(
             Err(e) => return Err(e),
         }
     };
-    part.persist_and_publish(sh, k, Some(v), (off, ts, class), true)
+    part.persist_and_publish(sh, k, Some(v), (off, ts, class), true, None)
 }
 
 /// Writes the merged entries as tables and commits the manifest that lists them in place
@@ -635,15 +635,15 @@ fn split_tables<'m, 'e>(
     groups
 }
 
-/// A compaction's new files, planned: the table images and the manifest image.
+/// A compaction's new files, planned: the tables' lengths and the manifest image.
 struct Output {
-    tables: Vec<(TableImage, Footer)>,
+    tables: Vec<u64>,
     manifest: Vec<u8>,
 }
 
 impl Output {
     fn tables_len(&self) -> u64 {
-        self.tables.iter().map(|(i, _)| i.len() as u64).sum()
+        self.tables.iter().sum()
     }
 }
 
@@ -666,12 +666,7 @@ fn claim_room<'a>(
     let man_len = out.manifest.len() as u64;
     let need = tables_len + man_len;
     let old_len: u64 = plan.old.iter().map(|t| t.file.len()).sum();
-    let largest = out
-        .tables
-        .iter()
-        .map(|(i, _)| i.len() as u64)
-        .max()
-        .unwrap_or(0);
+    let largest = out.tables.iter().copied().max().unwrap_or(0);
     // The reserve as it will be once these files exist.
     let reserve = sh.flash_reserve_bytes().max(
         largest.max(sh.largest_files.0.load(Ordering::Acquire))
@@ -691,9 +686,9 @@ fn claim_room<'a>(
         };
         if fits {
             let mut files = Vec::with_capacity(out.tables.len());
-            for (i, (img, _)) in out.tables.iter().enumerate() {
+            for (i, &len) in out.tables.iter().enumerate() {
                 let name = table_name(part.id, first + i as u64);
-                match sh.dev.create_file(&name, img.len() as u64) {
+                match sh.dev.create_file(&name, len) {
                     Ok(f) => files.push(f),
                     Err(e) => {
                         drop(claims);
@@ -743,10 +738,15 @@ fn write_and_commit<'a>(
             .collect();
         (first, st.manifest_seq + 1, keep)
     };
-    let tables: Vec<(TableImage, Footer)> = groups
+    // The tables' lengths are computed first, so that room is claimed and the files are
+    // created before any image is built; the images are then built and written one at a
+    // time (a compaction holds one image, not one per output table: with three or four
+    // compactions at once the images outgrew their pool, and the kernel zeroed fresh ones
+    // — 8% of a 2M load's CPU).
+    let tables: Vec<u64> = groups
         .iter()
-        .map(|g| build_table(g, sh.opts.bloom_bits))
-        .collect::<Result<_>>()?;
+        .map(|g| table_len(g, sh.opts.bloom_bits))
+        .collect();
     let mut entries: Vec<TableEntry> = keep
         .iter()
         .map(|t| TableEntry {
@@ -756,13 +756,19 @@ fn write_and_commit<'a>(
             min_key: t.min_key().to_vec(),
             max_key: t.max_key().to_vec(),
         })
-        .chain(tables.iter().enumerate().map(|(i, (img, f))| TableEntry {
-            number: first + i as u64,
-            file_len: img.len() as u64,
-            entries: f.entries,
-            min_key: f.min_key.clone(),
-            max_key: f.max_key.clone(),
-        }))
+        .chain(
+            groups
+                .iter()
+                .zip(&tables)
+                .enumerate()
+                .map(|(i, (g, &len))| TableEntry {
+                    number: first + i as u64,
+                    file_len: len,
+                    entries: g.len() as u64,
+                    min_key: g.first().map(|e| e.0.to_vec()).unwrap_or_default(),
+                    max_key: g.last().map(|e| e.0.to_vec()).unwrap_or_default(),
+                }),
+        )
         .collect();
     entries.sort_by(|a, b| a.min_key.cmp(&b.min_key));
     let m = ManifestData {
@@ -784,12 +790,19 @@ fn write_and_commit<'a>(
     let mut written: Vec<Arc<Table>> = Vec::new();
     let mut manifest_tried = false;
     let result = (|| -> Result<()> {
-        for (i, ((img, footer), f)) in out.tables.iter().zip(files).enumerate() {
+        for (i, ((g, &len), f)) in groups.iter().zip(&out.tables).zip(files).enumerate() {
+            let (img, footer) = build_table(g, sh.opts.bloom_bits)?;
+            if img.len() as u64 != len {
+                return Err(Error::invalid(format!(
+                    "prismdb: table image of {} bytes, {len} planned",
+                    img.len()
+                )));
+            }
             written.push(Arc::new(Table::write_image(
                 f,
                 first + i as u64,
-                img,
-                footer.clone(),
+                &img,
+                footer,
             )?));
         }
         sh.crash_point("prismdb.compaction.tables_synced");
@@ -828,8 +841,8 @@ fn write_and_commit<'a>(
         }
         return Err(e);
     }
-    for (img, _) in &out.tables {
-        sh.note_file(img.len() as u64, false);
+    for &len in &out.tables {
+        sh.note_file(len, false);
     }
     sh.note_file(man_len, true);
     Ok(Some((written, seq, reserve)))

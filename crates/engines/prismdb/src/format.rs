@@ -188,27 +188,35 @@ pub fn object_len(key_len: usize, value_len: usize) -> usize {
 
 /// Encodes an object (`value = None`: a tombstone). `ts` must be non-zero.
 pub fn encode_object(ts: u64, key: &[u8], value: Option<&[u8]>) -> Vec<u8> {
+    let mut b = Vec::new();
+    encode_object_into(&mut b, ts, key, value);
+    b
+}
+
+/// [`encode_object`] into `b` (its contents replaced; its allocation reused).
+pub fn encode_object_into(b: &mut Vec<u8>, ts: u64, key: &[u8], value: Option<&[u8]>) {
     let v = value.unwrap_or_default();
-    let mut b = vec![0u8; object_len(key.len(), v.len())];
-    put(&mut b, OBJ_TS, &ts.to_le_bytes());
+    b.clear();
+    b.resize(object_len(key.len(), v.len()), 0);
+    let b = b.as_mut_slice();
+    put(b, OBJ_TS, &ts.to_le_bytes());
     put(
-        &mut b,
+        b,
         OBJ_KLEN,
         &u16::try_from(key.len()).unwrap_or(u16::MAX).to_le_bytes(),
     );
     if value.is_none() {
-        put(&mut b, OBJ_FLAGS, &[FLAG_TOMBSTONE]);
+        put(b, OBJ_FLAGS, &[FLAG_TOMBSTONE]);
     }
     put(
-        &mut b,
+        b,
         OBJ_VLEN,
         &u32::try_from(v.len()).unwrap_or(u32::MAX).to_le_bytes(),
     );
-    put(&mut b, OBJECT_HEADER_LEN, key);
-    put(&mut b, OBJECT_HEADER_LEN + key.len(), v);
-    let crc = object_crc(&b);
-    put(&mut b, OBJ_CRC, &crc.to_le_bytes());
-    b
+    put(b, OBJECT_HEADER_LEN, key);
+    put(b, OBJECT_HEADER_LEN + key.len(), v);
+    let crc = object_crc(b);
+    put(b, OBJ_CRC, &crc.to_le_bytes());
 }
 
 /// The masked checksum of an encoded object (over everything but the checksum field).

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, RwLock};
 use tierkv_core::{Error, KvPair, Result, Tier};
 
-use crate::format::{decode_object, encode_object, object_len};
+use crate::format::{decode_object, encode_object_into, object_len};
 use crate::hot::HotNotes;
 use crate::key::{DramKey, dram_key, range_from};
 use crate::mapper::{is_pinned, pin_draw, pin_probabilities};
@@ -168,6 +168,12 @@ impl Drop for Pressure<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+thread_local! {
+    /// The object a put encodes before writing it to its slot (reused: no allocation and
+    /// no zeroing per put).
+    static ENCODED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Where [`Partition::lookup_locked`] found a key.
@@ -388,15 +394,22 @@ impl Partition {
             Some(r) => r,
             None => return Ok(()),
         };
-        self.persist_and_publish(sh, key, value, (off, ts, class), false)?;
         if value.is_some() {
-            self.touch(key);
+            // The access is recorded before the object is published, so that publish takes
+            // its popular flag from it (one tracker search per put, not two); the flags
+            // and counts that depend on the index follow the publish.
+            let t = self.tracker.lock().touch(key);
+            self.persist_and_publish(sh, key, value, (off, ts, class), false, Some(!t.inserted))?;
+            self.after_touch(key, t);
+        } else {
+            self.persist_and_publish(sh, key, value, (off, ts, class), false, None)?;
         }
         Ok(())
     }
 
     /// Writes the object into its reserved slot, persists it (no lock held), then publishes
-    /// it (FORMAT.md §3 "Put", steps 2 and 3); true if published.
+    /// it (FORMAT.md §3 "Put", steps 2 and 3); true if published. `popular`: the key's
+    /// popular flag if the caller knows it (else the tracker is asked).
     pub fn persist_and_publish(
         &self,
         sh: &Shared,
@@ -404,13 +417,15 @@ impl Partition {
         value: Option<&[u8]>,
         slot: (u64, u64, u8),
         only_if_absent: bool,
+        popular: Option<bool>,
     ) -> Result<bool> {
         let (off, ts, class) = slot;
-        let enc = encode_object(ts, key, value);
-        let written = sh
-            .pool
-            .write(off, &enc)
-            .and_then(|()| sh.pool.persist(off, enc.len()));
+        let written = ENCODED.with_borrow_mut(|enc| {
+            encode_object_into(enc, ts, key, value);
+            sh.pool
+                .write(off, enc)
+                .and_then(|()| sh.pool.persist(off, enc.len()))
+        });
         let kind = match (only_if_absent, value.is_some()) {
             (true, _) => [
                 "prismdb.promotion.object_persisted",
@@ -450,6 +465,7 @@ impl Partition {
             class,
             value.is_none(),
             only_if_absent,
+            popular,
         )?;
         drop(st);
         sh.crash_point(kind[1]);
@@ -540,9 +556,11 @@ impl Partition {
         class: u8,
         tomb: bool,
         only_if_absent: bool,
+        popular: Option<bool>,
     ) -> Result<bool> {
         let on_flash = st.tables.may_contain(key);
-        let popular = self.tracker.lock().clock(key).is_some_and(|c| c > 0);
+        let popular =
+            popular.unwrap_or_else(|| self.tracker.lock().clock(key).is_some_and(|c| c > 0));
         let loc = Loc {
             off,
             ts,

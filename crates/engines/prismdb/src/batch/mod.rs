@@ -511,7 +511,7 @@ fn commit(sh: &Shared, ops: &[Op<'_>], parts: &[usize], run: Run) -> Result<()> 
             .ok_or_else(|| Error::invalid("prismdb: no partition"))?;
         let st = guard_of(&mut guards, parts, op.part)?;
         let tomb = op.value.is_none();
-        let published = part.publish(st, op.key, op.off, op.ts, op.class, tomb, false)?;
+        let published = part.publish(st, op.key, op.off, op.ts, op.class, tomb, false, None)?;
         // A tombstone over nothing that flash could resurface is dropped, after the
         // version it deleted was freed (by `publish`), as a delete without tombstone does.
         if published
