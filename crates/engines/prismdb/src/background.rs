@@ -214,13 +214,13 @@ impl ReadTrigger {
 
 fn window(p: &Partition) -> Window {
     let c = &p.counters;
-    let reads = c.reads.load(Ordering::Relaxed);
+    let reads = c.reads.get();
     Window {
-        ops: reads + c.writes.load(Ordering::Relaxed),
+        ops: reads + c.writes.get(),
         reads,
-        fast: c.fast_reads.load(Ordering::Relaxed),
-        flash: c.flash_reads.load(Ordering::Relaxed),
-        promoted: c.promoted_reads.load(Ordering::Relaxed),
+        fast: c.fast_reads.get(),
+        flash: c.flash_reads.get(),
+        promoted: c.promoted_reads.get(),
     }
 }
 
@@ -328,7 +328,7 @@ fn run(sh: &Shared, i: usize) {
     let mut rt = ReadTrigger::new(epoch, o.read_gain, cooldown);
     let mut draining = false;
     let mut failures = 0u32;
-    let written = || part.counters.written_bytes.load(Ordering::Relaxed);
+    let written = || part.counters.written_bytes.get();
     let mut headroom = Headroom::new(written());
     let share = sh.usage.capacity as f64 / sh.parts.len().max(1) as f64;
     while !sh.stop.load(Ordering::Acquire) {

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
-use tierkv_core::{Error, KvPair, Result, Tier};
+use tierkv_core::{Counter, Error, KvPair, Result, Tier};
 
 use crate::format::{decode_object, encode_object_into, object_len};
 use crate::hot::HotNotes;
@@ -88,19 +88,19 @@ impl State {
 #[derive(Debug, Default)]
 pub struct PartCounters {
     /// Gets and scans.
-    pub reads: AtomicU64,
+    pub reads: Counter,
     /// Puts and deletes.
-    pub writes: AtomicU64,
+    pub writes: Counter,
     /// Bytes of the objects puts and deletes wrote (the write rate the compaction thread
     /// measures, `background.rs`).
-    pub written_bytes: AtomicU64,
+    pub written_bytes: Counter,
     /// Gets answered from the fast tier.
-    pub fast_reads: AtomicU64,
+    pub fast_reads: Counter,
     /// Gets answered from flash.
-    pub flash_reads: AtomicU64,
+    pub flash_reads: Counter,
     /// Gets answered by a promoted copy on the fast tier (reads promotions took off
     /// flash: what the read trigger's monitoring measures, `background.rs`).
-    pub promoted_reads: AtomicU64,
+    pub promoted_reads: Counter,
     /// `reads` and `writes` when the last write-triggered compaction was planned: the
     /// window whose read share decides whether it promotes (`compaction.rs`).
     pub promotion_mark: parking_lot::Mutex<(u64, u64)>,
@@ -110,8 +110,8 @@ impl PartCounters {
     /// The share of reads among the operations since the last call (1 when there were
     /// none), and a new window from now.
     pub fn read_share_since_mark(&self) -> f64 {
-        let reads = self.reads.load(Ordering::Relaxed);
-        let writes = self.writes.load(Ordering::Relaxed);
+        let reads = self.reads.get();
+        let writes = self.writes.get();
         let mut mark = self.promotion_mark.lock();
         let (r, w) = (reads.saturating_sub(mark.0), writes.saturating_sub(mark.1));
         *mark = (reads, writes);
@@ -292,16 +292,16 @@ impl Partition {
 
     /// The value of `key`.
     pub fn get(&self, sh: &Shared, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.counters.reads.fetch_add(1, Ordering::Relaxed);
+        self.counters.reads.incr();
         let st = self.state.read();
         let tables = if let Some(loc) = st.index.get(key) {
             let found = self.read_slot(sh, key, loc, &st)?;
             let promoted = loc.promoted;
             drop(st);
             sh.counters.ops.reads_from_pmem.incr();
-            self.counters.fast_reads.fetch_add(1, Ordering::Relaxed);
+            self.counters.fast_reads.incr();
             if promoted {
-                self.counters.promoted_reads.fetch_add(1, Ordering::Relaxed);
+                self.counters.promoted_reads.incr();
             }
             self.touch(key);
             return Ok(match found {
@@ -320,7 +320,7 @@ impl Partition {
         if let Some((v, src)) = &v {
             count_table_read(sh, *src);
             sh.counters.ops.user_bytes_read.add(v.len() as u64);
-            self.counters.flash_reads.fetch_add(1, Ordering::Relaxed);
+            self.counters.flash_reads.incr();
             if pinned
                 && sh.opts.promotions
                 && let Some(t) = tables.find(key)
@@ -384,12 +384,10 @@ impl Partition {
 
     /// Stores `value` under `key` (`None`: delete).
     pub fn write(&self, sh: &Shared, key: &[u8], value: Option<&[u8]>) -> Result<()> {
-        self.counters.writes.fetch_add(1, Ordering::Relaxed);
+        self.counters.writes.incr();
         sh.check_writable()?;
         let len = object_len(key.len(), value.map_or(0, <[u8]>::len));
-        self.counters
-            .written_bytes
-            .fetch_add(len as u64, Ordering::Relaxed);
+        self.counters.written_bytes.add(len as u64);
         let (off, ts, class) = match self.reserve(sh, key, value.is_none(), len)? {
             Some(r) => r,
             None => return Ok(()),
@@ -662,7 +660,7 @@ impl Partition {
 
     /// Up to `limit` pairs with keys `>= start` in this partition.
     pub fn scan(&self, sh: &Shared, start: &[u8], limit: usize) -> Result<Vec<KvPair>> {
-        self.counters.reads.fetch_add(1, Ordering::Relaxed);
+        self.counters.reads.incr();
         let st = self.state.read();
         let mut mem: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
         let mut live = 0;

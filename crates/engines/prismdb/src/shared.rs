@@ -95,6 +95,8 @@ pub struct Shared {
     pub op_clock: AtomicU64,
     /// Why the store refuses writes (a commit that may or may not have happened), if so.
     pub poisoned: Mutex<Option<String>>,
+    /// Set once `poisoned` holds a reason (read by every write without the mutex).
+    pub is_poisoned: AtomicBool,
     /// Room on flash (FORMAT.md §3 "Room on flash"): compactions check it and create
     /// their files under this lock; it holds the bytes of manifests claimed and not yet
     /// created.
@@ -175,11 +177,15 @@ impl Shared {
     /// Makes the store refuse writes until it is reopened.
     pub fn poison(&self, why: String) {
         self.poisoned.lock().get_or_insert(why);
+        self.is_poisoned.store(true, Ordering::Release);
         self.space_freed();
     }
 
     /// `Err(Poisoned)` once the store refuses writes.
     pub fn check_writable(&self) -> tierkv_core::Result<()> {
+        if !self.is_poisoned.load(Ordering::Acquire) {
+            return Ok(());
+        }
         match self.poisoned.lock().as_ref() {
             Some(why) => Err(tierkv_core::Error::Poisoned(why.clone())),
             None => Ok(()),

@@ -180,6 +180,7 @@ impl PrismDbStore {
             space: (Mutex::new(0), Condvar::new()),
             op_clock: AtomicU64::new(0),
             poisoned: Mutex::new(None),
+            is_poisoned: AtomicBool::new(false),
             flash_claims: Mutex::new(0),
             flash_reserve: Mutex::new(()),
             largest_files: (AtomicU64::new(0), AtomicU64::new(0)),

@@ -102,9 +102,7 @@ pub fn write_batch(sh: &Shared, batch: &WriteBatch) -> Result<()> {
                 .ops
                 .user_bytes_written
                 .add((op.key.len() + v.len()) as u64);
-            p.counters
-                .writes
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            p.counters.writes.incr();
             p.touch(op.key);
         }
     }
@@ -161,9 +159,7 @@ pub fn multi_get(sh: &Shared, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
             sh.counters.ops.user_bytes_read.add(v.len() as u64);
         }
         if let Some(part) = sh.parts.get(p) {
-            part.counters
-                .reads
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            part.counters.reads.incr();
             part.touch(k);
         }
         out.push(v);
