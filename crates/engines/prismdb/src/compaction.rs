@@ -41,7 +41,7 @@ use tierkv_core::media::flash::FlashFile;
 use tierkv_core::{Error, Result};
 
 use crate::format::{decode_object, object_len};
-use crate::key::{dram_key, range_from, range_from_mut};
+use crate::key::{DramKey, dram_key, range_from, range_from_mut};
 use crate::manifest::{ManifestData, TableEntry, commit_file, manifest_name};
 use crate::mapper::{is_pinned, pin_draw, pin_probabilities};
 use crate::partition::{Partition, State};
@@ -363,16 +363,15 @@ fn pick_victims(
     let mut from: Vec<u8> = cand.lo.clone();
     loop {
         let st = part.state.read();
-        let tracker = part.tracker.lock();
         let mut next = None;
+        let mut chunk: Vec<(&DramKey, &crate::partition::Loc)> = Vec::with_capacity(PICK_CHUNK);
         for (seen, (k, loc)) in range_from(&st.index, &from).enumerate() {
             if cand
                 .hi
                 .as_ref()
                 .is_some_and(|h| k.as_slice() >= h.as_slice())
-                || bytes >= sh.opts.table_size
             {
-                return Ok(out);
+                break;
             }
             if seen == PICK_CHUNK {
                 next = Some(k.to_vec());
@@ -381,8 +380,17 @@ fn pick_victims(
             if tombs_only && !loc.tomb {
                 continue;
             }
-            if !loc.tomb && !ignore_pins && is_pinned(probs, tracker.clock(k), pin_draw(k)) {
-                continue;
+            chunk.push((k, loc));
+        }
+        // The tracker's lock only for the clock values (every put and get of the
+        // partition takes it), not while the objects are read.
+        if !ignore_pins {
+            let tracker = part.tracker.lock();
+            chunk.retain(|(k, loc)| loc.tomb || !is_pinned(probs, tracker.clock(k), pin_draw(k)));
+        }
+        for (k, loc) in chunk {
+            if bytes >= sh.opts.table_size {
+                return Ok(out);
             }
             let slot = sh
                 .pool
@@ -403,6 +411,9 @@ fn pick_victims(
                 off: loc.off,
                 ts: loc.ts,
             });
+        }
+        if bytes >= sh.opts.table_size {
+            return Ok(out);
         }
         match next {
             Some(k) => from = k,
