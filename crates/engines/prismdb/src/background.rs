@@ -352,7 +352,7 @@ fn run(sh: &Shared, i: usize) {
         } else if o.read_compactions
             && o.promotions
             && read_step(sh, part, &mut rt)
-            && part.hot.lock().len() as u64 >= (rt.epoch() / 100).max(16)
+            && part.hot.lock().ready() as u64 >= (rt.epoch() / 100).max(16)
         {
             match compact(sh, part, Trigger::Read, false) {
                 Ok(Some(o)) if o.promoted > 0 => {

@@ -216,24 +216,27 @@ fn plan(
     force: bool,
     tombs_only: bool,
 ) -> Result<Option<Plan>> {
-    let mut st = part.state.write();
     let probs = pin_probabilities(part.tracker.lock().histogram(), sh.opts.pin_threshold);
-    let fullness = Partition::fullness_of(&st.slabs, sh);
-    // A read-triggered compaction is for the hot objects gets noted on flash (`hot.rs`):
-    // with none, there is nothing to do. It only promotes, into the room the fast tier has
-    // below the low watermark, when that room holds them all (or no range can be demoted).
-    // Otherwise it demotes first (its range chosen as a write-triggered one's, by MSC, to
-    // free room at the least cost), when they are worth the rewrite of the range's table:
-    // at least `read_min_promote` of its bytes.
+    // A read-triggered compaction is for the hot objects gets noted on flash (`hot.rs`,
+    // the ready notes): with none, there is nothing to do. It only promotes, into the room
+    // the fast tier has below the low watermark, when that room holds them all, or when
+    // they are not worth the rewrite of a table — less than `read_min_promote` of its bytes
+    // (a table's target size before a range is chosen: choosing takes the write lock and,
+    // with `victim=precise`, scores every range object by object, which stalled YCSB-C's
+    // gets for seconds when it ran at every trigger only to be skipped), or no range can be
+    // demoted. Otherwise it demotes first, in the range MSC chooses (the most room freed at
+    // the least cost).
     let (noted, room) = match trigger {
-        Trigger::Read => (
-            part.hot.lock().bytes() as u64,
-            room_below_low_watermark(sh, fullness),
-        ),
+        Trigger::Read => {
+            let fullness = part.fullness(sh);
+            (
+                part.hot.lock().ready_bytes() as u64,
+                room_below_low_watermark(sh, fullness),
+            )
+        }
         Trigger::Write => (0, 0),
     };
-    let promote_only = |st: parking_lot::RwLockWriteGuard<'_, State>| {
-        drop(st);
+    let promote_only = || {
         if room == 0 {
             sh.counters.read_compactions_skipped.incr();
             return Ok(None);
@@ -247,12 +250,17 @@ fn plan(
             promote: true,
         }))
     };
-    if trigger == Trigger::Read && (noted == 0 || room >= noted) {
+    let worth = |table_bytes: u64| noted as f64 >= sh.opts.read_min_promote * table_bytes as f64;
+    if trigger == Trigger::Read {
         if noted == 0 {
             return Ok(None);
         }
-        return promote_only(st);
+        if room >= noted || !worth(sh.opts.table_size) {
+            return promote_only();
+        }
     }
+    let mut st = part.state.write();
+    let fullness = Partition::fullness_of(&st.slabs, sh);
     let cands = candidates(part, &st);
     let c = if tombs_only {
         // The range with the most tombstones (none: nothing to drop).
@@ -267,8 +275,9 @@ fn plan(
         choose(sh, part, &st, &cands, &probs)
     };
     let Some(c) = c else {
+        drop(st);
         return if trigger == Trigger::Read {
-            promote_only(st)
+            promote_only()
         } else {
             Ok(None)
         };
@@ -281,11 +290,9 @@ fn plan(
         .and_then(|j| st.tables.tables.get(j).cloned())
         .into_iter()
         .collect();
-    if trigger == Trigger::Read {
-        let table_bytes: u64 = old.iter().map(|t| t.file.len()).sum();
-        if (noted as f64) < sh.opts.read_min_promote * table_bytes as f64 {
-            return promote_only(st);
-        }
+    if trigger == Trigger::Read && !worth(old.iter().map(|t| t.file.len()).sum()) {
+        drop(st);
+        return promote_only();
     }
     // The range is marked before its victims are picked, and the state lock is let go
     // while they are: gets and writes of the partition go on meanwhile (copying up to a
@@ -501,7 +508,7 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>
     } else {
         // A write-heavy window: hot keys go back to the fast tier by their own updates,
         // and the notes of those are stale (their versions moved); drop them all.
-        drop(part.hot.lock().take());
+        part.hot.lock().clear();
     }
     sh.counters.demoted.add(outcome.demoted);
     sh.counters.promoted.add(outcome.promoted);
@@ -565,7 +572,7 @@ fn is_hot(part: &Partition, key: &[u8], probs: &[f64; 4]) -> bool {
 /// is the key's flash version then) and no fast-tier version exists; notes left when the
 /// budget runs out are kept for the next promotion.
 fn promote_noted(sh: &Shared, part: &Partition, budget: &mut PromotionBudget) -> Result<u64> {
-    let mut notes = part.hot.lock().take().into_iter();
+    let mut notes = part.hot.lock().take_ready().into_iter();
     let mut promoted = 0;
     for (k, n) in notes.by_ref() {
         if !budget.open(sh, part) {

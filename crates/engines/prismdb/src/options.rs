@@ -179,6 +179,10 @@ pub struct PrismDbOptions {
     /// DRAM for the hot objects gets meet on flash, which promotions copy from
     /// (`hot.rs`; default: a 16th of the DRAM budget, taken from the block cache's).
     pub hot_notes: u64,
+    /// Flash reads of a noted hot object before it may be promoted (`hot.rs`; 1: the
+    /// paper's criterion, any object the mapper pins; more promotes only objects read
+    /// again from flash, fewer and hotter).
+    pub promote_reads: u32,
     /// DRAM block cache for flash tables, bytes (default: half of the DRAM budget, less
     /// `hot_notes`).
     pub block_cache: u64,
@@ -236,6 +240,7 @@ impl PrismDbOptions {
             )?,
             bloom_bits: p.take_checked("bloom_bits", 10, |b| (1..=32).contains(b), "1..=32")?,
             hot_notes,
+            promote_reads: p.take_checked("promote_reads", 1, |n| *n >= 1, ">= 1")?,
             block_cache: p
                 .take::<ByteSize>(
                     "block_cache",

@@ -208,6 +208,7 @@ impl Partition {
         slabs: Slabs,
         tracker_cap: usize,
         hot_cap: usize,
+        promote_reads: u32,
     ) -> Partition {
         Partition {
             id,
@@ -228,7 +229,7 @@ impl Partition {
             pressure: AtomicU64::new(0),
             last_error: Mutex::new(None),
             counters: PartCounters::default(),
-            hot: Mutex::new(HotNotes::new(hot_cap)),
+            hot: Mutex::new(HotNotes::new(hot_cap, promote_reads)),
             room_needed: AtomicU64::new(0),
         }
     }

@@ -160,6 +160,7 @@ impl PrismDbStore {
                     slabs,
                     opts.tracker_min,
                     hot_cap,
+                    opts.promote_reads,
                 )
             })
             .collect();
