@@ -54,6 +54,9 @@
 //!   demotes a range first (chosen by MSC) only when they are at least `read_min_promote`
 //!   of its table's bytes; a write-triggered compaction promotes only after a
 //!   read-dominated window (`promote_read_share`) (`compaction.rs`).
+//! - A write-triggered compaction starts below the high watermark when the partition's
+//!   write rate would fill the room above it before a compaction ends, and partitions at
+//!   or above the low watermark compact while any writer waits for room (`background.rs`).
 //! - The read trigger's epoch is 1% of the store's objects by default (the paper's 1M
 //!   operations on 100M keys), and its monitoring compares the share of reads served by
 //!   promoted copies, not the fast tier's whole share, which sampling noise moved by more

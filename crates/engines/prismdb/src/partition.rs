@@ -398,8 +398,10 @@ impl Partition {
             // its popular flag from it (one tracker search per put, not two); the flags
             // and counts that depend on the index follow the publish.
             let t = self.tracker.lock().touch(key);
-            self.persist_and_publish(sh, key, value, (off, ts, class), false, Some(!t.inserted))?;
+            let popular = Some(!t.inserted);
+            let r = self.persist_and_publish(sh, key, value, (off, ts, class), false, popular);
             self.after_touch(key, t);
+            r?;
         } else {
             self.persist_and_publish(sh, key, value, (off, ts, class), false, None)?;
         }
@@ -419,11 +421,17 @@ impl Partition {
         popular: Option<bool>,
     ) -> Result<bool> {
         let (off, ts, class) = slot;
-        let written = ENCODED.with_borrow_mut(|enc| {
+        let write = |enc: &mut Vec<u8>| {
             encode_object_into(enc, ts, key, value);
             sh.pool
                 .write(off, enc)
                 .and_then(|()| sh.pool.persist(off, enc.len()))
+        };
+        // A write nested in another on this thread (a crash-point handler's) gets a fresh
+        // buffer.
+        let written = ENCODED.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut enc) => write(&mut enc),
+            Err(_) => write(&mut Vec::new()),
         });
         let kind = match (only_if_absent, value.is_some()) {
             (true, _) => [
