@@ -65,10 +65,9 @@ impl FromStr for Ops {
         if s == "auto" {
             return Ok(Ops::Auto);
         }
-        match s.parse::<u64>() {
-            Ok(n) if n >= 1 => Ok(Ops::Count(n)),
-            _ => Err("expected auto or a count of operations >= 1".into()),
-        }
+        s.parse::<u64>()
+            .map(Ops::Count)
+            .map_err(|_| "expected auto or a count of operations".into())
     }
 }
 
@@ -223,7 +222,12 @@ impl PrismDbOptions {
             table_size: p.take::<ByteSize>("table_size", ByteSize(16 << 20))?.0,
             promotions: p.take("promotions", Switch(true))?.0,
             read_compactions: p.take("read_compactions", Switch(true))?.0,
-            read_epoch: p.take("read_epoch", Ops::Auto)?,
+            read_epoch: p.take_checked(
+                "read_epoch",
+                Ops::Auto,
+                |e| *e != Ops::Count(0),
+                "auto or >= 1",
+            )?,
             read_gain: p.take("read_gain", 0.01)?,
             read_cooldown: p.take("read_cooldown", Ops::Auto)?,
             promote_read_share: p.take_checked(
@@ -318,5 +322,25 @@ mod tests {
         assert!(parse("prismdb@classes=100").is_err());
         assert!(parse("prismdb@high_watermark=0.5,low_watermark=0.9").is_err());
         assert!(parse("prismdb@nope=1").is_err());
+    }
+
+    #[test]
+    fn read_trigger_lengths_are_auto_or_counts() {
+        let o = parse("prismdb").unwrap();
+        assert_eq!((o.read_epoch, o.read_cooldown), (Ops::Auto, Ops::Auto));
+        assert_eq!(o.promote_reads, 1);
+        let o = parse("prismdb@read_epoch=400,read_cooldown=0,promote_reads=2").unwrap();
+        assert_eq!(
+            (o.read_epoch, o.read_cooldown),
+            (Ops::Count(400), Ops::Count(0))
+        );
+        assert_eq!(o.promote_reads, 2);
+        assert!(parse("prismdb@read_epoch=0").is_err());
+        assert!(parse("prismdb@read_epoch=soon").is_err());
+        assert!(parse("prismdb@promote_reads=0").is_err());
+        // The notes come out of the block cache's default, not on top of it.
+        let o = parse("prismdb").unwrap();
+        assert_eq!(o.hot_notes, (1 << 20) / 16);
+        assert_eq!(o.block_cache, (1 << 20) / 2 - (1 << 20) / 16);
     }
 }

@@ -63,9 +63,10 @@ pub struct LogHeader {
 }
 
 impl LogHeader {
-    /// Bytes of the whole log (header and body).
+    /// Bytes of the whole log (header and body); saturates (a damaged header's body
+    /// length can be anything, and no log that long fits anywhere).
     pub fn total_len(&self) -> u64 {
-        HEADER_LEN as u64 + self.body_len
+        (HEADER_LEN as u64).saturating_add(self.body_len)
     }
 }
 
@@ -268,5 +269,19 @@ mod tests {
             decode(&bytes, 0),
             Err(Error::UnsupportedFormat { .. })
         ));
+    }
+
+    /// Regression (CI fuzz run of 2026-11-29, `prism_batch_log`): a header whose body
+    /// length is near `u64::MAX` overflowed `total_len` (a panic with overflow checks).
+    #[test]
+    fn a_body_length_near_u64_max_is_refused_not_overflowed() {
+        let mut b = vec![0u8; HEADER_LEN];
+        b[..VERSION_OFF].copy_from_slice(&MAGIC);
+        b[VERSION_OFF..COUNT_OFF].copy_from_slice(&VERSION.to_le_bytes());
+        b[BODY_LEN_OFF..ID_OFF].copy_from_slice(&(u64::MAX - 3).to_le_bytes());
+        b.extend_from_slice(&[0; 11]);
+        let h = decode_header(&b, 0).unwrap();
+        assert_eq!(h.total_len(), u64::MAX);
+        assert!(decode(&b, 0).is_err());
     }
 }
