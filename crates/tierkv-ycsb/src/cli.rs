@@ -149,8 +149,8 @@ pub struct BenchArgs {
     pub pmem_mode: Option<DurabilityMode>,
     /// Emulated pmem latency on DRAM-speed pools, e.g. `200,100`: nanoseconds added per
     /// 64-byte line read and per persist (Optane-like media on /dev/shm; printed in the
-    /// report). tierkv engines only: the RocksDB peer's files do not go through a pool.
-    /// Not with `--pmem-mode dax`. [default: off]
+    /// report). The RocksDB peer's files on the pmem path pay the same per line read and per
+    /// sync. Not with `--pmem-mode dax`. [default: off]
     #[arg(long, value_name = "READ_NS,PERSIST_NS", value_parser = parse_latency)]
     pub pmem_latency: Option<EmulatedLatency>,
     /// Directory for flash files (each engine gets a subdirectory). [default: each engine's

@@ -15,6 +15,8 @@
 
 #[cfg(feature = "rocksdb")]
 pub mod rocksdb;
+#[cfg(feature = "rocksdb")]
+mod slow_pmem;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -275,8 +277,8 @@ pub struct MediaSettings {
     pub pmem_size: ByteSize,
     /// Pmem durability mode.
     pub pmem_mode: DurabilityMode,
-    /// Emulated pmem latency of the engines' pools (off by default). The RocksDB peer's
-    /// files on the pmem path do not go through a pool and are not slowed.
+    /// Emulated pmem latency (off by default): of the engines' pools, and of the RocksDB
+    /// peer's files on the pmem path (`slow_pmem`).
     pub pmem_latency: EmulatedLatency,
     /// Flash capacity.
     pub flash_size: ByteSize,

@@ -25,6 +25,11 @@
 //!   With `rocksdb@placement=pmem` ([`RocksPlacement::Pmem`]) there is one `db_paths` entry,
 //!   on the pmem path, and every level lives there (the level sizes stay the same), the
 //!   baseline of the pmem-only papers; nothing goes to the flash path.
+//! - **Emulated pmem latency** (`--pmem-latency`): the files under the pmem path (the WAL,
+//!   and the tables placed there) pay it as the engines' pools do, per 64-byte line read
+//!   and per sync ([`super::slow_pmem`]); the manifest and the flash path's tables do not.
+//!   The engine counters `emulated_pmem_lines_read` and `emulated_pmem_syncs` say what was
+//!   charged.
 //! - **Every write synced** (`WriteOptions::set_sync(true)`): a put returns once its WAL
 //!   record is synced, which is what "acknowledged" means for our engines.
 //! - Statistics on (`enable_statistics`), read back as tickers.
@@ -73,6 +78,7 @@ use rocksdb::{
 use tierkv::core::schema::{Consolidated, Scattered};
 use tierkv::{BatchOp, Error, KvPair, KvStore, SchemaStore, Stats, WriteBatch};
 
+use super::slow_pmem::SlowPmem;
 use super::{BenchTarget, MediaSettings, RocksPlacement, TargetPlacement};
 use crate::schema::SchemaLayout;
 
@@ -114,17 +120,19 @@ pub struct RocksKv {
     sync: WriteOptions,
     dir: PathBuf,
     placement: RocksPlacement,
+    slow_pmem: Option<SlowPmem>,
     closed: AtomicBool,
     user_bytes_written: AtomicU64,
     user_bytes_read: AtomicU64,
 }
 
-/// The options this peer opens RocksDB with, and its block cache.
+/// The options this peer opens RocksDB with, its block cache and, with emulated pmem
+/// latency, its slowed pmem path.
 pub fn options(
     place: &TargetPlacement,
     media: &MediaSettings,
     placement: RocksPlacement,
-) -> anyhow::Result<(Options, Cache)> {
+) -> anyhow::Result<(Options, Cache, Option<SlowPmem>)> {
     let budget = usize::try_from(media.dram.bytes()).context("--dram does not fit in memory")?;
     let memtables = budget / MEMTABLE_SHARE as usize;
     let write_buffer = memtables / 2;
@@ -139,7 +147,7 @@ pub fn options(
     table.set_pin_top_level_index_and_filter(true);
     table.set_pin_l0_filter_and_index_blocks_in_cache(true);
     table.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
-    let mut o = Options::default();
+    let (mut o, slow_pmem) = super::slow_pmem::base_options(&place.pmem_dir, media.pmem_latency)?;
     o.create_if_missing(true);
     o.set_block_based_table_factory(&table);
     o.set_write_buffer_manager(&WriteBufferManager::new_write_buffer_manager(
@@ -164,7 +172,7 @@ pub fn options(
         }
     }
     o.enable_statistics();
-    Ok((o, cache))
+    Ok((o, cache, slow_pmem))
 }
 
 fn wal_dir(place: &TargetPlacement) -> PathBuf {
@@ -199,7 +207,7 @@ impl RocksDbPeer {
         for d in dirs {
             std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
         }
-        let (options, cache) = options(place, media, placement)?;
+        let (options, cache, slow_pmem) = options(place, media, placement)?;
         let db = DB::open(&options, &place.data_dir)
             .with_context(|| format!("opening RocksDB in {}", place.data_dir.display()))?;
         let mut sync = WriteOptions::default();
@@ -212,6 +220,7 @@ impl RocksDbPeer {
                 sync,
                 dir: place.data_dir.clone(),
                 placement,
+                slow_pmem,
                 closed: AtomicBool::new(false),
                 user_bytes_written: AtomicU64::new(0),
                 user_bytes_read: AtomicU64::new(0),
@@ -400,6 +409,12 @@ impl KvStore for RocksKv {
         for ticker in RAW_TICKERS {
             s.counters.insert(ticker.name().to_owned(), t(*ticker));
         }
+        if let Some(slow) = &self.slow_pmem {
+            let c = slow.charged();
+            s.counters
+                .insert("emulated_pmem_lines_read".to_owned(), c.lines);
+            s.counters.insert("emulated_pmem_syncs".to_owned(), c.syncs);
+        }
         s
     }
 
@@ -423,6 +438,14 @@ mod tests {
     }
 
     fn open_placed(tmp: &Path, placement: RocksPlacement) -> RocksDbPeer {
+        open_slowed(tmp, placement, Default::default())
+    }
+
+    fn open_slowed(
+        tmp: &Path,
+        placement: RocksPlacement,
+        pmem_latency: tierkv::EmulatedLatency,
+    ) -> RocksDbPeer {
         let place = TargetPlacement {
             data_dir: tmp.join("data"),
             pmem_dir: tmp.join("pmem"),
@@ -432,7 +455,7 @@ mod tests {
             dram: ByteSize::mib(16),
             pmem_size: ByteSize::mib(64),
             pmem_mode: DurabilityMode::Volatile,
-            pmem_latency: Default::default(),
+            pmem_latency,
             flash_size: ByteSize::gib(1),
         };
         RocksDbPeer::open(&place, &media, placement).unwrap()
@@ -504,6 +527,51 @@ mod tests {
         assert!(
             s.pmem_bytes_written > s.user_bytes_written,
             "WAL and L0 flushes on the pmem path: {s:?}"
+        );
+        p.close().unwrap();
+    }
+
+    #[test]
+    fn emulated_pmem_latency_charges_the_pmem_path_files_and_nothing_without_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = open_slowed(tmp.path(), RocksPlacement::Pmem, Default::default());
+        p.put(b"k", b"v").unwrap();
+        assert!(
+            !p.stats().counters.contains_key("emulated_pmem_syncs"),
+            "no latency, no slowed Env"
+        );
+        p.close().unwrap();
+
+        let tmp = tempfile::tempdir().unwrap();
+        let latency = tierkv::EmulatedLatency {
+            read_ns_per_line: 1,
+            persist_ns: 1,
+        };
+        let p = open_slowed(tmp.path(), RocksPlacement::Pmem, latency);
+        for i in 0..50u32 {
+            p.put(format!("k{i:03}").as_bytes(), &[7; 1000]).unwrap();
+        }
+        let s = p.stats();
+        assert!(
+            s.counters["emulated_pmem_syncs"] >= 50,
+            "every synced put paid a persist: {:?}",
+            s.counters
+        );
+        assert_eq!(
+            s.counters["emulated_pmem_lines_read"], 0,
+            "nothing read yet"
+        );
+        p.kv.db.flush().unwrap();
+        // A table on the pmem path: opening it reads its footer and meta blocks, and a get
+        // that misses the memtable reads its data block.
+        let before = p.stats().counters["emulated_pmem_lines_read"];
+        assert!(before > 0, "the new table was read when opened");
+        assert_eq!(p.get(b"k007").unwrap(), Some(vec![7; 1000]));
+        let s = p.stats();
+        assert!(
+            s.counters["emulated_pmem_lines_read"] > before,
+            "the get read a data block: {:?}",
+            s.counters
         );
         p.close().unwrap();
     }

@@ -205,8 +205,8 @@ pub fn header(config: &RunConfig, targets: &[TargetLine]) -> String {
         ByteSize(config.dram),
         if config.pmem_emulated_latency {
             format!(
-                "+{} ns per 64-byte line read, +{} ns per persist (engines' pools only; the \
-                 RocksDB peer's files are not slowed)",
+                "+{} ns per 64-byte line read, +{} ns per persist (engines' pools and the \
+                 RocksDB peer's files on the pmem path)",
                 config.pmem_latency_read_ns_per_line, config.pmem_latency_persist_ns
             )
         } else {
