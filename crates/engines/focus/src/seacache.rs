@@ -30,7 +30,10 @@
 //!   recover (a ratio of 0 admits 5% of the requests, not none).
 //! - **Doorkeeper** (ours, option `cache_doorkeeper`, on by default): before the policy, a
 //!   request passes only if the key was asked for before within a recent window
-//!   ([`Doorkeeper`]); off, every request goes to the policy as the paper describes.
+//!   ([`Doorkeeper`]); off, every request goes to the policy as the paper describes. An
+//!   insert counts as the first sighting of its key ([`SeaCache::sight`]): the paper admits
+//!   "the latest rows" as LRU does, and under a read-latest load (YCSB D) a new row's first
+//!   read would otherwise be turned away just when the row is hottest.
 //! - **Eviction** ([`lifetime`], [`SeaCache::evict_round`]): when use (rows, in pages'
 //!   worth) passes 90% of the pool, schemas are visited from the lowest hit ratio up and
 //!   rows idle longer than the schema's lifetime are evicted, until use falls to
@@ -576,6 +579,12 @@ impl SeaCache {
         } else {
             self.counters.requests_dropped.incr();
         }
+    }
+
+    /// Marks `key` of `schema` as seen by the doorkeeper (an insert: the row's first read
+    /// then goes to the admission policy). Nothing with the doorkeeper off.
+    pub fn sight(&self, schema: SchemaId, key: &[u8]) {
+        let _ = self.past_doorkeeper(schema, key);
     }
 
     /// True when the doorkeeper lets a request for `key` of `schema` through to the
@@ -1189,6 +1198,13 @@ mod tests {
         );
         cache.request(2, b"k", || None);
         assert!(cache.next_task().is_none(), "another schema's key");
+        cache.sight(3, b"new");
+        cache.request(3, b"new", || None);
+        assert!(
+            cache.next_task().is_some(),
+            "an inserted key's first read is queued"
+        );
+        assert_eq!(cache.counters.first_sightings.get(), 2);
         let off = SeaCache::new(small_cache().cfg.clone());
         off.request(1, b"x", || None);
         assert!(off.next_task().is_some(), "off: every request is queued");

@@ -479,6 +479,9 @@ impl FocusStore {
                 off,
                 crate::cache_ops::CacheWrite::Row(&body),
             );
+        } else if let (Some(c), Some(_)) = (&self.cache, info.slot) {
+            // An insert is the row's first sighting (see `seacache.rs`, Doorkeeper).
+            c.sight(info.schema.id, key);
         }
         self.counters.rows_put.incr();
         self.counters

@@ -3,7 +3,8 @@
 //! checked against its `BTreeMap` oracle, while two group writers rewrite whole groups of
 //! shared keys in one batch and a reader `multi_get`s each group (it must see one batch
 //! whole) — in a 1 MiB pool of 16 KiB chunks, so that GC collects chunks holding batch
-//! members and commit records meanwhile; then the store is reopened (recovery by commit
+//! members and commit records meanwhile (a thread steps GC beside the background one);
+//! then the store is reopened (recovery by commit
 //! records) and must hold the same data.
 
 #![allow(clippy::unwrap_used, reason = "test code: an unwrap is an assertion")]
@@ -11,6 +12,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use common::*;
 use tierkv_core::KvStore;
@@ -28,7 +30,24 @@ fn batches_mixed_with_puts_and_deletes_match_the_oracle_and_survive_a_reopen() {
         ..BatchModelConfig::default()
     };
     let dynamic: Arc<dyn KvStore> = store.clone();
+    // GC steps beside the model too: the background GC alone may not collect a chunk in
+    // so short a run (it failed to in about one run of three).
+    let stop = Arc::new(AtomicBool::new(false));
+    let stepper = {
+        let (store, stop) = (store.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                match store.gc_step() {
+                    Ok(_) | Err(tierkv_core::Error::NoSpace { .. }) => {}
+                    Err(e) => panic!("gc_step: {e}"),
+                }
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        })
+    };
     let r = run_batch_model(dynamic, &cfg);
+    stop.store(true, Ordering::Relaxed);
+    stepper.join().unwrap();
     let c = store.stats().counters;
     println!(
         "{r:?}; batches {}, gc chunks {}, gc commits {}",

@@ -135,17 +135,20 @@ fn eviction_starts_at_the_lowest_hit_ratio_and_stops_at_80_percent() {
 /// The doorkeeper keeps a row read once out of the queue; read again, it is queued with
 /// the row the reader read, and admitted without the cache thread reading pmem.
 #[test]
-fn a_row_read_twice_is_admitted_with_the_body_its_reader_read() {
+fn an_inserted_row_read_once_is_admitted_with_the_body_its_reader_read() {
     let dir = common::scratch_dir();
     let s = common::new_store(dir.path(), 16 << 20, DurabilityMode::Volatile, "");
     let id = schema(&s, "t");
+    // The insert is the key's first sighting, so its first read passes the doorkeeper (a
+    // key first seen by a read needs a second one: `seacache::tests::doorkeeper`).
     put(&s, id, b"k", 1);
     let pmem_reads = |s: &FocusStore| s.stats().reads_from_pmem;
     s.get_fields(id, b"k", &FieldSelection::All).unwrap();
-    assert_eq!(s.stats().counters["focus_cache_first_sightings"], 1);
-    std::thread::sleep(Duration::from_millis(50));
-    assert_eq!(s.entry(id, b"k").unwrap().cached.load(Ordering::Acquire), 0);
-    s.get_fields(id, b"k", &FieldSelection::All).unwrap();
+    assert_eq!(
+        s.stats().counters["focus_cache_first_sightings"],
+        0,
+        "the insert was the key's first sighting"
+    );
     let before = pmem_reads(&s);
     let t = Instant::now();
     while s.entry(id, b"k").unwrap().cached.load(Ordering::Acquire) == 0 {
