@@ -40,8 +40,8 @@ use tierkv_core::media::flash::FlashFile;
 
 use tierkv_core::{Error, Result};
 
-use crate::format::{decode_object, object_len};
-use crate::key::{DramKey, dram_key, range_from, range_from_mut};
+use crate::format::{OBJECT_HEADER_LEN, decode_object, object_len};
+use crate::key::{dram_key, range_from, range_from_mut};
 use crate::manifest::{ManifestData, TableEntry, commit_file, manifest_name};
 use crate::mapper::{is_pinned, pin_draw, pin_probabilities};
 use crate::partition::{Partition, State};
@@ -59,12 +59,52 @@ pub enum Trigger {
     Read,
 }
 
-/// A fast-tier object chosen for demotion.
+/// A fast-tier object chosen for demotion: a checked copy of its slot's object (one
+/// allocation; key and value are spans of it).
 struct Victim {
-    key: Vec<u8>,
-    value: Option<Vec<u8>>,
+    /// The object's bytes, header included, as [`decode_object`] accepted them.
+    object: Vec<u8>,
+    key_len: usize,
+    tomb: bool,
     off: u64,
     ts: u64,
+}
+
+impl Victim {
+    /// A victim from a copy of the object at `off` indexed under `key` with timestamp
+    /// `ts`; `None` unless the copy decodes to exactly that object.
+    fn from_copy(object: Vec<u8>, key: &[u8], off: u64, ts: u64) -> Option<Victim> {
+        let (key_len, tomb) = {
+            let o = decode_object(&object).filter(|o| o.ts == ts && o.key == key)?;
+            (o.key.len(), o.value.is_none())
+        };
+        Some(Victim {
+            object,
+            key_len,
+            tomb,
+            off,
+            ts,
+        })
+    }
+
+    fn key(&self) -> &[u8] {
+        self.object
+            .get(OBJECT_HEADER_LEN..OBJECT_HEADER_LEN + self.key_len)
+            .unwrap_or_default()
+    }
+
+    /// The value; `None` for a tombstone.
+    fn value(&self) -> Option<&[u8]> {
+        if self.tomb {
+            return None;
+        }
+        self.object.get(OBJECT_HEADER_LEN + self.key_len..)
+    }
+
+    /// Bytes the object takes on the fast tier (its encoded length).
+    fn len(&self) -> u64 {
+        self.object.len() as u64
+    }
 }
 
 /// The outcome of choosing.
@@ -355,8 +395,17 @@ const INSTALL_CHUNK: usize = 512;
 
 /// The objects of `cand` to demote (only its tombstones with `tombs_only`), in key
 /// order, up to a table's worth of bytes. The range is marked as compacting (`plan`); the
-/// state's read lock is taken for [`PICK_CHUNK`] index entries at a time, so that writers
-/// of the partition are not held up for the whole copy.
+/// state's read lock is taken for [`PICK_CHUNK`] index entries at a time, and only to
+/// list them: the objects are copied and checked with no lock held, so that writers of
+/// the partition are not held up by the copy.
+///
+/// A slot read without the lock may have been freed and reused since it was listed (its
+/// key was written again, or deleted): each object is copied first and the copy checked
+/// (checksum, timestamp and key as listed), so a victim is always the listed object
+/// whole. A copy that does not check is looked up again under the lock: a key no longer
+/// indexed at the listed slot is skipped (its newer version stays on the fast tier); one
+/// still indexed there is read again under the lock, and corruption if it still does not
+/// check.
 fn pick_victims(
     sh: &Shared,
     part: &Partition,
@@ -365,59 +414,77 @@ fn pick_victims(
     ignore_pins: bool,
     tombs_only: bool,
 ) -> Result<Vec<Victim>> {
+    /// One listed index entry: key, slot, timestamp, slot size, tombstone.
+    type Listed = (Vec<u8>, u64, u64, usize, bool);
     let mut out = Vec::new();
     let mut bytes = 0u64;
     let mut from: Vec<u8> = cand.lo.clone();
+    let mut chunk: Vec<Listed> = Vec::with_capacity(PICK_CHUNK);
     loop {
-        let st = part.state.read();
+        chunk.clear();
         let mut next = None;
-        let mut chunk: Vec<(&DramKey, &crate::partition::Loc)> = Vec::with_capacity(PICK_CHUNK);
-        for (seen, (k, loc)) in range_from(&st.index, &from).enumerate() {
-            if cand
-                .hi
-                .as_ref()
-                .is_some_and(|h| k.as_slice() >= h.as_slice())
-            {
-                break;
+        {
+            let st = part.state.read();
+            for (seen, (k, loc)) in range_from(&st.index, &from).enumerate() {
+                if cand
+                    .hi
+                    .as_ref()
+                    .is_some_and(|h| k.as_slice() >= h.as_slice())
+                {
+                    break;
+                }
+                if seen == PICK_CHUNK {
+                    next = Some(k.to_vec());
+                    break;
+                }
+                if tombs_only && !loc.tomb {
+                    continue;
+                }
+                chunk.push((
+                    k.to_vec(),
+                    loc.off,
+                    loc.ts,
+                    st.slabs.slot_size(loc.class) as usize,
+                    loc.tomb,
+                ));
             }
-            if seen == PICK_CHUNK {
-                next = Some(k.to_vec());
-                break;
-            }
-            if tombs_only && !loc.tomb {
-                continue;
-            }
-            chunk.push((k, loc));
         }
         // The tracker's lock only for the clock values (every put and get of the
         // partition takes it), not while the objects are read.
         if !ignore_pins {
             let tracker = part.tracker.lock();
-            chunk.retain(|(k, loc)| loc.tomb || !is_pinned(probs, tracker.clock(k), pin_draw(k)));
+            chunk.retain(|(k, _, _, _, tomb)| {
+                *tomb || !is_pinned(probs, tracker.clock(k), pin_draw(k))
+            });
         }
-        for (k, loc) in chunk {
+        for (k, off, ts, slot_size, _) in chunk.drain(..) {
             if bytes >= sh.opts.table_size {
                 return Ok(out);
             }
-            let slot = sh
-                .pool
-                .read(loc.off, st.slabs.slot_size(loc.class) as usize)?;
-            let o = decode_object(slot)
-                .filter(|o| o.ts == loc.ts && o.key == k.as_slice())
-                .ok_or_else(|| {
-                    Error::corruption(
-                        tierkv_core::Tier::Pmem,
-                        loc.off,
-                        "indexed object does not check",
-                    )
-                })?;
-            bytes += object_len(k.len(), o.value.map_or(0, <[u8]>::len)) as u64;
-            out.push(Victim {
-                key: k.to_vec(),
-                value: o.value.map(<[u8]>::to_vec),
-                off: loc.off,
-                ts: loc.ts,
-            });
+            let victim = match Victim::from_copy(copy_object(sh, off, slot_size)?, &k, off, ts) {
+                Some(v) => Some(v),
+                None => {
+                    let st = part.state.read();
+                    match st.index.get(k.as_slice()) {
+                        Some(loc) if loc.off == off && loc.ts == ts => Some(
+                            Victim::from_copy(copy_object(sh, off, slot_size)?, &k, off, ts)
+                                .ok_or_else(|| {
+                                    Error::corruption(
+                                        tierkv_core::Tier::Pmem,
+                                        off,
+                                        "indexed object does not check",
+                                    )
+                                })?,
+                        ),
+                        // Written again or deleted since it was listed.
+                        _ => None,
+                    }
+                }
+            };
+            if let Some(v) = victim {
+                bytes += v.len();
+                out.push(v);
+            }
         }
         if bytes >= sh.opts.table_size {
             return Ok(out);
@@ -427,6 +494,16 @@ fn pick_victims(
             None => return Ok(out),
         }
     }
+}
+
+/// A copy of the object in the slot of `slot_size` bytes at `off` (its encoded length
+/// when the header's lengths fit the slot, else the whole slot; checked by the caller).
+fn copy_object(sh: &Shared, off: u64, slot_size: usize) -> Result<Vec<u8>> {
+    let slot = sh.pool.read(off, slot_size)?;
+    let len = crate::format::stored_len(slot)
+        .filter(|&n| n <= slot_size)
+        .unwrap_or(slot_size);
+    Ok(slot.get(..len).unwrap_or(slot).to_vec())
 }
 
 /// Runs a plan; `None` when flash has no room for its output (nothing was changed).
@@ -459,16 +536,16 @@ fn execute(sh: &Shared, part: &Partition, plan: &Plan) -> Result<Option<Outcome>
             (None, None) => break,
             (Some(_), None) => true,
             (None, Some(_)) => false,
-            (Some(v), Some(f)) => v.key.as_slice() <= f.0,
+            (Some(v), Some(f)) => v.key() <= f.0,
         };
         if take_victim {
             let Some(v) = vi.next() else { break };
-            if fi.peek().is_some_and(|f| f.0 == v.key.as_slice()) {
+            if fi.peek().is_some_and(|f| f.0 == v.key()) {
                 fi.next();
             }
-            match &v.value {
+            match v.value() {
                 Some(val) => {
-                    merged.push((&v.key, val));
+                    merged.push((v.key(), val));
                     outcome.demoted += 1;
                 }
                 None => outcome.tombstones += 1,
@@ -898,15 +975,15 @@ fn install(
         for v in chunk {
             // One search: the entry is taken out, and put back if a write replaced the
             // victim meanwhile.
-            let Some(loc) = st.index.remove(v.key.as_slice()) else {
+            let Some(loc) = st.index.remove(v.key()) else {
                 continue;
             };
             if loc.off == v.off && loc.ts == v.ts {
-                part.unaccount(&v.key, &loc);
+                part.unaccount(v.key(), &loc);
                 st.slabs.free(loc.off, loc.class)?;
                 sh.crash_point("prismdb.compaction.victim_freed");
             } else {
-                st.index.insert(dram_key(&v.key), loc);
+                st.index.insert(dram_key(v.key()), loc);
             }
         }
     }
@@ -952,4 +1029,36 @@ fn remove_old(sh: &Shared, part: &Partition, plan: &Plan, seq: u64) -> Result<()
         }
     }
     sh.dev.sync_dir()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::encode_object;
+
+    #[test]
+    fn a_victim_is_exactly_the_listed_object_or_none() {
+        let obj = encode_object(7, b"user42", Some(b"value bytes"));
+        let v = Victim::from_copy(obj.clone(), b"user42", 4096, 7).unwrap();
+        assert_eq!(v.key(), b"user42");
+        assert_eq!(v.value(), Some(&b"value bytes"[..]));
+        assert_eq!(v.len(), obj.len() as u64);
+        // The slot was reused: another key, or the same key written again (a new
+        // timestamp), is not the listed object.
+        assert!(Victim::from_copy(obj.clone(), b"user43", 4096, 7).is_none());
+        assert!(Victim::from_copy(obj.clone(), b"user42", 4096, 8).is_none());
+        // A copy taken while the slot was being rewritten: torn bytes do not check.
+        let mut torn = obj.clone();
+        if let Some(b) = torn.last_mut() {
+            *b ^= 0x55;
+        }
+        assert!(Victim::from_copy(torn, b"user42", 4096, 7).is_none());
+        // A freed slot (timestamp word zeroed).
+        let mut freed = obj;
+        freed.get_mut(..8).unwrap().fill(0);
+        assert!(Victim::from_copy(freed, b"user42", 4096, 7).is_none());
+        // A tombstone has no value.
+        let t = Victim::from_copy(encode_object(9, b"k", None), b"k", 0, 9).unwrap();
+        assert_eq!((t.key(), t.value()), (&b"k"[..], None));
+    }
 }

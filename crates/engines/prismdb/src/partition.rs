@@ -495,6 +495,7 @@ impl Partition {
         }
         let mut waiting: Option<(Instant, Pressure<'_>)> = None;
         loop {
+            let epoch = sh.space_epoch();
             let mut st = self.state.write();
             let class = st.slabs.class_for(len).ok_or_else(|| {
                 Error::invalid(format!(
@@ -544,7 +545,7 @@ impl Partition {
                         ));
                     }
                     sh.wake_compactors();
-                    sh.wait_for_space(Duration::from_millis(25));
+                    sh.wait_for_space(epoch, Duration::from_millis(25));
                 }
                 Err(e) => return Err(e),
             }

@@ -91,6 +91,8 @@ pub struct Shared {
     pub wake: (Mutex<u64>, Condvar),
     /// Signalled after every compaction (writers waiting for space).
     pub space: (Mutex<u64>, Condvar),
+    /// The count in `space`, readable without its lock ([`Shared::space_epoch`]).
+    pub space_epoch: AtomicU64,
     /// Operations since open (read-triggered compaction epochs).
     pub op_clock: AtomicU64,
     /// Why the store refuses writes (a commit that may or may not have happened), if so.
@@ -158,6 +160,7 @@ impl Shared {
     pub fn space_freed(&self) {
         let mut g = self.space.0.lock();
         *g += 1;
+        self.space_epoch.store(*g, Ordering::Release);
         self.space.1.notify_all();
     }
 
@@ -168,10 +171,21 @@ impl Shared {
             .any(|p| p.pressure.load(Ordering::Acquire) > 0)
     }
 
-    /// Waits up to `d` for a compaction to finish.
-    pub fn wait_for_space(&self, d: Duration) {
+    /// How many times room was freed so far: read before a failed allocation, and
+    /// passed to [`Shared::wait_for_space`].
+    pub fn space_epoch(&self) -> u64 {
+        // A copy of the count outside its mutex: every put reads it.
+        self.space_epoch.load(Ordering::Acquire)
+    }
+
+    /// Waits up to `d` for room to be freed after `seen` ([`Shared::space_epoch`]) was
+    /// read; returns at once if it was already (a notification between the failed
+    /// allocation and this wait is not lost: it cost a writer the whole `d`).
+    pub fn wait_for_space(&self, seen: u64, d: Duration) {
         let mut g = self.space.0.lock();
-        self.space.1.wait_for(&mut g, d);
+        if *g == seen {
+            self.space.1.wait_for(&mut g, d);
+        }
     }
 
     /// Makes the store refuse writes until it is reopened.

@@ -179,6 +179,7 @@ impl PrismDbStore {
             closed: AtomicBool::new(false),
             wake: (Mutex::new(0), Condvar::new()),
             space: (Mutex::new(0), Condvar::new()),
+            space_epoch: AtomicU64::new(0),
             op_clock: AtomicU64::new(0),
             poisoned: Mutex::new(None),
             is_poisoned: AtomicBool::new(false),

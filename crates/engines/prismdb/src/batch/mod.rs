@@ -254,6 +254,7 @@ fn reserve(sh: &Shared, ops: &mut [Op<'_>], parts: &[usize]) -> Result<Run> {
     let mut run = None;
     let mut waiting: Option<(std::time::Instant, Vec<Pressure<'_>>)> = None;
     loop {
+        let epoch = sh.space_epoch();
         let tried = match run {
             Some(r) => Ok(r),
             None => alloc_run(sh, ops.len(), deletes_only),
@@ -307,7 +308,7 @@ fn reserve(sh: &Shared, ops: &mut [Op<'_>], parts: &[usize]) -> Result<Run> {
                     return Err(e);
                 }
                 sh.wake_compactors();
-                sh.wait_for_space(std::time::Duration::from_millis(25));
+                sh.wait_for_space(epoch, std::time::Duration::from_millis(25));
             }
             Err(e) => {
                 if let Some(r) = run {
