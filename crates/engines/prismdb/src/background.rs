@@ -16,10 +16,10 @@
 //! fullness to absorb the partition's writes while it runs ([`Headroom`]): the measured
 //! write rate times the recent compactions' duration (times 1.5), as a fraction of the
 //! partition's share, below the high watermark and never below `early_start` (0.88); and
-//! while any
-//! writer waits for room, every partition at or above the low watermark compacts (each
-//! writer's next key may be in any partition, so one full partition stops them all,
-//! and the cores its compaction leaves idle are better spent on the next ones). The
+//! while any writer waits for room, every partition at or above the low watermark
+//! compacts (each writer's next key may be in any partition, so one full partition stops
+//! them all, and the cores its compaction leaves idle are better spent on the next
+//! ones). The
 //! paper's 2% above its 98% high watermark is 50 MB in its 2.5 GB partitions; in a 50 MiB
 //! one it is 1 MiB, which a 2M-record load fills in 30 ms while a compaction takes
 //! 120-140 ms: its writers waited for room 15.7 s in all (of 4 threads x 8.5 s) with the

@@ -40,8 +40,8 @@
 //! - Tracker per partition behind a mutex instead of TBB's concurrent map (`tracker.rs`).
 //! - A compaction holds its partition's lock only in short pieces: to choose and mark its
 //!   range, to list victims 256 index entries at a time (shared; their objects are copied
-//!   and checked with no lock held), to swap the table set and
-//!   to free victims 512 at a time (`compaction.rs`, FORMAT.md §3 "Compaction").
+//!   and checked with no lock held), to swap the table set and to free victims 512 at a
+//!   time (`compaction.rs`, FORMAT.md §3 "Compaction").
 //! - approx-MSC's popular bit (§6's `pop_bitmap`, set by gets) is set when any access
 //!   raises a tracked key's clock from 0, so a key written once (a load) is cold, as
 //!   precise-MSC and the mapper see it (`msc.rs`); bucket edges include the candidate
@@ -57,8 +57,8 @@
 //!   read-dominated window (`promote_read_share`) (`compaction.rs`).
 //! - A write-triggered compaction starts below the high watermark (down to `early_start`,
 //!   0.88) when the partition's write rate would fill the room above it before a
-//!   compaction ends, and partitions at
-//!   or above the low watermark compact while any writer waits for room (`background.rs`).
+//!   compaction ends, and partitions at or above the low watermark compact while any
+//!   writer waits for room (`background.rs`).
 //! - The read trigger's epoch is 1% of the store's objects by default (the paper's 1M
 //!   operations on 100M keys), and its monitoring compares the share of reads served by
 //!   promoted copies, not the fast tier's whole share, which sampling noise moved by more
