@@ -12,7 +12,9 @@
 //! | `gc_passes` | passes of the GC thread (woken by the reclaimer, a scan chain, or its tick) |
 //! | `gc_runs`, `gc_bytes_moved`, `gc_values_moved`, `gc_chunks_freed` | Value Storage GC (§5.2) |
 //! | `svc_hits`, `svc_misses`, `svc_evictions`, gauge `svc_hit_ratio` | Scan-aware Value Cache (§4.4) |
-//! | `svc_chain_writebacks`, `svc_chain_values` | scan chains rewritten together on eviction |
+//! | `svc_chain_writebacks`, `svc_chain_values` | scan chains handed to the GC thread on eviction (§4.4) |
+//! | `svc_chain_values_rewritten`, `svc_chain_values_in_place` | their members moved together, in key order; members left where they were (already next to a key-order neighbour) |
+//! | `svc_chains_dropped` | evicted chains not rewritten: the GC thread's queue was full |
 //! | `svc_touches_dropped`, gauge `svc_entries` | hits not recorded in the 2Q lists (queue full); values cached |
 //! | `svc_touches_coalesced` | hits not queued because a touch of the same value was waiting |
 //! | `read_batches`, `read_batch_requests`, gauge `read_batch_mean` | thread combining (§5.3) |
@@ -47,6 +49,9 @@ pub struct PrismCounters {
     pub chain_values_rewritten: Counter,
     /// Scan-chain members left in place: already next to a key-order neighbour.
     pub chain_values_in_place: Counter,
+    /// Evicted scan chains not rewritten because the GC thread's queue was full (shared
+    /// with the SVC's eviction callback, which counts them).
+    pub chains_dropped: std::sync::Arc<Counter>,
     /// Passes of the GC thread.
     pub gc_passes: Counter,
     /// Dirty pointers persisted by readers.
@@ -114,6 +119,7 @@ impl PrismCounters {
             ("pwb_writer_waits", &self.pwb_writer_waits),
             ("svc_chain_values_rewritten", &self.chain_values_rewritten),
             ("svc_chain_values_in_place", &self.chain_values_in_place),
+            ("svc_chains_dropped", &*self.chains_dropped),
             ("gc_passes", &self.gc_passes),
             ("dirty_pointer_helps", &self.dirty_pointer_helps),
             ("put_retries", &self.put_retries),

@@ -225,6 +225,8 @@ fn assemble(
     let (chain_tx, chain_rx) = channel::bounded::<ChainBatch>(CHAIN_QUEUE);
     let hsit = parts.hsit.clone();
     let writeback = opts.scan_writeback;
+    let chains_dropped = Arc::new(tierkv_core::Counter::default());
+    let dropped = chains_dropped.clone();
     let evict: EvictFn = Arc::new(move |b: EvictionBatch| {
         let guard = crossbeam_epoch::pin();
         let evicted = &b.evicted;
@@ -246,8 +248,10 @@ fn assemble(
                 })
                 .collect();
             // NOTE: co-locating a chain is an optimisation; when the GC thread is behind,
-            // the chain is dropped rather than stalling the cache thread.
-            let _ = chain_tx.try_send(members);
+            // the chain is dropped (and counted) rather than stalling the cache thread.
+            if chain_tx.try_send(members).is_err() {
+                dropped.incr();
+            }
         }
     });
     for s in &parts.storages {
@@ -266,7 +270,10 @@ fn assemble(
         storages: parts.storages,
         svc,
         opts,
-        counters: PrismCounters::default(),
+        counters: PrismCounters {
+            chains_dropped,
+            ..PrismCounters::default()
+        },
         life: Lifecycle::default(),
         space: SpaceState::default(),
         reclaim_signal: Signal::default(),

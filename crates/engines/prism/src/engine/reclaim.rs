@@ -19,6 +19,7 @@
 //! user operations.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use tierkv_core::{Error, Result};
 
@@ -28,6 +29,7 @@ use crate::hsit::epoch;
 use crate::pwb::Pwb;
 use crate::pwb::reclaim::{Choice, LiveRecord, batches, choose, collect_live, partial_end};
 use crate::pwb::record::HEADER_LEN;
+use crate::svc::CachedValue;
 use crate::value_storage::chunk_format::{BLOCK, Placement, values_fitting};
 use crate::value_storage::{ValueLocation, ValueStorage};
 
@@ -249,11 +251,11 @@ impl Core {
         Ok(done)
     }
 
-    /// Rewrites the still-current members of an evicted scan chain together, in key order,
-    /// into one chunk (§4.4). Members whose key was written, deleted or moved since they
-    /// were cached are left alone.
-    pub fn rewrite_chain(&self, chain: ChainBatch) -> Result<()> {
-        let _serial = self.gc_lock.lock();
+    /// The members of one evicted scan chain worth moving (§4.4): still current (their key
+    /// was not written, deleted or moved since they were cached), not all in one chunk
+    /// already, and not in a run of key-order neighbours ([`scattered_members`]); none
+    /// when fewer than two are left. In key order.
+    fn chain_members(&self, chain: ChainBatch) -> Result<Vec<(Arc<CachedValue>, ValueLocation)>> {
         let mut members = Vec::with_capacity(chain.len());
         for (cv, packed) in chain {
             let slot = cv.slot();
@@ -269,7 +271,7 @@ impl Core {
             .iter()
             .all(|(_, l)| Some((l.storage, l.chunk)) == first_chunk)
         {
-            return Ok(());
+            return Ok(Vec::new());
         }
         // Members already next to a key-order neighbour (an earlier write-back put them
         // there) stay: moving them would not make a scan read fewer blocks.
@@ -284,6 +286,38 @@ impl Core {
             .filter(|(i, _)| scattered.binary_search(i).is_ok())
             .map(|(_, m)| m)
             .collect();
+        Ok(if members.len() < 2 {
+            Vec::new()
+        } else {
+            members
+        })
+    }
+
+    /// Rewrites the still-current members of an evicted scan chain together, in key order,
+    /// into one chunk (§4.4). Members whose key was written, deleted or moved since they
+    /// were cached are left alone.
+    pub fn rewrite_chain(&self, chain: ChainBatch) -> Result<()> {
+        self.rewrite_chains(vec![chain])
+    }
+
+    /// [`Core::rewrite_chain`] for several chains at once: each chain's members stay
+    /// together and in key order, and the chains share chunk writes (one write and one
+    /// sync per chunk instead of one per chain). With 32 scanning threads keeping the
+    /// device busy a chain's own write and sync took about 20 ms, so the GC thread
+    /// rewrote some 70 chains a second and dropped the rest (YCSB-E, 1M records: 2-3% of
+    /// the evicted chains were co-located).
+    pub fn rewrite_chains(&self, chains: Vec<ChainBatch>) -> Result<()> {
+        let _serial = self.gc_lock.lock();
+        let mut seen = std::collections::HashSet::new();
+        let mut members = Vec::new();
+        for chain in chains {
+            for m in self.chain_members(chain)? {
+                // A value on two queued chains (a later scan took it into its own) moves once.
+                if seen.insert(m.0.slot()) {
+                    members.push(m);
+                }
+            }
+        }
         if members.len() < 2 {
             return Ok(());
         }
