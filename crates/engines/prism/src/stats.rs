@@ -81,7 +81,7 @@ pub struct ComponentStats {
     pub chunks: u64,
     /// SVC hits (accesses to cached values).
     pub svc_hits: u64,
-    /// SVC misses (values admitted after a flash read).
+    /// SVC misses (flash reads: values admitted after one, and scan reads left out).
     pub svc_misses: u64,
     /// SVC evictions.
     pub svc_evictions: u64,

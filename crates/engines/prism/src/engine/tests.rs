@@ -231,3 +231,62 @@ fn reported_dram_use_counts_the_key_index_search_layer() {
     assert_eq!(c.dram_bytes, others + layer);
     assert!(store.stats().dram_bytes >= c.dram_bytes);
 }
+
+/// A scan caches the values it reads from scattered places on flash (on its chain, §4.4)
+/// but not values already in a run of key-order neighbours (a chain write-back's work),
+/// which the next scan reads again in one merged read; both count as SVC misses.
+#[test]
+fn a_scan_caches_scattered_values_and_not_runs_of_neighbours() {
+    let fx = store_fixture(SPEC);
+    let store = &fx.store;
+    let core = store.core();
+    // a00..a09 flushed together: one run in key order.
+    let run: Vec<String> = (0..10).map(|i| format!("a{i:02}")).collect();
+    for k in &run {
+        store.put(k.as_bytes(), &value(k, 900)).unwrap();
+    }
+    store.flush().unwrap();
+    // b00..b09 flushed one by one: each in its own chunk.
+    let scattered: Vec<String> = (0..10).map(|i| format!("b{i:02}")).collect();
+    for k in &scattered {
+        store.put(k.as_bytes(), &value(k, 900)).unwrap();
+        store.flush().unwrap();
+    }
+    for k in run.iter().chain(&scattered) {
+        assert!(
+            matches!(location(store, k.as_bytes()), Location::Flash(_)),
+            "{k}"
+        );
+    }
+    let svc = || {
+        core.svc.quiesce();
+        core.svc.stats()
+    };
+    let before = svc();
+    let rows = store.scan(b"a", 10).unwrap();
+    assert_eq!(rows.len(), 10);
+    for ((k, v), want) in rows.iter().zip(&run) {
+        assert_eq!((k.as_slice(), v), (want.as_bytes(), &value(want, 900)));
+    }
+    let after_run = svc();
+    assert_eq!(after_run.entries, before.entries, "a run is not cached");
+    assert_eq!(after_run.misses - before.misses, 10, "its reads are misses");
+    let rows = store.scan(b"b", 10).unwrap();
+    for ((k, v), want) in rows.iter().zip(&scattered) {
+        assert_eq!((k.as_slice(), v), (want.as_bytes(), &value(want, 900)));
+    }
+    let after = svc();
+    assert_eq!(
+        after.entries,
+        after_run.entries + 10,
+        "scattered values are cached"
+    );
+    assert_eq!(after.misses - after_run.misses, 10);
+    // The scattered ones now come from the cache, the run from flash again.
+    let hits = after.hits;
+    assert_eq!(store.scan(b"b", 10).unwrap().len(), 10);
+    assert_eq!(store.scan(b"a", 10).unwrap().len(), 10);
+    let last = svc();
+    assert_eq!(last.hits - hits, 10);
+    assert_eq!(last.misses - after.misses, 10);
+}

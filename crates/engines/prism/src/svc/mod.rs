@@ -168,7 +168,8 @@ pub struct SvcStats {
     pub lists: ListSizes,
     /// Accesses to cached values (`touch` calls).
     pub hits: u64,
-    /// Values admitted after a flash read (`admit` calls).
+    /// Flash reads the cache did not serve: values admitted after one (`admit` calls)
+    /// and a scan's reads left out of the cache (`miss` calls).
     pub misses: u64,
     /// Entries evicted.
     pub evictions: u64,
@@ -254,6 +255,12 @@ impl ScanAwareValueCache {
             closed: AtomicBool::new(false),
             next_chain: AtomicU64::new(1),
         })
+    }
+
+    /// Counts a flash read of a value the cache does not take (a scan's value already in
+    /// a run of key-order neighbours on flash): a miss, as for [`Self::admit`].
+    pub fn miss(&self) {
+        self.shared.misses.incr();
     }
 
     /// Wraps a value just read from flash (§4.4 ①) and queues its admission; returns the
