@@ -41,7 +41,7 @@ use tierkv_core::media::flash::FlashFile;
 use tierkv_core::{Error, Result};
 
 use crate::format::{OBJECT_HEADER_LEN, decode_object, object_len};
-use crate::key::{dram_key, range_from, range_from_mut};
+use crate::key::{DramKey, dram_key, range_from, range_from_mut};
 use crate::manifest::{ManifestData, TableEntry, commit_file, manifest_name};
 use crate::mapper::{is_pinned, pin_draw, pin_probabilities};
 use crate::partition::{Partition, State};
@@ -414,8 +414,9 @@ fn pick_victims(
     ignore_pins: bool,
     tombs_only: bool,
 ) -> Result<Vec<Victim>> {
-    /// One listed index entry: key, slot, timestamp, slot size, tombstone.
-    type Listed = (Vec<u8>, u64, u64, usize, bool);
+    /// One listed index entry: key (inline up to 24 bytes, as the index keeps it: no
+    /// allocation per listed entry), slot, timestamp, slot size, tombstone.
+    type Listed = (DramKey, u64, u64, usize, bool);
     let mut out = Vec::new();
     let mut bytes = 0u64;
     let mut from: Vec<u8> = cand.lo.clone();
@@ -441,7 +442,7 @@ fn pick_victims(
                     continue;
                 }
                 chunk.push((
-                    k.to_vec(),
+                    k.clone(),
                     loc.off,
                     loc.ts,
                     st.slabs.slot_size(loc.class) as usize,
