@@ -75,34 +75,204 @@ pub fn create_pool(path: &Path, size: u64, mode: DurabilityMode) -> Arc<PmemPool
     PmemPool::create(&config(path, size, mode)).expect("create pool")
 }
 
+/// How long a child of [`run_until_killed`] may print nothing before it is judged hung.
+pub const CHILD_STALL: Duration = Duration::from_secs(120);
+
 /// Runs `cmd` (a child test process) with its stdout piped and returns the lines it
 /// printed. Once `kill_after` has passed and at least `min_acks` lines satisfy `is_ack`,
 /// the child is SIGKILLed; lines already in the pipe are still read (they were printed, so
-/// what they acknowledge happened). Stderr is discarded.
+/// what they acknowledge happened).
+///
+/// A child that prints nothing for [`CHILD_STALL`] has hung (every writer blocked): its
+/// threads' stacks (by `gdb`, when there is one) and the end of its stderr are printed, it
+/// is killed and the test fails — a hang is a defect to see, not a CI run that never ends.
 pub fn run_until_killed(
-    mut cmd: Command,
+    cmd: Command,
     kill_after: Duration,
     min_acks: usize,
     is_ack: impl Fn(&str) -> bool,
 ) -> Vec<String> {
+    run_until_killed_or_stalled(cmd, kill_after, min_acks, is_ack, CHILD_STALL)
+}
+
+/// [`run_until_killed`] with the stall limit `stall` in place of [`CHILD_STALL`].
+pub fn run_until_killed_or_stalled(
+    mut cmd: Command,
+    kill_after: Duration,
+    min_acks: usize,
+    is_ack: impl Fn(&str) -> bool,
+    stall: Duration,
+) -> Vec<String> {
     let mut child = cmd
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    // The child's stderr (a panic message, say), its last lines kept for a report.
+    let err_tail = std::thread::spawn(move || {
+        let mut tail = std::collections::VecDeque::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tail.len() == 40 {
+                tail.pop_front();
+            }
+            tail.push_back(line);
+        }
+        tail.into_iter().collect::<Vec<_>>().join("\n")
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
     let deadline = Instant::now() + kill_after;
     let (mut lines, mut acks, mut killed) = (Vec::new(), 0, false);
-    for line in BufReader::new(stdout).lines() {
-        let Ok(line) = line else { break };
-        acks += usize::from(is_ack(&line));
-        lines.push(line);
+    let mut last_line = Instant::now();
+    loop {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(line) => {
+                acks += usize::from(is_ack(&line));
+                lines.push(line);
+                last_line = Instant::now();
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if !killed && last_line.elapsed() >= stall {
+                    let stacks = thread_stacks(child.id());
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    let tail = err_tail.join().unwrap_or_default();
+                    panic!(
+                        "the child printed nothing for {stall:?} after {} lines ({acks} \
+                         acknowledgements): it hung.\n--- its threads ---\n{stacks}\n\
+                         --- the end of its stderr ---\n{tail}",
+                        lines.len()
+                    );
+                }
+            }
+        }
         if !killed && Instant::now() >= deadline && acks >= min_acks {
             // SIGKILL: no chance to close anything.
             child.kill().unwrap();
             killed = true;
         }
     }
+    let _ = reader.join();
     let _ = child.wait();
+    let _ = err_tail.join();
     lines
+}
+
+/// The stacks of every thread of process `pid`, by `gdb` (bounded by `timeout`), or why
+/// there are none.
+pub fn thread_stacks(pid: u32) -> String {
+    let out = Command::new("timeout")
+        .args(["60", "gdb", "-batch", "-nx", "-p"])
+        .arg(pid.to_string())
+        .args(["-ex", "thread apply all bt"])
+        .stdin(Stdio::null())
+        .output();
+    match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+        Ok(o) => format!(
+            "(gdb gave none: {}; {})",
+            o.status,
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => format!("(no stacks: gdb could not run: {e})"),
+    }
+}
+
+/// A guard against a test that hangs: if it is not dropped within its limit, the stacks of
+/// every thread of this process are printed (by `gdb`, when there is one) and the process
+/// aborts, so a deadlock fails the run with its stacks instead of stalling it until CI's
+/// limit. See [`watchdog`].
+#[must_use = "the watchdog stands down when this guard is dropped"]
+pub struct Watchdog {
+    stand_down: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Starts a [`Watchdog`] for `what`, which must finish within `limit`.
+pub fn watchdog(what: &str, limit: Duration) -> Watchdog {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let what = what.to_owned();
+    let thread = std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
+            let stacks = thread_stacks(std::process::id());
+            eprintln!(
+                "{what}: not done after {limit:?}: hung.\n--- this process's threads ---\n{stacks}"
+            );
+            std::process::abort();
+        }
+    });
+    Watchdog {
+        stand_down: Some(tx),
+        thread: Some(thread),
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        drop(self.stand_down.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_that_stops_printing_is_reported_as_hung_and_killed() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo 'A 0 1'; echo stuck >&2; exec sleep 600"]);
+        let started = Instant::now();
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_until_killed_or_stalled(
+                cmd,
+                Duration::from_secs(600),
+                1,
+                |l| l.starts_with("A "),
+                Duration::from_secs(1),
+            )
+        }));
+        let message = *result
+            .expect_err("a stalled child fails the test")
+            .downcast::<String>()
+            .unwrap();
+        assert!(message.contains("it hung"), "{message}");
+        assert!(message.contains("stuck"), "its stderr is shown: {message}");
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn a_child_is_killed_once_its_time_and_acknowledgements_are_there() {
+        let mut cmd = Command::new("sh");
+        cmd.args([
+            "-c",
+            "i=0; while true; do i=$((i+1)); echo \"A 0 $i\"; sleep 0.01; done",
+        ]);
+        let lines = run_until_killed(cmd, Duration::from_millis(200), 5, |l| l.starts_with("A "));
+        assert!(lines.len() >= 5, "{}", lines.len());
+    }
+
+    #[test]
+    fn stacks_of_this_process_name_its_threads_or_say_why_not() {
+        let stacks = thread_stacks(std::process::id());
+        assert!(
+            stacks.contains("Thread") || stacks.starts_with('('),
+            "{stacks}"
+        );
+    }
 }

@@ -72,6 +72,11 @@ fn sigkill_inside_batches_loses_no_batch_and_tears_none() {
     if std::env::var(CHILD_ENV).is_ok() {
         return;
     }
+    // A hang (in a child or in a recovery here) fails with its stacks, never stalls CI.
+    let _watchdog = tierkv_testkit::rig::watchdog(
+        "sigkill_inside_batches_loses_no_batch_and_tears_none",
+        Duration::from_secs(900),
+    );
     let seed = tierkv_testkit::rig::seed("sigkill_inside_batches_loses_no_batch_and_tears_none");
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut total = BatchReport::default();

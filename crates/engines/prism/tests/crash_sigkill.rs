@@ -154,6 +154,11 @@ fn sigkill_under_load_loses_no_acknowledged_write() {
     if std::env::var(CHILD_ENV).is_ok() {
         return;
     }
+    // A hang (in a child or in a recovery here) fails with its stacks, never stalls CI.
+    let _watchdog = tierkv_testkit::rig::watchdog(
+        "sigkill_under_load_loses_no_acknowledged_write",
+        Duration::from_secs(900),
+    );
     let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let seed = std::env::var("TIERKV_TEST_SEED")
         .ok()
