@@ -12,6 +12,9 @@ command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 # Its twemproxy test runs Debian's nutcracker in front of three shards (skipped loudly without it).
 command -v nutcracker >/dev/null 2>&1 || [ -x /usr/sbin/nutcracker ] || need_apt+=(nutcracker)
+# A SIGKILL test whose child or own recovery hangs prints the threads' stacks by gdb
+# (tierkv-testkit `rig::thread_stacks`) before it fails.
+command -v gdb >/dev/null 2>&1 || need_apt+=(gdb)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing ${need_apt[*]}"
