@@ -379,11 +379,6 @@ impl OpLog {
         Ok(off)
     }
 
-    /// Blocks retired so far (reclaimed or compressed).
-    pub fn retired(&self) -> u64 {
-        self.counters.reclaimed.get()
-    }
-
     /// Live log blocks (read without the log's lock: every writer checks it).
     pub fn block_count(&self) -> usize {
         self.live_blocks.load(Ordering::Acquire)

@@ -29,6 +29,42 @@ use crate::threads::{CLOSED, bump, cursor};
 /// How long a writer waits for the log to shrink while no log block is retired.
 const LOG_WAIT_IDLE: Duration = Duration::from_secs(1);
 
+/// A writer's wait for the log to shrink ([`HeterMem::wait_for_log_room`]): it goes on
+/// while the log reaches a new low in its block count at least every `idle`.
+///
+/// IMPORTANT: a new low, not a retired block. Log compression (§5.3.1) retires the oldest
+/// block after copying its needed entries to the head, so when every entry is still
+/// needed — the records they protect lie in DRAM blocks that cannot be flushed yet,
+/// because a writer waiting here holds its page in the oldest of them — each compression
+/// retires one block and fills another: the count stands still while the retired count
+/// rises. Writers that took a retirement for progress waited for ever beside a flusher
+/// compressing the same entries round after round (hetermm's `batch_sigkill` child: every
+/// writer in this wait, stop 49's CI run out of time).
+#[derive(Debug)]
+pub(crate) struct LogShrinkWait {
+    fewest: usize,
+    since: Instant,
+}
+
+impl LogShrinkWait {
+    /// A wait that began at `now` with `blocks` live log blocks.
+    pub(crate) fn new(blocks: usize, now: Instant) -> LogShrinkWait {
+        LogShrinkWait {
+            fewest: blocks,
+            since: now,
+        }
+    }
+
+    /// Whether to keep waiting, the log holding `blocks` blocks at `now`.
+    pub(crate) fn keep_waiting(&mut self, blocks: usize, now: Instant, idle: Duration) -> bool {
+        if blocks < self.fewest {
+            (self.fewest, self.since) = (blocks, now);
+            return true;
+        }
+        now.saturating_duration_since(self.since) < idle
+    }
+}
+
 impl HeterMem {
     /// Reserves the space of a record with this key and value length for the guard's next
     /// out-of-place write (may wait for the flusher; call it before taking an index lock).
@@ -116,24 +152,21 @@ impl HeterMem {
     ///
     /// The wait ends when the log is under the limit, or when it cannot shrink by the
     /// flusher alone: the reserve is dipped or the flusher is stalled (pmem full: the
-    /// write then goes on and the reserve rules decide), the store stops, or no log block
-    /// was retired for [`LOG_WAIT_IDLE`] (the write goes on, as if there were no limit).
+    /// write then goes on and the reserve rules decide), the store stops, or the log did
+    /// not shrink for [`LOG_WAIT_IDLE`] ([`LogShrinkWait`]: the write goes on, as if there
+    /// were no limit).
     pub(crate) fn wait_for_log_room(&self, g: &Guard<'_>, log: &crate::oplog::OpLog) {
         // The common case, with no clock read and no lock.
         if log.block_count() < self.log_blocks_limit {
             return;
         }
-        let mut progress = log.retired();
-        let mut since = Instant::now();
+        let mut wait = LogShrinkWait::new(log.block_count(), Instant::now());
         while log.block_count() >= self.log_blocks_limit
             && self.health.check_writable().is_ok()
             && !self.nvm.reserve.dipped()
             && self.health.stalled.lock().is_none()
         {
-            let now = log.retired();
-            if now != progress {
-                (progress, since) = (now, Instant::now());
-            } else if since.elapsed() >= LOG_WAIT_IDLE {
+            if !wait.keep_waiting(log.block_count(), Instant::now(), LOG_WAIT_IDLE) {
                 return;
             }
             self.wake_flusher.raise();
@@ -480,5 +513,56 @@ impl HeterMem {
                 return Ok(Some(np));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IDLE: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn a_log_that_keeps_shrinking_keeps_its_writers_waiting() {
+        let t0 = Instant::now();
+        let mut w = LogShrinkWait::new(9, t0);
+        for (i, blocks) in [8, 7, 6, 5].into_iter().enumerate() {
+            let at = t0 + IDLE * (i as u32 + 1) - Duration::from_millis(1);
+            assert!(w.keep_waiting(blocks, at, IDLE), "{blocks} blocks");
+        }
+    }
+
+    #[test]
+    fn compressions_that_leave_the_count_where_it_was_end_the_wait_after_idle() {
+        // Each compression retires a block and fills another: 9, 10, 9, 10, ... never a
+        // new low (what the retired count took for progress).
+        let t0 = Instant::now();
+        let mut w = LogShrinkWait::new(9, t0);
+        let mut at = t0;
+        let mut waited = Duration::ZERO;
+        for round in 0..1000u32 {
+            at += Duration::from_millis(10);
+            if !w.keep_waiting(9 + (round % 2) as usize, at, IDLE) {
+                waited = at - t0;
+                break;
+            }
+        }
+        assert_eq!(waited, IDLE, "the wait ends after idle, not never");
+    }
+
+    #[test]
+    fn a_new_low_restarts_the_idle_time() {
+        let t0 = Instant::now();
+        let mut w = LogShrinkWait::new(9, t0);
+        assert!(w.keep_waiting(9, t0 + IDLE / 2, IDLE));
+        assert!(w.keep_waiting(8, t0 + IDLE * 9 / 10, IDLE));
+        assert!(
+            w.keep_waiting(9, t0 + IDLE * 3 / 2, IDLE),
+            "within idle of the low"
+        );
+        assert!(
+            !w.keep_waiting(8, t0 + IDLE * 2, IDLE),
+            "8 is not a new low"
+        );
     }
 }
