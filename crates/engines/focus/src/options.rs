@@ -15,6 +15,7 @@
 //! | `cache_lifetime_ms` | - (formula lost) | 1000 | base idle lifetime of a cached row (see `seacache.rs`) |
 //! | `evict_target` | 80% (§V-C3) | 0.8 | use (rows, in pages' worth) eviction brings the pool down to |
 //! | `cache_doorkeeper` | - (ours) | on | admit a missed row only when it was asked for before within a recent window (TinyLFU's doorkeeper; see `seacache.rs`) |
+//! | `cache_sightings` | - (ours) | 2 | how many times before: a missed row is queued for admission once it was asked for this many times within the doorkeeper's window (1..=7) |
 //! | `gc_threshold` | - | 0.25 | GC collects chunks while fewer than this fraction of the region's chunks are free |
 //!
 //! Plain key-value pairs (schema 0) are not cached.
@@ -74,6 +75,7 @@ impl Default for FocusOptions {
                 lifetime_ms: 1000,
                 evict_target: 0.8,
                 doorkeeper: true,
+                sightings: crate::seacache::DEFAULT_SIGHTINGS,
             },
         }
     }
@@ -112,6 +114,7 @@ impl FocusOptions {
                 lifetime_ms: p.take("cache_lifetime_ms", d.cache.lifetime_ms)?,
                 evict_target: p.take("evict_target", d.cache.evict_target)?,
                 doorkeeper: p.take("cache_doorkeeper", Switch(d.cache.doorkeeper))?.0,
+                sightings: p.take("cache_sightings", d.cache.sightings)?,
             },
         };
         p.finish()?;
@@ -148,6 +151,12 @@ impl FocusOptions {
             return Err(Error::invalid(
                 "focus hit_threshold must be in 0..=1 and evict_target in 0..1",
             ));
+        }
+        if !(1..=crate::seacache::MAX_SIGHTINGS).contains(&c.sightings) {
+            return Err(Error::invalid(format!(
+                "focus cache_sightings must be in 1..={}",
+                crate::seacache::MAX_SIGHTINGS
+            )));
         }
         if !(0.0..=0.9).contains(&self.gc_threshold) {
             return Err(Error::invalid("focus gc_threshold must be in 0..=0.9"));

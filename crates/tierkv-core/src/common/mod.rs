@@ -1,6 +1,7 @@
 //! Building blocks shared by engines: concurrent in-DRAM indexes (and, as engines land,
 //! bloom filters, caches, epochs, budgets).
 
+pub mod doorkeeper;
 pub(crate) mod falloc;
 pub mod hugepage;
 pub mod index;
