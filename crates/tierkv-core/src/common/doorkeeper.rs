@@ -30,7 +30,8 @@ pub struct Doorkeeper {
     first_sightings: AtomicU64,
 }
 
-/// The most sightings the option takes (the counters are 4 bits; room for racing raises).
+/// The most sightings a doorkeeper takes (its counters are 4 bits; more would only delay
+/// admission past any use).
 pub const MAX_SIGHTINGS: u8 = 7;
 
 impl Doorkeeper {
