@@ -58,10 +58,7 @@ pub(super) fn watch<T>(
 pub(super) fn hang(cfg: &RunConfig, report: &RunReport, what: &str) -> ! {
     // The threads' stacks, for a hang that shows only under load (README, space mode).
     if std::env::var_os("TIERKV_STRESS_GDB_ON_HANG").is_some() {
-        let pid = std::process::id().to_string();
-        let _ = std::process::Command::new("gdb")
-            .args(["-p", &pid, "-batch", "-ex", "thread apply all bt 40"])
-            .status();
+        println!("{}", tierkv_testkit::rig::thread_stacks(std::process::id()));
     }
     let mut r = report.clone();
     r.fail(format!(
