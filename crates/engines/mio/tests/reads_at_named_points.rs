@@ -102,9 +102,18 @@ fn reads_at_every_step_of_flush_zero_copy_and_lazy_copy_see_the_acknowledged_sta
     let (to_checker, pauses) = mpsc::channel::<(&'static str, mpsc::Sender<()>)>();
     let stop_checker = to_checker.clone();
     let to_checker = parking_lot::Mutex::new(to_checker);
+    // One engine thread paused at a time. The flusher and the mergers reach their points
+    // independently; were two paused together, the checker's scan for one would wait for
+    // the other's node move, whose thread waits for the checker: both would sit until the
+    // pause's timeout (seen under load, when threads meet their points together). A point
+    // met while another thread is paused passes unread.
+    let one_paused = parking_lot::Mutex::new(());
     pool.arm_crash_points(Arc::new(move |cp| {
         let CrashPoint::Named(name) = cp else { return };
         let Some(name) = PAUSED.iter().chain(IN_MOVE).find(|p| **p == name) else {
+            return;
+        };
+        let Some(_paused) = one_paused.try_lock() else {
             return;
         };
         let (done, resumed) = mpsc::channel();
