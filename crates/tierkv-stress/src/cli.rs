@@ -369,10 +369,39 @@ pub(crate) fn config(args: &StressArgs, seed: u64, work_dir: PathBuf) -> anyhow:
 }
 
 /// Creates the working directory, refusing one that holds anything.
-fn prepare_work_dir(args: &StressArgs, seed: u64) -> anyhow::Result<PathBuf> {
-    let dir = args.dir.clone().unwrap_or_else(|| {
+/// The working directory: `--dir`, or a new one in the temporary directory.
+fn work_dir_path(args: &StressArgs, seed: u64) -> PathBuf {
+    args.dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("tierkv-stress-{seed}-{}", std::process::id()))
-    });
+    })
+}
+
+/// Refuses to start over files an earlier run of the same name left in `--pmem-path` or
+/// `--flash-path` ([`modes::leftovers`]), naming them, rather than failing part-way.
+fn refuse_leftovers(cfg: &RunConfig) -> anyhow::Result<()> {
+    let found = modes::leftovers(cfg);
+    if found.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<String> = found
+        .iter()
+        .take(5)
+        .map(|p| format!("  {}", p.display()))
+        .collect();
+    bail!(
+        "{} file(s) of an earlier run named {:?} are in the pmem or flash directory (kept \
+         after a failure, or left by a killed run):\n{}{}\nremove them, or give another \
+         --dir (its name prefixes the files a run keeps there); the harness never deletes \
+         what it did not create",
+        found.len(),
+        cfg.work_dir.file_name().unwrap_or_default(),
+        shown.join("\n"),
+        if found.len() > 5 { "\n  ..." } else { "" }
+    )
+}
+
+fn prepare_work_dir(args: &StressArgs, seed: u64) -> anyhow::Result<PathBuf> {
+    let dir = work_dir_path(args, seed);
     if let Ok(mut entries) = std::fs::read_dir(&dir)
         && entries.next().is_some()
     {
@@ -508,8 +537,9 @@ pub fn run(args: &StressArgs) -> anyhow::Result<bool> {
     // Validate before touching the file system.
     let probe = config(args, seed, PathBuf::new())?;
     check_engine(&probe, args.mode)?;
+    let cfg = config(args, seed, work_dir_path(args, seed))?;
+    refuse_leftovers(&cfg)?;
     let work_dir = prepare_work_dir(args, seed)?;
-    let cfg = config(args, seed, work_dir.clone())?;
     println!("{}", describe(&cfg, args.mode));
     let mut report = RunReport::default();
     let started = Instant::now();
@@ -623,6 +653,50 @@ mod tests {
         let e = check_engine(&cfg, Mode::PmemImage).unwrap_err().to_string();
         assert!(e.contains("keeps nothing on pmem"), "{e}");
         check_engine(&cfg, Mode::Kill).unwrap();
+    }
+
+    #[test]
+    fn files_an_earlier_run_of_the_same_name_left_are_refused_before_anything_is_written() {
+        let work = tempfile::tempdir().unwrap();
+        let shm = tempfile::tempdir().unwrap();
+        let dir = work.path().join("st-run");
+        let args = |mode: &str| {
+            parse(&[
+                "--engine",
+                "prism",
+                "--mode",
+                mode,
+                "--dir",
+                dir.to_str().unwrap(),
+                "--pmem-path",
+                shm.path().to_str().unwrap(),
+            ])
+            .unwrap()
+        };
+        // Other runs' files (another name, a name that only begins alike) are not in the way.
+        std::fs::write(shm.path().join("st-other-r000001.pool"), b"x").unwrap();
+        std::fs::write(shm.path().join("st-running.pool"), b"x").unwrap();
+        let cfg = config(&args("pmem-image"), 1, dir.clone()).unwrap();
+        refuse_leftovers(&cfg).unwrap();
+        // A round's pool file (the other modes) and a kill run's directory are.
+        for left in ["st-run-r000002.pool", "st-run"] {
+            let p = shm.path().join(left);
+            if left.ends_with(".pool") {
+                std::fs::write(&p, b"x").unwrap();
+            } else {
+                std::fs::create_dir(&p).unwrap();
+            }
+            for mode in ["pmem-image", "kill"] {
+                let e = run(&args(mode)).unwrap_err().to_string();
+                assert!(e.contains(left) && e.contains("remove them"), "{e}");
+                assert!(
+                    !dir.exists(),
+                    "the working directory was made before the refusal"
+                );
+            }
+            modes::remove_path(&p).unwrap();
+        }
+        refuse_leftovers(&cfg).unwrap();
     }
 
     #[test]

@@ -159,6 +159,36 @@ pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+/// Files and directories in `--pmem-path` and `--flash-path` that a run with this working
+/// directory's name would write (`<name>` in kill mode, `<name>-r<round>…` in the other
+/// modes): left by an earlier run under the same name that failed (kept for inspection)
+/// or was killed. A new run would fail on them part-way (a crash image is never written
+/// over an existing file), and the harness never deletes what it did not create.
+pub(crate) fn leftovers(cfg: &RunConfig) -> Vec<std::path::PathBuf> {
+    let Some(name) = cfg
+        .work_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+    else {
+        return Vec::new();
+    };
+    let rounds = format!("{name}-r");
+    let mut found: Vec<std::path::PathBuf> = [&cfg.tiers.pmem_dir, &cfg.tiers.flash_dir]
+        .into_iter()
+        .flatten()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flat_map(|entries| entries.flatten())
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n == name || n.starts_with(&rounds)
+        })
+        .map(|e| e.path())
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
 /// Removes a file or directory tree, ignoring "not found".
 pub(crate) fn remove_path(p: &std::path::Path) -> std::io::Result<()> {
     let r = match std::fs::symlink_metadata(p) {
