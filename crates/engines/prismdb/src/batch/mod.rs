@@ -14,7 +14,7 @@
 //! 3. *objects*: each object written and persisted (no lock held);
 //! 4. *commit*, under the same locks, once every batch that took its timestamps earlier
 //!    and shares a key with this one has committed or been abandoned: the record voided
-//!    whole ([`void_record`]: magic, count and checksum zeroed, persisted; the commit
+//!    whole (`void_record`: magic, count and checksum zeroed, persisted; the commit
 //!    point), then every object published as a put publishes it (the older version
 //!    freed), and a tombstone that hides nothing on flash freed again;
 //! 5. the record run goes back to the allocator.
