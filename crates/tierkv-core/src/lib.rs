@@ -3,7 +3,7 @@
 //! Everything the tierkv engines share (DESIGN §1):
 //! - [`api`]: the [`KvStore`] trait, [`Options`], [`Error`], engine specs, [`Stats`];
 //! - [`media`]: the persistent-memory pool and the flash tier;
-//! - [`format`]: the manifest and checksums;
+//! - [`format`](mod@format): the manifest and checksums;
 //! - [`common`]: building blocks (in-DRAM indexes, caches, ...);
 //! - [`schema`]: the field-level API ([`SchemaStore`]) over any [`KvStore`] (adapters).
 //!

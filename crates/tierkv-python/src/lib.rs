@@ -11,7 +11,7 @@
 //!         print(k, v)
 //! ```
 //!
-//! Modules: [`errors`] (exception classes), [`options`] (`open`'s keywords), [`db`]
+//! Modules: `errors` (exception classes), `options` (`open`'s keywords), `db`
 //! (`Db`, `WriteBatch`, `Range`). Built with maturin (`pyproject.toml`); tested with pytest
 //! (`tests/`). Linked against the stable ABI (abi3, Python 3.9 and later).
 

@@ -4,7 +4,7 @@
 //! that carries its deadline (Unix time in ms), so the deadline is durable with the value
 //! and survives restarts. Expired keys are removed three ways, as in Redis:
 //! 1. *Invisible at once*: every read through the command context
-//!    ([`crate::commands`]'s `Ctx::load`) checks the deadline and treats a passed one as a
+//!    (`crate::commands`'s `Ctx::load`) checks the deadline and treats a passed one as a
 //!    missing key;
 //! 2. *Lazily*: that same read deletes the key;
 //! 3. *Actively*: the [`Sweeper`], a thread owned by the server (started at bind, joined at
@@ -13,7 +13,7 @@
 //!    keyspace a page per tick, so that keys given a TTL before a restart are found too
 //!    (the element space of collections is jumped over: elements hold user bytes, never a
 //!    deadline). On an unordered engine the walk goes by cursor
-//!    ([`tierkv::Db::scan_cursor`], whole index shards of at least [`WALK_PAGE`] store
+//!    ([`tierkv::Db::scan_cursor`], whole index shards of at least `WALK_PAGE` store
 //!    keys per tick) and skips the element keys it meets instead of jumping over them.
 //!    The same thread runs the walk that reclaims the elements of deleted collections
 //!    ([`crate::reclaim`]).

@@ -7,7 +7,7 @@
 //!
 //! Map of the crate:
 //! - [`resp`]: the protocol: an incremental, bounded request parser and the reply writer;
-//! - [`commands`] (private): one module per command family, one command table;
+//! - `commands` (private): one module per command family, one command table;
 //! - [`encoding`]: how values and collections' metadata records are encoded;
 //! - [`keyspace`]: the store keys of databases and of collections' elements;
 //! - [`list_chunk`]: how a list keeps 32 neighbouring elements in one store value;

@@ -3,7 +3,7 @@
 //!
 //! Position `p` of a chunked list lives in chunk `p.div_euclid(SLOTS)` at slot
 //! `p.rem_euclid(SLOTS)`. A chunk is stored under the list's element prefix + `'c'` + the
-//! chunk number made order-preserving ([`crate::commands`]' list module builds the key). A
+//! chunk number made order-preserving (`crate::commands`' list module builds the key). A
 //! push or pop at either end rewrites one small chunk and the metadata instead of adding
 //! or removing one store key per element: consecutive pushes hit the same hot key, so the
 //! engine's index neither grows nor misses the cache per element (issue 25's list

@@ -4,8 +4,8 @@
 //!
 //! # Shutdown (SIGTERM, SIGINT, or [`ServerHandle::shutdown`])
 //! 1. Stop accepting: the listener is closed.
-//! 2. Tell every connection to stop ([`StopSignal`]): idle ones close at once; one with a
-//!    job in flight finishes it and sends its replies (see [`connection`]).
+//! 2. Tell every connection to stop (`StopSignal`): idle ones close at once; one with a
+//!    job in flight finishes it and sends its replies (see `connection`).
 //! 3. Wait for every connection task. Each one awaits its job, so when the last task
 //!    ends no command is running; join the worker threads.
 //! 4. Join the expiry sweep ([`crate::expiry::Sweeper`]).
@@ -16,7 +16,7 @@
 //! `-ERR max number of clients reached` and closed, as Redis does.
 //!
 //! Thread-safety: the accept loop is one task; connections are tasks on the runtime's
-//! reactor threads; commands run on the worker threads ([`executor`]).
+//! reactor threads; commands run on the worker threads (`executor`).
 
 mod connection;
 mod executor;

@@ -8,7 +8,7 @@
 //!   here is the engine's durability): `CONFIG SET` to the value they have is accepted (test
 //!   fixtures write `CONFIG SET save ""`), to another value refused with Redis's
 //!   "can't set immutable config" and a word on where the setting comes from;
-//! - **accepted without effect** ([`ACCEPTED`]: eviction, keyspace events, encodings'
+//! - **accepted without effect** (`ACCEPTED`: eviction, keyspace events, encodings'
 //!   thresholds, logging, timers): tierkv has no such mechanism; the value is checked as
 //!   Redis checks it (integer, memory size, yes/no or one of a set), kept, and reported by
 //!   `CONFIG GET`, so that clients and fixtures that configure them run unchanged.

@@ -474,7 +474,7 @@ const MAX_READ_AHEAD: usize = 16;
 ///
 /// Blocks missing from the cache are read in runs sized by what the caller still wants:
 /// its entries over the table's mean entries per block, plus one (the first block holds
-/// keys before the start), up to [`MAX_READ_AHEAD`] blocks; a YCSB-E scan of 50 1 KiB
+/// keys before the start), up to `MAX_READ_AHEAD` blocks; a YCSB-E scan of 50 1 KiB
 /// objects (13-17 blocks) is one read. With no bound given, runs double from one block.
 /// Before 2026-11-27 runs always doubled (1, 2, 4, 8, 16 blocks): 4-5 dependent reads per
 /// scan, and 31% more bytes read than RocksDB in YCSB-E. The blocks read ahead stay in the

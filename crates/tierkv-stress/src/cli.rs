@@ -124,7 +124,7 @@ pub struct StressArgs {
     /// Longest value (lengths are skewed: half are at most 64 bytes).
     #[arg(long, default_value = "16KiB", value_name = "SIZE")]
     pub max_value: ByteSize,
-    /// Operation weights PUT,DELETE,GET,SCAN[,BATCH]. Without BATCH, engines with
+    /// Operation weights `PUT,DELETE,GET,SCAN[,BATCH]`. Without BATCH, engines with
     /// crash-atomic write batches get write batches of weight 10, the others none; a BATCH
     /// weight above 0 on an engine without them is refused.
     #[arg(long, default_value = "45,15,30,10", value_name = "WEIGHTS")]

@@ -6,9 +6,11 @@
 //! `--schema LAYOUT` chooses how each target holds the records:
 //! - `native`: the target's own schema store if it has one (`focus`), else the
 //!   consolidated adapter over it ([`tierkv::Db::schema_store`]);
-//! - `consolidated`: a whole row as one value ([`Consolidated`], the paper's "(Con)"
-//!   baselines), even over `focus`;
-//! - `scattered`: one key per field ([`Scattered`], the paper's "(Sca)" baselines).
+//! - `consolidated`: a whole row as one value
+//!   ([`Consolidated`](tierkv::core::schema::Consolidated), the paper's "(Con)" baselines),
+//!   even over `focus`;
+//! - `scattered`: one key per field ([`Scattered`](tierkv::core::schema::Scattered), the
+//!   paper's "(Sca)" baselines).
 //!
 //! The RocksDB peer offers the two adapters over itself (`native` is `consolidated`).
 //!

@@ -27,7 +27,7 @@
 //! command as a batch, ran `RPOP` at 0.28x Redis).
 //!
 //! A point read (`get`, `get_with`) takes no lock: it reads its stripe's sequence number
-//! before and after the index lookup, like a seqlock reader ([`Stripe`] argues why that
+//! before and after the index lookup, like a seqlock reader (`Stripe` argues why that
 //! sees none or all of each batch), and only when a batch is applying on its stripe does
 //! it wait on the stripe's lock. A shared lock taken by every read wrote its lock word on
 //! every read, and under `tierkv serve`'s LRANGE (both cores reading the same elements)

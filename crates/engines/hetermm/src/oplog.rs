@@ -560,7 +560,7 @@ impl PreparedEntry<'_> {
     /// Writes the entry whole and persists it (the persist commits it: `format::log` §
     /// Commit), or, with option `two_step_write`, in the paper's two steps — everything
     /// with ts = 0, persisted; then ts, persisted. Each persist is grouped with concurrent
-    /// writers' ([`GroupSync`]). Fails only if the pool fails.
+    /// writers' (`GroupSync`). Fails only if the pool fails.
     pub fn write(mut self, nvm: &Nvm) -> Result<()> {
         let off = self.off;
         self.block

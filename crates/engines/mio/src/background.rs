@@ -93,7 +93,7 @@ fn run(inner: &Inner, step: &dyn Fn(&Inner) -> Result<bool>) {
 const BURST: Duration = Duration::from_micros(100);
 
 /// Background work (a merge's moves, a lazy copy's entries) in bursts of about
-/// [`BURST`], each ended by a yield of the core: a foreground thread that the scheduler
+/// `BURST`, each ended by a yield of the core: a foreground thread that the scheduler
 /// took off its core to run this thread (a wakeup, or more runnable threads than cores)
 /// then waits about a burst, not the rest of the scheduler's slice. On a machine with idle
 /// cores the yield returns at once. Measured on YCSB A right after a 1M-record load, 2
@@ -114,7 +114,7 @@ impl Bursts {
     }
 
     /// Called between two pieces of work: yields the core once the burst has run
-    /// [`BURST`], and starts the next.
+    /// `BURST`, and starts the next.
     pub fn between(&mut self) {
         if self.since.elapsed() >= BURST {
             std::thread::yield_now();

@@ -1,7 +1,7 @@
 //! Compaction of the elastic buffer (MioDB §4.3-4.5). Policy ([`choose`], pure): a buffer
 //! level compacts when it holds `trigger` tables — its two oldest go to the next level;
 //! the last buffer level instead merges its oldest table into the repository (§4.4).
-//! Mechanisms ([`Inner::compact_step`]): zero-copy relinking (`zerocopy.rs`, the default),
+//! Mechanisms (`Inner::compact_step`): zero-copy relinking (`zerocopy.rs`, the default),
 //! or with `compaction=copy` a merge by copying (P2-like: the newest version of each key
 //! goes into a new arena written as a new table in one piece, published with one atomic
 //! root update; the inputs are retired and their runs freed when the last reader drops

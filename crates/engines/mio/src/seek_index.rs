@@ -276,7 +276,7 @@ impl IndexSlot {
         }
     }
 
-    /// Makes `ix` the newest index; `false` (and `ix` dropped) once [`GENERATIONS`] were
+    /// Makes `ix` the newest index; `false` (and `ix` dropped) once `GENERATIONS` were
     /// installed. One installer at a time (the table's writer or its level's compaction).
     pub fn install(&self, ix: SeekIndex) -> bool {
         let n = self.installed.load(AtomicOrdering::Acquire);

@@ -1,6 +1,7 @@
 //! MioDB's counters (issue 18, item 11): flushes and their time, compactions per level,
 //! bytes written by flushes and by copying compactions, stall time, tables per level,
-//! recovery time. Keys in [`Stats::counters`] and gauges carry the prefix `mio_`.
+//! recovery time. Keys in [`Stats::counters`](tierkv_core::Stats::counters) and gauges
+//! carry the prefix `mio_`.
 //!
 //! Thread safety: counters are atomic.
 

@@ -553,7 +553,7 @@ pub struct Placement {
 
 /// The one-piece write of an arena as a new table (P2 steps 1-2): one run (the MemTable's
 /// flush target, allocated at its switch, or allocated now), the arena's image copied
-/// into it in order with its links rebased in the same pass ([`stream_image`]), one
+/// into it in order with its links rebased in the same pass (`stream_image`), one
 /// persist. Not yet in the directory. The arena must not change meanwhile.
 pub fn write_table(
     shared: &Arc<Shared>,

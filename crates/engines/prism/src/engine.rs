@@ -1,7 +1,7 @@
 //! [`PrismStore`]: PRISM behind tierkv's [`KvStore`] trait, and its [`DESCRIPTOR`].
 //!
 //! The store is a thin shell around [`Core`] (the components and the read/write paths,
-//! `engine/*.rs`) plus the background threads it owns ([`Background`]): opening formats
+//! `engine/*.rs`) plus the background threads it owns (`Background`): opening formats
 //! or recovers the media (`engine/open.rs`, `recovery.rs`) and starts the threads; closing
 //! (or dropping) stops and joins them, then stops the SVC's thread.
 //!

@@ -1,5 +1,6 @@
-//! The API every engine implements and every caller uses: [`KvStore`], [`Options`],
-//! [`Error`], [`WriteBatch`](batch::WriteBatch), engine specs and [`Stats`].
+//! The API every engine implements and every caller uses: [`KvStore`](store::KvStore),
+//! [`Options`](options::Options), [`Error`](error::Error),
+//! [`WriteBatch`](batch::WriteBatch), engine specs and [`Stats`](stats::Stats).
 
 pub mod batch;
 pub mod error;

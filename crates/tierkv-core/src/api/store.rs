@@ -5,18 +5,20 @@
 //! - `put` and `delete` return only once the write is durable under the configured
 //!   durability mode: that is what *acknowledged* means everywhere in tierkv.
 //! - `scan` returns up to `limit` pairs with keys `>= start`, in key order. An engine whose
-//!   index cannot scan returns [`Error::Unsupported`], never a wrong answer.
+//!   index cannot scan returns [`Error::Unsupported`](crate::Error::Unsupported), never a
+//!   wrong answer.
 //! - `scan_cursor` is the iteration of an engine whose index is unordered: a `u64` cursor
 //!   (0 starts, a returned 0 ends), whole index shards per call until at least the count
 //!   hint; a key present throughout an iteration is returned exactly once, a key absent
 //!   throughout never, a key written meanwhile at most once; a full iteration costs
 //!   O(keys) whatever the hint ([`crate::common::index`], "Cursor iteration"). Values
 //!   are read as `get` reads them. An engine with an ordered index keeps the default,
-//!   [`Error::Unsupported`] (it scans from a key instead): so exactly one of the two
-//!   works on every engine that can enumerate its keys.
+//!   [`Error::Unsupported`](crate::Error::Unsupported) (it scans from a key instead): so
+//!   exactly one of the two works on every engine that can enumerate its keys.
 //! - Keys and values arrive already checked against the limits by the facade (`tierkv::Db`);
 //!   an engine used directly checks them with [`Limits`].
-//! - After `close` every call returns [`Error::Closed`]. Dropping a store closes it.
+//! - After `close` every call returns [`Error::Closed`](crate::Error::Closed). Dropping a
+//!   store closes it.
 //! - `write_batch` applies a [`WriteBatch`] crash-atomically and returns once it is
 //!   durable. An engine without a native commit protocol keeps the default, which returns
 //!   [`crate::Error::Unsupported`] (never a non-atomic loop of puts), and reports

@@ -18,7 +18,7 @@
 //! the cell is a third allocation) and two insertions per new key.
 //!
 //! # The cell
-//! Each key has a [`Slot`]: a writer lock guarding a `dead` flag, and a [`SlotCell`] holding
+//! Each key has a `Slot`: a writer lock guarding a `dead` flag, and a [`SlotCell`] holding
 //! the current value — an epoch-protected pointer to it ([`EpochCell`], any value), or the
 //! value itself in one atomic word ([`WordCell`], for one-word values such as HeterMM's
 //! logical addresses: an update then allocates nothing and leaves nothing to reclaim, and

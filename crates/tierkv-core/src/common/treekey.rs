@@ -90,7 +90,7 @@ fn le_u64(b: &[u8]) -> u64 {
     u64::from_le_bytes(w)
 }
 
-/// A fast hasher for [`TreeKey`]s (FxHash's multiply-rotate per word, then a MurmurHash3
+/// A fast hasher for `TreeKey`s (FxHash's multiply-rotate per word, then a MurmurHash3
 /// finalizer so that every bit of the result depends on every input bit); not resistant
 /// to chosen keys, like the `std` hasher with its fixed default keys that it replaces.
 /// Engines use it for maps keyed by their own values (hetermm's read-cache map of

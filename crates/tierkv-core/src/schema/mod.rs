@@ -1,5 +1,5 @@
 //! The schema API ([`SchemaStore`](crate::SchemaStore)) over any plain
-//! [`KvStore`](crate::KvStore): the two "flat data mappings" FOCUS compares itself with
+//! [`KvStore`]: the two "flat data mappings" FOCUS compares itself with
 //! (`papers/003`, §III-A, Fig. 2), so that every engine and the RocksDB peer run the same
 //! schema workload.
 //!

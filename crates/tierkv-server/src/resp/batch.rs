@@ -5,7 +5,7 @@
 //! input buffer without copying) and, per argument, a span into them. Arguments of inline
 //! commands that needed unquoting live in a side arena (`extra`); a span says which of the
 //! two it points into. The vectors of spans are reused from burst to burst
-//! ([`Batch::recycle`]), so a steady pipelined stream allocates nothing per command.
+//! (`Batch::recycle`), so a steady pipelined stream allocates nothing per command.
 //!
 //! Invariants: every span lies inside its buffer (the parser only records spans it has
 //! checked); the commands' argument ranges are consecutive and cover `args` exactly.

@@ -5,7 +5,7 @@
 //!   buffered).
 //! - [`batch`]: the complete commands of one pipelined burst, borrowed from the input
 //!   buffer without a copy or an allocation per command.
-//! - [`inline`]: telnet-style inline commands, split as Redis splits them.
+//! - `inline`: telnet-style inline commands, split as Redis splits them.
 //! - [`writer`]: replies out, written into the connection's output buffer in the client's
 //!   protocol version.
 //!

@@ -3,7 +3,7 @@
 //!
 //! A request is either a RESP array of bulk strings (`*2\r\n$3\r\nGET\r\n$1\r\nk\r\n`, what
 //! every client library sends) or an *inline* line (`GET k\r\n`, what telnet sends); see
-//! [`super::inline`]. RESP2 and RESP3 requests are the same; only replies differ.
+//! `super::inline`. RESP2 and RESP3 requests are the same; only replies differ.
 //!
 //! # Incremental
 //! The parser reads the connection's input buffer in place and keeps its position, so a

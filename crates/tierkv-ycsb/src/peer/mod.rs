@@ -1,6 +1,6 @@
 //! What a benchmark drives: [`BenchTarget`], implemented by [`tierkv::Db`] (every engine of
 //! the registry, through the one `KvStore` API) and by the peers other stores are compared
-//! through (RocksDB, behind the `rocksdb` feature: [`rocksdb`]).
+//! through (RocksDB, behind the `rocksdb` feature: module `rocksdb`).
 //!
 //! A target is named on the command line by a [`TargetSpec`]: an engine spec string as
 //! `Options` takes it (`dram:btree`, `prism@queue_depth=1`), or a peer's name (`rocksdb`,

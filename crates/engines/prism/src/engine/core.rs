@@ -159,7 +159,7 @@ impl Core {
     }
 
     /// What a writer waiting for PWB space checks between waits; `seen` is
-    /// [`SpaceState::refusals`] when it began: once the reclaimer was refused for want of
+    /// `SpaceState::refusals` when it began: once the reclaimer was refused for want of
     /// space after that, the writer gets `NoSpace` rather than waiting on.
     pub fn writer_may_wait(&self, seen: u64) -> Result<()> {
         self.counters.pwb_writer_waits.incr();
