@@ -368,7 +368,6 @@ pub(crate) fn config(args: &StressArgs, seed: u64, work_dir: PathBuf) -> anyhow:
     })
 }
 
-/// Creates the working directory, refusing one that holds anything.
 /// The working directory: `--dir`, or a new one in the temporary directory.
 fn work_dir_path(args: &StressArgs, seed: u64) -> PathBuf {
     args.dir.clone().unwrap_or_else(|| {
@@ -400,6 +399,7 @@ fn refuse_leftovers(cfg: &RunConfig) -> anyhow::Result<()> {
     )
 }
 
+/// Creates the working directory, refusing one that holds anything.
 fn prepare_work_dir(args: &StressArgs, seed: u64) -> anyhow::Result<PathBuf> {
     let dir = work_dir_path(args, seed);
     if let Ok(mut entries) = std::fs::read_dir(&dir)
@@ -697,6 +697,20 @@ mod tests {
             modes::remove_path(&p).unwrap();
         }
         refuse_leftovers(&cfg).unwrap();
+        // The working directory itself in the pmem directory (empty, made beforehand) is
+        // no leftover.
+        let inside = shm.path().join("st-here");
+        std::fs::create_dir(&inside).unwrap();
+        let a = parse(&[
+            "--engine",
+            "prism",
+            "--dir",
+            inside.to_str().unwrap(),
+            "--pmem-path",
+            shm.path().to_str().unwrap(),
+        ])
+        .unwrap();
+        refuse_leftovers(&config(&a, 1, inside.clone()).unwrap()).unwrap();
     }
 
     #[test]

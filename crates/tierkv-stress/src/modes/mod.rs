@@ -173,6 +173,9 @@ pub(crate) fn leftovers(cfg: &RunConfig) -> Vec<std::path::PathBuf> {
         return Vec::new();
     };
     let rounds = format!("{name}-r");
+    // The working directory itself may sit in one of them (`--dir /dev/shm/x --pmem-path
+    // /dev/shm`): it is no leftover.
+    let work = std::fs::canonicalize(&cfg.work_dir).ok();
     let mut found: Vec<std::path::PathBuf> = [&cfg.tiers.pmem_dir, &cfg.tiers.flash_dir]
         .into_iter()
         .flatten()
@@ -183,6 +186,7 @@ pub(crate) fn leftovers(cfg: &RunConfig) -> Vec<std::path::PathBuf> {
             n == name || n.starts_with(&rounds)
         })
         .map(|e| e.path())
+        .filter(|p| work.is_none() || std::fs::canonicalize(p).ok() != work)
         .collect();
     found.sort();
     found.dedup();
