@@ -387,6 +387,9 @@ impl Partition {
     pub fn write(&self, sh: &Shared, key: &[u8], value: Option<&[u8]>) -> Result<()> {
         self.counters.writes.incr();
         sh.check_writable()?;
+        if value.is_none() {
+            sh.crash_point("prismdb.delete.accepted");
+        }
         let len = object_len(key.len(), value.map_or(0, <[u8]>::len));
         self.counters.written_bytes.add(len as u64);
         let (off, ts, class) = match self.reserve(sh, key, value.is_none(), len)? {
@@ -503,6 +506,14 @@ impl Partition {
                 ))
             })?;
             if delete && !st.tables.may_contain(key) && !st.in_compaction(key) {
+                // IMPORTANT: checked again under the lock. A compaction that failed at its
+                // commit may have left its manifest on flash (listing this key's version)
+                // without installing its tables here; it poisons the store before it lets
+                // go of its range, so a delete that passed the check in `write` before the
+                // poison and comes here after the range was let go sees it now (FORMAT.md
+                // §3 "Delete"). Without a tombstone, that version would come back at the
+                // next open.
+                sh.check_writable()?;
                 // Nothing on flash can resurface: drop the fast-tier version, if any.
                 if let Some(loc) = st.index.remove(key) {
                     st.slabs.free(loc.off, loc.class)?;

@@ -165,3 +165,91 @@ fn a_full_flash_makes_puts_fail_with_no_space_once_the_fast_tier_is_full() {
     assert_model(&*store, &model, "full, reopened");
     assert_check(&*store);
 }
+
+/// A compaction whose manifest sync fails cannot make the manifest's removal durable (the
+/// device refuses every sync after a failed one): after a power cut flash may list its new
+/// tables while the partition kept the old ones and the victims. It poisons the store, then
+/// lets go of its range. A delete of a victim that passed the store's poison check just
+/// before, and reached the partition lock just after, found the key in no table and no
+/// compaction and freed its slot without a tombstone, acknowledged: such a manifest would
+/// bring the key's version back at the next open. Here the delete's thread runs that
+/// compaction itself, at the named point between the two, and the manifest's sync fails.
+/// (Looked for after `tierkv stress --mode flash-faults` seed 3292, 2026-11-29, brought a
+/// key back after an acknowledged delete following a failed flash sync.)
+#[test]
+fn a_delete_that_meets_a_compaction_failed_at_its_commit_is_refused_and_nothing_comes_back() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tierkv_core::media::pmem::CrashPoint;
+
+    let rig = Rig::new(SPEC, 4).with_faults();
+    let inj = rig.injector.clone().unwrap();
+    let (store, pool) = rig.create_with_pool();
+    store.stop_background();
+    let mut model = Model::new();
+    fill(&store, &mut model, 0, 300);
+    let victim = b"k100".to_vec();
+    assert!(model.contains_key(&victim));
+    let fired = Arc::new(AtomicBool::new(false));
+    let results = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    {
+        let (store, inj, fired, results) = (
+            Arc::downgrade(&store),
+            inj.clone(),
+            fired.clone(),
+            results.clone(),
+        );
+        pool.arm_crash_points(Arc::new(move |cp| {
+            let CrashPoint::Named(name) = cp else { return };
+            if name == "prismdb.compaction.tables_synced" && fired.load(Ordering::Acquire) {
+                // The next sync is the manifest's.
+                inj.fail_nth_sync(1, ENOSPC);
+                return;
+            }
+            if name != "prismdb.delete.accepted" || fired.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            let Some(store) = store.upgrade() else { return };
+            let sh = store.shared();
+            for p in &sh.parts {
+                let r = compact(sh, p, Trigger::Write, true);
+                inj.clear_failures();
+                let failed = r.is_err();
+                results
+                    .lock()
+                    .push(r.map(|o| o.is_some()).map_err(|e| e.to_string()));
+                if failed {
+                    break;
+                }
+            }
+        }))
+        .unwrap();
+    }
+    let deleted = store.delete(&victim);
+    pool.disarm_crash_points();
+    assert!(
+        fired.load(Ordering::Acquire),
+        "the named point was not reached"
+    );
+    let results = results.lock().clone();
+    assert!(
+        results.iter().any(Result::is_err),
+        "no compaction failed at its manifest: {results:?}"
+    );
+    // An acknowledged delete must hold after the reopen whatever else happened.
+    if deleted.is_ok() {
+        model.remove(&victim);
+    }
+    store.close().unwrap();
+    drop(store);
+    drop(pool);
+    let store = rig.reopen().unwrap();
+    assert_model(&*store, &model, "reopened");
+    assert_check(&*store);
+    // And the store, poisoned by the compaction, refused this delete (it passed the first
+    // check before the poison).
+    assert!(
+        matches!(deleted, Err(Error::Poisoned(_))),
+        "the delete was not refused: {deleted:?} (compactions: {results:?})"
+    );
+}

@@ -510,9 +510,12 @@ fn commit(sh: &Shared, ops: &[Op<'_>], parts: &[usize], run: Run) -> Result<()> 
         let tomb = op.value.is_none();
         let published = part.publish(st, op.key, op.off, op.ts, op.class, tomb, false, None)?;
         // A tombstone over nothing that flash could resurface is dropped, after the
-        // version it deleted was freed (by `publish`), as a delete without tombstone does.
+        // version it deleted was freed (by `publish`), as a delete without tombstone does;
+        // kept once the store is poisoned (flash may then hold a manifest the tables here
+        // do not reflect: `Partition::reserve`).
         if published
             && tomb
+            && sh.check_writable().is_ok()
             && !st.tables.may_contain(op.key)
             && !st.in_compaction(op.key)
             && let Some(loc) = st.index.remove(op.key)
