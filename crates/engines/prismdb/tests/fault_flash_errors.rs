@@ -166,16 +166,17 @@ fn a_full_flash_makes_puts_fail_with_no_space_once_the_fast_tier_is_full() {
     assert_check(&*store);
 }
 
-/// A compaction whose manifest sync fails cannot make the manifest's removal durable (the
-/// device refuses every sync after a failed one): after a power cut flash may list its new
-/// tables while the partition kept the old ones and the victims. It poisons the store, then
-/// lets go of its range. A delete of a victim that passed the store's poison check just
-/// before, and reached the partition lock just after, found the key in no table and no
-/// compaction and freed its slot without a tombstone, acknowledged: such a manifest would
-/// bring the key's version back at the next open. Here the delete's thread runs that
-/// compaction itself, at the named point between the two, and the manifest's sync fails.
-/// (Looked for after `tierkv stress --mode flash-faults` seed 3292, 2026-11-29, brought a
-/// key back after an acknowledged delete following a failed flash sync.)
+/// `tierkv stress --mode flash-faults --seed 3292` (2026-11-29) brought a key back after an
+/// acknowledged delete: "ENOSPC injected into flash sync #7, then a clean close". A
+/// compaction whose directory sync (its commit point) fails cannot remove its manifest (the
+/// device refuses everything after a failed sync), so flash lists its new tables while the
+/// partition keeps the old ones and the victims. It poisons the store, then lets go of its
+/// range. A delete of a victim that passed the store's poison check just before, and reached
+/// the partition lock just after, found the key in no table and no compaction and freed its
+/// slot without a tombstone, acknowledged: the next open read the key's version from the
+/// manifest's table. Here the delete's thread runs that compaction itself, at the named
+/// point between the two. (Before the fix: the reopened store held 300 keys, the deleted
+/// one among them.)
 #[test]
 fn a_delete_that_meets_a_compaction_failed_at_its_commit_is_refused_and_nothing_comes_back() {
     use std::sync::Arc;
@@ -202,8 +203,10 @@ fn a_delete_that_meets_a_compaction_failed_at_its_commit_is_refused_and_nothing_
         pool.arm_crash_points(Arc::new(move |cp| {
             let CrashPoint::Named(name) = cp else { return };
             if name == "prismdb.compaction.tables_synced" && fired.load(Ordering::Acquire) {
-                // The next sync is the manifest's.
-                inj.fail_nth_sync(1, ENOSPC);
+                // The syncs left: the manifest file's, then the directory's (the commit
+                // point). The second fails: the device refuses everything after it, the
+                // manifest's removal included, so the manifest stays.
+                inj.fail_nth_sync(2, ENOSPC);
                 return;
             }
             if name != "prismdb.delete.accepted" || fired.swap(true, Ordering::AcqRel) {
