@@ -32,9 +32,10 @@ pub const BACKGROUND: [&str; 6] = [
     "prismdb.promotion.published",
 ];
 /// The named crash points of puts and deletes.
-pub const FOREGROUND: [&str; 5] = [
+pub const FOREGROUND: [&str; 6] = [
     "prismdb.put.object_persisted",
     "prismdb.put.published",
+    "prismdb.delete.accepted",
     "prismdb.delete.slot_freed",
     "prismdb.delete.tombstone_persisted",
     "prismdb.delete.tombstone_published",
