@@ -102,9 +102,7 @@ impl KillPaths {
     pub(super) fn new(cfg: &RunConfig) -> KillPaths {
         let w = &cfg.work_dir;
         let data = w.join("data");
-        let name = w
-            .file_name()
-            .map_or_else(|| "stress".to_owned(), |n| n.to_string_lossy().into_owned());
+        let name = super::run_name(cfg);
         let pmem_dir = cfg
             .tiers
             .pmem_dir

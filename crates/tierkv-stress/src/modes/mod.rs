@@ -159,19 +159,21 @@ pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+/// The name that prefixes the files a run keeps outside its working directory (in
+/// `--pmem-path` and `--flash-path`): the working directory's last component.
+pub(crate) fn run_name(cfg: &RunConfig) -> String {
+    cfg.work_dir
+        .file_name()
+        .map_or_else(|| "stress".to_owned(), |n| n.to_string_lossy().into_owned())
+}
+
 /// Files and directories in `--pmem-path` and `--flash-path` that a run with this working
 /// directory's name would write (`<name>` in kill mode, `<name>-r<round>…` in the other
 /// modes): left by an earlier run under the same name that failed (kept for inspection)
 /// or was killed. A new run would fail on them part-way (a crash image is never written
 /// over an existing file), and the harness never deletes what it did not create.
 pub(crate) fn leftovers(cfg: &RunConfig) -> Vec<std::path::PathBuf> {
-    let Some(name) = cfg
-        .work_dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-    else {
-        return Vec::new();
-    };
+    let name = run_name(cfg);
     let rounds = format!("{name}-r");
     // The working directory itself may sit in one of them (`--dir /dev/shm/x --pmem-path
     // /dev/shm`): it is no leftover.

@@ -115,10 +115,7 @@ impl RoundPaths {
     pub(crate) fn new(cfg: &RunConfig, round: u64) -> RoundPaths {
         let name = format!("r{round:06}");
         let data = cfg.work_dir.join(&name);
-        let prefix = cfg
-            .work_dir
-            .file_name()
-            .map_or_else(|| "stress".to_owned(), |n| n.to_string_lossy().into_owned());
+        let prefix = super::run_name(cfg);
         let pool = match &cfg.tiers.pmem_dir {
             Some(d) => d.join(format!("{prefix}-{name}.pool")),
             None => data.join("pmem.pool"),
