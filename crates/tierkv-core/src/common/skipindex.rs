@@ -391,6 +391,15 @@ impl<V: Clone + Send + Sync + 'static, C: SlotCell<V>> ConcurrentIndex<V> for Sk
         slot.value.with(&epoch::pin(), |v| v.cloned())
     }
 
+    fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&V)) -> bool {
+        let points = self.points.guard();
+        let Some(slot) = self.points.get(&TreeKey::new(key), &points) else {
+            return false;
+        };
+        // As `get`, without the clone: `f` runs while the epoch keeps the value alive.
+        slot.value.with(&epoch::pin(), |v| v.map(f).is_some())
+    }
+
     fn insert(&self, key: &[u8], value: V) -> Option<V> {
         let mut value = Some(value);
         let points = self.points.guard();

@@ -64,7 +64,13 @@ fn apply(idx: &dyn ConcurrentIndex<u64>, model: &mut BTreeMap<Vec<u8>, u64>, op:
             let old = model.remove(k);
             assert_eq!(idx.compute(k, &mut |_| None), old);
         }
-        Op::Get(k) => assert_eq!(idx.get(k), model.get(k).copied()),
+        Op::Get(k) => {
+            assert_eq!(idx.get(k), model.get(k).copied());
+            // The borrowing form agrees, also on slots a remove left vacant or dead.
+            let mut seen = None;
+            let found = idx.get_with(k, &mut |v| seen = Some(*v));
+            assert_eq!((found, seen), (seen.is_some(), model.get(k).copied()));
+        }
         Op::Scan(start, n) => {
             let want: Vec<(Vec<u8>, u64)> = model
                 .range(start.clone()..)
