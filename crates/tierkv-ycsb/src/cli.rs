@@ -187,9 +187,20 @@ pub struct BenchArgs {
     /// flushes) is part of its write amplification (`30s`, `2m`)
     #[arg(long, value_name = "TIME", value_parser = parse_duration)]
     pub settle_load: Option<Duration>,
+    /// Run every engine N times, round after round, each round in a rotated order (the
+    /// first engine of round 2 is the second of round 1), and end with a summary per
+    /// workload: each engine's median throughput over the rounds and the median of its
+    /// per-round ratios to the first engine. On a shared or noisy machine a ratio
+    /// measured side by side within a round, taken over several rounds, says more than
+    /// one run (1..=100)
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub repeat: u32,
 }
 
 pub use tierkv::core::api::size::parse_duration;
+
+/// The most rounds `--repeat` takes.
+pub const MAX_REPEAT: u32 = 100;
 
 /// `--warmup`: a bare integer is operations, anything with a unit a time.
 pub fn parse_warmup(s: &str) -> Result<Warmup, String> {
@@ -254,6 +265,7 @@ impl BenchArgs {
             keep: false,
             crash_after_load: false,
             settle_load: None,
+            repeat: 1,
         }
     }
 
@@ -328,6 +340,15 @@ impl BenchArgs {
         if self.records == 0 {
             return Err("--records must be at least 1".into());
         }
+        if !(1..=MAX_REPEAT).contains(&self.repeat) {
+            return Err(format!(
+                "--repeat must be between 1 and {MAX_REPEAT}, not {}",
+                self.repeat
+            ));
+        }
+        if self.repeat > 1 && self.crash_after_load {
+            return Err("--repeat and --crash-after-load do not go together".into());
+        }
         let targets = match &self.engines {
             Some(list) => parse_targets(list)?,
             None => default_targets(),
@@ -390,6 +411,7 @@ impl BenchArgs {
         Ok(BenchPlan {
             targets,
             phases,
+            rounds: self.repeat,
             settings,
             media,
             layout: Layout::new(
@@ -452,6 +474,7 @@ impl BenchArgs {
             dir: path(&self.dir),
             run_dir: path(&plan.layout.run_dir()),
             keep: self.keep || self.crash_after_load,
+            repeat: self.repeat,
         }
     }
 }

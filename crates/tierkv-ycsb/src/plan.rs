@@ -193,6 +193,8 @@ pub struct BenchPlan {
     pub targets: Vec<TargetSpec>,
     /// The phases, in the order given.
     pub phases: Vec<Phase>,
+    /// Rounds of every target (`--repeat`), each in a rotated order.
+    pub rounds: u32,
     /// What every target is run with.
     pub settings: RunSettings,
     /// The media every target gets.
@@ -218,31 +220,51 @@ pub fn execute(
     Ok(results)
 }
 
-/// Runs each target in turn, removing its directories after it ran.
+/// Which target runs `k`-th in `round` (0-based) of `n` targets: round `r` starts with
+/// target `r mod n`, so that over several rounds every target runs early and late (a
+/// machine's state drifts during a run: page cache, other tenants, thermal limits).
+pub fn round_order(round: u32, n: usize, k: usize) -> usize {
+    (k + round as usize) % n.max(1)
+}
+
+/// Runs each target in turn, removing its directories after it ran; `plan.rounds` times
+/// over, each round in its rotated order ([`round_order`]). Results carry their round.
 fn run_all(
     plan: &BenchPlan,
     progress: Progress,
     log: &mut dyn Write,
 ) -> anyhow::Result<Vec<PhaseResult>> {
     let mut results = Vec::new();
-    for (i, spec) in plan.targets.iter().enumerate() {
-        let place = plan.layout.placement(i, &spec.label);
-        writeln!(
-            log,
-            "running {} in {}",
-            spec.label,
-            place.data_dir.display()
-        )?;
-        let outcome = run_in(plan, spec, &place, progress);
-        let removed = plan.layout.remove_target(&place).with_context(|| {
-            format!(
-                "removing the data of {} in {}",
+    let n = plan.targets.len();
+    for round in 0..plan.rounds {
+        for k in 0..n {
+            let i = round_order(round, n, k);
+            let spec = &plan.targets[i];
+            // Numbered in running order across rounds: a kept run keeps every round's data.
+            let place = plan.layout.placement(round as usize * n + k, &spec.label);
+            if plan.rounds > 1 {
+                write!(log, "round {} of {}: ", round + 1, plan.rounds)?;
+            }
+            writeln!(
+                log,
+                "running {} in {}",
                 spec.label,
                 place.data_dir.display()
-            )
-        });
-        results.extend(outcome?);
-        removed?;
+            )?;
+            let outcome = run_in(plan, spec, &place, progress);
+            let removed = plan.layout.remove_target(&place).with_context(|| {
+                format!(
+                    "removing the data of {} in {}",
+                    spec.label,
+                    place.data_dir.display()
+                )
+            });
+            results.extend(outcome?.into_iter().map(|mut r| {
+                r.round = round + 1;
+                r
+            }));
+            removed?;
+        }
     }
     Ok(results)
 }

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! {"config": {every flag as it took effect, the pmem mode and path, the flash path, the seed},
-//!  "results": [{"engine": "dram:btree", "workload": "a",
+//!  "results": [{"engine": "dram:btree", "workload": "a", "round": 1,
 //!               "status": "ok" | "unsupported" | "failed", "message": null | "...",
 //!               "distribution": "zipfian" | "latest" | "uniform" | null,
 //!               "ops_per_sec": 123.4, "keys_per_sec": 0.0, "duration_s": 1.0,
@@ -14,7 +14,8 @@
 //!                            "reads_from_dram": 0, "reads_from_pmem": 0,
 //!                            "reads_from_flash": 0, "dram_bytes": 0, ...}}]}
 //! ```
-//! - `engine` is the label as given on the command line; `workload` is `load`, `a` ... `f`.
+//! - `engine` is the label as given on the command line; `workload` is `load`, `a` ... `f`;
+//!   `round` the round it ran in, from 1 (`--repeat`; always 1 without).
 //! - `ops` holds the kinds the workload issued (`read`, `update`, `insert`, `scan`, `rmw`,
 //!   `batch`);
 //!   `count` counts completed operations (a read that found nothing is completed and also
@@ -30,6 +31,10 @@
 //!   "quiet": true, "counters": {...}}`, the counters from the load's start until its
 //!   background work ended `waited_s` after its last operation (`quiet` false: the wait
 //!   gave up with bytes still being written).
+//! - `summary` (with `--repeat` above 1; else absent): per workload (in report order) and
+//!   engine, `{"workload": "a", "engine": "mio", "rounds": 3, "ops_per_sec": [...],
+//!   "median_ops_per_sec": 1.0, "ratios": [...], "median_ratio": 1.0}`, where `ratios` are
+//!   the engine's throughput over the first engine's within each round.
 //!
 //! Thread safety: pure functions.
 
@@ -45,10 +50,35 @@ use crate::workload::OpKind;
 /// The whole report as JSON.
 pub fn to_json(report: &BenchReport) -> Value {
     let results: Vec<Value> = report.results.iter().map(result_json).collect();
-    json!({
+    let mut doc = json!({
         "config": serde_json::to_value(&report.config).unwrap_or(Value::Null),
         "results": results,
-    })
+    });
+    if report.rounds() > 1
+        && let Some(m) = doc.as_object_mut()
+    {
+        m.insert("summary".into(), summary_json(report));
+    }
+    doc
+}
+
+/// `--repeat`'s summary: one object per workload and engine.
+fn summary_json(report: &BenchReport) -> Value {
+    let mut rows = Vec::new();
+    for phase in report.phases_in_run_order() {
+        for e in super::rounds::summarize(report, &phase) {
+            rows.push(json!({
+                "workload": phase.name(),
+                "engine": e.engine,
+                "rounds": e.ops_per_sec.len(),
+                "ops_per_sec": e.ops_per_sec,
+                "median_ops_per_sec": e.median_ops(),
+                "ratios": e.ratios,
+                "median_ratio": e.median_ratio(),
+            }));
+        }
+    }
+    Value::Array(rows)
 }
 
 /// Writes the report to `path`, pretty-printed.
@@ -85,6 +115,7 @@ fn result_json(r: &PhaseResult) -> Value {
     let mut v = json!({
         "engine": r.engine,
         "workload": r.phase.name(),
+        "round": r.round,
         "status": r.status.name(),
         "message": r.status.message(),
         "distribution": r.distribution.map(|d| d.to_string()),

@@ -8,6 +8,7 @@
 
 pub mod chart;
 pub mod json;
+pub mod rounds;
 pub mod table;
 
 use serde::Serialize;
@@ -87,6 +88,8 @@ pub struct RunConfig {
     pub run_dir: String,
     /// `--keep`.
     pub keep: bool,
+    /// `--repeat`: rounds of every engine.
+    pub repeat: u32,
 }
 
 /// A target's label and one line on what it is.
@@ -114,9 +117,19 @@ pub struct BenchReport {
 impl BenchReport {
     /// The result of `engine` in `phase`, if it ran.
     pub fn result(&self, engine: &str, phase: &str) -> Option<&PhaseResult> {
+        self.result_in(1, engine, phase)
+    }
+
+    /// The result of `engine` in `phase` in `round` (from 1; `--repeat`).
+    pub fn result_in(&self, round: u32, engine: &str, phase: &str) -> Option<&PhaseResult> {
         self.results
             .iter()
-            .find(|r| r.engine == engine && r.phase.name() == phase)
+            .find(|r| r.round == round && r.engine == engine && r.phase.name() == phase)
+    }
+
+    /// How many rounds ran (`--repeat`; 1 without).
+    pub fn rounds(&self) -> u32 {
+        self.results.iter().map(|r| r.round).max().unwrap_or(1)
     }
 
     /// The phases in report order: the load first if listed, then the workloads as given
@@ -162,6 +175,13 @@ pub fn header(config: &RunConfig, targets: &[TargetLine]) -> String {
         "  {} records, {quota}, {} threads, {warmup}, seed {}",
         config.records, config.threads, config.seed
     ));
+    if config.repeat > 1 {
+        line(format!(
+            "  {} rounds of every engine, each round in a rotated order; a summary of the \
+             rounds ends the report (the chart shows round 1)",
+            config.repeat
+        ));
+    }
     if let (Some(layout), Some(n), Some(size)) = (&config.schema, config.fields, config.field_size)
     {
         line(format!(

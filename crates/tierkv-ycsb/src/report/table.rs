@@ -116,14 +116,24 @@ pub fn mib(bytes: u64) -> String {
 
 /// The whole report: one block per workload.
 pub fn render(report: &BenchReport) -> String {
+    let rounds = report.rounds();
     let mut out = String::new();
-    for phase in report.phases_in_run_order() {
-        let results: Vec<&PhaseResult> = report
-            .targets
-            .iter()
-            .filter_map(|t| report.result(&t.label, phase.name()))
-            .collect();
-        out.push_str(&render_phase(&phase, &results));
+    for round in 1..=rounds {
+        if rounds > 1 {
+            let _ = writeln!(out, "=== round {round} of {rounds} ===");
+        }
+        for phase in report.phases_in_run_order() {
+            let results: Vec<&PhaseResult> = report
+                .targets
+                .iter()
+                .filter_map(|t| report.result_in(round, &t.label, phase.name()))
+                .collect();
+            out.push_str(&render_phase(&phase, &results));
+            out.push('\n');
+        }
+    }
+    if rounds > 1 {
+        out.push_str(&super::rounds::render(report));
         out.push('\n');
     }
     out

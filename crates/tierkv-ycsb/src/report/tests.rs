@@ -45,6 +45,7 @@ pub(crate) fn sample_config() -> RunConfig {
         dir: "bench-data".into(),
         run_dir: "bench-data/run-1-1".into(),
         keep: false,
+        repeat: 1,
     }
 }
 
@@ -84,6 +85,7 @@ fn result(engine: &str, phase: Phase, ops_scale: u64, status: PhaseStatus) -> Ph
         ops,
         counters,
         settled: None,
+        round: 1,
     }
 }
 
@@ -123,6 +125,75 @@ pub(crate) fn sample_report() -> BenchReport {
         phases: vec![Phase::Load, a, e],
         results,
     }
+}
+
+/// Two engines, workload A, three rounds (`--repeat 3`): "x" at 100, 200 and 500 ops/s,
+/// "y" at 125, 200 and 250.
+pub(crate) fn rounds_report() -> BenchReport {
+    let a = Phase::Run(*workload("a").unwrap());
+    let mut results = Vec::new();
+    for (round, (x, y)) in [(100.0, 125.0), (200.0, 200.0), (500.0, 250.0)]
+        .into_iter()
+        .enumerate()
+    {
+        for (engine, ops) in [("x", x), ("y", y)] {
+            let mut r = result(engine, a, 1, PhaseStatus::Ok);
+            // 1,000 operations (500 reads, 500 updates).
+            r.duration = Duration::from_secs_f64(r.ops.completed() as f64 / ops);
+            r.round = round as u32 + 1;
+            results.push(r);
+        }
+    }
+    let target = |label: &str| TargetLine {
+        label: label.into(),
+        description: label.into(),
+    };
+    BenchReport {
+        config: RunConfig {
+            repeat: 3,
+            ..sample_config()
+        },
+        targets: vec![target("x"), target("y")],
+        phases: vec![a],
+        results,
+    }
+}
+
+#[test]
+fn repeated_runs_get_a_table_per_round_and_a_summary() {
+    let report = rounds_report();
+    assert_eq!(report.rounds(), 3);
+    assert_eq!(
+        report.result_in(3, "y", "a").map(|r| r.ops_per_sec()),
+        Some(250.0)
+    );
+    let text = super::table::render(&report);
+    println!("{text}");
+    for round in 1..=3 {
+        assert!(
+            text.contains(&format!("=== round {round} of 3 ===")),
+            "{text}"
+        );
+    }
+    assert!(text.contains("summary of 3 rounds"), "{text}");
+    assert!(text.contains("1.25x 1.00x 0.50x"), "{text}");
+    let json = super::json::to_json(&report);
+    assert_eq!(json["config"]["repeat"], 3);
+    assert_eq!(json["results"][5]["round"], 3);
+    let summary = &json["summary"];
+    assert_eq!(summary[1]["engine"], "y");
+    assert_eq!(summary[1]["workload"], "a");
+    assert_eq!(summary[1]["median_ratio"], 1.0);
+    assert_eq!(summary[1]["ratios"], serde_json::json!([1.25, 1.0, 0.5]));
+    assert_eq!(summary[1]["median_ops_per_sec"], 200.0);
+    // One round: no summary, no round headings.
+    let one = sample_report();
+    let text = super::table::render(&one);
+    assert!(
+        !text.contains("round") && !text.contains("summary"),
+        "{text}"
+    );
+    assert!(super::json::to_json(&one).get("summary").is_none());
 }
 
 #[test]

@@ -126,6 +126,8 @@ pub struct PhaseResult {
     pub counters: Stats,
     /// The load's counters once the target's background work ended (`--settle-load`).
     pub settled: Option<Settled>,
+    /// The round it ran in, from 1 (`--repeat`).
+    pub round: u32,
 }
 
 /// A load's counters from its start until the target's background work ended: what the
@@ -315,5 +317,6 @@ fn run_one(
         ops: out.hist,
         counters: out.counters,
         settled,
+        round: 1,
     })
 }
