@@ -3,7 +3,8 @@
 //! device (so that a fill takes seconds in a debug build). Engines join by being
 //! registered. An engine whose space run is known to fail is skipped here with the reason,
 //! and its defect is reproduced by an `#[ignore]`d test below, named after it: the
-//! engine's fix turns that test green and takes the engine off `KNOWN_FAILING`.
+//! engine's fix turns that test green and takes the engine off `KNOWN_FAILING`; it is then
+//! kept as a regression test, renamed after what it now checks (its doc tells the defect).
 
 mod common;
 
@@ -59,7 +60,7 @@ fn every_registered_engine_fills_frees_writes_again_and_recovers() {
 /// (`focus/src/gc.rs`, `Passes`). (Until then also: the store poisoned itself when GC
 /// found no free chunk; fixed before.)
 #[test]
-fn focus_refuses_writes_on_a_full_pool_only_after_a_fixed_5_s_wait() {
+fn focus_refuses_a_write_on_a_full_pool_once_gc_gives_up_not_after_a_fixed_wait() {
     passes_two_rounds("focus", 2311);
 }
 
@@ -74,7 +75,7 @@ fn focus_refuses_writes_on_a_full_pool_only_after_a_fixed_5_s_wait() {
 /// refused as soon as the background stops making progress. Kept as its regression test,
 /// with the short stall that showed the refused deletes at once.
 #[test]
-fn mio_refuses_deletes_on_a_full_pool() {
+fn mio_accepts_deletes_on_a_full_pool() {
     passes_two_rounds("mio@stall_timeout_ms=500", 2312);
 }
 
@@ -87,7 +88,7 @@ fn mio_refuses_deletes_on_a_full_pool() {
 /// a flash reserve for one table's rewrite, and tombstone-only compactions when flash has
 /// no other room.
 #[test]
-fn prismdb_refuses_deletes_when_compaction_finds_no_room_on_flash() {
+fn prismdb_accepts_deletes_on_a_full_store_when_flash_is_half_full() {
     passes_two_rounds("prismdb", 2313);
 }
 
